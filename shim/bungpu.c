@@ -1,0 +1,1014 @@
+/*
+ * bungpu.c: the core of libbungpu. Thread-local errors, handle checks, the device table, and
+ * one thin wrapper per bg_* symbol that validates what it can and calls the device's vtable.
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifndef BG_SOURCE_HASH
+#define BG_SOURCE_HASH "unknown"
+#endif
+
+/* ---- errors -------------------------------------------------------------------------------- */
+static _Thread_local char tls_msg[1024];
+static _Thread_local int32_t tls_code;
+
+int32_t bg_set_errorv(int32_t code, const char* fmt, va_list ap) {
+  tls_code = code;
+  vsnprintf(tls_msg, sizeof tls_msg, fmt, ap);
+  return code;
+}
+
+int32_t bg_set_error(int32_t code, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  bg_set_errorv(code, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+void bg_clear_error(void) {
+  tls_code = BG_OK;
+  tls_msg[0] = 0;
+}
+
+const char* bg_status_name(int32_t code) {
+  switch (code) {
+#define N(x) case x: return #x;
+    N(BG_OK) N(BG_ERR_INVALID_VALUE) N(BG_ERR_OUT_OF_MEMORY) N(BG_ERR_NOT_INITIALIZED)
+    N(BG_ERR_DEINITIALIZED) N(BG_ERR_NO_DEVICE) N(BG_ERR_INVALID_DEVICE) N(BG_ERR_INVALID_IMAGE)
+    N(BG_ERR_INVALID_CONTEXT) N(BG_ERR_INVALID_PTX) N(BG_ERR_INVALID_SOURCE)
+    N(BG_ERR_FILE_NOT_FOUND) N(BG_ERR_INVALID_HANDLE) N(BG_ERR_ILLEGAL_STATE) N(BG_ERR_NOT_FOUND)
+    N(BG_ERR_NOT_READY) N(BG_ERR_ILLEGAL_ADDRESS) N(BG_ERR_LAUNCH_OUT_OF_RESOURCES)
+    N(BG_ERR_LAUNCH_TIMEOUT) N(BG_ERR_LAUNCH_FAILED) N(BG_ERR_NOT_PERMITTED)
+    N(BG_ERR_NOT_SUPPORTED) N(BG_ERR_STREAM_CAPTURE_UNSUPPORTED)
+    N(BG_ERR_STREAM_CAPTURE_INVALIDATED) N(BG_ERR_STREAM_CAPTURE_MERGE)
+    N(BG_ERR_STREAM_CAPTURE_UNMATCHED) N(BG_ERR_STREAM_CAPTURE_UNJOINED)
+    N(BG_ERR_STREAM_CAPTURE_ISOLATION) N(BG_ERR_STREAM_CAPTURE_IMPLICIT) N(BG_ERR_CAPTURED_EVENT)
+    N(BG_ERR_STREAM_CAPTURE_WRONG_THREAD) N(BG_ERR_BACKEND_UNAVAILABLE) N(BG_ERR_COMPILE)
+    N(BG_ERR_UNKNOWN)
+#undef N
+    default: return "BG_ERR_UNKNOWN";
+  }
+}
+
+int32_t bg_last_error(char* buf, uint64_t cap) {
+  size_t n = strlen(tls_msg);
+  if (buf && cap) {
+    size_t c = n < cap - 1 ? n : (size_t)cap - 1;
+    memcpy(buf, tls_msg, c);
+    buf[c] = 0;
+  }
+  return (int32_t)n;
+}
+
+int32_t bg_last_error_code(void) { return tls_code; }
+
+/* ---- objects ------------------------------------------------------------------------------- */
+bool bg_obj_is(const void* h, bg_kind kind) {
+  const bg_obj* o = (const bg_obj*)h;
+  return o && o->magic == BG_MAGIC && o->kind == (uint32_t)kind;
+}
+
+void bg_obj_init(void* h, bg_kind kind, bg_device* dev) {
+  bg_obj* o = (bg_obj*)h;
+  o->magic = BG_MAGIC;
+  o->kind = (uint32_t)kind;
+  o->dev = dev;
+}
+
+void bg_obj_kill(void* h) {
+  if (h) ((bg_obj*)h)->magic = 0;
+}
+
+uint64_t bg_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static const char* kind_name(bg_kind k) {
+  switch (k) {
+    case BG_KIND_DEVICE: return "device";
+    case BG_KIND_STREAM: return "stream";
+    case BG_KIND_EVENT: return "event";
+    case BG_KIND_MODULE: return "module";
+    case BG_KIND_KERNEL: return "kernel";
+    case BG_KIND_GRAPH: return "graph";
+    case BG_KIND_EXEC: return "graph exec";
+    case BG_KIND_RING: return "ring";
+    case BG_KIND_SIGNAL: return "signal";
+    case BG_KIND_RTC: return "compile result";
+  }
+  return "handle";
+}
+
+#define CHECK(h, kind, fn)                                                                      \
+  do {                                                                                          \
+    if (!bg_obj_is((h), (kind)))                                                                \
+      return bg_set_error(BG_ERR_INVALID_HANDLE, "%s: not a live %s handle", fn,               \
+                          kind_name(kind));                                                     \
+  } while (0)
+#define NONNULL(p, fn, what)                                                                    \
+  do {                                                                                          \
+    if (!(p)) return bg_set_error(BG_ERR_INVALID_VALUE, "%s: %s is NULL", fn, what);           \
+  } while (0)
+#define DEV(h) (((bg_obj*)(h))->dev)
+#define OPS(h) (DEV(h)->ops)
+#define NEED(h, op, fn)                                                                         \
+  do {                                                                                          \
+    if (!OPS(h)->op)                                                                            \
+      return bg_set_error(BG_ERR_NOT_SUPPORTED, "%s: not supported on the %s backend", fn,     \
+                          OPS(h)->name);                                                        \
+  } while (0)
+
+/* ---- library ------------------------------------------------------------------------------- */
+BG_API int32_t bg_abi_version(void) { return BG_ABI_VERSION; }
+
+BG_API int32_t bg_source_hash(char* buf, uint64_t cap) {
+  NONNULL(buf, "bg_source_hash", "buf");
+  size_t n = strlen(BG_SOURCE_HASH);
+  if (cap < n + 1) return bg_set_error(BG_ERR_INVALID_VALUE, "bg_source_hash: buffer too small");
+  memcpy(buf, BG_SOURCE_HASH, n + 1);
+  return BG_OK;
+}
+
+BG_API int32_t bg_noop(void) { return BG_OK; }
+
+static const bg_backend* backend_of(int32_t b) {
+  switch (b) {
+    case BG_BACKEND_CPU: return &bg_cpu_backend;
+    case BG_BACKEND_CUDA: return &bg_cuda_backend;
+    case BG_BACKEND_METAL: return &bg_metal_backend;
+    default: return NULL;
+  }
+}
+
+BG_API int32_t bg_init(void) {
+  bg_clear_error();
+  return BG_OK;
+}
+
+BG_API int32_t bg_backend_info(int32_t backend, int32_t* available, int32_t* count, char* msg,
+                               uint64_t cap) {
+  const bg_backend* be = backend_of(backend);
+  if (!be) return bg_set_error(BG_ERR_INVALID_VALUE, "bg_backend_info: no backend %d", backend);
+  int32_t n = 0;
+  char local[512] = {0};
+  int32_t rc = be->probe(&n, local, sizeof local);
+  if (available) *available = rc == BG_OK;
+  if (count) *count = rc == BG_OK ? n : 0;
+  if (msg && cap) snprintf(msg, (size_t)cap, "%s", local);
+  return BG_OK;
+}
+
+/* One device object per (backend, ordinal), shared by every open and counted. */
+#define MAX_ORDINALS 64
+static pthread_mutex_t dev_lock = PTHREAD_MUTEX_INITIALIZER;
+static bg_device* dev_table[BG_BACKEND_COUNT][MAX_ORDINALS];
+static int32_t dev_refs[BG_BACKEND_COUNT][MAX_ORDINALS];
+
+BG_API int32_t bg_device_open(int32_t backend, int32_t ordinal, void** out) {
+  NONNULL(out, "bg_device_open", "out");
+  const bg_backend* be = backend_of(backend);
+  if (!be) return bg_set_error(BG_ERR_INVALID_VALUE, "bg_device_open: no backend %d", backend);
+  if (ordinal < 0 || ordinal >= MAX_ORDINALS)
+    return bg_set_error(BG_ERR_INVALID_DEVICE, "bg_device_open: ordinal %d out of range", ordinal);
+  pthread_mutex_lock(&dev_lock);
+  bg_device* d = dev_table[backend][ordinal];
+  if (d) {
+    dev_refs[backend][ordinal]++;
+    pthread_mutex_unlock(&dev_lock);
+    *out = d;
+    return BG_OK;
+  }
+  int32_t n = 0;
+  char msg[512] = {0};
+  int32_t rc = be->probe(&n, msg, sizeof msg);
+  if (rc != BG_OK) {
+    pthread_mutex_unlock(&dev_lock);
+    return bg_set_error(rc, "bg_device_open: %s", msg);
+  }
+  if (ordinal >= n) {
+    pthread_mutex_unlock(&dev_lock);
+    return bg_set_error(BG_ERR_INVALID_DEVICE, "bg_device_open: %s has %d device(s), no ordinal %d",
+                        backend == BG_BACKEND_CPU ? "cpu" : backend == BG_BACKEND_CUDA ? "cuda" : "metal",
+                        n, ordinal);
+  }
+  rc = be->open(ordinal, &d);
+  if (rc == BG_OK) {
+    d->backend = backend;
+    d->ordinal = ordinal;
+    dev_table[backend][ordinal] = d;
+    dev_refs[backend][ordinal] = 1;
+    *out = d;
+  }
+  pthread_mutex_unlock(&dev_lock);
+  return rc;
+}
+
+BG_API int32_t bg_device_close(void* dev) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_device_close");
+  bg_device* d = dev;
+  pthread_mutex_lock(&dev_lock);
+  int32_t rc = BG_OK;
+  if (--dev_refs[d->backend][d->ordinal] == 0) {
+    dev_table[d->backend][d->ordinal] = NULL;
+    rc = d->ops->device_close(d);
+  }
+  pthread_mutex_unlock(&dev_lock);
+  return rc;
+}
+
+BG_API int32_t bg_device_props_get(void* dev, bg_device_props* out) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_device_props_get");
+  NONNULL(out, "bg_device_props_get", "out");
+  memset(out, 0, sizeof *out);
+  return OPS(dev)->device_props(dev, out);
+}
+
+BG_API int32_t bg_device_mem_info(void* dev, uint64_t* free_b, uint64_t* total_b) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_device_mem_info");
+  NONNULL(free_b, "bg_device_mem_info", "free");
+  NONNULL(total_b, "bg_device_mem_info", "total");
+  return OPS(dev)->device_mem_info(dev, free_b, total_b);
+}
+
+BG_API int32_t bg_device_synchronize(void* dev) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_device_synchronize");
+  return OPS(dev)->device_synchronize(dev);
+}
+
+/* ---- memory -------------------------------------------------------------------------------- */
+BG_API int32_t bg_mem_alloc(void* dev, uint64_t bytes, bg_devptr* out) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_mem_alloc");
+  NONNULL(out, "bg_mem_alloc", "out");
+  if (bytes == 0) return bg_set_error(BG_ERR_INVALID_VALUE, "bg_mem_alloc: size 0");
+  return OPS(dev)->mem_alloc(dev, bytes, out);
+}
+
+BG_API int32_t bg_mem_free(void* dev, bg_devptr p) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_mem_free");
+  if (!p) return BG_OK;
+  return OPS(dev)->mem_free(dev, p);
+}
+
+BG_API int32_t bg_host_alloc(void* dev, uint64_t bytes, uint32_t flags, void** host, bg_devptr* d) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_host_alloc");
+  NONNULL(host, "bg_host_alloc", "out_host");
+  if (bytes == 0) return bg_set_error(BG_ERR_INVALID_VALUE, "bg_host_alloc: size 0");
+  if (flags & ~(uint32_t)(BG_HOST_ALLOC_MAPPED | BG_HOST_ALLOC_PORTABLE))
+    return bg_set_error(BG_ERR_INVALID_VALUE, "bg_host_alloc: unknown flags 0x%x", flags);
+  bg_devptr unused = 0;
+  return OPS(dev)->host_alloc(dev, bytes, flags, host, d ? d : &unused);
+}
+
+BG_API int32_t bg_host_free(void* dev, void* host) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_host_free");
+  if (!host) return BG_OK;
+  return OPS(dev)->host_free(dev, host);
+}
+
+BG_API int32_t bg_memcpy_htod(void* dev, bg_devptr dst, const void* src, uint64_t n) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_memcpy_htod");
+  if (!n) return BG_OK;
+  NONNULL(src, "bg_memcpy_htod", "src");
+  NONNULL(dst, "bg_memcpy_htod", "dst");
+  return OPS(dev)->memcpy_htod(dev, dst, src, n);
+}
+
+BG_API int32_t bg_memcpy_dtoh(void* dev, void* dst, bg_devptr src, uint64_t n) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_memcpy_dtoh");
+  if (!n) return BG_OK;
+  NONNULL(src, "bg_memcpy_dtoh", "src");
+  NONNULL(dst, "bg_memcpy_dtoh", "dst");
+  return OPS(dev)->memcpy_dtoh(dev, dst, src, n);
+}
+
+BG_API int32_t bg_memcpy_dtod(void* dev, bg_devptr dst, bg_devptr src, uint64_t n) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_memcpy_dtod");
+  if (!n) return BG_OK;
+  NONNULL(src, "bg_memcpy_dtod", "src");
+  NONNULL(dst, "bg_memcpy_dtod", "dst");
+  return OPS(dev)->memcpy_dtod(dev, dst, src, n);
+}
+
+static int32_t check_memset(const char* fn, bg_devptr dst, uint32_t esz) {
+  NONNULL(dst, fn, "dst");
+  if (esz != 1 && esz != 2 && esz != 4)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "%s: element size %u (want 1, 2 or 4)", fn, esz);
+  if (dst % esz) return bg_set_error(BG_ERR_INVALID_VALUE, "%s: dst not aligned to %u", fn, esz);
+  return BG_OK;
+}
+
+BG_API int32_t bg_memset(void* dev, bg_devptr dst, uint32_t pattern, uint32_t esz, uint64_t count) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_memset");
+  if (!count) return BG_OK;
+  int32_t rc = check_memset("bg_memset", dst, esz);
+  if (rc) return rc;
+  return (OPS(dev)->memset)(dev, dst, pattern, esz, count); /* parenthesised: _FORTIFY_SOURCE makes memset a macro */
+}
+
+/* ---- streams ------------------------------------------------------------------------------- */
+BG_API int32_t bg_stream_create(void* dev, uint32_t flags, int32_t prio, void** out) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_stream_create");
+  NONNULL(out, "bg_stream_create", "out");
+  if (flags & ~(uint32_t)BG_STREAM_NON_BLOCKING)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "bg_stream_create: unknown flags 0x%x", flags);
+  return OPS(dev)->stream_create(dev, flags, prio, out);
+}
+
+BG_API int32_t bg_stream_default(void* dev, void** out) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_stream_default");
+  NONNULL(out, "bg_stream_default", "out");
+  *out = ((bg_device*)dev)->default_stream;
+  return BG_OK;
+}
+
+BG_API int32_t bg_stream_destroy(void* s) {
+  CHECK(s, BG_KIND_STREAM, "bg_stream_destroy");
+  if (s == DEV(s)->default_stream)
+    return bg_set_error(BG_ERR_INVALID_VALUE,
+                        "bg_stream_destroy: the default stream belongs to its device");
+  return OPS(s)->stream_destroy(s);
+}
+
+BG_API int32_t bg_stream_synchronize(void* s) {
+  CHECK(s, BG_KIND_STREAM, "bg_stream_synchronize");
+  return OPS(s)->stream_synchronize(s);
+}
+
+BG_API int32_t bg_stream_query(void* s) {
+  CHECK(s, BG_KIND_STREAM, "bg_stream_query");
+  return OPS(s)->stream_query(s);
+}
+
+BG_API int32_t bg_stream_wait_event(void* s, void* e) {
+  CHECK(s, BG_KIND_STREAM, "bg_stream_wait_event");
+  CHECK(e, BG_KIND_EVENT, "bg_stream_wait_event");
+  if (DEV(s) != DEV(e))
+    return bg_set_error(BG_ERR_INVALID_VALUE, "bg_stream_wait_event: event of another device");
+  return OPS(s)->stream_wait_event(s, e);
+}
+
+BG_API int32_t bg_memcpy_htod_async(void* s, bg_devptr dst, const void* src, uint64_t n) {
+  CHECK(s, BG_KIND_STREAM, "bg_memcpy_htod_async");
+  if (!n) return BG_OK;
+  NONNULL(src, "bg_memcpy_htod_async", "src");
+  NONNULL(dst, "bg_memcpy_htod_async", "dst");
+  return OPS(s)->memcpy_htod_async(s, dst, src, n);
+}
+
+BG_API int32_t bg_memcpy_dtoh_async(void* s, void* dst, bg_devptr src, uint64_t n) {
+  CHECK(s, BG_KIND_STREAM, "bg_memcpy_dtoh_async");
+  if (!n) return BG_OK;
+  NONNULL(src, "bg_memcpy_dtoh_async", "src");
+  NONNULL(dst, "bg_memcpy_dtoh_async", "dst");
+  return OPS(s)->memcpy_dtoh_async(s, dst, src, n);
+}
+
+BG_API int32_t bg_memcpy_dtod_async(void* s, bg_devptr dst, bg_devptr src, uint64_t n) {
+  CHECK(s, BG_KIND_STREAM, "bg_memcpy_dtod_async");
+  if (!n) return BG_OK;
+  NONNULL(src, "bg_memcpy_dtod_async", "src");
+  NONNULL(dst, "bg_memcpy_dtod_async", "dst");
+  return OPS(s)->memcpy_dtod_async(s, dst, src, n);
+}
+
+BG_API int32_t bg_memset_async(void* s, bg_devptr dst, uint32_t pattern, uint32_t esz,
+                               uint64_t count) {
+  CHECK(s, BG_KIND_STREAM, "bg_memset_async");
+  if (!count) return BG_OK;
+  int32_t rc = check_memset("bg_memset_async", dst, esz);
+  if (rc) return rc;
+  return OPS(s)->memset_async(s, dst, pattern, esz, count);
+}
+
+BG_API int32_t bg_launch_host_func(void* s, bg_host_fn fn, void* user) {
+  CHECK(s, BG_KIND_STREAM, "bg_launch_host_func");
+  NONNULL(fn, "bg_launch_host_func", "fn");
+  return OPS(s)->launch_host_func(s, fn, user);
+}
+
+/* ---- signals ------------------------------------------------------------------------------- */
+struct bg_signal {
+  bg_obj h;
+  _Atomic uint32_t state; /* read by TypeScript through bg_signal_address */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+};
+
+BG_API int32_t bg_signal_create(void** out) {
+  NONNULL(out, "bg_signal_create", "out");
+  bg_signal* s = calloc(1, sizeof *s);
+  if (!s) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_signal_create: out of host memory");
+  bg_obj_init(s, BG_KIND_SIGNAL, NULL);
+  atomic_init(&s->state, BG_SIGNAL_IDLE);
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  *out = s;
+  return BG_OK;
+}
+
+BG_API int32_t bg_signal_destroy(void* sig) {
+  CHECK(sig, BG_KIND_SIGNAL, "bg_signal_destroy");
+  bg_signal* s = sig;
+  uint32_t st = atomic_load(&s->state);
+  if (st == BG_SIGNAL_PENDING || st == BG_SIGNAL_REACHED)
+    return bg_set_error(BG_ERR_ILLEGAL_STATE, "bg_signal_destroy: a stream still waits on it");
+  bg_obj_kill(s);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+  free(s);
+  return BG_OK;
+}
+
+BG_API int32_t bg_signal_address(void* sig, void** out) {
+  CHECK(sig, BG_KIND_SIGNAL, "bg_signal_address");
+  NONNULL(out, "bg_signal_address", "out");
+  *out = (void*)&((bg_signal*)sig)->state;
+  return BG_OK;
+}
+
+BG_API int32_t bg_signal_release(void* sig) {
+  CHECK(sig, BG_KIND_SIGNAL, "bg_signal_release");
+  bg_signal* s = sig;
+  pthread_mutex_lock(&s->mu);
+  if (atomic_load(&s->state) != BG_SIGNAL_REACHED) {
+    pthread_mutex_unlock(&s->mu);
+    return bg_set_error(BG_ERR_ILLEGAL_STATE, "bg_signal_release: the stream has not reached it");
+  }
+  atomic_store_explicit(&s->state, BG_SIGNAL_RELEASED, memory_order_release);
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  return BG_OK;
+}
+
+void bg_signal_run(void* sig) {
+  bg_signal* s = sig;
+  pthread_mutex_lock(&s->mu);
+  atomic_store_explicit(&s->state, BG_SIGNAL_REACHED, memory_order_release);
+  while (atomic_load_explicit(&s->state, memory_order_acquire) != BG_SIGNAL_RELEASED)
+    pthread_cond_wait(&s->cv, &s->mu);
+  atomic_store_explicit(&s->state, BG_SIGNAL_IDLE, memory_order_release);
+  pthread_mutex_unlock(&s->mu);
+}
+
+BG_API int32_t bg_stream_host_signal(void* stream, void* sig) {
+  CHECK(stream, BG_KIND_STREAM, "bg_stream_host_signal");
+  CHECK(sig, BG_KIND_SIGNAL, "bg_stream_host_signal");
+  bg_signal* s = sig;
+  uint32_t expect = BG_SIGNAL_IDLE;
+  if (!atomic_compare_exchange_strong(&s->state, &expect, BG_SIGNAL_PENDING))
+    return bg_set_error(BG_ERR_ILLEGAL_STATE, "bg_stream_host_signal: signal already in use");
+  int32_t rc = OPS(stream)->launch_host_func(stream, bg_signal_run, s);
+  if (rc != BG_OK) atomic_store(&s->state, BG_SIGNAL_IDLE);
+  return rc;
+}
+
+/* ---- events -------------------------------------------------------------------------------- */
+BG_API int32_t bg_event_create(void* dev, uint32_t flags, void** out) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_event_create");
+  NONNULL(out, "bg_event_create", "out");
+  if (flags & ~(uint32_t)(BG_EVENT_BLOCKING_SYNC | BG_EVENT_DISABLE_TIMING))
+    return bg_set_error(BG_ERR_INVALID_VALUE, "bg_event_create: unknown flags 0x%x", flags);
+  return OPS(dev)->event_create(dev, flags, out);
+}
+
+BG_API int32_t bg_event_destroy(void* e) {
+  CHECK(e, BG_KIND_EVENT, "bg_event_destroy");
+  return OPS(e)->event_destroy(e);
+}
+
+BG_API int32_t bg_event_record(void* e, void* s) {
+  CHECK(e, BG_KIND_EVENT, "bg_event_record");
+  CHECK(s, BG_KIND_STREAM, "bg_event_record");
+  if (DEV(s) != DEV(e))
+    return bg_set_error(BG_ERR_INVALID_VALUE, "bg_event_record: stream of another device");
+  return OPS(e)->event_record(e, s);
+}
+
+BG_API int32_t bg_event_query(void* e) {
+  CHECK(e, BG_KIND_EVENT, "bg_event_query");
+  return OPS(e)->event_query(e);
+}
+
+BG_API int32_t bg_event_synchronize(void* e) {
+  CHECK(e, BG_KIND_EVENT, "bg_event_synchronize");
+  return OPS(e)->event_synchronize(e);
+}
+
+BG_API int32_t bg_event_elapsed(float* ms, void* a, void* b) {
+  NONNULL(ms, "bg_event_elapsed", "out_ms");
+  CHECK(a, BG_KIND_EVENT, "bg_event_elapsed");
+  CHECK(b, BG_KIND_EVENT, "bg_event_elapsed");
+  if (DEV(a) != DEV(b))
+    return bg_set_error(BG_ERR_INVALID_VALUE, "bg_event_elapsed: events of different devices");
+  return OPS(a)->event_elapsed(ms, a, b);
+}
+
+/* ---- runtime compilation ------------------------------------------------------------------- */
+typedef struct bg_rtc {
+  bg_obj h;
+  uint8_t* code;
+  uint64_t code_len;
+  char* log;
+  uint64_t log_len;
+} bg_rtc;
+
+/* Backends build results through this, so bg_rtc_* work the same everywhere. */
+int32_t bg_rtc_make(bg_device* dev, const void* code, uint64_t code_len, const char* log,
+                    uint64_t log_len, void** out) {
+  bg_rtc* r = calloc(1, sizeof *r);
+  if (!r) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_rtc_compile: out of host memory");
+  bg_obj_init(r, BG_KIND_RTC, dev);
+  r->code = malloc(code_len + 1);
+  r->log = malloc(log_len + 1);
+  if (!r->code || !r->log) {
+    free(r->code);
+    free(r->log);
+    free(r);
+    return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_rtc_compile: out of host memory");
+  }
+  if (code_len) memcpy(r->code, code, code_len);
+  if (log_len) memcpy(r->log, log, log_len);
+  r->code[code_len] = 0;
+  r->log[log_len] = 0;
+  r->code_len = code_len;
+  r->log_len = log_len;
+  *out = r;
+  return BG_OK;
+}
+
+BG_API int32_t bg_rtc_compile(void* dev, const char* src, const char* name, const char* options,
+                              int32_t want_cubin, void** out) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_rtc_compile");
+  NONNULL(src, "bg_rtc_compile", "src");
+  NONNULL(out, "bg_rtc_compile", "out_result");
+  NEED(dev, rtc_compile, "bg_rtc_compile");
+  *out = NULL;
+  return OPS(dev)->rtc_compile(dev, src, name ? name : "kernel.cu", options ? options : "",
+                               want_cubin, out);
+}
+
+BG_API int32_t bg_rtc_sizes(void* r, uint64_t* code_len, uint64_t* log_len) {
+  CHECK(r, BG_KIND_RTC, "bg_rtc_sizes");
+  if (code_len) *code_len = ((bg_rtc*)r)->code_len;
+  if (log_len) *log_len = ((bg_rtc*)r)->log_len;
+  return BG_OK;
+}
+
+BG_API int32_t bg_rtc_copy(void* r, void* code, void* log) {
+  CHECK(r, BG_KIND_RTC, "bg_rtc_copy");
+  bg_rtc* x = r;
+  if (code && x->code_len) memcpy(code, x->code, x->code_len);
+  if (log && x->log_len) memcpy(log, x->log, x->log_len);
+  return BG_OK;
+}
+
+BG_API int32_t bg_rtc_free(void* r) {
+  CHECK(r, BG_KIND_RTC, "bg_rtc_free");
+  bg_rtc* x = r;
+  bg_obj_kill(x);
+  free(x->code);
+  free(x->log);
+  free(x);
+  return BG_OK;
+}
+
+BG_API int32_t bg_rtc_version(void* dev, int32_t* major, int32_t* minor) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_rtc_version");
+  NONNULL(major, "bg_rtc_version", "major");
+  NONNULL(minor, "bg_rtc_version", "minor");
+  NEED(dev, rtc_version, "bg_rtc_version");
+  return OPS(dev)->rtc_version(dev, major, minor);
+}
+
+/* ---- modules and kernels ------------------------------------------------------------------- */
+BG_API int32_t bg_module_load(void* dev, int32_t kind, const void* data, uint64_t n, void** out) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_module_load");
+  NONNULL(data, "bg_module_load", "data");
+  NONNULL(out, "bg_module_load", "out");
+  if (kind < BG_IMAGE_SHARED_LIBRARY || kind > BG_IMAGE_METALLIB)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "bg_module_load: unknown image kind %d", kind);
+  return OPS(dev)->module_load(dev, kind, data, n, out);
+}
+
+BG_API int32_t bg_module_unload(void* m) {
+  CHECK(m, BG_KIND_MODULE, "bg_module_unload");
+  return OPS(m)->module_unload(m);
+}
+
+BG_API int32_t bg_module_get_kernel(void* m, const char* name, void** out) {
+  CHECK(m, BG_KIND_MODULE, "bg_module_get_kernel");
+  NONNULL(name, "bg_module_get_kernel", "name");
+  NONNULL(out, "bg_module_get_kernel", "out");
+  return OPS(m)->module_get_kernel(m, name, out);
+}
+
+BG_API int32_t bg_kernel_max_threads(void* k, int32_t* out) {
+  CHECK(k, BG_KIND_KERNEL, "bg_kernel_max_threads");
+  NONNULL(out, "bg_kernel_max_threads", "out");
+  return OPS(k)->kernel_max_threads(k, out);
+}
+
+static int32_t check_launch(const char* fn, void* k, void* s, const uint32_t g[3],
+                            const uint32_t b[3], const void* args, uint32_t nargs) {
+  CHECK(k, BG_KIND_KERNEL, fn);
+  CHECK(s, BG_KIND_STREAM, fn);
+  if (DEV(k) != DEV(s))
+    return bg_set_error(BG_ERR_INVALID_VALUE, "%s: kernel and stream on different devices", fn);
+  if (!g[0] || !g[1] || !g[2] || !b[0] || !b[1] || !b[2])
+    return bg_set_error(BG_ERR_INVALID_VALUE, "%s: zero grid or block dimension (%ux%ux%u, %ux%ux%u)",
+                        fn, g[0], g[1], g[2], b[0], b[1], b[2]);
+  if (nargs && !args) return bg_set_error(BG_ERR_INVALID_VALUE, "%s: args is NULL", fn);
+  if (nargs > 256) return bg_set_error(BG_ERR_INVALID_VALUE, "%s: %u arguments (max 256)", fn, nargs);
+  return BG_OK;
+}
+
+BG_API int32_t bg_launch(void* k, void* s, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx,
+                         uint32_t by, uint32_t bz, uint32_t shared, const void* args,
+                         uint32_t nargs) {
+  const uint32_t g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
+  int32_t rc = check_launch("bg_launch", k, s, g, b, args, nargs);
+  if (rc) return rc;
+  return OPS(k)->launch(k, s, g, b, shared, (const uint64_t*)args, nargs);
+}
+
+/* ---- capture and graphs -------------------------------------------------------------------- */
+BG_API int32_t bg_stream_begin_capture(void* s, int32_t mode) {
+  CHECK(s, BG_KIND_STREAM, "bg_stream_begin_capture");
+  if (mode < BG_CAPTURE_MODE_GLOBAL || mode > BG_CAPTURE_MODE_RELAXED)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "bg_stream_begin_capture: unknown mode %d", mode);
+  if (s == DEV(s)->default_stream)
+    return bg_set_error(BG_ERR_STREAM_CAPTURE_UNSUPPORTED,
+                        "bg_stream_begin_capture: the device's default stream cannot be captured; "
+                        "create a stream");
+  NEED(s, begin_capture, "bg_stream_begin_capture");
+  return OPS(s)->begin_capture(s, mode);
+}
+
+BG_API int32_t bg_stream_end_capture(void* s, void** out) {
+  CHECK(s, BG_KIND_STREAM, "bg_stream_end_capture");
+  NONNULL(out, "bg_stream_end_capture", "out_graph");
+  NEED(s, end_capture, "bg_stream_end_capture");
+  *out = NULL;
+  return OPS(s)->end_capture(s, out);
+}
+
+BG_API int32_t bg_stream_capture_status(void* s, int32_t* out) {
+  CHECK(s, BG_KIND_STREAM, "bg_stream_capture_status");
+  NONNULL(out, "bg_stream_capture_status", "out");
+  NEED(s, capture_status, "bg_stream_capture_status");
+  return OPS(s)->capture_status(s, out);
+}
+
+BG_API int32_t bg_graph_destroy(void* g) {
+  CHECK(g, BG_KIND_GRAPH, "bg_graph_destroy");
+  return OPS(g)->graph_destroy(g);
+}
+
+BG_API int32_t bg_graph_node_count(void* g, uint32_t* nodes, uint32_t* knodes) {
+  CHECK(g, BG_KIND_GRAPH, "bg_graph_node_count");
+  uint32_t a = 0, b = 0;
+  int32_t rc = OPS(g)->graph_node_count(g, &a, &b);
+  if (nodes) *nodes = a;
+  if (knodes) *knodes = b;
+  return rc;
+}
+
+BG_API int32_t bg_graph_instantiate(void* g, void** out) {
+  CHECK(g, BG_KIND_GRAPH, "bg_graph_instantiate");
+  NONNULL(out, "bg_graph_instantiate", "out_exec");
+  return OPS(g)->graph_instantiate(g, out);
+}
+
+BG_API int32_t bg_graph_exec_destroy(void* x) {
+  CHECK(x, BG_KIND_EXEC, "bg_graph_exec_destroy");
+  return OPS(x)->graph_exec_destroy(x);
+}
+
+BG_API int32_t bg_graph_upload(void* x, void* s) {
+  CHECK(x, BG_KIND_EXEC, "bg_graph_upload");
+  CHECK(s, BG_KIND_STREAM, "bg_graph_upload");
+  if (DEV(x) != DEV(s))
+    return bg_set_error(BG_ERR_INVALID_VALUE, "bg_graph_upload: stream of another device");
+  return OPS(x)->graph_upload(x, s);
+}
+
+BG_API int32_t bg_graph_launch(void* x, void* s) {
+  CHECK(x, BG_KIND_EXEC, "bg_graph_launch");
+  CHECK(s, BG_KIND_STREAM, "bg_graph_launch");
+  if (DEV(x) != DEV(s))
+    return bg_set_error(BG_ERR_INVALID_VALUE, "bg_graph_launch: stream of another device");
+  return OPS(x)->graph_launch(x, s);
+}
+
+BG_API int32_t bg_graph_exec_set_kernel_args(void* x, uint32_t index, const void* args,
+                                             uint32_t nargs) {
+  CHECK(x, BG_KIND_EXEC, "bg_graph_exec_set_kernel_args");
+  if (nargs && !args)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "bg_graph_exec_set_kernel_args: args is NULL");
+  return OPS(x)->graph_exec_set_kernel_args(x, index, (const uint64_t*)args, nargs);
+}
+
+/* ---- command buffers ----------------------------------------------------------------------- */
+static inline uint32_t rd32(const uint8_t* p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+static inline uint64_t rd64(const uint8_t* p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return v;
+}
+
+/* Check every command before any runs. */
+static int32_t validate_cmds(void* s, const uint8_t* p, uint64_t len, uint64_t* bad) {
+  uint64_t off = 0;
+  bg_device* dev = DEV(s);
+  while (off < len) {
+    if (len - off < 8) goto trunc;
+    uint32_t op = rd32(p + off), size = rd32(p + off + 4);
+    if (size < 8 || size % 8 || size > len - off) goto trunc;
+    const uint8_t* c = p + off + 8;
+    uint32_t body = size - 8;
+    switch (op) {
+      case BG_CMD_LAUNCH: {
+        if (body < 40) goto trunc;
+        void* k = (void*)(uintptr_t)rd64(c);
+        if (!bg_obj_is(k, BG_KIND_KERNEL) || DEV(k) != dev) {
+          if (bad) *bad = off;
+          return bg_set_error(BG_ERR_INVALID_HANDLE,
+                              "bg_submit: command at byte %llu launches no live kernel of this device",
+                              (unsigned long long)off);
+        }
+        uint32_t nargs = rd32(c + 36);
+        if (body != 40 + 8ull * nargs) goto trunc;
+        for (int i = 0; i < 6; i++)
+          if (!rd32(c + 8 + 4 * i)) {
+            if (bad) *bad = off;
+            return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit: command at byte %llu has a zero "
+                                "grid or block dimension", (unsigned long long)off);
+          }
+        break;
+      }
+      case BG_CMD_COPY:
+      case BG_CMD_COPY_HTOD:
+      case BG_CMD_COPY_DTOH:
+        if (body != 24) goto trunc;
+        if (rd64(c + 16) && (!rd64(c) || !rd64(c + 8))) {
+          if (bad) *bad = off;
+          return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit: copy at byte %llu has a NULL address",
+                              (unsigned long long)off);
+        }
+        break;
+      case BG_CMD_MEMSET: {
+        if (body != 24) goto trunc;
+        uint32_t esz = rd32(c + 12);
+        if (rd64(c + 16) && check_memset("bg_submit", rd64(c), esz) != BG_OK) {
+          if (bad) *bad = off;
+          return bg_last_error_code();
+        }
+        break;
+      }
+      case BG_CMD_BARRIER:
+        if (body != 0) goto trunc;
+        break;
+      case BG_CMD_EVENT_RECORD:
+      case BG_CMD_EVENT_WAIT: {
+        if (body != 8) goto trunc;
+        void* e = (void*)(uintptr_t)rd64(c);
+        if (!bg_obj_is(e, BG_KIND_EVENT) || DEV(e) != dev) {
+          if (bad) *bad = off;
+          return bg_set_error(BG_ERR_INVALID_HANDLE,
+                              "bg_submit: command at byte %llu names no live event of this device",
+                              (unsigned long long)off);
+        }
+        break;
+      }
+      default:
+        if (bad) *bad = off;
+        return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit: unknown command %u at byte %llu", op,
+                            (unsigned long long)off);
+    }
+    off += size;
+  }
+  return BG_OK;
+trunc:
+  if (bad) *bad = off;
+  return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit: malformed command at byte %llu",
+                      (unsigned long long)off);
+}
+
+/* Issue validated commands one by one through the vtable. */
+static int32_t issue_cmds(void* s, const uint8_t* p, uint64_t len) {
+  const bg_ops* ops = OPS(s);
+  uint64_t off = 0;
+  int32_t rc = BG_OK;
+  while (off < len && rc == BG_OK) {
+    uint32_t op = rd32(p + off), size = rd32(p + off + 4);
+    const uint8_t* c = p + off + 8;
+    switch (op) {
+      case BG_CMD_LAUNCH: {
+        uint32_t g[3] = {rd32(c + 8), rd32(c + 12), rd32(c + 16)};
+        uint32_t b[3] = {rd32(c + 20), rd32(c + 24), rd32(c + 28)};
+        uint32_t nargs = rd32(c + 36);
+        uint64_t args[256];
+        if (nargs > 256) return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit: too many arguments");
+        memcpy(args, c + 40, 8ull * nargs);
+        rc = ops->launch((void*)(uintptr_t)rd64(c), s, g, b, rd32(c + 32), args, nargs);
+        break;
+      }
+      case BG_CMD_COPY:
+        if (rd64(c + 16)) rc = ops->memcpy_dtod_async(s, rd64(c), rd64(c + 8), rd64(c + 16));
+        break;
+      case BG_CMD_COPY_HTOD:
+        if (rd64(c + 16))
+          rc = ops->memcpy_htod_async(s, rd64(c), (const void*)(uintptr_t)rd64(c + 8), rd64(c + 16));
+        break;
+      case BG_CMD_COPY_DTOH:
+        if (rd64(c + 16))
+          rc = ops->memcpy_dtoh_async(s, (void*)(uintptr_t)rd64(c), rd64(c + 8), rd64(c + 16));
+        break;
+      case BG_CMD_MEMSET:
+        if (rd64(c + 16)) rc = ops->memset_async(s, rd64(c), rd32(c + 8), rd32(c + 12), rd64(c + 16));
+        break;
+      case BG_CMD_BARRIER: break; /* a stream is in order already */
+      case BG_CMD_EVENT_RECORD: rc = ops->event_record((void*)(uintptr_t)rd64(c), s); break;
+      case BG_CMD_EVENT_WAIT: rc = ops->stream_wait_event(s, (void*)(uintptr_t)rd64(c)); break;
+    }
+    off += size;
+  }
+  return rc;
+}
+
+BG_API int32_t bg_submit_checked(void* s, const void* bytes, uint64_t len, uint64_t* bad) {
+  CHECK(s, BG_KIND_STREAM, "bg_submit");
+  if (!len) return BG_OK;
+  NONNULL(bytes, "bg_submit", "bytes");
+  int32_t rc = validate_cmds(s, bytes, len, bad);
+  if (rc) return rc;
+  if (OPS(s)->submit) return OPS(s)->submit(s, bytes, len);
+  return issue_cmds(s, bytes, len);
+}
+
+BG_API int32_t bg_submit(void* s, const void* bytes, uint64_t len) {
+  return bg_submit_checked(s, bytes, len, NULL);
+}
+
+/* ---- rings --------------------------------------------------------------------------------- */
+typedef struct bg_ring {
+  bg_obj h;
+  uint8_t* base;    /* host view */
+  bg_devptr dbase;  /* device view */
+  uint32_t msg_bytes, capacity;
+} bg_ring;
+
+#define RING_HEAD(r) ((_Atomic uint64_t*)((r)->base + BG_RING_HEAD_OFFSET))
+#define RING_TAIL(r) ((_Atomic uint64_t*)((r)->base + BG_RING_TAIL_OFFSET))
+
+BG_API int32_t bg_ring_create(void* dev, uint32_t msg_bytes, uint32_t capacity, void** out) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_ring_create");
+  NONNULL(out, "bg_ring_create", "out");
+  NEED(dev, ring_alloc, "bg_ring_create");
+  if (!msg_bytes || msg_bytes % 4 || msg_bytes > 65536)
+    return bg_set_error(BG_ERR_INVALID_VALUE,
+                        "bg_ring_create: message size %u (want a multiple of 4, 4..65536)", msg_bytes);
+  if (capacity < 2 || capacity > (1u << 24) || (capacity & (capacity - 1)))
+    return bg_set_error(BG_ERR_INVALID_VALUE,
+                        "bg_ring_create: capacity %u (want a power of two, 2..16777216)", capacity);
+  bg_ring* r = calloc(1, sizeof *r);
+  if (!r) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_ring_create: out of host memory");
+  uint64_t bytes = BG_RING_DATA_OFFSET + (uint64_t)msg_bytes * capacity;
+  void* host = NULL;
+  int32_t rc = OPS(dev)->ring_alloc(dev, bytes, &host, &r->dbase);
+  if (rc) {
+    free(r);
+    return rc;
+  }
+  r->base = host;
+  memset(r->base, 0, BG_RING_DATA_OFFSET);
+  uint32_t meta[4] = {msg_bytes, capacity, 0, 0};
+  memcpy(r->base + BG_RING_META_OFFSET, meta, sizeof meta);
+  r->msg_bytes = msg_bytes;
+  r->capacity = capacity;
+  bg_obj_init(r, BG_KIND_RING, dev);
+  *out = r;
+  return BG_OK;
+}
+
+BG_API int32_t bg_ring_destroy(void* ring) {
+  CHECK(ring, BG_KIND_RING, "bg_ring_destroy");
+  bg_ring* r = ring;
+  bg_obj_kill(r);
+  int32_t rc = DEV(r)->ops->ring_free(DEV(r), r->base);
+  free(r);
+  return rc;
+}
+
+BG_API int32_t bg_ring_address(void* ring, void** host, bg_devptr* d) {
+  CHECK(ring, BG_KIND_RING, "bg_ring_address");
+  bg_ring* r = ring;
+  if (host) *host = r->base;
+  if (d) *d = r->dbase;
+  return BG_OK;
+}
+
+BG_API int32_t bg_ring_push(void* ring, const void* msgs, uint32_t n, uint32_t* pushed) {
+  CHECK(ring, BG_KIND_RING, "bg_ring_push");
+  NONNULL(pushed, "bg_ring_push", "out_pushed");
+  *pushed = 0;
+  if (!n) return BG_OK;
+  NONNULL(msgs, "bg_ring_push", "msgs");
+  bg_ring* r = ring;
+  uint64_t tail = atomic_load_explicit(RING_TAIL(r), memory_order_relaxed);
+  uint64_t head = atomic_load_explicit(RING_HEAD(r), memory_order_acquire);
+  uint64_t room = r->capacity - (tail - head);
+  uint32_t k = n < room ? n : (uint32_t)room;
+  const uint8_t* src = msgs;
+  uint8_t* data = r->base + BG_RING_DATA_OFFSET;
+  uint32_t mask = r->capacity - 1;
+  for (uint32_t i = 0; i < k;) {
+    uint32_t slot = (uint32_t)((tail + i) & mask);
+    uint32_t run = r->capacity - slot;
+    if (run > k - i) run = k - i;
+    memcpy(data + (uint64_t)slot * r->msg_bytes, src + (uint64_t)i * r->msg_bytes,
+           (uint64_t)run * r->msg_bytes);
+    i += run;
+  }
+  atomic_store_explicit(RING_TAIL(r), tail + k, memory_order_release);
+  *pushed = k;
+  return BG_OK;
+}
+
+BG_API int32_t bg_ring_pop(void* ring, void* out, uint32_t max, uint32_t* popped) {
+  CHECK(ring, BG_KIND_RING, "bg_ring_pop");
+  NONNULL(popped, "bg_ring_pop", "out_popped");
+  *popped = 0;
+  if (!max) return BG_OK;
+  NONNULL(out, "bg_ring_pop", "out");
+  bg_ring* r = ring;
+  uint64_t head = atomic_load_explicit(RING_HEAD(r), memory_order_relaxed);
+  uint64_t tail = atomic_load_explicit(RING_TAIL(r), memory_order_acquire);
+  uint64_t avail = tail - head;
+  uint32_t k = max < avail ? max : (uint32_t)avail;
+  uint8_t* dst = out;
+  const uint8_t* data = r->base + BG_RING_DATA_OFFSET;
+  uint32_t mask = r->capacity - 1;
+  for (uint32_t i = 0; i < k;) {
+    uint32_t slot = (uint32_t)((head + i) & mask);
+    uint32_t run = r->capacity - slot;
+    if (run > k - i) run = k - i;
+    memcpy(dst + (uint64_t)i * r->msg_bytes, data + (uint64_t)slot * r->msg_bytes,
+           (uint64_t)run * r->msg_bytes);
+    i += run;
+  }
+  atomic_store_explicit(RING_HEAD(r), head + k, memory_order_release);
+  *popped = k;
+  return BG_OK;
+}
+
+BG_API int32_t bg_ring_count(void* ring, uint32_t* used) {
+  CHECK(ring, BG_KIND_RING, "bg_ring_count");
+  NONNULL(used, "bg_ring_count", "out_used");
+  bg_ring* r = ring;
+  *used = (uint32_t)(atomic_load_explicit(RING_TAIL(r), memory_order_acquire) -
+                     atomic_load_explicit(RING_HEAD(r), memory_order_acquire));
+  return BG_OK;
+}
+
+/* ---- measurement helpers ------------------------------------------------------------------- */
+static int32_t (*volatile noop_ptr)(void) = bg_noop;
+
+BG_API int32_t bg_bench_noop_loop(uint64_t iters) {
+  int32_t acc = 0;
+  for (uint64_t i = 0; i < iters; i++) acc |= noop_ptr();
+  return acc;
+}
+
+BG_API int32_t bg_bench_launch_loop(void* k, void* s, uint32_t gx, uint32_t bx, const void* args,
+                                    uint32_t nargs, uint64_t iters) {
+  for (uint64_t i = 0; i < iters; i++) {
+    int32_t rc = bg_launch(k, s, gx, 1, 1, bx, 1, 1, 0, args, nargs);
+    if (rc) return rc;
+  }
+  return BG_OK;
+}
+
+BG_API int32_t bg_bench_issue_loop(void* s, const void* bytes, uint64_t len, uint64_t iters) {
+  CHECK(s, BG_KIND_STREAM, "bg_bench_issue_loop");
+  int32_t rc = validate_cmds(s, bytes, len, NULL);
+  for (uint64_t i = 0; i < iters && rc == BG_OK; i++) rc = issue_cmds(s, bytes, len);
+  return rc;
+}

@@ -1,0 +1,277 @@
+/*
+ * bungpu.h: the one flat C ABI of libbungpu.
+ *
+ * Conventions (see DESIGN.md):
+ *  - Every function returns int32_t: BG_OK (0) or a BG_ERR_* code. Results come back through
+ *    out-pointers. bg_last_error() gives the calling thread's last message, naming the backend
+ *    call and its native code.
+ *  - Handles are opaque pointers. A device handle carries its backend; every other handle knows
+ *    its device, so one symbol serves every backend.
+ *  - Device memory is addressed by a 64-bit device address (bg_devptr), like CUdeviceptr. A view
+ *    of a buffer is an address plus an offset. On the CPU backend it is a host address; on Metal
+ *    it is the shared-storage contents address, which the shim maps back to its MTLBuffer.
+ *  - No struct crosses by value. Arrays cross as pointer + length.
+ *  - The library never aborts, never prints, never exits.
+ *
+ * Error codes share CUDA's numbering where CUDA has the same error, so a driver code passes
+ * through unchanged and a CPU misuse returns what CUDA would return.
+ */
+#ifndef BUNGPU_H
+#define BUNGPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define BG_API __declspec(dllexport)
+#else
+#define BG_API __attribute__((visibility("default")))
+#endif
+
+/* Bump on any change of a signature, a struct layout, a constant or the command format. */
+#define BG_ABI_VERSION 1
+
+/* ---- status codes ------------------------------------------------------------------------ */
+enum {
+  BG_OK = 0,
+  BG_ERR_INVALID_VALUE = 1,
+  BG_ERR_OUT_OF_MEMORY = 2,
+  BG_ERR_NOT_INITIALIZED = 3,
+  BG_ERR_DEINITIALIZED = 4,
+  BG_ERR_NO_DEVICE = 100,
+  BG_ERR_INVALID_DEVICE = 101,
+  BG_ERR_INVALID_IMAGE = 200,
+  BG_ERR_INVALID_CONTEXT = 201,
+  BG_ERR_INVALID_PTX = 218,
+  BG_ERR_INVALID_SOURCE = 300,
+  BG_ERR_FILE_NOT_FOUND = 301,
+  BG_ERR_INVALID_HANDLE = 400,
+  BG_ERR_ILLEGAL_STATE = 401,
+  BG_ERR_NOT_FOUND = 500,
+  BG_ERR_NOT_READY = 600,
+  BG_ERR_ILLEGAL_ADDRESS = 700,
+  BG_ERR_LAUNCH_OUT_OF_RESOURCES = 701,
+  BG_ERR_LAUNCH_TIMEOUT = 702,
+  BG_ERR_LAUNCH_FAILED = 719,
+  BG_ERR_NOT_PERMITTED = 800,
+  BG_ERR_NOT_SUPPORTED = 801,
+  BG_ERR_STREAM_CAPTURE_UNSUPPORTED = 900,
+  BG_ERR_STREAM_CAPTURE_INVALIDATED = 901,
+  BG_ERR_STREAM_CAPTURE_MERGE = 902,
+  BG_ERR_STREAM_CAPTURE_UNMATCHED = 903,
+  BG_ERR_STREAM_CAPTURE_UNJOINED = 904,
+  BG_ERR_STREAM_CAPTURE_ISOLATION = 905,
+  BG_ERR_STREAM_CAPTURE_IMPLICIT = 906,
+  BG_ERR_CAPTURED_EVENT = 907,
+  BG_ERR_STREAM_CAPTURE_WRONG_THREAD = 908,
+  BG_ERR_BACKEND_UNAVAILABLE = 990, /* the backend's driver or framework is absent */
+  BG_ERR_COMPILE = 991,             /* runtime compilation failed; the log says why */
+  BG_ERR_UNKNOWN = 999
+};
+
+/* ---- backends ---------------------------------------------------------------------------- */
+enum { BG_BACKEND_CPU = 0, BG_BACKEND_CUDA = 1, BG_BACKEND_METAL = 2, BG_BACKEND_COUNT = 3 };
+
+/* ---- flags ------------------------------------------------------------------------------- */
+enum { BG_HOST_ALLOC_MAPPED = 1u, BG_HOST_ALLOC_PORTABLE = 2u };
+enum { BG_STREAM_DEFAULT = 0u, BG_STREAM_NON_BLOCKING = 1u };
+enum { BG_EVENT_DEFAULT = 0u, BG_EVENT_BLOCKING_SYNC = 1u, BG_EVENT_DISABLE_TIMING = 2u };
+
+/* Capture modes: values equal CUstreamCaptureMode. */
+enum { BG_CAPTURE_MODE_GLOBAL = 0, BG_CAPTURE_MODE_THREAD_LOCAL = 1, BG_CAPTURE_MODE_RELAXED = 2 };
+/* Capture status: values equal CUstreamCaptureStatus. */
+enum { BG_CAPTURE_NONE = 0, BG_CAPTURE_ACTIVE = 1, BG_CAPTURE_INVALIDATED = 2 };
+
+/* Module image kinds for bg_module_load. */
+enum {
+  BG_IMAGE_SHARED_LIBRARY = 0, /* CPU: data is a NUL-terminated path to a shared library */
+  BG_IMAGE_PTX = 1,            /* CUDA: NUL-terminated PTX text */
+  BG_IMAGE_CUBIN = 2,          /* CUDA: cubin / fatbin bytes */
+  BG_IMAGE_MSL_SOURCE = 3,     /* Metal: Metal Shading Language source text */
+  BG_IMAGE_METALLIB = 4        /* Metal: a compiled metallib */
+};
+
+typedef uint64_t bg_devptr;
+
+typedef struct bg_device_props {
+  char name[256];
+  int32_t backend;
+  int32_t ordinal;
+  int32_t compute_units;         /* SMs on CUDA, cores on CPU, GPU cores (or 0) on Metal */
+  int32_t cc_major;              /* CUDA compute capability; 0 elsewhere */
+  int32_t cc_minor;
+  int32_t max_threads_per_block;
+  int32_t warp_size;             /* 32 on CUDA, SIMD width on Metal, 1 on CPU */
+  int32_t unified_memory;        /* 1 where host and device share memory (CPU, Apple silicon) */
+  int32_t can_map_host_memory;
+  int32_t concurrent_kernels;
+  int32_t max_shared_bytes_per_block;
+  int32_t reserved0;
+  uint64_t total_mem;
+  uint64_t reserved[6];
+} bg_device_props;
+
+/* ---- library ----------------------------------------------------------------------------- */
+BG_API int32_t bg_abi_version(void);                  /* returns BG_ABI_VERSION, not a status */
+BG_API int32_t bg_source_hash(char* buf, uint64_t cap); /* sha-256 hex of shim/ sources */
+BG_API int32_t bg_last_error(char* buf, uint64_t cap);  /* returns the message length */
+BG_API int32_t bg_last_error_code(void);                /* this thread's last status */
+BG_API int32_t bg_init(void);
+BG_API int32_t bg_noop(void);                          /* the cheapest possible crossing */
+
+/* ---- backends and devices ---------------------------------------------------------------- */
+/* available: 1 if the backend loaded; count: its devices; msg: why not, naming what was tried. */
+BG_API int32_t bg_backend_info(int32_t backend, int32_t* available, int32_t* count, char* msg,
+                               uint64_t cap);
+BG_API int32_t bg_device_open(int32_t backend, int32_t ordinal, void** out_dev);
+BG_API int32_t bg_device_close(void* dev);
+BG_API int32_t bg_device_props_get(void* dev, bg_device_props* out);
+BG_API int32_t bg_device_mem_info(void* dev, uint64_t* free_bytes, uint64_t* total_bytes);
+BG_API int32_t bg_device_synchronize(void* dev);
+
+/* ---- memory ------------------------------------------------------------------------------ */
+BG_API int32_t bg_mem_alloc(void* dev, uint64_t bytes, bg_devptr* out);
+BG_API int32_t bg_mem_free(void* dev, bg_devptr ptr);
+/* Pinned host memory; with BG_HOST_ALLOC_MAPPED, out_dev receives its device address. */
+BG_API int32_t bg_host_alloc(void* dev, uint64_t bytes, uint32_t flags, void** out_host,
+                             bg_devptr* out_dev);
+BG_API int32_t bg_host_free(void* dev, void* host);
+/* Synchronous copies (ordered after all work on the device's default stream, like cuMemcpy). */
+BG_API int32_t bg_memcpy_htod(void* dev, bg_devptr dst, const void* src, uint64_t bytes);
+BG_API int32_t bg_memcpy_dtoh(void* dev, void* dst, bg_devptr src, uint64_t bytes);
+BG_API int32_t bg_memcpy_dtod(void* dev, bg_devptr dst, bg_devptr src, uint64_t bytes);
+/* Fill `count` elements of `elem_size` (1, 2 or 4) bytes with the low bits of `pattern`. */
+BG_API int32_t bg_memset(void* dev, bg_devptr dst, uint32_t pattern, uint32_t elem_size,
+                         uint64_t count);
+
+/* ---- streams ----------------------------------------------------------------------------- */
+BG_API int32_t bg_stream_create(void* dev, uint32_t flags, int32_t priority, void** out);
+BG_API int32_t bg_stream_default(void* dev, void** out);  /* owned by the device */
+BG_API int32_t bg_stream_destroy(void* stream);           /* waits for its work first */
+BG_API int32_t bg_stream_synchronize(void* stream);
+BG_API int32_t bg_stream_query(void* stream);             /* BG_OK or BG_ERR_NOT_READY */
+BG_API int32_t bg_stream_wait_event(void* stream, void* event);
+BG_API int32_t bg_memcpy_htod_async(void* stream, bg_devptr dst, const void* src, uint64_t bytes);
+BG_API int32_t bg_memcpy_dtoh_async(void* stream, void* dst, bg_devptr src, uint64_t bytes);
+BG_API int32_t bg_memcpy_dtod_async(void* stream, bg_devptr dst, bg_devptr src, uint64_t bytes);
+BG_API int32_t bg_memset_async(void* stream, bg_devptr dst, uint32_t pattern, uint32_t elem_size,
+                               uint64_t count);
+/* A C callback run in stream order (on a shim thread). */
+typedef void (*bg_host_fn)(void* user);
+BG_API int32_t bg_launch_host_func(void* stream, bg_host_fn fn, void* user);
+
+/* ---- signals: stream-order hand-off to a polling host thread (TypeScript host functions) ---
+ * A signal is a 32-bit state word in shim memory. bg_stream_host_signal enqueues an operation
+ * that, when the stream reaches it, stores BG_SIGNAL_REACHED and holds the stream until the
+ * host stores BG_SIGNAL_RELEASED with bg_signal_release. TypeScript polls the word (its address
+ * comes from bg_signal_address) and never needs a callback from a native thread. */
+enum { BG_SIGNAL_IDLE = 0, BG_SIGNAL_PENDING = 1, BG_SIGNAL_REACHED = 2, BG_SIGNAL_RELEASED = 3 };
+BG_API int32_t bg_signal_create(void** out);
+BG_API int32_t bg_signal_destroy(void* sig);
+BG_API int32_t bg_signal_address(void* sig, void** out_word);
+BG_API int32_t bg_signal_release(void* sig);
+BG_API int32_t bg_stream_host_signal(void* stream, void* sig);
+
+/* ---- events ------------------------------------------------------------------------------ */
+BG_API int32_t bg_event_create(void* dev, uint32_t flags, void** out);
+BG_API int32_t bg_event_destroy(void* event);
+BG_API int32_t bg_event_record(void* event, void* stream);
+BG_API int32_t bg_event_query(void* event);               /* BG_OK or BG_ERR_NOT_READY */
+BG_API int32_t bg_event_synchronize(void* event);
+BG_API int32_t bg_event_elapsed(float* out_ms, void* start, void* end);
+
+/* ---- runtime compilation (NVRTC on CUDA; the CPU compiles in TypeScript; Metal at load) --- */
+/* Compile `src` with newline-separated `options`. On success *out_result holds the code; on
+ * BG_ERR_COMPILE it holds the log. Either way free it with bg_rtc_free. */
+BG_API int32_t bg_rtc_compile(void* dev, const char* src, const char* name, const char* options,
+                              int32_t want_cubin, void** out_result);
+BG_API int32_t bg_rtc_sizes(void* result, uint64_t* code_bytes, uint64_t* log_bytes);
+BG_API int32_t bg_rtc_copy(void* result, void* code, void* log);
+BG_API int32_t bg_rtc_free(void* result);
+BG_API int32_t bg_rtc_version(void* dev, int32_t* major, int32_t* minor);
+
+/* ---- modules and kernels ----------------------------------------------------------------- */
+BG_API int32_t bg_module_load(void* dev, int32_t image_kind, const void* data, uint64_t bytes,
+                              void** out);
+BG_API int32_t bg_module_unload(void* module);
+BG_API int32_t bg_module_get_kernel(void* module, const char* name, void** out);  /* module-owned */
+BG_API int32_t bg_kernel_max_threads(void* kernel, int32_t* out);
+/* Launch. `args` is `nargs` 8-byte slots: a device address, or an i32/u32/f32 in the low bytes,
+ * or an i64/f64. The shim copies the slots before returning. */
+BG_API int32_t bg_launch(void* kernel, void* stream, uint32_t gx, uint32_t gy, uint32_t gz,
+                         uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared_bytes,
+                         const void* args, uint32_t nargs);
+
+/* ---- capture and graphs ------------------------------------------------------------------ */
+BG_API int32_t bg_stream_begin_capture(void* stream, int32_t mode);
+BG_API int32_t bg_stream_end_capture(void* stream, void** out_graph);
+BG_API int32_t bg_stream_capture_status(void* stream, int32_t* out_status);
+BG_API int32_t bg_graph_destroy(void* graph);
+BG_API int32_t bg_graph_node_count(void* graph, uint32_t* out_nodes, uint32_t* out_kernel_nodes);
+BG_API int32_t bg_graph_instantiate(void* graph, void** out_exec);
+BG_API int32_t bg_graph_exec_destroy(void* exec);
+BG_API int32_t bg_graph_upload(void* exec, void* stream);
+BG_API int32_t bg_graph_launch(void* exec, void* stream);
+/* Replace the argument slots of the `index`-th kernel node, in capture order. */
+BG_API int32_t bg_graph_exec_set_kernel_args(void* exec, uint32_t index, const void* args,
+                                             uint32_t nargs);
+
+/* ---- command buffers ----------------------------------------------------------------------
+ * bg_submit runs a packed list of commands on a stream as if each were issued in turn, in one
+ * crossing. The shim copies the bytes before returning. Each command starts with a header of
+ * two u32: op and total size in bytes (header included, a multiple of 8). Fields are little
+ * endian and 8-byte aligned: */
+enum {
+  BG_CMD_LAUNCH = 1,       /* u64 kernel; u32 grid[3]; u32 block[3]; u32 shared; u32 nargs; u64 args[nargs] */
+  BG_CMD_COPY = 2,         /* u64 dst; u64 src; u64 bytes       (device to device) */
+  BG_CMD_MEMSET = 3,       /* u64 dst; u32 pattern; u32 elem_size; u64 count */
+  BG_CMD_BARRIER = 4,      /* (nothing): later commands see all earlier writes */
+  BG_CMD_EVENT_RECORD = 5, /* u64 event */
+  BG_CMD_EVENT_WAIT = 6,   /* u64 event */
+  BG_CMD_COPY_HTOD = 7,    /* u64 dst (device); u64 src (host, pinned, kept alive); u64 bytes */
+  BG_CMD_COPY_DTOH = 8     /* u64 dst (host, pinned, kept alive); u64 src (device); u64 bytes */
+};
+BG_API int32_t bg_submit(void* stream, const void* bytes, uint64_t len);
+/* Commands are validated before any runs: on error nothing is enqueued and *out_bad_offset
+ * (when not NULL) holds the offset of the offending command. */
+BG_API int32_t bg_submit_checked(void* stream, const void* bytes, uint64_t len,
+                                 uint64_t* out_bad_offset);
+
+/* ---- rings: single-producer single-consumer queues in memory both sides see ---------------
+ * Layout at the ring's base address (host and device views alike):
+ *   offset   0: u64 head   (consumer's next index; written by the consumer only)
+ *   offset 128: u64 tail   (producer's next index; written by the producer only)
+ *   offset 256: u32 msg_bytes, u32 capacity (power of two), u32 closed, u32 reserved
+ *   offset 384: capacity * msg_bytes of messages; slot i lives at (i & (capacity - 1))
+ * head == tail is empty; tail - head == capacity is full. Producer writes the slot, then stores
+ * tail with release; consumer loads tail with acquire, reads, then stores head with release. */
+#define BG_RING_HEAD_OFFSET 0
+#define BG_RING_TAIL_OFFSET 128
+#define BG_RING_META_OFFSET 256
+#define BG_RING_DATA_OFFSET 384
+BG_API int32_t bg_ring_create(void* dev, uint32_t msg_bytes, uint32_t capacity, void** out);
+BG_API int32_t bg_ring_destroy(void* ring);
+/* Host address and device address of the ring's base. */
+BG_API int32_t bg_ring_address(void* ring, void** out_host, bg_devptr* out_dev);
+/* Push up to n messages; *out_pushed says how many fitted (0 when full: never overwrites). */
+BG_API int32_t bg_ring_push(void* ring, const void* msgs, uint32_t n, uint32_t* out_pushed);
+/* Pop up to max messages; *out_popped says how many (0 when empty). */
+BG_API int32_t bg_ring_pop(void* ring, void* out, uint32_t max, uint32_t* out_popped);
+BG_API int32_t bg_ring_count(void* ring, uint32_t* out_used);
+
+/* ---- measurement helpers: the same work issued from a C loop, for the benches ------------ */
+BG_API int32_t bg_bench_noop_loop(uint64_t iters);
+BG_API int32_t bg_bench_launch_loop(void* kernel, void* stream, uint32_t gx, uint32_t bx,
+                                    const void* args, uint32_t nargs, uint64_t iters);
+/* Decode a command buffer and issue each command through the ordinary bg_* calls (no batching),
+ * `iters` times: the C baseline for schedules and encoders. */
+BG_API int32_t bg_bench_issue_loop(void* stream, const void* bytes, uint64_t len, uint64_t iters);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* BUNGPU_H */

@@ -1,0 +1,163 @@
+/*
+ * internal.h: what the core (bungpu.c) and the backends (cpu/, cuda/, metal/) share.
+ *
+ * Every handle begins with bg_obj, so the core can check a handle's kind before it trusts it
+ * and find its device. The core validates arguments, then calls the device's vtable. Backends
+ * hold mechanism only: no caching decisions, no scheduling policy.
+ */
+#ifndef BUNGPU_INTERNAL_H
+#define BUNGPU_INTERNAL_H
+
+#include "bungpu.h"
+#include <stdarg.h>
+#include <stdbool.h>
+
+#define BG_MAGIC 0x42475055u /* "BGPU" */
+
+typedef enum bg_kind {
+  BG_KIND_DEVICE = 1,
+  BG_KIND_STREAM,
+  BG_KIND_EVENT,
+  BG_KIND_MODULE,
+  BG_KIND_KERNEL,
+  BG_KIND_GRAPH,
+  BG_KIND_EXEC,
+  BG_KIND_RING,
+  BG_KIND_SIGNAL,
+  BG_KIND_RTC
+} bg_kind;
+
+struct bg_device;
+
+typedef struct bg_obj {
+  uint32_t magic;
+  uint32_t kind;
+  struct bg_device* dev;
+} bg_obj;
+
+typedef struct bg_ops bg_ops;
+
+typedef struct bg_device {
+  bg_obj h;
+  const bg_ops* ops;
+  int32_t backend;
+  int32_t ordinal;
+  void* default_stream; /* a backend stream object, created at open */
+} bg_device;
+
+/* A signal is backend-independent: a state word, a mutex and a condition variable. */
+typedef struct bg_signal bg_signal;
+
+/* One function per device-level operation. Handles arrive already checked for kind; `dev` is
+ * always the handle's own device. Each returns BG_OK or a code, having called bg_set_error. */
+struct bg_ops {
+  const char* name; /* "cpu", "cuda", "metal" */
+  int32_t (*device_close)(bg_device* dev);
+  int32_t (*device_props)(bg_device* dev, bg_device_props* out);
+  int32_t (*device_mem_info)(bg_device* dev, uint64_t* free_b, uint64_t* total_b);
+  int32_t (*device_synchronize)(bg_device* dev);
+
+  int32_t (*mem_alloc)(bg_device* dev, uint64_t bytes, bg_devptr* out);
+  int32_t (*mem_free)(bg_device* dev, bg_devptr p);
+  int32_t (*host_alloc)(bg_device* dev, uint64_t bytes, uint32_t flags, void** host, bg_devptr* d);
+  int32_t (*host_free)(bg_device* dev, void* host);
+  int32_t (*memcpy_htod)(bg_device* dev, bg_devptr dst, const void* src, uint64_t n);
+  int32_t (*memcpy_dtoh)(bg_device* dev, void* dst, bg_devptr src, uint64_t n);
+  int32_t (*memcpy_dtod)(bg_device* dev, bg_devptr dst, bg_devptr src, uint64_t n);
+  int32_t (*memset)(bg_device* dev, bg_devptr dst, uint32_t pattern, uint32_t esz, uint64_t count);
+
+  int32_t (*stream_create)(bg_device* dev, uint32_t flags, int32_t prio, void** out);
+  int32_t (*stream_destroy)(void* s);
+  int32_t (*stream_synchronize)(void* s);
+  int32_t (*stream_query)(void* s);
+  int32_t (*stream_wait_event)(void* s, void* e);
+  int32_t (*memcpy_htod_async)(void* s, bg_devptr dst, const void* src, uint64_t n);
+  int32_t (*memcpy_dtoh_async)(void* s, void* dst, bg_devptr src, uint64_t n);
+  int32_t (*memcpy_dtod_async)(void* s, bg_devptr dst, bg_devptr src, uint64_t n);
+  int32_t (*memset_async)(void* s, bg_devptr dst, uint32_t pattern, uint32_t esz, uint64_t count);
+  int32_t (*launch_host_func)(void* s, bg_host_fn fn, void* user);
+
+  int32_t (*event_create)(bg_device* dev, uint32_t flags, void** out);
+  int32_t (*event_destroy)(void* e);
+  int32_t (*event_record)(void* e, void* s);
+  int32_t (*event_query)(void* e);
+  int32_t (*event_synchronize)(void* e);
+  int32_t (*event_elapsed)(float* ms, void* start, void* end);
+
+  /* NULL where the backend compiles elsewhere (CPU: TypeScript drives the C compiler). */
+  int32_t (*rtc_compile)(bg_device* dev, const char* src, const char* name, const char* options,
+                         int32_t want_cubin, void** out_result);
+  int32_t (*rtc_version)(bg_device* dev, int32_t* major, int32_t* minor);
+
+  int32_t (*module_load)(bg_device* dev, int32_t kind, const void* data, uint64_t n, void** out);
+  int32_t (*module_unload)(void* m);
+  int32_t (*module_get_kernel)(void* m, const char* name, void** out);
+  int32_t (*kernel_max_threads)(void* k, int32_t* out);
+  int32_t (*launch)(void* k, void* s, const uint32_t grid[3], const uint32_t block[3],
+                    uint32_t shared, const uint64_t* args, uint32_t nargs);
+
+  int32_t (*begin_capture)(void* s, int32_t mode);
+  int32_t (*end_capture)(void* s, void** out_graph);
+  int32_t (*capture_status)(void* s, int32_t* out);
+  int32_t (*graph_destroy)(void* g);
+  int32_t (*graph_node_count)(void* g, uint32_t* nodes, uint32_t* kernel_nodes);
+  int32_t (*graph_instantiate)(void* g, void** out_exec);
+  int32_t (*graph_exec_destroy)(void* x);
+  int32_t (*graph_upload)(void* x, void* s);
+  int32_t (*graph_launch)(void* x, void* s);
+  int32_t (*graph_exec_set_kernel_args)(void* x, uint32_t index, const uint64_t* args,
+                                        uint32_t nargs);
+
+  /* Commands already validated by the core (sizes, kinds of handles). NULL: the core issues
+   * them one by one through the other entries. */
+  int32_t (*submit)(void* s, const uint8_t* bytes, uint64_t len);
+
+  /* Memory for rings that host and device both see. */
+  int32_t (*ring_alloc)(bg_device* dev, uint64_t bytes, void** host, bg_devptr* d);
+  int32_t (*ring_free)(bg_device* dev, void* host);
+};
+
+/* ---- shared helpers (bungpu.c) ------------------------------------------------------------ */
+/* Record the thread's last error; returns code so `return bg_set_error(...)` reads naturally. */
+int32_t bg_set_error(int32_t code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+int32_t bg_set_errorv(int32_t code, const char* fmt, va_list ap);
+void bg_clear_error(void);
+const char* bg_status_name(int32_t code);
+bool bg_obj_is(const void* h, bg_kind kind);
+void bg_obj_init(void* h, bg_kind kind, bg_device* dev);
+void bg_obj_kill(void* h); /* clears the magic so a stale handle is caught */
+
+/* Build a bg_rtc_compile result (code and log are copied). */
+int32_t bg_rtc_make(bg_device* dev, const void* code, uint64_t code_len, const char* log,
+                    uint64_t log_len, void** out);
+
+/* A device handle's bg_obj.dev points at the device itself: bg_obj_init(d, BG_KIND_DEVICE, d). */
+
+/* Signals (bungpu.c): the stream operation that a backend runs to hand off to the host. */
+void bg_signal_run(void* sig); /* a bg_host_fn: mark reached, wait for release, reset */
+
+/* Command format decoding shared by backends. */
+typedef struct bg_cmd_launch {
+  uint64_t kernel;
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t shared;
+  uint32_t nargs;
+  uint64_t args[];
+} bg_cmd_launch;
+
+/* ---- backend entry points ----------------------------------------------------------------- */
+typedef struct bg_backend {
+  /* Load the driver once; on failure fill msg (naming what was tried) and return its code. */
+  int32_t (*probe)(int32_t* count, char* msg, uint64_t cap);
+  int32_t (*open)(int32_t ordinal, bg_device** out);
+} bg_backend;
+
+extern const bg_backend bg_cpu_backend;
+extern const bg_backend bg_cuda_backend;
+extern const bg_backend bg_metal_backend;
+
+/* Portable monotonic nanoseconds. */
+uint64_t bg_now_ns(void);
+
+#endif /* BUNGPU_INTERNAL_H */
