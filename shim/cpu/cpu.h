@@ -1,0 +1,369 @@
+/*
+ * cpu/cpu.h: what the files of the CPU backend share.
+ *
+ *  device.c  probe/open/close, props, memory (tracked allocations), synchronous copies, rings,
+ *            and the vtable.
+ *  stream.c  streams (one worker thread each, an in-order queue of cpu_op), events, host
+ *            functions, asynchronous copies, and running one op.
+ *  pool.c    the per-device kernel thread pool, modules (dlopen), kernels and launches.
+ *  graph.c   stream capture (fork/join through events, invalidation by CaptureMode), graphs,
+ *            graph execs and bg_submit command buffers.
+ *
+ * Streams behave as CU_STREAM_NON_BLOCKING relative to the default stream: there is no legacy
+ * implicit synchronisation between the default stream and the others. Synchronous copies and
+ * memsets are ordered after the default stream's queued work only.
+ */
+#ifndef BUNGPU_CPU_BACKEND_H
+#define BUNGPU_CPU_BACKEND_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include "../internal.h"
+#include "../bungpu_cpu.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CPU_MAX_SHARED (48u * 1024u)
+#define CPU_MAX_THREADS 1024
+#define CPU_INLINE_ARGS 8
+#define CPU_SPIN_NS 30000ull      /* an idle worker spins this long before it sleeps */
+#define CPU_SYNC_SPIN_NS 50000ull /* a waiting host thread spins this long before it sleeps */
+#define CPU_QUEUE_MAX (1u << 16)  /* ops a stream queues before enqueue blocks (CUDA blocks too) */
+
+typedef void (*cpu_kfn)(const bg_cpu_ctx*);
+
+struct cpu_kernel;
+struct cpu_event;
+struct cpu_exec;
+struct cpu_xargs;
+struct cpu_stream;
+struct cpu_capture;
+struct cpu_device;
+
+enum {
+  OP_KERNEL = 1,
+  OP_COPY,
+  OP_MEMSET,
+  OP_HOST,
+  OP_RECORD,
+  OP_WAIT,
+  OP_GRAPH,
+  OP_CMDS,
+  OP_RELEASE /* drops a reference on a cpu_deferred when the stream reaches it */
+};
+
+/* Something freed once every stream has finished the work queued before the free. */
+typedef struct cpu_deferred {
+  _Atomic int32_t refs;
+  void (*fn)(void*);
+  void* arg;
+} cpu_deferred;
+
+/* One queued (or captured) operation. Owns what it points to: heap args, event references,
+ * exec references, command bytes. cpu_op_release gives them back. */
+typedef struct cpu_op {
+  uint32_t kind;
+  uint32_t nargs; /* OP_KERNEL */
+  union {
+    struct {
+      struct cpu_kernel* k;
+      uint32_t grid[3], block[3], shared;
+      uint32_t knode;  /* in a graph exec: index of the kernel node (args live in the exec) */
+      uint64_t* heap;  /* args when nargs > CPU_INLINE_ARGS */
+      uint64_t inl[CPU_INLINE_ARGS];
+    } l;
+    struct {
+      void* dst;
+      const void* src;
+      uint64_t n;
+    } cp;
+    struct {
+      void* dst;
+      uint64_t count;
+      uint32_t pattern, esz;
+    } ms;
+    struct {
+      bg_host_fn fn;
+      void* user;
+    } hf;
+    struct {
+      struct cpu_event* e;
+      uint64_t seq; /* record: this record's number; wait: the record to wait for. In an exec:
+                       the slot of the per-launch sequence array */
+    } ev;
+    struct {
+      struct cpu_exec* x;
+      struct cpu_xargs* a;
+      uint64_t* seqs;
+    } g;
+    struct {
+      uint8_t* bytes;
+      uint64_t len;
+      uint64_t* seqs;           /* per event command, in order */
+      struct cpu_event** evs;   /* per event command, referenced */
+      uint32_t nev;
+    } cmd;
+    struct {
+      cpu_deferred* def;
+    } rel;
+  } u;
+} cpu_op;
+
+static inline const uint64_t* cpu_op_args(const cpu_op* op) {
+  return op->nargs > CPU_INLINE_ARGS ? op->u.l.heap : op->u.l.inl;
+}
+
+/* ---- allocation table: address -> size, open addressing ----------------------------------- */
+typedef struct cpu_table {
+  uint64_t* keys; /* 0 empty, 1 deleted */
+  uint64_t* vals;
+  size_t cap, used, live;
+} cpu_table;
+
+int cpu_table_put(cpu_table* t, uint64_t k, uint64_t v); /* 0 ok, -1 out of memory */
+int cpu_table_del(cpu_table* t, uint64_t k);             /* 1 removed, 0 absent */
+void cpu_table_free_all(cpu_table* t, int free_keys);    /* free(key) for each live key */
+
+/* ---- kernel thread pool ------------------------------------------------------------------ */
+typedef struct cpu_pool_thread {
+  struct cpu_pool* pool;
+  uint32_t index;
+} cpu_pool_thread;
+
+typedef struct cpu_pool {
+  pthread_mutex_t launch_mu; /* one launch uses the pool at a time */
+  pthread_mutex_t mu;
+  pthread_cond_t cv_start, cv_done;
+  uint32_t nslots;   /* workers, the launching thread being slot 0 */
+  uint32_t nthreads; /* pool threads started (slots 1..nthreads) */
+  int started;       /* tried to start the threads (under launch_mu) */
+  pthread_t* threads;
+  cpu_pool_thread* targs;
+  void** scratch; /* per slot, CPU_MAX_SHARED bytes */
+  _Atomic uint64_t gen;
+  int sleepers, stop, launcher_waiting; /* under mu */
+  /* the current job, written under mu */
+  cpu_kfn fn;
+  bg_cpu_ctx ctx;
+  uint32_t nparticipants;
+  uint64_t total, chunk;
+  _Atomic uint64_t next;
+  _Atomic uint32_t pending;
+} cpu_pool;
+
+/* ---- objects ----------------------------------------------------------------------------- */
+typedef struct cpu_device {
+  bg_device base;
+  int32_t ncores;
+  uint64_t total_mem;
+  char name[256];
+  pthread_mutex_t mem_mu;
+  cpu_table dmem, hmem;
+  pthread_mutex_t streams_mu;
+  struct cpu_stream* streams; /* user streams, a list */
+  pthread_mutex_t cap_mu;
+  struct cpu_capture* caps; /* active captures */
+  _Atomic int32_t ncaps;
+  uint64_t next_cap_id;
+  cpu_pool pool;
+} cpu_device;
+
+typedef struct cpu_stream {
+  bg_obj h;
+  cpu_device* dev;
+  uint32_t flags;
+  int32_t prio;
+  pthread_t thread;
+  int thread_ok;
+  pthread_mutex_t mu;
+  pthread_cond_t cv_work, cv_done, cv_space;
+  cpu_op* q;
+  uint32_t qcap;            /* power of two */
+  uint64_t head, tail;      /* under mu */
+  int sleeping, stop;       /* under mu */
+  uint32_t space_waiters;   /* under mu */
+  _Atomic uint64_t enqueued, completed;
+  _Atomic int32_t waiters;
+  void* scratch; /* CPU_MAX_SHARED bytes: shared memory for launches run on this worker */
+  /* capture membership: cap is read without the lock on the fast path; D (the nodes the
+   * stream's next node depends on) is under dev->cap_mu */
+  _Atomic(struct cpu_capture*) cap;
+  uint32_t* D;
+  uint32_t nD, cD;
+  struct cpu_stream *prev, *next; /* dev->streams, under dev->streams_mu */
+} cpu_stream;
+
+typedef struct cpu_event {
+  bg_obj h;
+  cpu_device* dev;
+  uint32_t flags;
+  _Atomic int32_t refs; /* the handle plus each op that names it */
+  _Atomic uint64_t rec_seq;  /* records issued */
+  _Atomic uint64_t done_seq; /* highest record reached */
+  uint64_t ts_ns;            /* time the record done_seq was reached; under mu */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  _Atomic int32_t waiters;
+  /* capture: under dev->cap_mu (cap_id read atomically on fast paths) */
+  _Atomic uint64_t cap_id;
+  uint32_t cap_node;
+  uint32_t* capdeps;
+  uint32_t ncapdeps;
+} cpu_event;
+
+typedef struct cpu_module cpu_module;
+typedef struct cpu_kernel {
+  bg_obj h;
+  cpu_module* mod;
+  cpu_kfn fn;
+  char* name;
+  struct cpu_kernel* next;
+} cpu_kernel;
+
+struct cpu_module {
+  bg_obj h;
+  void* lib;
+  pthread_mutex_t mu;
+  cpu_kernel* kernels;
+};
+
+typedef struct cpu_node {
+  cpu_op op;
+  uint32_t* deps;
+  uint32_t ndeps;
+  uint8_t internal; /* a record that only expressed a join inside the capture */
+} cpu_node;
+
+typedef struct cpu_capture {
+  uint64_t id;
+  int32_t mode;
+  pthread_t thread;
+  cpu_stream* origin;
+  int invalid;
+  char why[200];
+  cpu_node* nodes;
+  uint32_t n, cap;
+  cpu_stream** streams;
+  uint32_t nstreams, cstreams;
+  struct cpu_capture* next;
+} cpu_capture;
+
+typedef struct cpu_graph {
+  bg_obj h;
+  cpu_node* nodes;
+  uint32_t n, nvisible, nkernels;
+} cpu_graph;
+
+typedef struct cpu_xargs {
+  _Atomic int32_t refs;
+  uint64_t data[];
+} cpu_xargs;
+
+typedef struct cpu_exec {
+  bg_obj h;
+  _Atomic int32_t refs; /* the handle plus each queued launch */
+  pthread_mutex_t mu;     /* args and launch bookkeeping */
+  pthread_mutex_t run_mu; /* one replay at a time */
+  cpu_op* ops;
+  uint32_t nops, nk, nev, nargs_total;
+  uint32_t* koff;   /* per kernel node: offset into args data */
+  uint32_t* knargs; /* per kernel node: its nargs */
+  uint32_t* evslot_op; /* per event slot: op index */
+  cpu_xargs* args;  /* current arguments (copy on write) */
+} cpu_exec;
+
+/* ---- cross-file functions ---------------------------------------------------------------- */
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* device.c */
+extern const bg_ops cpu_ops;
+void cpu_device_wait_all(cpu_device* d); /* wait for every stream's queued work */
+/* Call fn(arg) once every stream has finished the work queued so far; never blocks. */
+void cpu_defer(cpu_device* d, void (*fn)(void*), void* arg);
+void cpu_deferred_release(cpu_deferred* df);
+
+/* stream.c */
+int32_t cpu_stream_new(cpu_device* d, uint32_t flags, int32_t prio, cpu_stream** out);
+void cpu_stream_free(cpu_stream* s); /* waits, stops, joins, frees */
+void cpu_stream_wait_idle(cpu_stream* s);
+int32_t cpu_enqueue(cpu_stream* s, cpu_op* op, const char* fn); /* releases op on failure */
+int32_t cpu_submit_op(cpu_stream* s, cpu_op* op, const char* fn); /* capture or enqueue */
+void cpu_op_release(cpu_op* op);
+void cpu_fill(void* dst, uint32_t pattern, uint32_t esz, uint64_t count);
+void cpu_event_retain(cpu_event* e);
+void cpu_event_release(cpu_event* e);
+void cpu_event_complete(cpu_event* e, uint64_t seq);
+void cpu_event_wait_seq(cpu_event* e, uint64_t seq);
+
+int32_t cpu_stream_create(bg_device* dev, uint32_t flags, int32_t prio, void** out);
+int32_t cpu_stream_destroy(void* s);
+int32_t cpu_stream_synchronize(void* s);
+int32_t cpu_stream_query(void* s);
+int32_t cpu_stream_wait_event(void* s, void* e);
+int32_t cpu_memcpy_htod_async(void* s, bg_devptr dst, const void* src, uint64_t n);
+int32_t cpu_memcpy_dtoh_async(void* s, void* dst, bg_devptr src, uint64_t n);
+int32_t cpu_memcpy_dtod_async(void* s, bg_devptr dst, bg_devptr src, uint64_t n);
+int32_t cpu_memset_async(void* s, bg_devptr dst, uint32_t pattern, uint32_t esz, uint64_t count);
+int32_t cpu_launch_host_func(void* s, bg_host_fn fn, void* user);
+int32_t cpu_event_create(bg_device* dev, uint32_t flags, void** out);
+int32_t cpu_event_destroy(void* e);
+int32_t cpu_event_record(void* e, void* s);
+int32_t cpu_event_query(void* e);
+int32_t cpu_event_synchronize(void* e);
+int32_t cpu_event_elapsed(float* ms, void* a, void* b);
+
+/* pool.c */
+int32_t cpu_pool_init(cpu_pool* p, uint32_t nslots);
+void cpu_pool_destroy(cpu_pool* p);
+int32_t cpu_check_launch(const char* fn, const uint32_t g[3], const uint32_t b[3], uint32_t shared);
+/* Run a launch to completion on the calling stream worker. */
+void cpu_kernel_run(struct cpu_stream* s, cpu_kernel* k, const uint32_t g[3], const uint32_t b[3],
+                    uint32_t shared, const uint64_t* args);
+int32_t cpu_module_load(bg_device* dev, int32_t kind, const void* data, uint64_t n, void** out);
+int32_t cpu_module_unload(void* m);
+int32_t cpu_module_get_kernel(void* m, const char* name, void** out);
+int32_t cpu_kernel_max_threads(void* k, int32_t* out);
+int32_t cpu_launch(void* k, void* s, const uint32_t grid[3], const uint32_t block[3],
+                   uint32_t shared, const uint64_t* args, uint32_t nargs);
+
+/* graph.c */
+int32_t cpu_capture_guard(cpu_device* d, const char* fn);
+int32_t cpu_capture_guard_stream(cpu_stream* s, const char* fn);
+int32_t cpu_capture_guard_event(cpu_event* e, const char* fn);
+int32_t cpu_capture_add(cpu_stream* s, cpu_op* op, const char* fn, int* handled);
+int32_t cpu_capture_record(cpu_stream* s, cpu_event* e, int* handled);
+int32_t cpu_capture_wait(cpu_stream* s, cpu_event* e, int* handled);
+void cpu_capture_stream_gone(cpu_stream* s);
+void cpu_capture_free_all(cpu_device* d);
+void cpu_exec_run(cpu_stream* s, cpu_exec* x, cpu_xargs* a, const uint64_t* seqs);
+void cpu_exec_release(cpu_exec* x);
+void cpu_xargs_release(cpu_xargs* a);
+void cpu_cmds_run(cpu_stream* s, cpu_op* op);
+
+int32_t cpu_begin_capture(void* s, int32_t mode);
+int32_t cpu_end_capture(void* s, void** out_graph);
+int32_t cpu_capture_status(void* s, int32_t* out);
+int32_t cpu_graph_destroy(void* g);
+int32_t cpu_graph_node_count(void* g, uint32_t* nodes, uint32_t* kernel_nodes);
+int32_t cpu_graph_instantiate(void* g, void** out_exec);
+int32_t cpu_graph_exec_destroy(void* x);
+int32_t cpu_graph_upload(void* x, void* s);
+int32_t cpu_graph_launch(void* x, void* s);
+int32_t cpu_graph_exec_set_kernel_args(void* x, uint32_t index, const uint64_t* args,
+                                       uint32_t nargs);
+int32_t cpu_submit(void* s, const uint8_t* bytes, uint64_t len);
+
+#endif /* BUNGPU_CPU_BACKEND_H */

@@ -1,0 +1,869 @@
+/*
+ * cpu/graph.c: stream capture, graphs, graph execs and command buffers.
+ *
+ * Capture. A capture owns a list of nodes (each a cpu_op plus the indices of the nodes it
+ * depends on). Every stream in the capture has a dependency set D: its next node depends on D,
+ * then D becomes that node. Nodes are created in issue order and only ever depend on earlier
+ * nodes, so creation order is a topological order and an exec replays nodes in that order.
+ * Recording an event on a capturing stream makes a record node and marks the event as captured
+ * (capture id, node, and a copy of D). Waiting on a captured event joins the waiting stream to
+ * the capture (D := the event's D) or merges (D := D ∪ the event's D), and turns the record node
+ * into a pure dependency that the exec skips. A capture ends on its origin stream; it is
+ * unjoined when some other stream's D is not among the origin's ancestors.
+ *
+ * Illegal calls (cpu_capture_guard*) invalidate captures by mode: Global for any thread,
+ * ThreadLocal for the thread that began it, Relaxed never; a call on the capturing stream or
+ * captured event itself always does. All state is under the device's cap_mu.
+ */
+#include "cpu.h"
+
+static const char* mode_name(int32_t m) {
+  switch (m) {
+    case BG_CAPTURE_MODE_GLOBAL: return "Global";
+    case BG_CAPTURE_MODE_THREAD_LOCAL: return "ThreadLocal";
+    case BG_CAPTURE_MODE_RELAXED: return "Relaxed";
+  }
+  return "unknown";
+}
+
+static cpu_capture* find_capture(cpu_device* d, uint64_t id) {
+  for (cpu_capture* c = d->caps; c; c = c->next)
+    if (c->id == id) return c;
+  return NULL;
+}
+
+static void invalidate(cpu_capture* c, const char* fn, const char* extra) {
+  if (c->invalid) return;
+  c->invalid = 1;
+  snprintf(c->why, sizeof c->why, "%s (mode %s%s)", fn, mode_name(c->mode), extra ? extra : "");
+}
+
+static void node_release(cpu_node* n) {
+  cpu_op_release(&n->op);
+  free(n->deps);
+  n->deps = NULL;
+}
+
+static void nodes_free(cpu_node* nodes, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) node_release(&nodes[i]);
+  free(nodes);
+}
+
+/* Take every stream out of capture and free the capture (its nodes unless `keep_nodes`).
+ * Under cap_mu. */
+static void capture_end(cpu_device* d, cpu_capture* c, int keep_nodes) {
+  for (uint32_t i = 0; i < c->nstreams; i++) {
+    cpu_stream* s = c->streams[i];
+    free(s->D);
+    s->D = NULL;
+    s->nD = s->cD = 0;
+    atomic_store_explicit(&s->cap, NULL, memory_order_release);
+  }
+  cpu_capture** pp = &d->caps;
+  while (*pp && *pp != c) pp = &(*pp)->next;
+  if (*pp) *pp = c->next;
+  atomic_fetch_sub(&d->ncaps, 1);
+  if (!keep_nodes) nodes_free(c->nodes, c->n);
+  free(c->streams);
+  free(c);
+}
+
+void cpu_capture_free_all(cpu_device* d) {
+  pthread_mutex_lock(&d->cap_mu);
+  while (d->caps) capture_end(d, d->caps, 0);
+  pthread_mutex_unlock(&d->cap_mu);
+}
+
+void cpu_capture_stream_gone(cpu_stream* s) {
+  if (!atomic_load_explicit(&s->cap, memory_order_acquire)) return;
+  cpu_device* d = s->dev;
+  pthread_mutex_lock(&d->cap_mu);
+  cpu_capture* c = atomic_load(&s->cap);
+  if (c) {
+    if (c->origin == s) {
+      capture_end(d, c, 0);
+    } else {
+      for (uint32_t i = 0; i < c->nstreams; i++)
+        if (c->streams[i] == s) {
+          c->streams[i] = c->streams[--c->nstreams];
+          break;
+        }
+      invalidate(c, "bg_stream_destroy", ", a joined stream was destroyed");
+      free(s->D);
+      s->D = NULL;
+      s->nD = s->cD = 0;
+      atomic_store(&s->cap, NULL);
+    }
+  }
+  pthread_mutex_unlock(&d->cap_mu);
+}
+
+/* ---- guards --------------------------------------------------------------------------------- */
+int32_t cpu_capture_guard(cpu_device* d, const char* fn) {
+  if (atomic_load_explicit(&d->ncaps, memory_order_acquire) == 0) return BG_OK;
+  pthread_t self = pthread_self();
+  const char* mode = NULL;
+  int same = 0;
+  pthread_mutex_lock(&d->cap_mu);
+  for (cpu_capture* c = d->caps; c; c = c->next) {
+    int mine = pthread_equal(c->thread, self) != 0;
+    int hit = c->mode == BG_CAPTURE_MODE_GLOBAL || (c->mode == BG_CAPTURE_MODE_THREAD_LOCAL && mine);
+    if (!hit) continue;
+    invalidate(c, fn, NULL);
+    if (!mode) {
+      mode = mode_name(c->mode);
+      same = mine;
+    }
+  }
+  pthread_mutex_unlock(&d->cap_mu);
+  if (!mode) return BG_OK;
+  return bg_set_error(BG_ERR_STREAM_CAPTURE_UNSUPPORTED,
+                      "%s: not permitted while stream capture is active (capture mode %s, begun on "
+                      "%s thread); the capture is invalidated",
+                      fn, mode, same ? "this" : "another");
+}
+
+int32_t cpu_capture_guard_stream(cpu_stream* s, const char* fn) {
+  if (!atomic_load_explicit(&s->cap, memory_order_acquire)) return BG_OK;
+  cpu_device* d = s->dev;
+  pthread_mutex_lock(&d->cap_mu);
+  cpu_capture* c = atomic_load(&s->cap);
+  int32_t rc = BG_OK;
+  if (c) {
+    if (c->invalid) {
+      rc = bg_set_error(BG_ERR_STREAM_CAPTURE_INVALIDATED,
+                        "%s: the stream's capture was invalidated by %s", fn, c->why);
+    } else {
+      invalidate(c, fn, ", on the capturing stream");
+      rc = bg_set_error(BG_ERR_STREAM_CAPTURE_UNSUPPORTED,
+                        "%s: not permitted on a capturing stream (capture mode %s); the capture is "
+                        "invalidated",
+                        fn, mode_name(c->mode));
+    }
+  }
+  pthread_mutex_unlock(&d->cap_mu);
+  return rc;
+}
+
+int32_t cpu_capture_guard_event(cpu_event* e, const char* fn) {
+  uint64_t id = atomic_load(&e->cap_id);
+  if (!id) return BG_OK;
+  cpu_device* d = e->dev;
+  pthread_mutex_lock(&d->cap_mu);
+  cpu_capture* c = find_capture(d, id);
+  int32_t rc = BG_OK;
+  if (!c) {
+    uint64_t expect = id;
+    atomic_compare_exchange_strong(&e->cap_id, &expect, 0);
+  } else {
+    invalidate(c, fn, ", on a captured event");
+    rc = bg_set_error(BG_ERR_STREAM_CAPTURE_UNSUPPORTED,
+                      "%s: not permitted on an event recorded in an active capture (capture mode "
+                      "%s); the capture is invalidated",
+                      fn, mode_name(c->mode));
+  }
+  pthread_mutex_unlock(&d->cap_mu);
+  return rc;
+}
+
+/* ---- building the node list (under cap_mu) -------------------------------------------------- */
+static int set_push(uint32_t** a, uint32_t* n, uint32_t* cap, uint32_t v) {
+  for (uint32_t i = 0; i < *n; i++)
+    if ((*a)[i] == v) return 0;
+  if (*n == *cap) {
+    uint32_t nc = *cap ? *cap * 2 : 4;
+    uint32_t* na = realloc(*a, nc * sizeof(uint32_t));
+    if (!na) return -1;
+    *a = na;
+    *cap = nc;
+  }
+  (*a)[(*n)++] = v;
+  return 0;
+}
+
+static uint32_t* dup_u32(const uint32_t* a, uint32_t n, int* oom) {
+  *oom = 0;
+  if (!n) return NULL;
+  uint32_t* r = malloc(n * sizeof(uint32_t));
+  if (!r) {
+    *oom = 1;
+    return NULL;
+  }
+  memcpy(r, a, n * sizeof(uint32_t));
+  return r;
+}
+
+/* Append `op` as a node depending on s->D (then, when `advance`, s->D := {node}); takes
+ * ownership of op on success. */
+static int32_t add_node(cpu_capture* c, cpu_stream* s, cpu_op* op, int advance, uint32_t* out_idx,
+                        const char* fn) {
+  if (c->n == c->cap) {
+    uint32_t nc = c->cap ? c->cap * 2 : 16;
+    cpu_node* nn = realloc(c->nodes, nc * sizeof(cpu_node));
+    if (!nn) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "%s: out of host memory for the capture", fn);
+    c->nodes = nn;
+    c->cap = nc;
+  }
+  if (advance && s->cD < 1) {
+    uint32_t* nd = realloc(s->D, 4 * sizeof(uint32_t));
+    if (!nd) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "%s: out of host memory for the capture", fn);
+    s->D = nd;
+    s->cD = 4;
+  }
+  int oom = 0;
+  uint32_t ndeps = s->nD;
+  uint32_t* deps = dup_u32(s->D, ndeps, &oom);
+  if (oom) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "%s: out of host memory for the capture", fn);
+  uint32_t idx = c->n;
+  if (advance) {
+    s->D[0] = idx;
+    s->nD = 1;
+  }
+  cpu_node* nd = &c->nodes[idx];
+  nd->op = *op;
+  nd->deps = deps;
+  nd->ndeps = ndeps;
+  nd->internal = 0;
+  c->n++;
+  if (out_idx) *out_idx = idx;
+  return BG_OK;
+}
+
+int32_t cpu_capture_add(cpu_stream* s, cpu_op* op, const char* fn, int* handled) {
+  cpu_device* d = s->dev;
+  pthread_mutex_lock(&d->cap_mu);
+  cpu_capture* c = atomic_load(&s->cap);
+  if (!c) {
+    pthread_mutex_unlock(&d->cap_mu);
+    *handled = 0;
+    return BG_OK;
+  }
+  *handled = 1;
+  int32_t rc;
+  if (c->invalid) {
+    rc = bg_set_error(BG_ERR_STREAM_CAPTURE_INVALIDATED,
+                      "%s: the stream's capture was invalidated by %s", fn, c->why);
+  } else {
+    rc = add_node(c, s, op, 1, NULL, fn);
+  }
+  pthread_mutex_unlock(&d->cap_mu);
+  if (rc) cpu_op_release(op);
+  return rc;
+}
+
+int32_t cpu_capture_record(cpu_stream* s, cpu_event* e, int* handled) {
+  cpu_device* d = s->dev;
+  pthread_mutex_lock(&d->cap_mu);
+  cpu_capture* c = atomic_load(&s->cap);
+  if (!c) {
+    pthread_mutex_unlock(&d->cap_mu);
+    *handled = 0;
+    return BG_OK;
+  }
+  *handled = 1;
+  int32_t rc = BG_OK;
+  if (c->invalid) {
+    rc = bg_set_error(BG_ERR_STREAM_CAPTURE_INVALIDATED,
+                      "bg_event_record: the stream's capture was invalidated by %s", c->why);
+    goto out;
+  }
+  int oom = 0;
+  uint32_t* capdeps = dup_u32(s->D, s->nD, &oom);
+  if (oom) {
+    rc = bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_event_record: out of host memory for the capture");
+    goto out;
+  }
+  cpu_op op = {.kind = OP_RECORD};
+  op.u.ev.e = e;
+  op.u.ev.seq = 0;
+  uint32_t idx = 0;
+  rc = add_node(c, s, &op, 0, &idx, "bg_event_record");
+  if (rc) {
+    free(capdeps);
+    goto out;
+  }
+  cpu_event_retain(e);
+  free(e->capdeps);
+  e->capdeps = capdeps;
+  e->ncapdeps = s->nD;
+  e->cap_node = idx;
+  atomic_store(&e->cap_id, c->id);
+out:
+  pthread_mutex_unlock(&d->cap_mu);
+  return rc;
+}
+
+int32_t cpu_capture_wait(cpu_stream* s, cpu_event* e, int* handled) {
+  cpu_device* d = s->dev;
+  pthread_mutex_lock(&d->cap_mu);
+  cpu_capture* cs = atomic_load(&s->cap);
+  uint64_t id = atomic_load(&e->cap_id);
+  cpu_capture* ce = id ? find_capture(d, id) : NULL;
+  if (id && !ce) {
+    uint64_t expect = id;
+    atomic_compare_exchange_strong(&e->cap_id, &expect, 0);
+  }
+  int32_t rc = BG_OK;
+  *handled = 1;
+  if (ce) {
+    if (cs && cs != ce) {
+      rc = bg_set_error(BG_ERR_STREAM_CAPTURE_ISOLATION,
+                        "bg_stream_wait_event: the event belongs to a different capture than the "
+                        "stream's");
+      goto out;
+    }
+    if (ce->invalid) {
+      rc = bg_set_error(BG_ERR_STREAM_CAPTURE_INVALIDATED,
+                        "bg_stream_wait_event: the event's capture was invalidated by %s", ce->why);
+      goto out;
+    }
+    if (!cs) {
+      /* fork: the stream joins the capture */
+      if (ce->nstreams == ce->cstreams) {
+        uint32_t nc = ce->cstreams ? ce->cstreams * 2 : 4;
+        cpu_stream** ns = realloc(ce->streams, nc * sizeof(cpu_stream*));
+        if (!ns) {
+          rc = bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_stream_wait_event: out of host memory");
+          goto out;
+        }
+        ce->streams = ns;
+        ce->cstreams = nc;
+      }
+      int oom = 0;
+      uint32_t* nd = dup_u32(e->capdeps, e->ncapdeps, &oom);
+      if (oom) {
+        rc = bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_stream_wait_event: out of host memory");
+        goto out;
+      }
+      free(s->D);
+      s->D = nd;
+      s->nD = s->cD = e->ncapdeps;
+      ce->streams[ce->nstreams++] = s;
+      atomic_store_explicit(&s->cap, ce, memory_order_release);
+    } else {
+      for (uint32_t i = 0; i < e->ncapdeps; i++)
+        if (set_push(&s->D, &s->nD, &s->cD, e->capdeps[i])) {
+          rc = bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_stream_wait_event: out of host memory");
+          goto out;
+        }
+    }
+    if (e->cap_node < ce->n) ce->nodes[e->cap_node].internal = 1;
+    goto out;
+  }
+  if (!cs) {
+    *handled = 0;
+    goto out;
+  }
+  if (cs->invalid) {
+    rc = bg_set_error(BG_ERR_STREAM_CAPTURE_INVALIDATED,
+                      "bg_stream_wait_event: the stream's capture was invalidated by %s", cs->why);
+    goto out;
+  }
+  if (atomic_load(&e->rec_seq) == 0) goto out; /* never recorded: nothing to wait for */
+  {
+    /* an event from outside the capture: a wait node, resolved when the exec launches */
+    cpu_op op = {.kind = OP_WAIT};
+    op.u.ev.e = e;
+    rc = add_node(cs, s, &op, 1, NULL, "bg_stream_wait_event");
+    if (rc == BG_OK) cpu_event_retain(e);
+  }
+out:
+  pthread_mutex_unlock(&d->cap_mu);
+  return rc;
+}
+
+/* ---- begin / end / status -------------------------------------------------------------------- */
+int32_t cpu_begin_capture(void* sv, int32_t mode) {
+  cpu_stream* s = sv;
+  cpu_device* d = s->dev;
+  cpu_capture* c = calloc(1, sizeof *c);
+  cpu_stream** streams = malloc(4 * sizeof(cpu_stream*));
+  if (!c || !streams) {
+    free(c);
+    free(streams);
+    return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_stream_begin_capture: out of host memory");
+  }
+  pthread_mutex_lock(&d->cap_mu);
+  if (atomic_load(&s->cap)) {
+    pthread_mutex_unlock(&d->cap_mu);
+    free(c);
+    free(streams);
+    return bg_set_error(BG_ERR_ILLEGAL_STATE,
+                        "bg_stream_begin_capture: the stream is already capturing");
+  }
+  c->id = ++d->next_cap_id;
+  c->mode = mode;
+  c->thread = pthread_self();
+  c->origin = s;
+  c->streams = streams;
+  c->cstreams = 4;
+  c->streams[c->nstreams++] = s;
+  free(s->D);
+  s->D = NULL;
+  s->nD = s->cD = 0;
+  c->next = d->caps;
+  d->caps = c;
+  atomic_fetch_add(&d->ncaps, 1);
+  atomic_store_explicit(&s->cap, c, memory_order_release);
+  pthread_mutex_unlock(&d->cap_mu);
+  return BG_OK;
+}
+
+static int unjoined(cpu_capture* c, const cpu_stream** who) {
+  uint8_t* mark = calloc(c->n ? c->n : 1, 1);
+  uint32_t* stack = malloc((c->n ? c->n : 1) * sizeof(uint32_t));
+  int bad = 0;
+  if (!mark || !stack) {
+    free(mark);
+    free(stack);
+    return 0; /* cannot check: assume joined */
+  }
+  uint32_t sp = 0;
+  cpu_stream* o = c->origin;
+  for (uint32_t i = 0; i < o->nD; i++)
+    if (!mark[o->D[i]]) {
+      mark[o->D[i]] = 1;
+      stack[sp++] = o->D[i];
+    }
+  while (sp) {
+    cpu_node* nd = &c->nodes[stack[--sp]];
+    for (uint32_t i = 0; i < nd->ndeps; i++)
+      if (!mark[nd->deps[i]]) {
+        mark[nd->deps[i]] = 1;
+        stack[sp++] = nd->deps[i];
+      }
+  }
+  for (uint32_t k = 0; k < c->nstreams && !bad; k++) {
+    cpu_stream* s = c->streams[k];
+    if (s == o) continue;
+    for (uint32_t i = 0; i < s->nD; i++)
+      if (!mark[s->D[i]]) {
+        bad = 1;
+        *who = s;
+        break;
+      }
+  }
+  free(mark);
+  free(stack);
+  return bad;
+}
+
+int32_t cpu_end_capture(void* sv, void** out_graph) {
+  cpu_stream* s = sv;
+  cpu_device* d = s->dev;
+  cpu_graph* g = calloc(1, sizeof *g);
+  if (!g) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_stream_end_capture: out of host memory");
+  pthread_mutex_lock(&d->cap_mu);
+  cpu_capture* c = atomic_load(&s->cap);
+  int32_t rc = BG_OK;
+  if (!c) {
+    rc = bg_set_error(BG_ERR_ILLEGAL_STATE, "bg_stream_end_capture: the stream is not capturing");
+    goto fail;
+  }
+  if (c->origin != s) {
+    invalidate(c, "bg_stream_end_capture", ", called on a joined stream, not the origin");
+    rc = bg_set_error(BG_ERR_STREAM_CAPTURE_UNMATCHED,
+                      "bg_stream_end_capture: the stream joined a capture begun on another stream; "
+                      "end it on that stream (the capture is invalidated)");
+    goto fail;
+  }
+  if (c->mode != BG_CAPTURE_MODE_RELAXED && !pthread_equal(c->thread, pthread_self())) {
+    invalidate(c, "bg_stream_end_capture", ", called from another thread");
+    rc = bg_set_error(BG_ERR_STREAM_CAPTURE_WRONG_THREAD,
+                      "bg_stream_end_capture: a capture in mode %s must end on the thread that "
+                      "began it (the capture is invalidated)",
+                      mode_name(c->mode));
+    goto fail;
+  }
+  if (c->invalid) {
+    rc = bg_set_error(BG_ERR_STREAM_CAPTURE_INVALIDATED,
+                      "bg_stream_end_capture: capture invalidated by %s", c->why);
+    capture_end(d, c, 0);
+    goto fail;
+  }
+  const cpu_stream* who = NULL;
+  if (unjoined(c, &who)) {
+    rc = bg_set_error(BG_ERR_STREAM_CAPTURE_UNJOINED,
+                      "bg_stream_end_capture: a stream forked into the capture (%p) was not joined "
+                      "back into the origin stream; the capture is discarded",
+                      (const void*)who);
+    capture_end(d, c, 0);
+    goto fail;
+  }
+  bg_obj_init(g, BG_KIND_GRAPH, &d->base);
+  g->nodes = c->nodes;
+  g->n = c->n;
+  for (uint32_t i = 0; i < g->n; i++) {
+    if (g->nodes[i].internal) continue;
+    g->nvisible++;
+    if (g->nodes[i].op.kind == OP_KERNEL) g->nkernels++;
+  }
+  capture_end(d, c, 1);
+  pthread_mutex_unlock(&d->cap_mu);
+  *out_graph = g;
+  return BG_OK;
+fail:
+  pthread_mutex_unlock(&d->cap_mu);
+  free(g);
+  return rc;
+}
+
+int32_t cpu_capture_status(void* sv, int32_t* out) {
+  cpu_stream* s = sv;
+  cpu_device* d = s->dev;
+  pthread_mutex_lock(&d->cap_mu);
+  cpu_capture* c = atomic_load(&s->cap);
+  *out = !c ? BG_CAPTURE_NONE : c->invalid ? BG_CAPTURE_INVALIDATED : BG_CAPTURE_ACTIVE;
+  pthread_mutex_unlock(&d->cap_mu);
+  return BG_OK;
+}
+
+/* ---- graphs --------------------------------------------------------------------------------- */
+int32_t cpu_graph_destroy(void* gv) {
+  cpu_graph* g = gv;
+  bg_obj_kill(g);
+  nodes_free(g->nodes, g->n);
+  free(g);
+  return BG_OK;
+}
+
+int32_t cpu_graph_node_count(void* gv, uint32_t* nodes, uint32_t* kernel_nodes) {
+  cpu_graph* g = gv;
+  *nodes = g->nvisible;
+  *kernel_nodes = g->nkernels;
+  return BG_OK;
+}
+
+void cpu_xargs_release(cpu_xargs* a) {
+  if (atomic_fetch_sub_explicit(&a->refs, 1, memory_order_acq_rel) == 1) free(a);
+}
+
+void cpu_exec_release(cpu_exec* x) {
+  if (atomic_fetch_sub_explicit(&x->refs, 1, memory_order_acq_rel) != 1) return;
+  for (uint32_t i = 0; i < x->nops; i++)
+    if ((x->ops[i].kind == OP_RECORD || x->ops[i].kind == OP_WAIT) && x->ops[i].u.ev.e)
+      cpu_event_release(x->ops[i].u.ev.e);
+  if (x->args) cpu_xargs_release(x->args);
+  pthread_mutex_destroy(&x->mu);
+  pthread_mutex_destroy(&x->run_mu);
+  free(x->ops);
+  free(x->koff);
+  free(x->knargs);
+  free(x->evslot_op);
+  free(x);
+}
+
+int32_t cpu_graph_instantiate(void* gv, void** out_exec) {
+  cpu_graph* g = gv;
+  uint32_t nops = 0, nk = 0, nev = 0;
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < g->n; i++) {
+    const cpu_node* nd = &g->nodes[i];
+    if (nd->internal) continue;
+    nops++;
+    if (nd->op.kind == OP_KERNEL) {
+      nk++;
+      total += nd->op.nargs;
+    }
+    if (nd->op.kind == OP_RECORD || nd->op.kind == OP_WAIT) nev++;
+  }
+  if (total > 0xffffffffull)
+    return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_graph_instantiate: too many arguments");
+  cpu_exec* x = calloc(1, sizeof *x);
+  cpu_xargs* a = malloc(sizeof(cpu_xargs) + 8 * (size_t)total);
+  if (!x || !a) goto oom;
+  x->ops = calloc(nops ? nops : 1, sizeof(cpu_op));
+  x->koff = calloc(nk ? nk : 1, sizeof(uint32_t));
+  x->knargs = calloc(nk ? nk : 1, sizeof(uint32_t));
+  x->evslot_op = calloc(nev ? nev : 1, sizeof(uint32_t));
+  if (!x->ops || !x->koff || !x->knargs || !x->evslot_op) goto oom;
+  atomic_init(&a->refs, 1);
+  uint32_t o = 0, ki = 0, ei = 0, off = 0;
+  for (uint32_t i = 0; i < g->n; i++) {
+    const cpu_node* nd = &g->nodes[i];
+    if (nd->internal) continue;
+    cpu_op op = nd->op;
+    if (op.kind == OP_KERNEL) {
+      x->koff[ki] = off;
+      x->knargs[ki] = op.nargs;
+      if (op.nargs) memcpy(a->data + off, cpu_op_args(&nd->op), 8ull * op.nargs);
+      off += op.nargs;
+      op.u.l.knode = ki++;
+      op.u.l.heap = NULL;
+    } else if (op.kind == OP_RECORD || op.kind == OP_WAIT) {
+      cpu_event_retain(op.u.ev.e);
+      x->evslot_op[ei] = o;
+      op.u.ev.seq = ei++;
+    }
+    x->ops[o++] = op;
+  }
+  x->nops = nops;
+  x->nk = nk;
+  x->nev = nev;
+  x->nargs_total = (uint32_t)total;
+  x->args = a;
+  atomic_init(&x->refs, 1);
+  pthread_mutex_init(&x->mu, NULL);
+  pthread_mutex_init(&x->run_mu, NULL);
+  bg_obj_init(x, BG_KIND_EXEC, g->h.dev);
+  *out_exec = x;
+  return BG_OK;
+oom:
+  if (x) {
+    free(x->ops);
+    free(x->koff);
+    free(x->knargs);
+    free(x->evslot_op);
+  }
+  free(x);
+  free(a);
+  return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_graph_instantiate: out of host memory");
+}
+
+int32_t cpu_graph_exec_destroy(void* xv) {
+  cpu_exec* x = xv;
+  bg_obj_kill(x);
+  cpu_exec_release(x);
+  return BG_OK;
+}
+
+int32_t cpu_graph_upload(void* x, void* s) {
+  (void)x;
+  (void)s;
+  return BG_OK;
+}
+
+int32_t cpu_graph_launch(void* xv, void* sv) {
+  cpu_exec* x = xv;
+  cpu_stream* s = sv;
+  if (atomic_load_explicit(&s->cap, memory_order_acquire))
+    return bg_set_error(BG_ERR_NOT_SUPPORTED,
+                        "bg_graph_launch: launching a graph into a capturing stream (a child graph) "
+                        "is not supported on the cpu backend");
+  uint64_t* seqs = NULL;
+  if (x->nev) {
+    seqs = malloc(x->nev * sizeof(uint64_t));
+    if (!seqs) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_graph_launch: out of host memory");
+  }
+  cpu_op op = {.kind = OP_GRAPH};
+  pthread_mutex_lock(&x->mu);
+  for (uint32_t i = 0; i < x->nev; i++) {
+    cpu_op* eo = &x->ops[x->evslot_op[i]];
+    cpu_event* e = eo->u.ev.e;
+    if (eo->kind == OP_RECORD) {
+      seqs[i] = atomic_fetch_add(&e->rec_seq, 1) + 1;
+      atomic_store(&e->cap_id, 0);
+    } else {
+      seqs[i] = atomic_load(&e->rec_seq);
+    }
+  }
+  atomic_fetch_add(&x->args->refs, 1);
+  atomic_fetch_add(&x->refs, 1);
+  op.u.g.x = x;
+  op.u.g.a = x->args;
+  op.u.g.seqs = seqs;
+  pthread_mutex_unlock(&x->mu);
+  return cpu_enqueue(s, &op, "bg_graph_launch");
+}
+
+void cpu_exec_run(cpu_stream* s, cpu_exec* x, cpu_xargs* a, const uint64_t* seqs) {
+  pthread_mutex_lock(&x->run_mu);
+  for (uint32_t i = 0; i < x->nops; i++) {
+    cpu_op* op = &x->ops[i];
+    switch (op->kind) {
+      case OP_KERNEL:
+        cpu_kernel_run(s, op->u.l.k, op->u.l.grid, op->u.l.block, op->u.l.shared,
+                       a->data + x->koff[op->u.l.knode]);
+        break;
+      case OP_COPY: memmove(op->u.cp.dst, op->u.cp.src, (size_t)op->u.cp.n); break;
+      case OP_MEMSET: cpu_fill(op->u.ms.dst, op->u.ms.pattern, op->u.ms.esz, op->u.ms.count); break;
+      case OP_HOST: op->u.hf.fn(op->u.hf.user); break;
+      case OP_RECORD: cpu_event_complete(op->u.ev.e, seqs[op->u.ev.seq]); break;
+      case OP_WAIT:
+        if (seqs[op->u.ev.seq]) cpu_event_wait_seq(op->u.ev.e, seqs[op->u.ev.seq]);
+        break;
+      default: break;
+    }
+  }
+  pthread_mutex_unlock(&x->run_mu);
+}
+
+int32_t cpu_graph_exec_set_kernel_args(void* xv, uint32_t index, const uint64_t* args,
+                                       uint32_t nargs) {
+  cpu_exec* x = xv;
+  if (index >= x->nk)
+    return bg_set_error(BG_ERR_INVALID_VALUE,
+                        "bg_graph_exec_set_kernel_args: kernel node %u out of range (the graph has %u)",
+                        index, x->nk);
+  if (nargs != x->knargs[index])
+    return bg_set_error(BG_ERR_INVALID_VALUE,
+                        "bg_graph_exec_set_kernel_args: %u arguments given, kernel node %u takes %u",
+                        nargs, index, x->knargs[index]);
+  pthread_mutex_lock(&x->mu);
+  cpu_xargs* a = x->args;
+  if (atomic_load_explicit(&a->refs, memory_order_acquire) != 1) {
+    /* a queued launch still reads the current block: copy on write */
+    cpu_xargs* na = malloc(sizeof(cpu_xargs) + 8 * (size_t)x->nargs_total);
+    if (!na) {
+      pthread_mutex_unlock(&x->mu);
+      return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_graph_exec_set_kernel_args: out of host memory");
+    }
+    atomic_init(&na->refs, 1);
+    memcpy(na->data, a->data, 8 * (size_t)x->nargs_total);
+    x->args = na;
+    cpu_xargs_release(a);
+    a = na;
+  }
+  if (nargs) memcpy(a->data + x->koff[index], args, 8ull * nargs);
+  pthread_mutex_unlock(&x->mu);
+  return BG_OK;
+}
+
+/* ---- command buffers ---------------------------------------------------------------------- */
+static inline uint32_t rd32(const uint8_t* p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+static inline uint64_t rd64(const uint8_t* p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return v;
+}
+
+/* Issue each command through the ordinary paths (capture, or events in an active capture). */
+static int32_t submit_one_by_one(cpu_stream* s, const uint8_t* p, uint64_t len) {
+  uint64_t off = 0;
+  int32_t rc = BG_OK;
+  while (off < len && rc == BG_OK) {
+    uint32_t op = rd32(p + off), size = rd32(p + off + 4);
+    const uint8_t* c = p + off + 8;
+    switch (op) {
+      case BG_CMD_LAUNCH: {
+        uint32_t g[3] = {rd32(c + 8), rd32(c + 12), rd32(c + 16)};
+        uint32_t b[3] = {rd32(c + 20), rd32(c + 24), rd32(c + 28)};
+        uint32_t nargs = rd32(c + 36);
+        uint64_t args[256];
+        if (nargs > 256) return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit: too many arguments");
+        memcpy(args, c + 40, 8ull * nargs);
+        rc = cpu_launch((void*)(uintptr_t)rd64(c), s, g, b, rd32(c + 32), args, nargs);
+        break;
+      }
+      case BG_CMD_COPY:
+        if (rd64(c + 16)) rc = cpu_memcpy_dtod_async(s, rd64(c), rd64(c + 8), rd64(c + 16));
+        break;
+      case BG_CMD_COPY_HTOD:
+        if (rd64(c + 16))
+          rc = cpu_memcpy_htod_async(s, rd64(c), (const void*)(uintptr_t)rd64(c + 8), rd64(c + 16));
+        break;
+      case BG_CMD_COPY_DTOH:
+        if (rd64(c + 16))
+          rc = cpu_memcpy_dtoh_async(s, (void*)(uintptr_t)rd64(c), rd64(c + 8), rd64(c + 16));
+        break;
+      case BG_CMD_MEMSET:
+        if (rd64(c + 16)) rc = cpu_memset_async(s, rd64(c), rd32(c + 8), rd32(c + 12), rd64(c + 16));
+        break;
+      case BG_CMD_BARRIER: break;
+      case BG_CMD_EVENT_RECORD: rc = cpu_event_record((void*)(uintptr_t)rd64(c), s); break;
+      case BG_CMD_EVENT_WAIT: rc = cpu_stream_wait_event(s, (void*)(uintptr_t)rd64(c)); break;
+    }
+    off += size;
+  }
+  return rc;
+}
+
+int32_t cpu_submit(void* sv, const uint8_t* p, uint64_t len) {
+  cpu_stream* s = sv;
+  uint32_t nev = 0;
+  int one_by_one = atomic_load_explicit(&s->cap, memory_order_acquire) != NULL;
+  for (uint64_t off = 0; off < len;) {
+    uint32_t op = rd32(p + off), size = rd32(p + off + 4);
+    const uint8_t* c = p + off + 8;
+    if (op == BG_CMD_LAUNCH) {
+      uint32_t g[3] = {rd32(c + 8), rd32(c + 12), rd32(c + 16)};
+      uint32_t b[3] = {rd32(c + 20), rd32(c + 24), rd32(c + 28)};
+      int32_t rc = cpu_check_launch("bg_submit", g, b, rd32(c + 32));
+      if (rc) return rc;
+    } else if (op == BG_CMD_EVENT_RECORD || op == BG_CMD_EVENT_WAIT) {
+      cpu_event* e = (cpu_event*)(uintptr_t)rd64(c);
+      if (atomic_load(&e->cap_id)) one_by_one = 1;
+      nev++;
+    }
+    off += size;
+  }
+  if (one_by_one) return submit_one_by_one(s, p, len);
+  cpu_op op = {.kind = OP_CMDS};
+  op.u.cmd.bytes = malloc((size_t)len);
+  if (nev) {
+    op.u.cmd.seqs = malloc(nev * sizeof(uint64_t));
+    op.u.cmd.evs = malloc(nev * sizeof(cpu_event*));
+  }
+  if (!op.u.cmd.bytes || (nev && (!op.u.cmd.seqs || !op.u.cmd.evs))) {
+    free(op.u.cmd.bytes);
+    free(op.u.cmd.seqs);
+    free(op.u.cmd.evs);
+    return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_submit: out of host memory");
+  }
+  memcpy(op.u.cmd.bytes, p, (size_t)len);
+  op.u.cmd.len = len;
+  uint32_t i = 0;
+  for (uint64_t off = 0; off < len;) {
+    uint32_t k = rd32(p + off), size = rd32(p + off + 4);
+    if (k == BG_CMD_EVENT_RECORD || k == BG_CMD_EVENT_WAIT) {
+      cpu_event* e = (cpu_event*)(uintptr_t)rd64(p + off + 8);
+      cpu_event_retain(e);
+      op.u.cmd.evs[i] = e;
+      if (k == BG_CMD_EVENT_RECORD) {
+        op.u.cmd.seqs[i] = atomic_fetch_add(&e->rec_seq, 1) + 1;
+        atomic_store(&e->cap_id, 0);
+      } else {
+        op.u.cmd.seqs[i] = atomic_load(&e->rec_seq);
+      }
+      i++;
+    }
+    off += size;
+  }
+  op.u.cmd.nev = nev;
+  return cpu_enqueue(s, &op, "bg_submit");
+}
+
+void cpu_cmds_run(cpu_stream* s, cpu_op* op) {
+  const uint8_t* p = op->u.cmd.bytes;
+  uint64_t len = op->u.cmd.len;
+  uint32_t ei = 0;
+  for (uint64_t off = 0; off < len;) {
+    uint32_t k = rd32(p + off), size = rd32(p + off + 4);
+    const uint8_t* c = p + off + 8;
+    switch (k) {
+      case BG_CMD_LAUNCH: {
+        uint32_t g[3] = {rd32(c + 8), rd32(c + 12), rd32(c + 16)};
+        uint32_t b[3] = {rd32(c + 20), rd32(c + 24), rd32(c + 28)};
+        cpu_kernel_run(s, (cpu_kernel*)(uintptr_t)rd64(c), g, b, rd32(c + 32),
+                       (const uint64_t*)(const void*)(c + 40));
+        break;
+      }
+      case BG_CMD_COPY:
+      case BG_CMD_COPY_HTOD:
+      case BG_CMD_COPY_DTOH:
+        if (rd64(c + 16))
+          memmove((void*)(uintptr_t)rd64(c), (const void*)(uintptr_t)rd64(c + 8),
+                  (size_t)rd64(c + 16));
+        break;
+      case BG_CMD_MEMSET:
+        if (rd64(c + 16)) cpu_fill((void*)(uintptr_t)rd64(c), rd32(c + 8), rd32(c + 12), rd64(c + 16));
+        break;
+      case BG_CMD_EVENT_RECORD:
+        cpu_event_complete(op->u.cmd.evs[ei], op->u.cmd.seqs[ei]);
+        ei++;
+        break;
+      case BG_CMD_EVENT_WAIT: {
+        uint64_t seq = op->u.cmd.seqs[ei];
+        if (seq) cpu_event_wait_seq(op->u.cmd.evs[ei], seq);
+        ei++;
+        break;
+      }
+      default: break;
+    }
+    off += size;
+  }
+}

@@ -1,0 +1,335 @@
+/*
+ * cpu/pool.c: kernels. A module is a dlopen'd shared library; a kernel is a dlsym'd
+ * `void fn(const bg_cpu_ctx*)`. A launch runs on the stream worker that reaches it: it takes
+ * the device's pool (one launch at a time), splits the linear block range into chunks that the
+ * pool threads and the launching thread (slot 0) claim with an atomic counter, and returns when
+ * every chunk is done. One-block launches run inline on the launching thread. Pool threads are
+ * started on the first launch that needs them; idle ones spin briefly, then sleep.
+ */
+#include "cpu.h"
+
+#include <dlfcn.h>
+
+/* ---- pool -------------------------------------------------------------------------------- */
+int32_t cpu_pool_init(cpu_pool* p, uint32_t nslots) {
+  memset(p, 0, sizeof *p);
+  p->nslots = nslots ? nslots : 1;
+  p->scratch = calloc(p->nslots, sizeof(void*)); /* slot 0 is the launcher's own */
+  if (!p->scratch) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_device_open: out of host memory");
+  pthread_mutex_init(&p->launch_mu, NULL);
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->cv_start, NULL);
+  pthread_cond_init(&p->cv_done, NULL);
+  atomic_init(&p->gen, 0);
+  atomic_init(&p->next, 0);
+  atomic_init(&p->pending, 0);
+  return BG_OK;
+}
+
+static void run_chunks(cpu_pool* p, cpu_kfn fn, const bg_cpu_ctx* tmpl, uint64_t total,
+                       uint64_t chunk, uint32_t slot, void* scratch) {
+  bg_cpu_ctx ctx = *tmpl;
+  ctx.shared = scratch;
+  ctx.worker = slot;
+  for (;;) {
+    uint64_t b = atomic_fetch_add_explicit(&p->next, chunk, memory_order_relaxed);
+    if (b >= total) break;
+    uint64_t e = b + chunk < total ? b + chunk : total;
+    ctx.block_begin = (uint32_t)b;
+    ctx.block_end = (uint32_t)e;
+    fn(&ctx);
+  }
+}
+
+static void* pool_main(void* arg) {
+  cpu_pool_thread* t = arg;
+  cpu_pool* p = t->pool;
+  uint64_t seen = 0;
+  for (;;) {
+    uint64_t t0 = bg_now_ns();
+    for (unsigned i = 1; atomic_load_explicit(&p->gen, memory_order_acquire) == seen; i++) {
+      if ((i & 7) == 0) sched_yield(); else cpu_relax();
+      if ((i & 31) == 0 && bg_now_ns() - t0 > CPU_SPIN_NS) break;
+    }
+    pthread_mutex_lock(&p->mu);
+    while (atomic_load(&p->gen) == seen && !p->stop) {
+      p->sleepers++;
+      pthread_cond_wait(&p->cv_start, &p->mu);
+      p->sleepers--;
+    }
+    if (p->stop) {
+      pthread_mutex_unlock(&p->mu);
+      break;
+    }
+    seen = atomic_load(&p->gen);
+    int mine = t->index <= p->nparticipants;
+    cpu_kfn fn = p->fn;
+    bg_cpu_ctx ctx = p->ctx;
+    uint64_t total = p->total, chunk = p->chunk;
+    pthread_mutex_unlock(&p->mu);
+    if (!mine) continue;
+    run_chunks(p, fn, &ctx, total, chunk, t->index, p->scratch[t->index]);
+    if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
+      pthread_mutex_lock(&p->mu);
+      pthread_cond_broadcast(&p->cv_done);
+      pthread_mutex_unlock(&p->mu);
+    }
+  }
+  return NULL;
+}
+
+/* Under launch_mu. On failure the pool simply runs with the threads it has. */
+static void pool_start(cpu_pool* p) {
+  p->started = 1;
+  if (p->nslots < 2) return;
+  uint32_t want = p->nslots - 1;
+  p->threads = calloc(want, sizeof(pthread_t));
+  p->targs = calloc(want, sizeof(cpu_pool_thread));
+  if (!p->threads || !p->targs) return;
+  for (uint32_t i = 0; i < want; i++) {
+    if (posix_memalign(&p->scratch[i + 1], 64, CPU_MAX_SHARED)) break;
+    p->targs[i].pool = p;
+    p->targs[i].index = i + 1;
+    if (pthread_create(&p->threads[i], NULL, pool_main, &p->targs[i])) break;
+    p->nthreads = i + 1;
+  }
+}
+
+void cpu_pool_destroy(cpu_pool* p) {
+  if (!p->scratch) return;
+  pthread_mutex_lock(&p->mu);
+  p->stop = 1;
+  pthread_cond_broadcast(&p->cv_start);
+  pthread_mutex_unlock(&p->mu);
+  for (uint32_t i = 0; i < p->nthreads; i++) pthread_join(p->threads[i], NULL);
+  for (uint32_t i = 0; i < p->nslots; i++) free(p->scratch[i]);
+  free(p->scratch);
+  free(p->threads);
+  free(p->targs);
+  pthread_mutex_destroy(&p->launch_mu);
+  pthread_mutex_destroy(&p->mu);
+  pthread_cond_destroy(&p->cv_start);
+  pthread_cond_destroy(&p->cv_done);
+  p->scratch = NULL;
+}
+
+/* One-block launches, and launches that find the pool busy (another stream's launch, maybe a
+ * persistent kernel), run entirely on the stream worker with its own scratch, as worker 0:
+ * every stream always makes progress. */
+void cpu_kernel_run(cpu_stream* s, cpu_kernel* k, const uint32_t g[3], const uint32_t b[3],
+                    uint32_t shared, const uint64_t* args) {
+  cpu_pool* p = &s->dev->pool;
+  uint64_t total = (uint64_t)g[0] * g[1] * g[2];
+  bg_cpu_ctx ctx;
+  memset(&ctx, 0, sizeof ctx);
+  ctx.grid.x = g[0];
+  ctx.grid.y = g[1];
+  ctx.grid.z = g[2];
+  ctx.block.x = b[0];
+  ctx.block.y = b[1];
+  ctx.block.z = b[2];
+  ctx.args = args;
+  ctx.shared_bytes = shared;
+  cpu_kfn fn = k->fn;
+  int pooled = total > 1 && p->nslots > 1 && pthread_mutex_trylock(&p->launch_mu) == 0;
+  if (pooled && !p->started) pool_start(p);
+  if (pooled && p->nthreads == 0) {
+    pthread_mutex_unlock(&p->launch_mu);
+    pooled = 0;
+  }
+  if (!pooled) {
+    ctx.block_begin = 0;
+    ctx.block_end = (uint32_t)total;
+    ctx.shared = s->scratch;
+    ctx.worker = 0;
+    fn(&ctx);
+    return;
+  }
+  uint64_t slots = (uint64_t)p->nthreads + 1;
+  uint64_t chunk = total / (slots * 4);
+  if (chunk < 1) chunk = 1;
+  uint64_t nchunks = (total + chunk - 1) / chunk;
+  uint32_t parts = nchunks - 1 < p->nthreads ? (uint32_t)(nchunks - 1) : p->nthreads;
+  pthread_mutex_lock(&p->mu);
+  p->fn = fn;
+  p->ctx = ctx;
+  p->total = total;
+  p->chunk = chunk;
+  p->nparticipants = parts;
+  atomic_store(&p->next, 0);
+  atomic_store(&p->pending, parts);
+  atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+  if (p->sleepers) pthread_cond_broadcast(&p->cv_start);
+  pthread_mutex_unlock(&p->mu);
+  run_chunks(p, fn, &ctx, total, chunk, 0, s->scratch);
+  uint64_t t0 = bg_now_ns();
+  for (unsigned i = 1; atomic_load_explicit(&p->pending, memory_order_acquire) != 0; i++) {
+    if ((i & 7) == 0) sched_yield(); else cpu_relax();
+    if ((i & 31) == 0 && bg_now_ns() - t0 > CPU_SYNC_SPIN_NS) break;
+  }
+  if (atomic_load_explicit(&p->pending, memory_order_acquire) != 0) {
+    pthread_mutex_lock(&p->mu);
+    while (atomic_load(&p->pending) != 0) pthread_cond_wait(&p->cv_done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+  }
+  pthread_mutex_unlock(&p->launch_mu);
+}
+
+/* ---- modules and kernels ----------------------------------------------------------------- */
+static const char* image_name(int32_t kind) {
+  switch (kind) {
+    case BG_IMAGE_SHARED_LIBRARY: return "SHARED_LIBRARY";
+    case BG_IMAGE_PTX: return "PTX";
+    case BG_IMAGE_CUBIN: return "CUBIN";
+    case BG_IMAGE_MSL_SOURCE: return "MSL_SOURCE";
+    case BG_IMAGE_METALLIB: return "METALLIB";
+  }
+  return "unknown";
+}
+
+int32_t cpu_module_load(bg_device* dev, int32_t kind, const void* data, uint64_t n, void** out) {
+  if (kind != BG_IMAGE_SHARED_LIBRARY)
+    return bg_set_error(BG_ERR_NOT_SUPPORTED,
+                        "bg_module_load: image kind %s (%d) is not for the cpu backend",
+                        image_name(kind), (int)kind);
+  const char* src = data;
+  size_t len = n ? (size_t)n : strlen(src);
+  const char* nul = memchr(src, 0, len);
+  if (nul) len = (size_t)(nul - src);
+  if (!len) return bg_set_error(BG_ERR_INVALID_VALUE, "bg_module_load: empty path");
+  char* path = malloc(len + 1);
+  if (!path) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_module_load: out of host memory");
+  memcpy(path, src, len);
+  path[len] = 0;
+  cpu_module* m = calloc(1, sizeof *m);
+  if (!m) {
+    free(path);
+    return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_module_load: out of host memory");
+  }
+  dlerror();
+  m->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!m->lib) {
+    const char* why = dlerror();
+    int32_t rc = bg_set_error(BG_ERR_INVALID_IMAGE, "bg_module_load: dlopen(%s): %s", path,
+                              why ? why : "unknown error");
+    free(path);
+    free(m);
+    return rc;
+  }
+  free(path);
+  pthread_mutex_init(&m->mu, NULL);
+  bg_obj_init(m, BG_KIND_MODULE, dev);
+  *out = m;
+  return BG_OK;
+}
+
+static void module_free(void* mv) {
+  cpu_module* m = mv;
+  cpu_kernel* k = m->kernels;
+  while (k) {
+    cpu_kernel* nx = k->next;
+    free(k->name);
+    free(k);
+    k = nx;
+  }
+  dlclose(m->lib);
+  pthread_mutex_destroy(&m->mu);
+  free(m);
+}
+
+/* Queued launches may still call into the library: the kernels die now (their handles stop
+ * being live) but the library is closed once the work queued before the unload has run. */
+int32_t cpu_module_unload(void* mv) {
+  cpu_module* m = mv;
+  bg_obj_kill(m);
+  pthread_mutex_lock(&m->mu);
+  for (cpu_kernel* k = m->kernels; k; k = k->next) bg_obj_kill(k);
+  pthread_mutex_unlock(&m->mu);
+  cpu_defer((cpu_device*)m->h.dev, module_free, m);
+  return BG_OK;
+}
+
+int32_t cpu_module_get_kernel(void* mv, const char* name, void** out) {
+  cpu_module* m = mv;
+  pthread_mutex_lock(&m->mu);
+  for (cpu_kernel* k = m->kernels; k; k = k->next)
+    if (strcmp(k->name, name) == 0) {
+      pthread_mutex_unlock(&m->mu);
+      *out = k;
+      return BG_OK;
+    }
+  dlerror();
+  void* sym = dlsym(m->lib, name);
+  if (!sym) {
+    pthread_mutex_unlock(&m->mu);
+    return bg_set_error(BG_ERR_NOT_FOUND, "bg_module_get_kernel: no kernel named \"%s\" in the module",
+                        name);
+  }
+  cpu_kernel* k = calloc(1, sizeof *k);
+  char* nm = k ? malloc(strlen(name) + 1) : NULL;
+  if (!k || !nm) {
+    pthread_mutex_unlock(&m->mu);
+    free(k);
+    return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_module_get_kernel: out of host memory");
+  }
+  strcpy(nm, name);
+  bg_obj_init(k, BG_KIND_KERNEL, m->h.dev);
+  k->mod = m;
+  k->name = nm;
+  k->fn = (cpu_kfn)sym;
+  k->next = m->kernels;
+  m->kernels = k;
+  pthread_mutex_unlock(&m->mu);
+  *out = k;
+  return BG_OK;
+}
+
+int32_t cpu_kernel_max_threads(void* k, int32_t* out) {
+  (void)k;
+  *out = CPU_MAX_THREADS;
+  return BG_OK;
+}
+
+int32_t cpu_check_launch(const char* fn, const uint32_t g[3], const uint32_t b[3],
+                         uint32_t shared) {
+  uint64_t threads = (uint64_t)b[0] * b[1] * b[2];
+  if (b[0] > 1024 || b[1] > 1024 || b[2] > 64 || threads > CPU_MAX_THREADS)
+    return bg_set_error(BG_ERR_INVALID_VALUE,
+                        "%s: block %ux%ux%u exceeds the limits (%d threads; x,y <= 1024, z <= 64)",
+                        fn, b[0], b[1], b[2], CPU_MAX_THREADS);
+  if (g[0] > 0x7fffffffu || g[1] > 65535u || g[2] > 65535u)
+    return bg_set_error(BG_ERR_INVALID_VALUE,
+                        "%s: grid %ux%ux%u exceeds the limits (x < 2^31, y,z <= 65535)", fn, g[0],
+                        g[1], g[2]);
+  if ((uint64_t)g[0] * g[1] * g[2] > 0xffffffffull)
+    return bg_set_error(BG_ERR_INVALID_VALUE,
+                        "%s: grid %ux%ux%u has more than 2^32-1 blocks (the cpu backend's limit)",
+                        fn, g[0], g[1], g[2]);
+  if (shared > CPU_MAX_SHARED)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "%s: %u bytes of shared memory (max %u)", fn, shared,
+                        CPU_MAX_SHARED);
+  return BG_OK;
+}
+
+int32_t cpu_launch(void* kv, void* s, const uint32_t grid[3], const uint32_t block[3],
+                   uint32_t shared, const uint64_t* args, uint32_t nargs) {
+  int32_t rc = cpu_check_launch("bg_launch", grid, block, shared);
+  if (rc) return rc;
+  cpu_op op;
+  op.kind = OP_KERNEL;
+  op.nargs = nargs;
+  op.u.l.k = kv;
+  memcpy(op.u.l.grid, grid, sizeof op.u.l.grid);
+  memcpy(op.u.l.block, block, sizeof op.u.l.block);
+  op.u.l.shared = shared;
+  op.u.l.knode = 0;
+  op.u.l.heap = NULL;
+  if (nargs > CPU_INLINE_ARGS) {
+    op.u.l.heap = malloc(8ull * nargs);
+    if (!op.u.l.heap) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_launch: out of host memory");
+    memcpy(op.u.l.heap, args, 8ull * nargs);
+  } else if (nargs) {
+    memcpy(op.u.l.inl, args, 8ull * nargs);
+  }
+  return cpu_submit_op(s, &op, "bg_launch");
+}

@@ -1,0 +1,493 @@
+/*
+ * cpu/stream.c: streams, events and host functions.
+ *
+ * A stream is one worker thread and an in-order queue (a growable ring of cpu_op under the
+ * stream's mutex). Enqueue copies the op in and signals the worker only when it sleeps. The
+ * worker spins briefly when the queue runs dry, then sleeps on a condition variable, so an idle
+ * stream costs nothing. `enqueued` and `completed` are counters: a stream is idle when they
+ * are equal; synchronize waits for `completed` to reach the `enqueued` it saw.
+ *
+ * An event counts records: `rec_seq` is bumped when a record is issued, `done_seq` when a
+ * record is reached (the highest wins). Complete means done_seq >= rec_seq, so an event never
+ * recorded is complete. A wait captures the rec_seq of its call and waits for done_seq to
+ * reach it. Ops hold references to the events they name, so destroying a pending event is fine.
+ */
+#include "cpu.h"
+
+#include <time.h>
+
+/* ---- ops ------------------------------------------------------------------------------------ */
+void cpu_fill(void* dst, uint32_t pattern, uint32_t esz, uint64_t count) {
+  if (esz == 1) {
+    memset(dst, (int)(pattern & 0xff), (size_t)count);
+  } else if (esz == 2) {
+    uint16_t v = (uint16_t)pattern, *p = dst;
+    for (uint64_t i = 0; i < count; i++) p[i] = v;
+  } else {
+    uint32_t v = pattern, *p = dst;
+    for (uint64_t i = 0; i < count; i++) p[i] = v;
+  }
+}
+
+void cpu_op_release(cpu_op* op) {
+  switch (op->kind) {
+    case OP_KERNEL:
+      if (op->nargs > CPU_INLINE_ARGS) free(op->u.l.heap);
+      op->u.l.heap = NULL;
+      break;
+    case OP_RECORD:
+    case OP_WAIT:
+      if (op->u.ev.e) cpu_event_release(op->u.ev.e);
+      op->u.ev.e = NULL;
+      break;
+    case OP_GRAPH:
+      if (op->u.g.a) cpu_xargs_release(op->u.g.a);
+      if (op->u.g.x) cpu_exec_release(op->u.g.x);
+      free(op->u.g.seqs);
+      op->u.g.a = NULL;
+      op->u.g.x = NULL;
+      op->u.g.seqs = NULL;
+      break;
+    case OP_CMDS:
+      for (uint32_t i = 0; i < op->u.cmd.nev; i++)
+        if (op->u.cmd.evs[i]) cpu_event_release(op->u.cmd.evs[i]);
+      free(op->u.cmd.evs);
+      free(op->u.cmd.seqs);
+      free(op->u.cmd.bytes);
+      op->u.cmd.evs = NULL;
+      op->u.cmd.seqs = NULL;
+      op->u.cmd.bytes = NULL;
+      op->u.cmd.nev = 0;
+      break;
+    case OP_RELEASE:
+      if (op->u.rel.def) cpu_deferred_release(op->u.rel.def);
+      op->u.rel.def = NULL;
+      break;
+    default: break;
+  }
+}
+
+/* An op that will never run: complete the event records it issued, so nothing waits forever. */
+static void op_abandon(cpu_op* op) {
+  switch (op->kind) {
+    case OP_RECORD: cpu_event_complete(op->u.ev.e, op->u.ev.seq); break;
+    case OP_GRAPH: {
+      cpu_exec* x = op->u.g.x;
+      for (uint32_t i = 0; i < x->nev; i++) {
+        cpu_op* eo = &x->ops[x->evslot_op[i]];
+        if (eo->kind == OP_RECORD) cpu_event_complete(eo->u.ev.e, op->u.g.seqs[i]);
+      }
+      break;
+    }
+    case OP_CMDS: {
+      const uint8_t* p = op->u.cmd.bytes;
+      uint32_t ei = 0;
+      for (uint64_t off = 0; off < op->u.cmd.len;) {
+        uint32_t k, size;
+        memcpy(&k, p + off, 4);
+        memcpy(&size, p + off + 4, 4);
+        if (k == BG_CMD_EVENT_RECORD) cpu_event_complete(op->u.cmd.evs[ei], op->u.cmd.seqs[ei]);
+        if (k == BG_CMD_EVENT_RECORD || k == BG_CMD_EVENT_WAIT) ei++;
+        off += size;
+      }
+      break;
+    }
+    default: break;
+  }
+  cpu_op_release(op);
+}
+
+static void run_op(cpu_stream* s, cpu_op* op) {
+  switch (op->kind) {
+    case OP_KERNEL:
+      cpu_kernel_run(s, op->u.l.k, op->u.l.grid, op->u.l.block, op->u.l.shared,
+                     cpu_op_args(op));
+      break;
+    case OP_COPY: memmove(op->u.cp.dst, op->u.cp.src, (size_t)op->u.cp.n); break;
+    case OP_MEMSET: cpu_fill(op->u.ms.dst, op->u.ms.pattern, op->u.ms.esz, op->u.ms.count); break;
+    case OP_HOST: op->u.hf.fn(op->u.hf.user); break;
+    case OP_RECORD: cpu_event_complete(op->u.ev.e, op->u.ev.seq); break;
+    case OP_WAIT: cpu_event_wait_seq(op->u.ev.e, op->u.ev.seq); break;
+    case OP_GRAPH: cpu_exec_run(s, op->u.g.x, op->u.g.a, op->u.g.seqs); break;
+    case OP_CMDS: cpu_cmds_run(s, op); break;
+    default: break;
+  }
+}
+
+/* ---- the worker ------------------------------------------------------------------------------ */
+static void* worker_main(void* arg) {
+  cpu_stream* s = arg;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    if (s->head == s->tail) {
+      if (s->stop) break;
+      uint64_t taken = s->head;
+      pthread_mutex_unlock(&s->mu);
+      uint64_t t0 = bg_now_ns();
+      for (unsigned i = 1; atomic_load_explicit(&s->enqueued, memory_order_acquire) == taken; i++) {
+        if ((i & 7) == 0) sched_yield(); else cpu_relax();
+        if ((i & 31) == 0 && bg_now_ns() - t0 > CPU_SPIN_NS) break;
+      }
+      pthread_mutex_lock(&s->mu);
+      while (s->head == s->tail && !s->stop) {
+        s->sleeping = 1;
+        pthread_cond_wait(&s->cv_work, &s->mu);
+        s->sleeping = 0;
+      }
+      continue;
+    }
+    cpu_op op = s->q[s->head & (s->qcap - 1)];
+    s->head++;
+    if (s->space_waiters) pthread_cond_broadcast(&s->cv_space); /* a full queue has room */
+    pthread_mutex_unlock(&s->mu);
+    run_op(s, &op);
+    cpu_op_release(&op);
+    atomic_fetch_add(&s->completed, 1);
+    if (atomic_load(&s->waiters) > 0) {
+      pthread_mutex_lock(&s->mu);
+      pthread_cond_broadcast(&s->cv_done);
+      pthread_mutex_unlock(&s->mu);
+    }
+    pthread_mutex_lock(&s->mu);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+int32_t cpu_enqueue(cpu_stream* s, cpu_op* op, const char* fn) {
+  pthread_mutex_lock(&s->mu);
+  while (s->tail - s->head == s->qcap) {
+    if (s->qcap >= CPU_QUEUE_MAX) {
+      s->space_waiters++;
+      pthread_cond_wait(&s->cv_space, &s->mu);
+      s->space_waiters--;
+      continue;
+    }
+    uint32_t ncap = s->qcap * 2;
+    cpu_op* nq = malloc(sizeof(cpu_op) * ncap);
+    if (!nq) {
+      pthread_mutex_unlock(&s->mu);
+      op_abandon(op);
+      return bg_set_error(BG_ERR_OUT_OF_MEMORY, "%s: out of host memory for the stream queue", fn);
+    }
+    for (uint64_t i = s->head; i < s->tail; i++) nq[i & (ncap - 1)] = s->q[i & (s->qcap - 1)];
+    free(s->q);
+    s->q = nq;
+    s->qcap = ncap;
+  }
+  s->q[s->tail & (s->qcap - 1)] = *op;
+  s->tail++;
+  atomic_fetch_add_explicit(&s->enqueued, 1, memory_order_release);
+  if (s->sleeping) pthread_cond_signal(&s->cv_work);
+  pthread_mutex_unlock(&s->mu);
+  return BG_OK;
+}
+
+int32_t cpu_submit_op(cpu_stream* s, cpu_op* op, const char* fn) {
+  if (atomic_load_explicit(&s->cap, memory_order_acquire)) {
+    int handled = 0;
+    int32_t rc = cpu_capture_add(s, op, fn, &handled);
+    if (handled) return rc;
+  }
+  return cpu_enqueue(s, op, fn);
+}
+
+void cpu_stream_wait_idle(cpu_stream* s) {
+  uint64_t target = atomic_load(&s->enqueued);
+  if (atomic_load(&s->completed) >= target) return;
+  uint64_t t0 = bg_now_ns();
+  for (unsigned i = 1; atomic_load(&s->completed) < target; i++) {
+    if ((i & 7) == 0) sched_yield(); else cpu_relax();
+    if ((i & 31) == 0 && bg_now_ns() - t0 > CPU_SYNC_SPIN_NS) break;
+  }
+  if (atomic_load(&s->completed) >= target) return;
+  pthread_mutex_lock(&s->mu);
+  atomic_fetch_add(&s->waiters, 1);
+  while (atomic_load(&s->completed) < target) pthread_cond_wait(&s->cv_done, &s->mu);
+  atomic_fetch_sub(&s->waiters, 1);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- streams ------------------------------------------------------------------------------- */
+int32_t cpu_stream_new(cpu_device* d, uint32_t flags, int32_t prio, cpu_stream** out) {
+  cpu_stream* s = calloc(1, sizeof *s);
+  if (!s) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_stream_create: out of host memory");
+  s->qcap = 64;
+  s->q = malloc(sizeof(cpu_op) * s->qcap);
+  if (!s->q || posix_memalign(&s->scratch, 64, CPU_MAX_SHARED)) {
+    free(s->q);
+    free(s);
+    return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_stream_create: out of host memory");
+  }
+  bg_obj_init(s, BG_KIND_STREAM, &d->base);
+  s->dev = d;
+  s->flags = flags;
+  s->prio = prio;
+  atomic_init(&s->enqueued, 0);
+  atomic_init(&s->completed, 0);
+  atomic_init(&s->waiters, 0);
+  atomic_init(&s->cap, NULL);
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv_work, NULL);
+  pthread_cond_init(&s->cv_done, NULL);
+  pthread_cond_init(&s->cv_space, NULL);
+  int err = pthread_create(&s->thread, NULL, worker_main, s);
+  if (err) {
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv_work);
+    pthread_cond_destroy(&s->cv_done);
+    pthread_cond_destroy(&s->cv_space);
+    bg_obj_kill(s);
+    free(s->q);
+    free(s->scratch);
+    free(s);
+    return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_stream_create: cannot start a worker thread (%s)",
+                        strerror(err));
+  }
+  s->thread_ok = 1;
+  *out = s;
+  return BG_OK;
+}
+
+void cpu_stream_free(cpu_stream* s) {
+  if (!s) return;
+  cpu_capture_stream_gone(s);
+  bg_obj_kill(s);
+  if (s->thread_ok) {
+    cpu_stream_wait_idle(s);
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_signal(&s->cv_work);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+  }
+  /* nothing is left queued, but be thorough */
+  for (uint64_t i = s->head; i < s->tail; i++) cpu_op_release(&s->q[i & (s->qcap - 1)]);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv_work);
+  pthread_cond_destroy(&s->cv_done);
+  pthread_cond_destroy(&s->cv_space);
+  free(s->q);
+  free(s->D);
+  free(s->scratch);
+  free(s);
+}
+
+int32_t cpu_stream_create(bg_device* dev, uint32_t flags, int32_t prio, void** out) {
+  cpu_device* d = (cpu_device*)dev;
+  cpu_stream* s = NULL;
+  int32_t rc = cpu_stream_new(d, flags, prio, &s);
+  if (rc) return rc;
+  pthread_mutex_lock(&d->streams_mu);
+  s->next = d->streams;
+  if (d->streams) d->streams->prev = s;
+  d->streams = s;
+  pthread_mutex_unlock(&d->streams_mu);
+  *out = s;
+  return BG_OK;
+}
+
+int32_t cpu_stream_destroy(void* sv) {
+  cpu_stream* s = sv;
+  cpu_device* d = s->dev;
+  if (s->thread_ok && pthread_equal(s->thread, pthread_self()))
+    return bg_set_error(BG_ERR_ILLEGAL_STATE,
+                        "bg_stream_destroy: called from the stream's own host function");
+  pthread_mutex_lock(&d->streams_mu);
+  if (s->prev) s->prev->next = s->next;
+  else d->streams = s->next;
+  if (s->next) s->next->prev = s->prev;
+  pthread_mutex_unlock(&d->streams_mu);
+  cpu_stream_free(s);
+  return BG_OK;
+}
+
+int32_t cpu_stream_synchronize(void* sv) {
+  cpu_stream* s = sv;
+  int32_t rc = cpu_capture_guard_stream(s, "bg_stream_synchronize");
+  if (rc) return rc;
+  if (s->thread_ok && pthread_equal(s->thread, pthread_self()))
+    return bg_set_error(BG_ERR_ILLEGAL_STATE,
+                        "bg_stream_synchronize: called from the stream's own host function");
+  cpu_stream_wait_idle(s);
+  return BG_OK;
+}
+
+int32_t cpu_stream_query(void* sv) {
+  cpu_stream* s = sv;
+  int32_t rc = cpu_capture_guard_stream(s, "bg_stream_query");
+  if (rc) return rc;
+  if (atomic_load(&s->completed) >= atomic_load(&s->enqueued)) return BG_OK;
+  return bg_set_error(BG_ERR_NOT_READY, "bg_stream_query: work is still queued");
+}
+
+int32_t cpu_memcpy_htod_async(void* s, bg_devptr dst, const void* src, uint64_t n) {
+  cpu_op op = {.kind = OP_COPY};
+  op.u.cp.dst = (void*)(uintptr_t)dst;
+  op.u.cp.src = src;
+  op.u.cp.n = n;
+  return cpu_submit_op(s, &op, "bg_memcpy_htod_async");
+}
+
+int32_t cpu_memcpy_dtoh_async(void* s, void* dst, bg_devptr src, uint64_t n) {
+  cpu_op op = {.kind = OP_COPY};
+  op.u.cp.dst = dst;
+  op.u.cp.src = (const void*)(uintptr_t)src;
+  op.u.cp.n = n;
+  return cpu_submit_op(s, &op, "bg_memcpy_dtoh_async");
+}
+
+int32_t cpu_memcpy_dtod_async(void* s, bg_devptr dst, bg_devptr src, uint64_t n) {
+  cpu_op op = {.kind = OP_COPY};
+  op.u.cp.dst = (void*)(uintptr_t)dst;
+  op.u.cp.src = (const void*)(uintptr_t)src;
+  op.u.cp.n = n;
+  return cpu_submit_op(s, &op, "bg_memcpy_dtod_async");
+}
+
+int32_t cpu_memset_async(void* s, bg_devptr dst, uint32_t pattern, uint32_t esz, uint64_t count) {
+  cpu_op op = {.kind = OP_MEMSET};
+  op.u.ms.dst = (void*)(uintptr_t)dst;
+  op.u.ms.pattern = pattern;
+  op.u.ms.esz = esz;
+  op.u.ms.count = count;
+  return cpu_submit_op(s, &op, "bg_memset_async");
+}
+
+int32_t cpu_launch_host_func(void* s, bg_host_fn fn, void* user) {
+  cpu_op op = {.kind = OP_HOST};
+  op.u.hf.fn = fn;
+  op.u.hf.user = user;
+  return cpu_submit_op(s, &op, "bg_launch_host_func");
+}
+
+/* ---- events ---------------------------------------------------------------------------------- */
+void cpu_event_retain(cpu_event* e) { atomic_fetch_add(&e->refs, 1); }
+
+void cpu_event_release(cpu_event* e) {
+  if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1) return;
+  pthread_mutex_destroy(&e->mu);
+  pthread_cond_destroy(&e->cv);
+  free(e->capdeps);
+  free(e);
+}
+
+void cpu_event_complete(cpu_event* e, uint64_t seq) {
+  pthread_mutex_lock(&e->mu);
+  if (seq > atomic_load(&e->done_seq)) {
+    e->ts_ns = bg_now_ns();
+    atomic_store_explicit(&e->done_seq, seq, memory_order_release);
+  }
+  if (atomic_load(&e->waiters) > 0) pthread_cond_broadcast(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+}
+
+void cpu_event_wait_seq(cpu_event* e, uint64_t seq) {
+  if (atomic_load_explicit(&e->done_seq, memory_order_acquire) >= seq) return;
+  uint64_t t0 = bg_now_ns();
+  for (unsigned i = 1; atomic_load_explicit(&e->done_seq, memory_order_acquire) < seq; i++) {
+    if ((i & 7) == 0) sched_yield(); else cpu_relax();
+    if ((i & 31) == 0 && bg_now_ns() - t0 > CPU_SYNC_SPIN_NS) break;
+  }
+  if (atomic_load_explicit(&e->done_seq, memory_order_acquire) >= seq) return;
+  pthread_mutex_lock(&e->mu);
+  atomic_fetch_add(&e->waiters, 1);
+  while (atomic_load(&e->done_seq) < seq) pthread_cond_wait(&e->cv, &e->mu);
+  atomic_fetch_sub(&e->waiters, 1);
+  pthread_mutex_unlock(&e->mu);
+}
+
+int32_t cpu_event_create(bg_device* dev, uint32_t flags, void** out) {
+  cpu_event* e = calloc(1, sizeof *e);
+  if (!e) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_event_create: out of host memory");
+  bg_obj_init(e, BG_KIND_EVENT, dev);
+  e->dev = (cpu_device*)dev;
+  e->flags = flags;
+  atomic_init(&e->refs, 1);
+  atomic_init(&e->rec_seq, 0);
+  atomic_init(&e->done_seq, 0);
+  atomic_init(&e->waiters, 0);
+  atomic_init(&e->cap_id, 0);
+  pthread_mutex_init(&e->mu, NULL);
+  pthread_cond_init(&e->cv, NULL);
+  *out = e;
+  return BG_OK;
+}
+
+int32_t cpu_event_destroy(void* ev) {
+  cpu_event* e = ev;
+  bg_obj_kill(e);
+  cpu_event_release(e);
+  return BG_OK;
+}
+
+int32_t cpu_event_record(void* ev, void* sv) {
+  cpu_event* e = ev;
+  cpu_stream* s = sv;
+  if (atomic_load_explicit(&s->cap, memory_order_acquire)) {
+    int handled = 0;
+    int32_t rc = cpu_capture_record(s, e, &handled);
+    if (handled) return rc;
+  }
+  cpu_op op = {.kind = OP_RECORD};
+  uint64_t seq = atomic_fetch_add(&e->rec_seq, 1) + 1;
+  atomic_store(&e->cap_id, 0);
+  cpu_event_retain(e);
+  op.u.ev.e = e;
+  op.u.ev.seq = seq;
+  return cpu_enqueue(s, &op, "bg_event_record");
+}
+
+int32_t cpu_stream_wait_event(void* sv, void* ev) {
+  cpu_stream* s = sv;
+  cpu_event* e = ev;
+  if (atomic_load(&e->cap_id) || atomic_load_explicit(&s->cap, memory_order_acquire)) {
+    int handled = 0;
+    int32_t rc = cpu_capture_wait(s, e, &handled);
+    if (handled) return rc;
+  }
+  uint64_t seq = atomic_load(&e->rec_seq);
+  if (seq == 0 || atomic_load(&e->done_seq) >= seq) return BG_OK; /* nothing to wait for */
+  cpu_op op = {.kind = OP_WAIT};
+  cpu_event_retain(e);
+  op.u.ev.e = e;
+  op.u.ev.seq = seq;
+  return cpu_enqueue(s, &op, "bg_stream_wait_event");
+}
+
+int32_t cpu_event_query(void* ev) {
+  cpu_event* e = ev;
+  int32_t rc = cpu_capture_guard_event(e, "bg_event_query");
+  if (rc) return rc;
+  if (atomic_load(&e->done_seq) >= atomic_load(&e->rec_seq)) return BG_OK;
+  return bg_set_error(BG_ERR_NOT_READY, "bg_event_query: the event's record is not reached yet");
+}
+
+int32_t cpu_event_synchronize(void* ev) {
+  cpu_event* e = ev;
+  int32_t rc = cpu_capture_guard_event(e, "bg_event_synchronize");
+  if (rc) return rc;
+  cpu_event_wait_seq(e, atomic_load(&e->rec_seq));
+  return BG_OK;
+}
+
+int32_t cpu_event_elapsed(float* ms, void* av, void* bv) {
+  cpu_event* a = av;
+  cpu_event* b = bv;
+  if ((a->flags | b->flags) & BG_EVENT_DISABLE_TIMING)
+    return bg_set_error(BG_ERR_INVALID_HANDLE,
+                        "bg_event_elapsed: an event was created with BG_EVENT_DISABLE_TIMING");
+  uint64_t ra = atomic_load(&a->rec_seq), rb = atomic_load(&b->rec_seq);
+  if (!ra || !rb)
+    return bg_set_error(BG_ERR_INVALID_HANDLE, "bg_event_elapsed: an event was never recorded");
+  if (atomic_load(&a->done_seq) < ra || atomic_load(&b->done_seq) < rb)
+    return bg_set_error(BG_ERR_NOT_READY, "bg_event_elapsed: an event is not complete yet");
+  pthread_mutex_lock(&a->mu);
+  uint64_t ta = a->ts_ns;
+  pthread_mutex_unlock(&a->mu);
+  pthread_mutex_lock(&b->mu);
+  uint64_t tb = b->ts_ns;
+  pthread_mutex_unlock(&b->mu);
+  *ms = (float)((double)((int64_t)(tb - ta)) / 1e6);
+  return BG_OK;
+}
