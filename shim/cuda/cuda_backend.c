@@ -1,0 +1,1378 @@
+/*
+ * cuda_backend.c: the CUDA backend of libbungpu, a thin mapping of bg_ops onto the CUDA driver
+ * API, loaded at run time with dlopen (libcuda) and, on first compile, NVRTC (libnvrtc).
+ *
+ * Choices:
+ *  - Context: each device retains its primary context at open and releases it at close. Every
+ *    entry that touches the driver first makes that context current on the calling thread
+ *    (cuCtxGetCurrent, then cuCtxSetCurrent only when it differs), so calls may come from any
+ *    thread (Bun Workers). The thread keeps that context current afterwards.
+ *  - Default stream: the device's default stream object wraps the legacy NULL stream, so the
+ *    synchronous copies and memsets (which run on the legacy stream) are ordered after the work
+ *    on it, and created streams without BG_STREAM_NON_BLOCKING synchronize with it, as in CUDA.
+ *  - Kernel nodes in capture order: while any capture begun through bg_stream_begin_capture is
+ *    live on the device, each bg_launch on a capturing stream asks cuStreamGetCaptureInfo for the
+ *    stream's dependency set, which right after a launch is exactly the new kernel node, and
+ *    appends it (with its argument count) to the capture record whose capture id matches. Records
+ *    are keyed by the driver's capture id, so launches on streams that joined the capture through
+ *    events (fork/join) land in the origin's record too. end_capture hands the list to the graph;
+ *    instantiate copies it and each node's CUDA_KERNEL_NODE_PARAMS into the exec. An exec keeps
+ *    its graph alive (the node handles belong to it), so bg_graph_destroy before the exec's end is
+ *    safe. Limitation: kernels that enter a capture other than through bg_launch (another
+ *    library's launches) are not numbered; launches from several threads into one capture are
+ *    numbered in the order their bg_launch calls recorded them.
+ *  - Commands: `submit` is NULL; the core issues them one by one through this table.
+ *  - Rings: cuMemHostAlloc(DEVICEMAP | PORTABLE), zeroed, and its device address.
+ */
+#include "../internal.h"
+#include "cuda_api.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the loaded driver ------------------------------------------------------------------------ */
+typedef struct cu_api {
+#define BGCU_FIELD(ret, name, params) PFN_bg_##name name;
+#define BGCU_FIELD_LEGACY(ret, name, params, real) PFN_bg_##name name;
+  BGCU_DRIVER_REQUIRED(BGCU_FIELD)
+  BGCU_DRIVER_OPTIONAL(BGCU_FIELD)
+  BGCU_DRIVER_LEGACY(BGCU_FIELD_LEGACY)
+#undef BGCU_FIELD
+#undef BGCU_FIELD_LEGACY
+} cu_api;
+
+typedef struct nvrtc_api {
+#define BGCU_FIELD(ret, name, params) PFN_bg_##name name;
+  BGNVRTC_FUNCS(BGCU_FIELD)
+#undef BGCU_FIELD
+} nvrtc_api;
+
+static cu_api cu;
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+static int load_state; /* 0: not tried, 1: loaded, -1: failed (and stays so) */
+static int32_t load_rc;
+static char load_msg[512];
+static char load_name[256];
+
+static nvrtc_api nv;
+static _Atomic int nvrtc_loaded;
+#if !defined(__APPLE__)
+static pthread_mutex_t nvrtc_lock = PTHREAD_MUTEX_INITIALIZER;
+#endif
+
+/* ---- errors ----------------------------------------------------------------------------------- */
+static int32_t map_cu(bgcu_result rc) {
+  switch ((int32_t)rc) {
+    /* bungpu.h shares these numbers with CUresult (proven in shim/test/cuda_decls_check.c). */
+    case BG_OK: case BG_ERR_INVALID_VALUE: case BG_ERR_OUT_OF_MEMORY: case BG_ERR_NOT_INITIALIZED:
+    case BG_ERR_DEINITIALIZED: case BG_ERR_NO_DEVICE: case BG_ERR_INVALID_DEVICE:
+    case BG_ERR_INVALID_IMAGE: case BG_ERR_INVALID_CONTEXT: case BG_ERR_INVALID_PTX:
+    case BG_ERR_INVALID_SOURCE: case BG_ERR_FILE_NOT_FOUND: case BG_ERR_INVALID_HANDLE:
+    case BG_ERR_ILLEGAL_STATE: case BG_ERR_NOT_FOUND: case BG_ERR_NOT_READY:
+    case BG_ERR_ILLEGAL_ADDRESS: case BG_ERR_LAUNCH_OUT_OF_RESOURCES: case BG_ERR_LAUNCH_TIMEOUT:
+    case BG_ERR_LAUNCH_FAILED: case BG_ERR_NOT_PERMITTED: case BG_ERR_NOT_SUPPORTED:
+    case BG_ERR_STREAM_CAPTURE_UNSUPPORTED: case BG_ERR_STREAM_CAPTURE_INVALIDATED:
+    case BG_ERR_STREAM_CAPTURE_MERGE: case BG_ERR_STREAM_CAPTURE_UNMATCHED:
+    case BG_ERR_STREAM_CAPTURE_UNJOINED: case BG_ERR_STREAM_CAPTURE_ISOLATION:
+    case BG_ERR_STREAM_CAPTURE_IMPLICIT: case BG_ERR_CAPTURED_EVENT:
+    case BG_ERR_STREAM_CAPTURE_WRONG_THREAD: case BG_ERR_UNKNOWN:
+      return (int32_t)rc;
+    default:
+      return BG_ERR_UNKNOWN;
+  }
+}
+
+static const char* cu_err_name(bgcu_result rc) {
+  const char* s = NULL;
+  if (cu.cuGetErrorName && cu.cuGetErrorName(rc, &s) == BGCUDA_SUCCESS && s) return s;
+  return "CUDA_ERROR_UNRECOGNIZED";
+}
+
+static const char* cu_err_text(bgcu_result rc) {
+  const char* s = NULL;
+  if (cu.cuGetErrorString && cu.cuGetErrorString(rc, &s) == BGCUDA_SUCCESS && s) return s;
+  return "no description";
+}
+
+/* The one place a failed driver call becomes a bg status and message. */
+static int32_t cu_fail(bgcu_result rc, const char* call) {
+  return bg_set_error(map_cu(rc), "%s: %s (%u): %s", call, cu_err_name(rc), rc, cu_err_text(rc));
+}
+
+static int32_t cu_fail_at(bgcu_result rc, const char* call, const char* what) {
+  return bg_set_error(map_cu(rc), "%s(%s): %s (%u): %s", call, what, cu_err_name(rc), rc,
+                      cu_err_text(rc));
+}
+
+/* CALL(cuFoo_v2, (args)): call the loaded entry point; on failure record and return its code. */
+#define CALL(fn, args)                                                                             \
+  do {                                                                                             \
+    bgcu_result rc_ = cu.fn args;                                                                  \
+    if (rc_ != BGCUDA_SUCCESS) return cu_fail(rc_, #fn);                                           \
+  } while (0)
+
+static void put_msg(char* msg, uint64_t cap, const char* text) {
+  if (msg && cap) snprintf(msg, (size_t)cap, "%s", text);
+}
+
+/* ---- loading libcuda --------------------------------------------------------------------------- */
+#if !defined(__APPLE__)
+/* dlsym into a function pointer without the object-to-function pointer cast ISO C lacks (POSIX
+ * guarantees the representations match). */
+#define LOAD_SYM(dst, h, name)                                                                     \
+  do {                                                                                             \
+    void* p_ = dlsym(h, name);                                                                     \
+    _Static_assert(sizeof(dst) == sizeof p_, "function pointers are pointer-sized");               \
+    memcpy(&(dst), &p_, sizeof p_);                                                                \
+  } while (0)
+
+static void* open_first(const char* const* names, size_t n, char* err, size_t cap,
+                        const char** opened) {
+  err[0] = 0;
+  for (size_t i = 0; i < n; i++) {
+    void* h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (h) {
+      *opened = names[i];
+      return h;
+    }
+    const char* e = dlerror();
+    if (!err[0] && e) snprintf(err, cap, "%s", e);
+  }
+  return NULL;
+}
+#endif
+
+static int32_t load_driver_locked(void) {
+#if defined(__APPLE__)
+  snprintf(load_msg, sizeof load_msg, "CUDA is not available on macOS");
+  return BG_ERR_BACKEND_UNAVAILABLE;
+#else
+  char err[256];
+  const char* opened = NULL;
+  void* h;
+  const char* env = getenv("BUNGPU_LIBCUDA");
+  if (env && *env) {
+    h = open_first(&env, 1, err, sizeof err, &opened);
+    if (!h) {
+      snprintf(load_msg, sizeof load_msg, "BUNGPU_LIBCUDA=%s could not be loaded (dlopen: %s)", env,
+               err);
+      return BG_ERR_BACKEND_UNAVAILABLE;
+    }
+  } else {
+    static const char* const names[] = {"libcuda.so.1", "libcuda.so"};
+    h = open_first(names, 2, err, sizeof err, &opened);
+    if (!h) {
+      snprintf(load_msg, sizeof load_msg,
+               "libcuda.so.1, libcuda.so not found (dlopen: %s); install the NVIDIA driver or set "
+               "BUNGPU_LIBCUDA to its path",
+               err);
+      return BG_ERR_BACKEND_UNAVAILABLE;
+    }
+  }
+  snprintf(load_name, sizeof load_name, "%s", opened);
+
+  const char* missing = NULL;
+#define BGCU_LOAD(ret, name, params)                                                               \
+  LOAD_SYM(cu.name, h, #name);                                                                     \
+  if (!cu.name && !missing) missing = #name;
+#define BGCU_LOAD_OPT(ret, name, params) LOAD_SYM(cu.name, h, #name);
+#define BGCU_LOAD_LEGACY(ret, name, params, real) LOAD_SYM(cu.name, h, #name);
+  BGCU_DRIVER_REQUIRED(BGCU_LOAD)
+  BGCU_DRIVER_OPTIONAL(BGCU_LOAD_OPT)
+  BGCU_DRIVER_LEGACY(BGCU_LOAD_LEGACY)
+#undef BGCU_LOAD
+#undef BGCU_LOAD_OPT
+#undef BGCU_LOAD_LEGACY
+  if (!missing && !cu.cuEventElapsedTime_v2 && !cu.cuEventElapsedTime) missing = "cuEventElapsedTime";
+  if (!missing && !cu.cuStreamGetCaptureInfo_v3 && !cu.cuStreamGetCaptureInfo_v2)
+    missing = "cuStreamGetCaptureInfo_v2";
+  if (missing) {
+    snprintf(load_msg, sizeof load_msg,
+             "%s lacks %s: not the CUDA driver, or one too old (bungpu needs CUDA 11.4 or newer)",
+             load_name, missing);
+    memset(&cu, 0, sizeof cu);
+    dlclose(h);
+    return BG_ERR_BACKEND_UNAVAILABLE;
+  }
+
+  bgcu_result rc = cu.cuInit(0);
+  if (rc != BGCUDA_SUCCESS) {
+    /* The library stays loaded: cuInit may have started threads. */
+    snprintf(load_msg, sizeof load_msg, "cuInit: %s (%u): %s (driver %s)", cu_err_name(rc), rc,
+             cu_err_text(rc), load_name);
+    return map_cu(rc);
+  }
+  return BG_OK;
+#endif
+}
+
+static int32_t load_driver(void) {
+  pthread_mutex_lock(&load_lock);
+  if (load_state == 0) {
+    load_rc = load_driver_locked();
+    load_state = load_rc == BG_OK ? 1 : -1;
+  }
+  int32_t rc = load_rc;
+  pthread_mutex_unlock(&load_lock);
+  return rc;
+}
+
+/* ---- loading NVRTC (on first use; a failure is not remembered, so BUNGPU_NVRTC may be set later) */
+static int32_t load_nvrtc(void) {
+  if (atomic_load_explicit(&nvrtc_loaded, memory_order_acquire)) return BG_OK;
+#if defined(__APPLE__)
+  return bg_set_error(BG_ERR_BACKEND_UNAVAILABLE, "NVRTC: CUDA is not available on macOS");
+#else
+  pthread_mutex_lock(&nvrtc_lock);
+  if (atomic_load_explicit(&nvrtc_loaded, memory_order_relaxed)) {
+    pthread_mutex_unlock(&nvrtc_lock);
+    return BG_OK;
+  }
+  const char* names[8];
+  size_t n = 0;
+  const char* env = getenv("BUNGPU_NVRTC");
+  if (env && *env) names[n++] = env;
+  names[n++] = "libnvrtc.so";
+  names[n++] = "libnvrtc.so.13";
+  names[n++] = "libnvrtc.so.12";
+  names[n++] = "libnvrtc.so.11.2";
+  names[n++] = "/usr/local/cuda/lib64/libnvrtc.so";
+  char err[256];
+  const char* opened = NULL;
+  void* h = open_first(names, n, err, sizeof err, &opened);
+  if (!h) {
+    pthread_mutex_unlock(&nvrtc_lock);
+    return bg_set_error(BG_ERR_BACKEND_UNAVAILABLE,
+                        "NVRTC not found: tried %s%s%slibnvrtc.so, libnvrtc.so.13, libnvrtc.so.12, "
+                        "libnvrtc.so.11.2, /usr/local/cuda/lib64/libnvrtc.so (dlopen: %s); set "
+                        "BUNGPU_NVRTC to the path of libnvrtc.so",
+                        env && *env ? "BUNGPU_NVRTC=" : "", env && *env ? env : "",
+                        env && *env ? ", " : "", err);
+  }
+  const char* missing = NULL;
+  nvrtc_api api;
+#define BGCU_LOAD(ret, name, params)                                                               \
+  LOAD_SYM(api.name, h, #name);                                                                    \
+  if (!api.name && !missing) missing = #name;
+  BGNVRTC_FUNCS(BGCU_LOAD)
+#undef BGCU_LOAD
+  if (missing) {
+    dlclose(h);
+    pthread_mutex_unlock(&nvrtc_lock);
+    return bg_set_error(BG_ERR_BACKEND_UNAVAILABLE,
+                        "%s lacks %s: NVRTC is too old (bungpu needs NVRTC 11.2 or newer)", opened,
+                        missing);
+  }
+  nv = api;
+  atomic_store_explicit(&nvrtc_loaded, 1, memory_order_release);
+  pthread_mutex_unlock(&nvrtc_lock);
+  return BG_OK;
+#endif
+}
+
+/* ---- objects ---------------------------------------------------------------------------------- */
+typedef struct cu_capture {
+  uint64_t id;                /* the driver's capture sequence id */
+  bgcu_graph_node* nodes;     /* kernel nodes in capture order */
+  uint32_t* nargs;            /* argument count of each */
+  uint32_t n, cap;
+  struct cu_capture* next;
+} cu_capture;
+
+typedef struct cu_device {
+  bg_device base; /* first: a cu_device* is a bg_device* */
+  bgcu_device cudev;
+  bgcu_context ctx;
+  int cc_major, cc_minor;
+  pthread_mutex_t cap_lock;
+  cu_capture* caps;     /* live captures begun through bg */
+  _Atomic int ncaps;    /* their count: launches skip the capture query when 0 */
+} cu_device;
+
+typedef struct cu_stream {
+  bg_obj h;
+  bgcu_stream s;        /* NULL: the legacy default stream */
+  cu_capture* cap;      /* the capture this stream began, until end_capture */
+} cu_stream;
+
+typedef struct cu_event {
+  bg_obj h;
+  bgcu_event e;
+} cu_event;
+
+typedef struct cu_kernel {
+  bg_obj h;
+  bgcu_function f;
+  struct cu_kernel* next;
+} cu_kernel;
+
+typedef struct cu_module {
+  bg_obj h;
+  bgcu_module m;
+  pthread_mutex_t lock;
+  cu_kernel* kernels; /* module-owned, freed at unload */
+} cu_module;
+
+typedef struct cu_graph {
+  bg_obj h;
+  bgcu_graph g;
+  _Atomic int refs;   /* the handle, plus one per exec instantiated from it */
+  uint32_t nk;        /* kernel nodes recorded during capture, in capture order */
+  bgcu_graph_node* knodes;
+  uint32_t* knargs;
+} cu_graph;
+
+typedef struct cu_exec {
+  bg_obj h;
+  bgcu_graph_exec x;
+  cu_graph* graph;
+  uint32_t nk;
+  bgcu_graph_node* knodes;
+  uint32_t* knargs;
+  bgcu_kernel_node_params* params; /* NULL when the driver lacks the kernel-node calls */
+} cu_exec;
+
+#define CUDEV(h) ((cu_device*)((bg_obj*)(h))->dev)
+
+static const bg_ops cu_ops;
+
+/* Make the device's primary context current on this thread. */
+static int32_t cu_enter(cu_device* d) {
+  bgcu_context cur = NULL;
+  if (cu.cuCtxGetCurrent(&cur) == BGCUDA_SUCCESS && cur == d->ctx) return BG_OK;
+  CALL(cuCtxSetCurrent, (d->ctx));
+  return BG_OK;
+}
+
+#define ENTER(d)                                                                                   \
+  do {                                                                                             \
+    int32_t e_ = cu_enter(d);                                                                      \
+    if (e_) return e_;                                                                             \
+  } while (0)
+
+/* ---- backend entry points --------------------------------------------------------------------- */
+static int32_t cu_probe(int32_t* count, char* msg, uint64_t cap) {
+  *count = 0;
+  int32_t rc = load_driver();
+  if (rc != BG_OK) {
+    put_msg(msg, cap, load_msg);
+    return rc;
+  }
+  int n = 0;
+  bgcu_result r = cu.cuDeviceGetCount(&n);
+  char text[512];
+  if (r != BGCUDA_SUCCESS) {
+    snprintf(text, sizeof text, "cuDeviceGetCount: %s (%u): %s", cu_err_name(r), r, cu_err_text(r));
+    put_msg(msg, cap, text);
+    return map_cu(r);
+  }
+  if (n <= 0) {
+    snprintf(text, sizeof text, "the CUDA driver (%s) reports no devices", load_name);
+    put_msg(msg, cap, text);
+    return BG_ERR_NO_DEVICE;
+  }
+  int v = 0;
+  cu.cuDriverGetVersion(&v);
+  snprintf(text, sizeof text, "%s: CUDA driver %d.%d, %d device(s)", load_name, v / 1000,
+           (v % 1000) / 10, n);
+  put_msg(msg, cap, text);
+  *count = n;
+  return BG_OK;
+}
+
+static int32_t cu_open(int32_t ordinal, bg_device** out) {
+  int32_t rc = load_driver();
+  if (rc != BG_OK) return bg_set_error(rc, "%s", load_msg);
+  cu_device* d = calloc(1, sizeof *d);
+  cu_stream* ds = calloc(1, sizeof *ds);
+  if (!d || !ds) {
+    free(d);
+    free(ds);
+    return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_device_open: out of host memory");
+  }
+  bgcu_result r = cu.cuDeviceGet(&d->cudev, ordinal);
+  if (r != BGCUDA_SUCCESS) {
+    rc = cu_fail(r, "cuDeviceGet");
+    goto fail;
+  }
+  r = cu.cuDevicePrimaryCtxRetain(&d->ctx, d->cudev);
+  if (r != BGCUDA_SUCCESS) {
+    rc = cu_fail(r, "cuDevicePrimaryCtxRetain");
+    goto fail;
+  }
+  r = cu.cuDeviceGetAttribute(&d->cc_major, BGCU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->cudev);
+  if (r == BGCUDA_SUCCESS)
+    r = cu.cuDeviceGetAttribute(&d->cc_minor, BGCU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                                d->cudev);
+  if (r != BGCUDA_SUCCESS) {
+    rc = cu_fail(r, "cuDeviceGetAttribute");
+    cu.cuDevicePrimaryCtxRelease_v2(d->cudev);
+    goto fail;
+  }
+  pthread_mutex_init(&d->cap_lock, NULL);
+  atomic_init(&d->ncaps, 0);
+  bg_obj_init(d, BG_KIND_DEVICE, &d->base);
+  d->base.ops = &cu_ops;
+  d->base.ordinal = ordinal;
+  d->base.backend = BG_BACKEND_CUDA;
+  bg_obj_init(ds, BG_KIND_STREAM, &d->base);
+  ds->s = NULL;
+  d->base.default_stream = ds;
+  *out = &d->base;
+  return BG_OK;
+fail:
+  free(d);
+  free(ds);
+  return rc;
+}
+
+const bg_backend bg_cuda_backend = {cu_probe, cu_open};
+
+/* ---- device ----------------------------------------------------------------------------------- */
+static void free_capture(cu_capture* c) {
+  if (!c) return;
+  free(c->nodes);
+  free(c->nargs);
+  free(c);
+}
+
+static int32_t cu_device_close(bg_device* dev) {
+  cu_device* d = (cu_device*)dev;
+  cu_stream* ds = dev->default_stream;
+  bg_obj_kill(ds);
+  free(ds);
+  pthread_mutex_lock(&d->cap_lock);
+  cu_capture* c = d->caps;
+  d->caps = NULL;
+  pthread_mutex_unlock(&d->cap_lock);
+  while (c) {
+    cu_capture* next = c->next;
+    free_capture(c);
+    c = next;
+  }
+  pthread_mutex_destroy(&d->cap_lock);
+  bgcu_result r = cu.cuDevicePrimaryCtxRelease_v2(d->cudev);
+  bg_obj_kill(d);
+  free(d);
+  if (r != BGCUDA_SUCCESS) return cu_fail(r, "cuDevicePrimaryCtxRelease_v2");
+  return BG_OK;
+}
+
+static int32_t cu_device_props(bg_device* dev, bg_device_props* out) {
+  cu_device* d = (cu_device*)dev;
+  CALL(cuDeviceGetName, (out->name, (int)sizeof out->name, d->cudev));
+  out->name[sizeof out->name - 1] = 0;
+  out->backend = BG_BACKEND_CUDA;
+  out->ordinal = dev->ordinal;
+  static const struct {
+    bgcu_enum attr;
+    size_t off;
+  } attrs[] = {
+      {BGCU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, offsetof(bg_device_props, compute_units)},
+      {BGCU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, offsetof(bg_device_props, cc_major)},
+      {BGCU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, offsetof(bg_device_props, cc_minor)},
+      {BGCU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, offsetof(bg_device_props, max_threads_per_block)},
+      {BGCU_DEVICE_ATTRIBUTE_WARP_SIZE, offsetof(bg_device_props, warp_size)},
+      {BGCU_DEVICE_ATTRIBUTE_INTEGRATED, offsetof(bg_device_props, unified_memory)},
+      {BGCU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, offsetof(bg_device_props, can_map_host_memory)},
+      {BGCU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS, offsetof(bg_device_props, concurrent_kernels)},
+      {BGCU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK,
+       offsetof(bg_device_props, max_shared_bytes_per_block)},
+  };
+  for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
+    int v = 0;
+    CALL(cuDeviceGetAttribute, (&v, attrs[i].attr, d->cudev));
+    int32_t v32 = v;
+    memcpy((char*)out + attrs[i].off, &v32, sizeof v32);
+  }
+  size_t total = 0;
+  CALL(cuDeviceTotalMem_v2, (&total, d->cudev));
+  out->total_mem = total;
+  return BG_OK;
+}
+
+static int32_t cu_device_mem_info(bg_device* dev, uint64_t* free_b, uint64_t* total_b) {
+  ENTER((cu_device*)dev);
+  size_t f = 0, t = 0;
+  CALL(cuMemGetInfo_v2, (&f, &t));
+  *free_b = f;
+  *total_b = t;
+  return BG_OK;
+}
+
+static int32_t cu_device_synchronize(bg_device* dev) {
+  ENTER((cu_device*)dev);
+  CALL(cuCtxSynchronize, ());
+  return BG_OK;
+}
+
+/* ---- memory ----------------------------------------------------------------------------------- */
+static int32_t cu_mem_alloc(bg_device* dev, uint64_t bytes, bg_devptr* out) {
+  ENTER((cu_device*)dev);
+  bgcu_deviceptr p = 0;
+  CALL(cuMemAlloc_v2, (&p, (size_t)bytes));
+  *out = p;
+  return BG_OK;
+}
+
+static int32_t cu_mem_free(bg_device* dev, bg_devptr p) {
+  ENTER((cu_device*)dev);
+  CALL(cuMemFree_v2, (p));
+  return BG_OK;
+}
+
+static int32_t cu_host_alloc(bg_device* dev, uint64_t bytes, uint32_t flags, void** host,
+                             bg_devptr* dptr) {
+  ENTER((cu_device*)dev);
+  unsigned int cf = 0;
+  if (flags & BG_HOST_ALLOC_MAPPED) cf |= BGCU_MEMHOSTALLOC_DEVICEMAP;
+  if (flags & BG_HOST_ALLOC_PORTABLE) cf |= BGCU_MEMHOSTALLOC_PORTABLE;
+  void* h = NULL;
+  CALL(cuMemHostAlloc, (&h, (size_t)bytes, cf));
+  bgcu_deviceptr p = 0;
+  if (flags & BG_HOST_ALLOC_MAPPED) {
+    bgcu_result r = cu.cuMemHostGetDevicePointer_v2(&p, h, 0);
+    if (r != BGCUDA_SUCCESS) {
+      int32_t rc = cu_fail(r, "cuMemHostGetDevicePointer_v2");
+      cu.cuMemFreeHost(h);
+      return rc;
+    }
+  }
+  *host = h;
+  *dptr = p;
+  return BG_OK;
+}
+
+static int32_t cu_host_free(bg_device* dev, void* host) {
+  ENTER((cu_device*)dev);
+  CALL(cuMemFreeHost, (host));
+  return BG_OK;
+}
+
+static int32_t cu_memcpy_htod(bg_device* dev, bg_devptr dst, const void* src, uint64_t n) {
+  ENTER((cu_device*)dev);
+  CALL(cuMemcpyHtoD_v2, (dst, src, (size_t)n));
+  return BG_OK;
+}
+
+static int32_t cu_memcpy_dtoh(bg_device* dev, void* dst, bg_devptr src, uint64_t n) {
+  ENTER((cu_device*)dev);
+  CALL(cuMemcpyDtoH_v2, (dst, src, (size_t)n));
+  return BG_OK;
+}
+
+static int32_t cu_memcpy_dtod(bg_device* dev, bg_devptr dst, bg_devptr src, uint64_t n) {
+  ENTER((cu_device*)dev);
+  CALL(cuMemcpyDtoD_v2, (dst, src, (size_t)n));
+  return BG_OK;
+}
+
+static int32_t cu_memset(bg_device* dev, bg_devptr dst, uint32_t pattern, uint32_t esz,
+                         uint64_t count) {
+  ENTER((cu_device*)dev);
+  switch (esz) {
+    case 1: CALL(cuMemsetD8_v2, (dst, (unsigned char)pattern, (size_t)count)); break;
+    case 2: CALL(cuMemsetD16_v2, (dst, (unsigned short)pattern, (size_t)count)); break;
+    default: CALL(cuMemsetD32_v2, (dst, pattern, (size_t)count)); break;
+  }
+  return BG_OK;
+}
+
+/* ---- streams ---------------------------------------------------------------------------------- */
+static int32_t cu_stream_create(bg_device* dev, uint32_t flags, int32_t prio, void** out) {
+  ENTER((cu_device*)dev);
+  cu_stream* s = calloc(1, sizeof *s);
+  if (!s) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_stream_create: out of host memory");
+  unsigned int cf = (flags & BG_STREAM_NON_BLOCKING) ? BGCU_STREAM_NON_BLOCKING : BGCU_STREAM_DEFAULT;
+  bgcu_result r = cu.cuStreamCreateWithPriority(&s->s, cf, prio);
+  if (r != BGCUDA_SUCCESS) {
+    free(s);
+    return cu_fail(r, "cuStreamCreateWithPriority");
+  }
+  bg_obj_init(s, BG_KIND_STREAM, dev);
+  *out = s;
+  return BG_OK;
+}
+
+static void detach_capture(cu_device* d, cu_capture* c) {
+  pthread_mutex_lock(&d->cap_lock);
+  for (cu_capture** p = &d->caps; *p; p = &(*p)->next)
+    if (*p == c) {
+      *p = c->next;
+      atomic_fetch_sub_explicit(&d->ncaps, 1, memory_order_relaxed);
+      break;
+    }
+  pthread_mutex_unlock(&d->cap_lock);
+}
+
+/* Waits for the stream's work (unless it is capturing, where waiting is illegal), then destroys
+ * it. The first error is returned; the stream is destroyed either way. */
+static int32_t cu_stream_destroy(void* sp) {
+  cu_stream* s = sp;
+  cu_device* d = CUDEV(s);
+  ENTER(d);
+  int32_t rc = BG_OK;
+  bgcu_enum st = BGCU_STREAM_CAPTURE_STATUS_NONE;
+  bgcu_result r = cu.cuStreamIsCapturing(s->s, &st);
+  if (r != BGCUDA_SUCCESS) rc = cu_fail(r, "cuStreamIsCapturing");
+  else if (st == BGCU_STREAM_CAPTURE_STATUS_NONE) {
+    r = cu.cuStreamSynchronize(s->s);
+    if (r != BGCUDA_SUCCESS) rc = cu_fail(r, "cuStreamSynchronize");
+  }
+  if (s->cap) {
+    detach_capture(d, s->cap);
+    free_capture(s->cap);
+    s->cap = NULL;
+  }
+  r = cu.cuStreamDestroy_v2(s->s);
+  if (r != BGCUDA_SUCCESS && rc == BG_OK) rc = cu_fail(r, "cuStreamDestroy_v2");
+  bg_obj_kill(s);
+  free(s);
+  return rc;
+}
+
+static int32_t cu_stream_synchronize(void* sp) {
+  cu_stream* s = sp;
+  ENTER(CUDEV(s));
+  CALL(cuStreamSynchronize, (s->s));
+  return BG_OK;
+}
+
+static int32_t cu_stream_query(void* sp) {
+  cu_stream* s = sp;
+  ENTER(CUDEV(s));
+  bgcu_result r = cu.cuStreamQuery(s->s);
+  if (r == BGCUDA_SUCCESS) return BG_OK;
+  if (r == BGCUDA_ERROR_NOT_READY)
+    return bg_set_error(BG_ERR_NOT_READY, "cuStreamQuery: CUDA_ERROR_NOT_READY (600)");
+  return cu_fail(r, "cuStreamQuery");
+}
+
+static int32_t cu_stream_wait_event(void* sp, void* ep) {
+  cu_stream* s = sp;
+  ENTER(CUDEV(s));
+  CALL(cuStreamWaitEvent, (s->s, ((cu_event*)ep)->e, 0));
+  return BG_OK;
+}
+
+static int32_t cu_memcpy_htod_async(void* sp, bg_devptr dst, const void* src, uint64_t n) {
+  cu_stream* s = sp;
+  ENTER(CUDEV(s));
+  CALL(cuMemcpyHtoDAsync_v2, (dst, src, (size_t)n, s->s));
+  return BG_OK;
+}
+
+static int32_t cu_memcpy_dtoh_async(void* sp, void* dst, bg_devptr src, uint64_t n) {
+  cu_stream* s = sp;
+  ENTER(CUDEV(s));
+  CALL(cuMemcpyDtoHAsync_v2, (dst, src, (size_t)n, s->s));
+  return BG_OK;
+}
+
+static int32_t cu_memcpy_dtod_async(void* sp, bg_devptr dst, bg_devptr src, uint64_t n) {
+  cu_stream* s = sp;
+  ENTER(CUDEV(s));
+  CALL(cuMemcpyDtoDAsync_v2, (dst, src, (size_t)n, s->s));
+  return BG_OK;
+}
+
+static int32_t cu_memset_async(void* sp, bg_devptr dst, uint32_t pattern, uint32_t esz,
+                               uint64_t count) {
+  cu_stream* s = sp;
+  ENTER(CUDEV(s));
+  switch (esz) {
+    case 1: CALL(cuMemsetD8Async, (dst, (unsigned char)pattern, (size_t)count, s->s)); break;
+    case 2: CALL(cuMemsetD16Async, (dst, (unsigned short)pattern, (size_t)count, s->s)); break;
+    default: CALL(cuMemsetD32Async, (dst, pattern, (size_t)count, s->s)); break;
+  }
+  return BG_OK;
+}
+
+static int32_t cu_launch_host_func(void* sp, bg_host_fn fn, void* user) {
+  cu_stream* s = sp;
+  ENTER(CUDEV(s));
+  CALL(cuLaunchHostFunc, (s->s, fn, user));
+  return BG_OK;
+}
+
+/* ---- events ----------------------------------------------------------------------------------- */
+static int32_t cu_event_create(bg_device* dev, uint32_t flags, void** out) {
+  ENTER((cu_device*)dev);
+  cu_event* e = calloc(1, sizeof *e);
+  if (!e) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_event_create: out of host memory");
+  unsigned int cf = BGCU_EVENT_DEFAULT;
+  if (flags & BG_EVENT_BLOCKING_SYNC) cf |= BGCU_EVENT_BLOCKING_SYNC;
+  if (flags & BG_EVENT_DISABLE_TIMING) cf |= BGCU_EVENT_DISABLE_TIMING;
+  bgcu_result r = cu.cuEventCreate(&e->e, cf);
+  if (r != BGCUDA_SUCCESS) {
+    free(e);
+    return cu_fail(r, "cuEventCreate");
+  }
+  bg_obj_init(e, BG_KIND_EVENT, dev);
+  *out = e;
+  return BG_OK;
+}
+
+static int32_t cu_event_destroy(void* ep) {
+  cu_event* e = ep;
+  ENTER(CUDEV(e));
+  bgcu_result r = cu.cuEventDestroy_v2(e->e);
+  bg_obj_kill(e);
+  free(e);
+  if (r != BGCUDA_SUCCESS) return cu_fail(r, "cuEventDestroy_v2");
+  return BG_OK;
+}
+
+static int32_t cu_event_record(void* ep, void* sp) {
+  cu_event* e = ep;
+  ENTER(CUDEV(e));
+  CALL(cuEventRecord, (e->e, ((cu_stream*)sp)->s));
+  return BG_OK;
+}
+
+static int32_t cu_event_query(void* ep) {
+  cu_event* e = ep;
+  ENTER(CUDEV(e));
+  bgcu_result r = cu.cuEventQuery(e->e);
+  if (r == BGCUDA_SUCCESS) return BG_OK;
+  if (r == BGCUDA_ERROR_NOT_READY)
+    return bg_set_error(BG_ERR_NOT_READY, "cuEventQuery: CUDA_ERROR_NOT_READY (600)");
+  return cu_fail(r, "cuEventQuery");
+}
+
+static int32_t cu_event_synchronize(void* ep) {
+  cu_event* e = ep;
+  ENTER(CUDEV(e));
+  CALL(cuEventSynchronize, (e->e));
+  return BG_OK;
+}
+
+static int32_t cu_event_elapsed(float* ms, void* a, void* b) {
+  ENTER(CUDEV(a));
+  bgcu_event ea = ((cu_event*)a)->e, eb = ((cu_event*)b)->e;
+  if (cu.cuEventElapsedTime_v2) CALL(cuEventElapsedTime_v2, (ms, ea, eb));
+  else CALL(cuEventElapsedTime, (ms, ea, eb));
+  return BG_OK;
+}
+
+/* ---- runtime compilation ---------------------------------------------------------------------- */
+static int32_t nvrtc_fail(bgnvrtc_result r, const char* call) {
+  int32_t code = r == BGNVRTC_ERROR_OUT_OF_MEMORY ? BG_ERR_OUT_OF_MEMORY
+                 : (r == BGNVRTC_ERROR_INVALID_INPUT || r == BGNVRTC_ERROR_INVALID_PROGRAM ||
+                    r == BGNVRTC_ERROR_INVALID_OPTION)
+                     ? BG_ERR_INVALID_VALUE
+                     : BG_ERR_UNKNOWN;
+  const char* name = nv.nvrtcGetErrorString(r);
+  return bg_set_error(code, "%s: %s (%u)", call, name ? name : "NVRTC_ERROR", r);
+}
+
+static int is_arch_option(const char* o) {
+  return strncmp(o, "--gpu-architecture", 18) == 0 || strncmp(o, "-arch", 5) == 0;
+}
+
+/* Length of the first few lines of a log, for the error message. */
+static int log_head(const char* log, size_t len) {
+  size_t i = 0;
+  int lines = 0;
+  while (i < len && i < 700) {
+    if (log[i] == '\n' && ++lines == 6) break;
+    i++;
+  }
+  while (i > 0 && (log[i - 1] == '\n' || log[i - 1] == '\r')) i--;
+  return (int)i;
+}
+
+static int32_t cu_rtc_compile(bg_device* dev, const char* src, const char* name,
+                              const char* options, int32_t want_cubin, void** out) {
+  cu_device* d = (cu_device*)dev;
+  int32_t rc = load_nvrtc();
+  if (rc != BG_OK) return rc;
+
+  /* Split the newline-separated options in place in a copy; add the device's architecture
+   * when the caller gave none. */
+  size_t olen = strlen(options), nopt = 2;
+  for (size_t i = 0; i < olen; i++) nopt += options[i] == '\n';
+  char* buf = malloc(olen + 1);
+  const char** argv = malloc(nopt * sizeof *argv);
+  if (!buf || !argv) {
+    free(buf);
+    free(argv);
+    return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_rtc_compile: out of host memory");
+  }
+  memcpy(buf, options, olen + 1);
+  int argc = 0, has_arch = 0;
+  for (char* p = buf; p && *p;) {
+    char* nl = strchr(p, '\n');
+    if (nl) *nl = 0;
+    char* end = p + strlen(p);
+    while (*p == ' ' || *p == '\t') p++;
+    while (end > p && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r')) *--end = 0;
+    if (*p) {
+      argv[argc++] = p;
+      has_arch |= is_arch_option(p);
+    }
+    p = nl ? nl + 1 : NULL;
+  }
+  char arch[64];
+  if (!has_arch) {
+    snprintf(arch, sizeof arch, "--gpu-architecture=%s_%d%d", want_cubin ? "sm" : "compute",
+             d->cc_major, d->cc_minor);
+    argv[argc++] = arch;
+  }
+
+  bgnvrtc_program prog = NULL;
+  char* log = NULL;
+  char* code = NULL;
+  bgnvrtc_result r = nv.nvrtcCreateProgram(&prog, src, name, 0, NULL, NULL);
+  if (r != BGNVRTC_SUCCESS) {
+    rc = nvrtc_fail(r, "nvrtcCreateProgram");
+    prog = NULL;
+    goto done;
+  }
+  bgnvrtc_result cr = nv.nvrtcCompileProgram(prog, argc, argv);
+  size_t log_size = 0;
+  r = nv.nvrtcGetProgramLogSize(prog, &log_size);
+  if (r != BGNVRTC_SUCCESS) {
+    rc = nvrtc_fail(r, "nvrtcGetProgramLogSize");
+    goto done;
+  }
+  log = malloc(log_size + 1);
+  if (!log) {
+    rc = bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_rtc_compile: out of host memory");
+    goto done;
+  }
+  log[0] = 0;
+  if (log_size) {
+    r = nv.nvrtcGetProgramLog(prog, log);
+    if (r != BGNVRTC_SUCCESS) {
+      rc = nvrtc_fail(r, "nvrtcGetProgramLog");
+      goto done;
+    }
+  }
+  log[log_size] = 0;
+  size_t log_len = strlen(log);
+
+  if (cr != BGNVRTC_SUCCESS) {
+    rc = bg_rtc_make(dev, "", 0, log, log_len, out);
+    if (rc != BG_OK) goto done;
+    const char* cname = nv.nvrtcGetErrorString(cr);
+    rc = bg_set_error(BG_ERR_COMPILE, "nvrtcCompileProgram(%s): %s (%u): %.*s", name,
+                      cname ? cname : "NVRTC_ERROR", cr, log_head(log, log_len), log);
+    goto done;
+  }
+
+  size_t code_size = 0;
+  r = want_cubin ? nv.nvrtcGetCUBINSize(prog, &code_size) : nv.nvrtcGetPTXSize(prog, &code_size);
+  if (r != BGNVRTC_SUCCESS) {
+    rc = nvrtc_fail(r, want_cubin ? "nvrtcGetCUBINSize" : "nvrtcGetPTXSize");
+    goto done;
+  }
+  code = malloc(code_size + 1);
+  if (!code) {
+    rc = bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_rtc_compile: out of host memory");
+    goto done;
+  }
+  r = want_cubin ? nv.nvrtcGetCUBIN(prog, code) : nv.nvrtcGetPTX(prog, code);
+  if (r != BGNVRTC_SUCCESS) {
+    rc = nvrtc_fail(r, want_cubin ? "nvrtcGetCUBIN" : "nvrtcGetPTX");
+    goto done;
+  }
+  /* PTX is text: its length leaves out the NUL that NVRTC counts (bg_rtc_make adds one back). */
+  if (!want_cubin && code_size && code[code_size - 1] == 0) code_size--;
+  rc = bg_rtc_make(dev, code, code_size, log, log_len, out);
+
+done:
+  if (prog) nv.nvrtcDestroyProgram(&prog);
+  free(code);
+  free(log);
+  free(argv);
+  free(buf);
+  return rc;
+}
+
+static int32_t cu_rtc_version(bg_device* dev, int32_t* major, int32_t* minor) {
+  (void)dev;
+  int32_t rc = load_nvrtc();
+  if (rc != BG_OK) return rc;
+  int a = 0, b = 0;
+  bgnvrtc_result r = nv.nvrtcVersion(&a, &b);
+  if (r != BGNVRTC_SUCCESS) return nvrtc_fail(r, "nvrtcVersion");
+  *major = a;
+  *minor = b;
+  return BG_OK;
+}
+
+/* ---- modules and kernels ---------------------------------------------------------------------- */
+static int32_t cu_module_load(bg_device* dev, int32_t kind, const void* data, uint64_t n,
+                              void** out) {
+  if (kind != BG_IMAGE_PTX && kind != BG_IMAGE_CUBIN)
+    return bg_set_error(BG_ERR_NOT_SUPPORTED,
+                        "bg_module_load: image kind %d cannot be loaded on the cuda backend (want "
+                        "BG_IMAGE_PTX or BG_IMAGE_CUBIN)",
+                        kind);
+  ENTER((cu_device*)dev);
+  cu_module* m = calloc(1, sizeof *m);
+  if (!m) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_module_load: out of host memory");
+  /* PTX must end in a NUL for the driver; copy it when the caller's bytes do not. */
+  const void* image = data;
+  char* copy = NULL;
+  if (kind == BG_IMAGE_PTX && n && ((const char*)data)[n - 1] != 0) {
+    copy = malloc((size_t)n + 1);
+    if (!copy) {
+      free(m);
+      return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_module_load: out of host memory");
+    }
+    memcpy(copy, data, (size_t)n);
+    copy[n] = 0;
+    image = copy;
+  }
+  char log[1024];
+  log[0] = 0;
+  bgcu_enum opts[2] = {BGCU_JIT_ERROR_LOG_BUFFER, BGCU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void* vals[2] = {log, (void*)(uintptr_t)sizeof log};
+  bgcu_result r = cu.cuModuleLoadDataEx(&m->m, image, 2, opts, vals);
+  free(copy);
+  if (r != BGCUDA_SUCCESS) {
+    free(m);
+    log[sizeof log - 1] = 0;
+    return bg_set_error(map_cu(r), "cuModuleLoadDataEx: %s (%u): %s%s%.*s", cu_err_name(r), r,
+                        cu_err_text(r), log[0] ? ": " : "", log_head(log, strlen(log)), log);
+  }
+  pthread_mutex_init(&m->lock, NULL);
+  bg_obj_init(m, BG_KIND_MODULE, dev);
+  *out = m;
+  return BG_OK;
+}
+
+static int32_t cu_module_unload(void* mp) {
+  cu_module* m = mp;
+  ENTER(CUDEV(m));
+  bgcu_result r = cu.cuModuleUnload(m->m);
+  for (cu_kernel* k = m->kernels; k;) {
+    cu_kernel* next = k->next;
+    bg_obj_kill(k);
+    free(k);
+    k = next;
+  }
+  pthread_mutex_destroy(&m->lock);
+  bg_obj_kill(m);
+  free(m);
+  if (r != BGCUDA_SUCCESS) return cu_fail(r, "cuModuleUnload");
+  return BG_OK;
+}
+
+static int32_t cu_module_get_kernel(void* mp, const char* name, void** out) {
+  cu_module* m = mp;
+  ENTER(CUDEV(m));
+  bgcu_function f = NULL;
+  bgcu_result r = cu.cuModuleGetFunction(&f, m->m, name);
+  if (r != BGCUDA_SUCCESS) return cu_fail_at(r, "cuModuleGetFunction", name);
+  pthread_mutex_lock(&m->lock);
+  cu_kernel* k = m->kernels;
+  while (k && k->f != f) k = k->next;
+  if (!k) {
+    k = calloc(1, sizeof *k);
+    if (!k) {
+      pthread_mutex_unlock(&m->lock);
+      return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_module_get_kernel: out of host memory");
+    }
+    k->f = f;
+    bg_obj_init(k, BG_KIND_KERNEL, m->h.dev);
+    k->next = m->kernels;
+    m->kernels = k;
+  }
+  pthread_mutex_unlock(&m->lock);
+  *out = k;
+  return BG_OK;
+}
+
+static int32_t cu_kernel_max_threads(void* kp, int32_t* out) {
+  cu_kernel* k = kp;
+  ENTER(CUDEV(k));
+  int v = 0;
+  CALL(cuFuncGetAttribute, (&v, BGCU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, k->f));
+  *out = v;
+  return BG_OK;
+}
+
+static bgcu_result capture_info(bgcu_stream s, bgcu_enum* st, uint64_t* id,
+                                const bgcu_graph_node** deps, size_t* nd, const char** call) {
+  if (cu.cuStreamGetCaptureInfo_v3) {
+    *call = "cuStreamGetCaptureInfo_v3";
+    return cu.cuStreamGetCaptureInfo_v3(s, st, id, NULL, deps, NULL, nd);
+  }
+  *call = "cuStreamGetCaptureInfo_v2";
+  return cu.cuStreamGetCaptureInfo_v2(s, st, id, NULL, deps, nd);
+}
+
+/* After a launch on a capturing stream: append the new kernel node to its capture's record. */
+static int32_t record_kernel_node(cu_device* d, cu_stream* s, uint32_t nargs) {
+  bgcu_enum st = BGCU_STREAM_CAPTURE_STATUS_NONE;
+  uint64_t id = 0;
+  const bgcu_graph_node* deps = NULL;
+  size_t nd = 0;
+  const char* call;
+  bgcu_result r = capture_info(s->s, &st, &id, &deps, &nd, &call);
+  if (r != BGCUDA_SUCCESS) return cu_fail(r, call);
+  if (st != BGCU_STREAM_CAPTURE_STATUS_ACTIVE || nd == 0 || !deps) return BG_OK;
+  int32_t rc = BG_OK;
+  pthread_mutex_lock(&d->cap_lock);
+  cu_capture* c = d->caps;
+  while (c && c->id != id) c = c->next;
+  if (c) {
+    if (c->n == c->cap) {
+      uint32_t ncap = c->cap ? c->cap * 2 : 16;
+      bgcu_graph_node* nn = realloc(c->nodes, ncap * sizeof *nn);
+      if (nn) c->nodes = nn;
+      uint32_t* na = nn ? realloc(c->nargs, ncap * sizeof *na) : NULL;
+      if (na) c->nargs = na;
+      if (nn && na) c->cap = ncap;
+      else rc = bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_launch: out of host memory recording a "
+                             "captured kernel node");
+    }
+    if (rc == BG_OK) {
+      c->nodes[c->n] = deps[0];
+      c->nargs[c->n] = nargs;
+      c->n++;
+    }
+  }
+  pthread_mutex_unlock(&d->cap_lock);
+  return rc;
+}
+
+static void fill_params(void** kp, const uint64_t* args, uint32_t nargs) {
+  for (uint32_t i = 0; i < nargs; i++) kp[i] = (void*)&args[i];
+}
+
+static int32_t cu_launch(void* kp, void* sp, const uint32_t grid[3], const uint32_t block[3],
+                         uint32_t shared, const uint64_t* args, uint32_t nargs) {
+  cu_kernel* k = kp;
+  cu_stream* s = sp;
+  cu_device* d = CUDEV(k);
+  ENTER(d);
+  void* params[256];
+  if (nargs > 256)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "bg_launch: %u arguments (max 256)", nargs);
+  fill_params(params, args, nargs);
+  CALL(cuLaunchKernel, (k->f, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared,
+                        s->s, nargs ? params : NULL, NULL));
+  if (s->s && atomic_load_explicit(&d->ncaps, memory_order_relaxed) > 0)
+    return record_kernel_node(d, s, nargs);
+  return BG_OK;
+}
+
+/* ---- capture and graphs ----------------------------------------------------------------------- */
+static int32_t cu_begin_capture(void* sp, int32_t mode) {
+  cu_stream* s = sp;
+  cu_device* d = CUDEV(s);
+  ENTER(d);
+  CALL(cuStreamBeginCapture_v2, (s->s, (bgcu_enum)mode));
+  bgcu_enum st = BGCU_STREAM_CAPTURE_STATUS_NONE;
+  uint64_t id = 0;
+  const bgcu_graph_node* deps = NULL;
+  size_t nd = 0;
+  const char* call;
+  int32_t rc = BG_OK;
+  cu_capture* c = calloc(1, sizeof *c);
+  bgcu_result r = capture_info(s->s, &st, &id, &deps, &nd, &call);
+  if (r != BGCUDA_SUCCESS) rc = cu_fail(r, call);
+  else if (!c) rc = bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_stream_begin_capture: out of host memory");
+  if (rc != BG_OK) {
+    /* Undo the capture so the stream is usable again. */
+    bgcu_graph g = NULL;
+    if (cu.cuStreamEndCapture(s->s, &g) == BGCUDA_SUCCESS && g) cu.cuGraphDestroy(g);
+    free(c);
+    return rc;
+  }
+  c->id = id;
+  pthread_mutex_lock(&d->cap_lock);
+  c->next = d->caps;
+  d->caps = c;
+  atomic_fetch_add_explicit(&d->ncaps, 1, memory_order_relaxed);
+  pthread_mutex_unlock(&d->cap_lock);
+  s->cap = c;
+  return BG_OK;
+}
+
+static int32_t cu_end_capture(void* sp, void** out) {
+  cu_stream* s = sp;
+  cu_device* d = CUDEV(s);
+  ENTER(d);
+  cu_capture* c = s->cap;
+  bgcu_graph g = NULL;
+  bgcu_result r = cu.cuStreamEndCapture(s->s, &g);
+  if (r != BGCUDA_SUCCESS) {
+    /* A capture that failed to end is over too (invalidated) unless this stream never began it. */
+    if (c) {
+      bgcu_enum st = BGCU_STREAM_CAPTURE_STATUS_NONE;
+      if (cu.cuStreamIsCapturing(s->s, &st) != BGCUDA_SUCCESS ||
+          st == BGCU_STREAM_CAPTURE_STATUS_NONE) {
+        detach_capture(d, c);
+        free_capture(c);
+        s->cap = NULL;
+      }
+    }
+    return cu_fail(r, "cuStreamEndCapture");
+  }
+  if (c) {
+    detach_capture(d, c);
+    s->cap = NULL;
+  }
+  cu_graph* gr = calloc(1, sizeof *gr);
+  if (!gr) {
+    free_capture(c);
+    if (g) cu.cuGraphDestroy(g);
+    return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_stream_end_capture: out of host memory");
+  }
+  gr->g = g;
+  atomic_init(&gr->refs, 1);
+  if (c) {
+    gr->nk = c->n;
+    gr->knodes = c->nodes;
+    gr->knargs = c->nargs;
+    free(c);
+  }
+  bg_obj_init(gr, BG_KIND_GRAPH, &d->base);
+  *out = gr;
+  return BG_OK;
+}
+
+static int32_t cu_capture_status(void* sp, int32_t* out) {
+  cu_stream* s = sp;
+  ENTER(CUDEV(s));
+  bgcu_enum st = BGCU_STREAM_CAPTURE_STATUS_NONE;
+  CALL(cuStreamIsCapturing, (s->s, &st));
+  *out = (int32_t)st;
+  return BG_OK;
+}
+
+static int32_t graph_unref(cu_graph* g) {
+  if (atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1) return BG_OK;
+  bgcu_result r = g->g ? cu.cuGraphDestroy(g->g) : BGCUDA_SUCCESS;
+  free(g->knodes);
+  free(g->knargs);
+  free(g);
+  if (r != BGCUDA_SUCCESS) return cu_fail(r, "cuGraphDestroy");
+  return BG_OK;
+}
+
+static int32_t cu_graph_destroy(void* gp) {
+  cu_graph* g = gp;
+  ENTER(CUDEV(g));
+  bg_obj_kill(g);
+  return graph_unref(g);
+}
+
+static int32_t cu_graph_node_count(void* gp, uint32_t* nodes, uint32_t* kernel_nodes) {
+  cu_graph* g = gp;
+  ENTER(CUDEV(g));
+  size_t n = 0;
+  CALL(cuGraphGetNodes, (g->g, NULL, &n));
+  *nodes = (uint32_t)n;
+  *kernel_nodes = 0;
+  if (!n) return BG_OK;
+  bgcu_graph_node* all = malloc(n * sizeof *all);
+  if (!all) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_graph_node_count: out of host memory");
+  bgcu_result r = cu.cuGraphGetNodes(g->g, all, &n);
+  uint32_t k = 0;
+  for (size_t i = 0; r == BGCUDA_SUCCESS && i < n; i++) {
+    bgcu_enum t = 0;
+    r = cu.cuGraphNodeGetType(all[i], &t);
+    if (r == BGCUDA_SUCCESS && t == BGCU_GRAPH_NODE_TYPE_KERNEL) k++;
+  }
+  free(all);
+  if (r != BGCUDA_SUCCESS) return cu_fail(r, "cuGraphGetNodes/cuGraphNodeGetType");
+  *nodes = (uint32_t)n;
+  *kernel_nodes = k;
+  return BG_OK;
+}
+
+static int32_t exec_free(cu_exec* x) {
+  bgcu_result r = x->x ? cu.cuGraphExecDestroy(x->x) : BGCUDA_SUCCESS;
+  int32_t rc = r != BGCUDA_SUCCESS ? cu_fail(r, "cuGraphExecDestroy") : BG_OK;
+  if (x->graph) {
+    int32_t grc = graph_unref(x->graph);
+    if (rc == BG_OK) rc = grc;
+  }
+  free(x->knodes);
+  free(x->knargs);
+  free(x->params);
+  free(x);
+  return rc;
+}
+
+static int32_t cu_graph_instantiate(void* gp, void** out) {
+  cu_graph* g = gp;
+  ENTER(CUDEV(g));
+  cu_exec* x = calloc(1, sizeof *x);
+  if (!x) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_graph_instantiate: out of host memory");
+  bgcu_result r = cu.cuGraphInstantiateWithFlags(&x->x, g->g, 0);
+  if (r != BGCUDA_SUCCESS) {
+    free(x);
+    return cu_fail(r, "cuGraphInstantiateWithFlags");
+  }
+  atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
+  x->graph = g;
+  int32_t rc = BG_OK;
+  if (g->nk) {
+    x->knodes = malloc(g->nk * sizeof *x->knodes);
+    x->knargs = malloc(g->nk * sizeof *x->knargs);
+    if (!x->knodes || !x->knargs) {
+      exec_free(x);
+      return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_graph_instantiate: out of host memory");
+    }
+    memcpy(x->knodes, g->knodes, g->nk * sizeof *x->knodes);
+    memcpy(x->knargs, g->knargs, g->nk * sizeof *x->knargs);
+    x->nk = g->nk;
+    if (cu.cuGraphKernelNodeGetParams_v2) {
+      x->params = calloc(g->nk, sizeof *x->params);
+      if (!x->params) {
+        exec_free(x);
+        return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_graph_instantiate: out of host memory");
+      }
+      for (uint32_t i = 0; i < g->nk; i++) {
+        r = cu.cuGraphKernelNodeGetParams_v2(x->knodes[i], &x->params[i]);
+        if (r != BGCUDA_SUCCESS) {
+          rc = cu_fail(r, "cuGraphKernelNodeGetParams_v2");
+          exec_free(x);
+          return rc;
+        }
+        /* The driver's kernelParams pointer is not ours to keep. */
+        x->params[i].kernelParams = NULL;
+        x->params[i].extra = NULL;
+      }
+    }
+  }
+  bg_obj_init(x, BG_KIND_EXEC, g->h.dev);
+  *out = x;
+  return BG_OK;
+}
+
+static int32_t cu_graph_exec_destroy(void* xp) {
+  cu_exec* x = xp;
+  ENTER(CUDEV(x));
+  bg_obj_kill(x);
+  return exec_free(x);
+}
+
+static int32_t cu_graph_upload(void* xp, void* sp) {
+  ENTER(CUDEV(xp));
+  CALL(cuGraphUpload, (((cu_exec*)xp)->x, ((cu_stream*)sp)->s));
+  return BG_OK;
+}
+
+static int32_t cu_graph_launch(void* xp, void* sp) {
+  ENTER(CUDEV(xp));
+  CALL(cuGraphLaunch, (((cu_exec*)xp)->x, ((cu_stream*)sp)->s));
+  return BG_OK;
+}
+
+static int32_t cu_graph_exec_set_kernel_args(void* xp, uint32_t index, const uint64_t* args,
+                                             uint32_t nargs) {
+  cu_exec* x = xp;
+  if (index >= x->nk)
+    return bg_set_error(BG_ERR_INVALID_VALUE,
+                        "bg_graph_exec_set_kernel_args: no kernel node %u (the graph has %u "
+                        "captured through bg_launch)",
+                        index, x->nk);
+  if (nargs != x->knargs[index])
+    return bg_set_error(BG_ERR_INVALID_VALUE,
+                        "bg_graph_exec_set_kernel_args: kernel node %u was launched with %u "
+                        "arguments, got %u",
+                        index, x->knargs[index], nargs);
+  if (!x->params || !cu.cuGraphExecKernelNodeSetParams_v2)
+    return bg_set_error(BG_ERR_NOT_SUPPORTED,
+                        "bg_graph_exec_set_kernel_args: the CUDA driver lacks "
+                        "cuGraphExecKernelNodeSetParams_v2 (CUDA 12.0 or newer)");
+  ENTER(CUDEV(x));
+  void* params[256];
+  if (nargs > 256)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "bg_graph_exec_set_kernel_args: %u arguments", nargs);
+  fill_params(params, args, nargs);
+  bgcu_kernel_node_params p = x->params[index];
+  p.kernelParams = nargs ? params : NULL;
+  p.extra = NULL;
+  CALL(cuGraphExecKernelNodeSetParams_v2, (x->x, x->knodes[index], &p));
+  return BG_OK;
+}
+
+/* ---- rings ------------------------------------------------------------------------------------ */
+static int32_t cu_ring_alloc(bg_device* dev, uint64_t bytes, void** host, bg_devptr* dptr) {
+  ENTER((cu_device*)dev);
+  void* h = NULL;
+  CALL(cuMemHostAlloc, (&h, (size_t)bytes, BGCU_MEMHOSTALLOC_DEVICEMAP | BGCU_MEMHOSTALLOC_PORTABLE));
+  bgcu_deviceptr p = 0;
+  bgcu_result r = cu.cuMemHostGetDevicePointer_v2(&p, h, 0);
+  if (r != BGCUDA_SUCCESS) {
+    int32_t rc = cu_fail(r, "cuMemHostGetDevicePointer_v2");
+    cu.cuMemFreeHost(h);
+    return rc;
+  }
+  memset(h, 0, (size_t)bytes);
+  *host = h;
+  *dptr = p;
+  return BG_OK;
+}
+
+static int32_t cu_ring_free(bg_device* dev, void* host) {
+  ENTER((cu_device*)dev);
+  CALL(cuMemFreeHost, (host));
+  return BG_OK;
+}
+
+/* ---- the table -------------------------------------------------------------------------------- */
+static const bg_ops cu_ops = {
+    .name = "cuda",
+    .device_close = cu_device_close,
+    .device_props = cu_device_props,
+    .device_mem_info = cu_device_mem_info,
+    .device_synchronize = cu_device_synchronize,
+    .mem_alloc = cu_mem_alloc,
+    .mem_free = cu_mem_free,
+    .host_alloc = cu_host_alloc,
+    .host_free = cu_host_free,
+    .memcpy_htod = cu_memcpy_htod,
+    .memcpy_dtoh = cu_memcpy_dtoh,
+    .memcpy_dtod = cu_memcpy_dtod,
+    .memset = cu_memset,
+    .stream_create = cu_stream_create,
+    .stream_destroy = cu_stream_destroy,
+    .stream_synchronize = cu_stream_synchronize,
+    .stream_query = cu_stream_query,
+    .stream_wait_event = cu_stream_wait_event,
+    .memcpy_htod_async = cu_memcpy_htod_async,
+    .memcpy_dtoh_async = cu_memcpy_dtoh_async,
+    .memcpy_dtod_async = cu_memcpy_dtod_async,
+    .memset_async = cu_memset_async,
+    .launch_host_func = cu_launch_host_func,
+    .event_create = cu_event_create,
+    .event_destroy = cu_event_destroy,
+    .event_record = cu_event_record,
+    .event_query = cu_event_query,
+    .event_synchronize = cu_event_synchronize,
+    .event_elapsed = cu_event_elapsed,
+    .rtc_compile = cu_rtc_compile,
+    .rtc_version = cu_rtc_version,
+    .module_load = cu_module_load,
+    .module_unload = cu_module_unload,
+    .module_get_kernel = cu_module_get_kernel,
+    .kernel_max_threads = cu_kernel_max_threads,
+    .launch = cu_launch,
+    .begin_capture = cu_begin_capture,
+    .end_capture = cu_end_capture,
+    .capture_status = cu_capture_status,
+    .graph_destroy = cu_graph_destroy,
+    .graph_node_count = cu_graph_node_count,
+    .graph_instantiate = cu_graph_instantiate,
+    .graph_exec_destroy = cu_graph_exec_destroy,
+    .graph_upload = cu_graph_upload,
+    .graph_launch = cu_graph_launch,
+    .graph_exec_set_kernel_args = cu_graph_exec_set_kernel_args,
+    .submit = NULL,
+    .ring_alloc = cu_ring_alloc,
+    .ring_free = cu_ring_free,
+};

@@ -1,0 +1,162 @@
+/*
+ * cuda_decls_check.c: proves shim/cuda/cuda_api.h against the real CUDA headers. It is never
+ * linked; it only has to compile:
+ *
+ *   gcc -std=c11 -fsyntax-only -I/usr/local/cuda/include -Ishim shim/test/cuda_decls_check.c
+ *
+ * A wrong parameter type, a wrong return type, a missing or extra parameter, a wrong exported
+ * symbol name (one cuda.h does not declare), a wrong constant or a wrong struct layout fails the
+ * build with the name of the offending declaration. nvrtc.h is checked when it can be found (the
+ * NVRTC headers ship in a separate package: add its include folder with another -I); without
+ * it the NVRTC part is skipped, and BG_REQUIRE_NVRTC_H turns that into an error.
+ */
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <stddef.h>
+
+#if defined(__has_include)
+#if __has_include(<nvrtc.h>)
+#include <nvrtc.h>
+#define BG_HAVE_NVRTC_H 1
+#endif
+#endif
+#if !defined(BG_HAVE_NVRTC_H) && defined(BG_REQUIRE_NVRTC_H)
+#error "nvrtc.h not found: add the NVRTC include folder with -I"
+#endif
+
+/* Compare the kernel-node PFNs with the real struct in place; the struct itself is proven below. */
+#define BGCU_KNP CUDA_KERNEL_NODE_PARAMS_v2
+#include "cuda/cuda_api.h"
+#include "bungpu.h"
+
+#define SAME(a, b) __builtin_types_compatible_p(a, b)
+
+/* ---- entry points: the real declaration of each exported symbol has our PFN's type ----------- */
+/* The stringified name is the one dlsym looks up: if cuda.h maps it to another (cuMemAlloc ->
+ * cuMemAlloc_v2), the backend would load the old entry point, so the name must expand to itself. */
+#define BG_XSTR(x) BG_STR(x)
+#define BG_STR(x) #x
+#define CHECK_FN(ret, name, params)                                                                \
+  _Static_assert(SAME(__typeof__(&name), PFN_bg_##name), "signature of " #name);                   \
+  _Static_assert(sizeof(#name) == sizeof(BG_XSTR(name)), #name " is a macro in cuda.h: use the "  \
+                 "exported name it maps to");
+BGCU_DRIVER_REQUIRED(CHECK_FN)
+BGCU_DRIVER_OPTIONAL(CHECK_FN)
+#ifdef BG_HAVE_NVRTC_H
+BGNVRTC_FUNCS(CHECK_FN)
+#endif
+
+#define CHECK_LEGACY(ret, name, params, real)                                                      \
+  _Static_assert(SAME(real, PFN_bg_##name), "signature of " #name " (" #real ")");
+BGCU_DRIVER_LEGACY(CHECK_LEGACY)
+
+/* ---- constants -------------------------------------------------------------------------------- */
+#define CHECK_CONST(name, value)                                                                   \
+  _Static_assert((long long)BG##name == (long long)(name) && (long long)(value) == (long long)(name), \
+                 "value of " #name);
+BGCU_CONSTANTS(CHECK_CONST)
+#ifdef BG_HAVE_NVRTC_H
+BGNVRTC_CONSTANTS(CHECK_CONST)
+#endif
+
+/* bungpu.h's codes and enums that the backend passes straight through. */
+#define CHECK_EQ(ours, real) \
+  _Static_assert((long long)(ours) == (long long)(real), #ours " == " #real);
+CHECK_EQ(BG_OK, CUDA_SUCCESS)
+CHECK_EQ(BG_ERR_INVALID_VALUE, CUDA_ERROR_INVALID_VALUE)
+CHECK_EQ(BG_ERR_OUT_OF_MEMORY, CUDA_ERROR_OUT_OF_MEMORY)
+CHECK_EQ(BG_ERR_NOT_INITIALIZED, CUDA_ERROR_NOT_INITIALIZED)
+CHECK_EQ(BG_ERR_DEINITIALIZED, CUDA_ERROR_DEINITIALIZED)
+CHECK_EQ(BG_ERR_NO_DEVICE, CUDA_ERROR_NO_DEVICE)
+CHECK_EQ(BG_ERR_INVALID_DEVICE, CUDA_ERROR_INVALID_DEVICE)
+CHECK_EQ(BG_ERR_INVALID_IMAGE, CUDA_ERROR_INVALID_IMAGE)
+CHECK_EQ(BG_ERR_INVALID_CONTEXT, CUDA_ERROR_INVALID_CONTEXT)
+CHECK_EQ(BG_ERR_INVALID_PTX, CUDA_ERROR_INVALID_PTX)
+CHECK_EQ(BG_ERR_INVALID_SOURCE, CUDA_ERROR_INVALID_SOURCE)
+CHECK_EQ(BG_ERR_FILE_NOT_FOUND, CUDA_ERROR_FILE_NOT_FOUND)
+CHECK_EQ(BG_ERR_INVALID_HANDLE, CUDA_ERROR_INVALID_HANDLE)
+CHECK_EQ(BG_ERR_ILLEGAL_STATE, CUDA_ERROR_ILLEGAL_STATE)
+CHECK_EQ(BG_ERR_NOT_FOUND, CUDA_ERROR_NOT_FOUND)
+CHECK_EQ(BG_ERR_NOT_READY, CUDA_ERROR_NOT_READY)
+CHECK_EQ(BG_ERR_ILLEGAL_ADDRESS, CUDA_ERROR_ILLEGAL_ADDRESS)
+CHECK_EQ(BG_ERR_LAUNCH_OUT_OF_RESOURCES, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
+CHECK_EQ(BG_ERR_LAUNCH_TIMEOUT, CUDA_ERROR_LAUNCH_TIMEOUT)
+CHECK_EQ(BG_ERR_LAUNCH_FAILED, CUDA_ERROR_LAUNCH_FAILED)
+CHECK_EQ(BG_ERR_NOT_PERMITTED, CUDA_ERROR_NOT_PERMITTED)
+CHECK_EQ(BG_ERR_NOT_SUPPORTED, CUDA_ERROR_NOT_SUPPORTED)
+CHECK_EQ(BG_ERR_STREAM_CAPTURE_UNSUPPORTED, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+CHECK_EQ(BG_ERR_STREAM_CAPTURE_INVALIDATED, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
+CHECK_EQ(BG_ERR_STREAM_CAPTURE_MERGE, CUDA_ERROR_STREAM_CAPTURE_MERGE)
+CHECK_EQ(BG_ERR_STREAM_CAPTURE_UNMATCHED, CUDA_ERROR_STREAM_CAPTURE_UNMATCHED)
+CHECK_EQ(BG_ERR_STREAM_CAPTURE_UNJOINED, CUDA_ERROR_STREAM_CAPTURE_UNJOINED)
+CHECK_EQ(BG_ERR_STREAM_CAPTURE_ISOLATION, CUDA_ERROR_STREAM_CAPTURE_ISOLATION)
+CHECK_EQ(BG_ERR_STREAM_CAPTURE_IMPLICIT, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)
+CHECK_EQ(BG_ERR_CAPTURED_EVENT, CUDA_ERROR_CAPTURED_EVENT)
+CHECK_EQ(BG_ERR_STREAM_CAPTURE_WRONG_THREAD, CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD)
+CHECK_EQ(BG_ERR_UNKNOWN, CUDA_ERROR_UNKNOWN)
+CHECK_EQ(BG_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_GLOBAL)
+CHECK_EQ(BG_CAPTURE_MODE_THREAD_LOCAL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+CHECK_EQ(BG_CAPTURE_MODE_RELAXED, CU_STREAM_CAPTURE_MODE_RELAXED)
+CHECK_EQ(BG_CAPTURE_NONE, CU_STREAM_CAPTURE_STATUS_NONE)
+CHECK_EQ(BG_CAPTURE_ACTIVE, CU_STREAM_CAPTURE_STATUS_ACTIVE)
+CHECK_EQ(BG_CAPTURE_INVALIDATED, CU_STREAM_CAPTURE_STATUS_INVALIDATED)
+
+/* ---- types: handles are the real types; scalars and enums have the real size and type ------- */
+CHECK_EQ(sizeof(bgcu_result), sizeof(CUresult))
+_Static_assert(SAME(bgcu_result, CUresult), "bgcu_result is CUresult");
+_Static_assert(SAME(bgcu_enum, CUdevice_attribute), "bgcu_enum as CUdevice_attribute");
+_Static_assert(SAME(bgcu_enum, CUstreamCaptureMode), "bgcu_enum as CUstreamCaptureMode");
+_Static_assert(SAME(bgcu_enum, CUstreamCaptureStatus), "bgcu_enum as CUstreamCaptureStatus");
+_Static_assert(SAME(bgcu_enum, CUfunction_attribute), "bgcu_enum as CUfunction_attribute");
+_Static_assert(SAME(bgcu_enum, CUgraphNodeType), "bgcu_enum as CUgraphNodeType");
+_Static_assert(SAME(bgcu_enum, CUjit_option), "bgcu_enum as CUjit_option");
+_Static_assert(SAME(bgcu_device, CUdevice), "bgcu_device is CUdevice");
+_Static_assert(SAME(bgcu_deviceptr, CUdeviceptr), "bgcu_deviceptr is CUdeviceptr");
+_Static_assert(SAME(bgcu_context, CUcontext), "bgcu_context is CUcontext");
+_Static_assert(SAME(bgcu_module, CUmodule), "bgcu_module is CUmodule");
+_Static_assert(SAME(bgcu_function, CUfunction), "bgcu_function is CUfunction");
+_Static_assert(SAME(bgcu_kernel, CUkernel), "bgcu_kernel is CUkernel");
+_Static_assert(SAME(bgcu_stream, CUstream), "bgcu_stream is CUstream");
+_Static_assert(SAME(bgcu_event, CUevent), "bgcu_event is CUevent");
+_Static_assert(SAME(bgcu_graph, CUgraph), "bgcu_graph is CUgraph");
+_Static_assert(SAME(bgcu_graph_node, CUgraphNode), "bgcu_graph_node is CUgraphNode");
+_Static_assert(SAME(bgcu_graph_exec, CUgraphExec), "bgcu_graph_exec is CUgraphExec");
+_Static_assert(SAME(bgcu_host_fn, CUhostFn), "bgcu_host_fn is CUhostFn");
+_Static_assert(sizeof(bgcu_context) == sizeof(void*) && sizeof(bgcu_stream) == sizeof(void*) &&
+                   sizeof(bgcu_graph_node) == sizeof(void*),
+               "handles are pointer-sized");
+_Static_assert(sizeof(bgcu_deviceptr) == 8 && sizeof(CUdeviceptr) == sizeof(bg_devptr),
+               "CUdeviceptr is bg_devptr's size");
+#ifdef BG_HAVE_NVRTC_H
+_Static_assert(SAME(bgnvrtc_result, nvrtcResult), "bgnvrtc_result is nvrtcResult");
+_Static_assert(SAME(bgnvrtc_program, nvrtcProgram), "bgnvrtc_program is nvrtcProgram");
+#endif
+/* bg_host_fn (bungpu.h) is handed to cuLaunchHostFunc as is. */
+_Static_assert(SAME(bg_host_fn, CUhostFn), "bg_host_fn is CUhostFn");
+
+/* ---- CUDA_KERNEL_NODE_PARAMS_v2, mirrored as bgcu_kernel_node_params -------------------------- */
+#define CHECK_FIELD(f)                                                                             \
+  _Static_assert(offsetof(bgcu_kernel_node_params, f) == offsetof(CUDA_KERNEL_NODE_PARAMS_v2, f) && \
+                     SAME(__typeof__(((bgcu_kernel_node_params*)0)->f),                            \
+                          __typeof__(((CUDA_KERNEL_NODE_PARAMS_v2*)0)->f)),                        \
+                 "field " #f " of CUDA_KERNEL_NODE_PARAMS_v2");
+_Static_assert(sizeof(bgcu_kernel_node_params) == sizeof(CUDA_KERNEL_NODE_PARAMS_v2) &&
+                   _Alignof(bgcu_kernel_node_params) == _Alignof(CUDA_KERNEL_NODE_PARAMS_v2),
+               "size of CUDA_KERNEL_NODE_PARAMS_v2");
+CHECK_FIELD(func)
+CHECK_FIELD(gridDimX)
+CHECK_FIELD(gridDimY)
+CHECK_FIELD(gridDimZ)
+CHECK_FIELD(blockDimX)
+CHECK_FIELD(blockDimY)
+CHECK_FIELD(blockDimZ)
+CHECK_FIELD(sharedMemBytes)
+CHECK_FIELD(kernelParams)
+CHECK_FIELD(extra)
+CHECK_FIELD(kern)
+CHECK_FIELD(ctx)
+/* The real type is what cuda.h's unversioned kernel-node calls take since CUDA 12.0. */
+_Static_assert(SAME(CUDA_KERNEL_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS_v2), "CUDA_KERNEL_NODE_PARAMS");
+
+/* The driver API version these declarations were proven against. */
+_Static_assert(CUDA_VERSION >= 12080, "check against cuda.h 12.8 or newer");
