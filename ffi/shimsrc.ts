@@ -1,0 +1,81 @@
+// What libbungpu is built from, its source hash, and the compiler command lines. Shared by the
+// loader (cache build) and by `bun run build:shim` (prebuilt cross-compiles), so both hash and
+// compile exactly the same files the same way.
+import { readdirSync, readFileSync } from "node:fs";
+import { join, relative } from "node:path";
+
+export const SHIM_DIR = join(import.meta.dir, "..", "shim");
+export const PREBUILT_DIR = join(import.meta.dir, "prebuilt");
+
+/** Every .c and .h of the library (tests excluded), sorted, relative to shim/. */
+export function shimFiles(): string[] {
+  const out: string[] = [];
+  const walk = (dir: string) => {
+    for (const e of readdirSync(dir, { withFileTypes: true })) {
+      const p = join(dir, e.name);
+      if (e.isDirectory()) {
+        if (e.name !== "test") walk(p);
+      } else if (/\.(c|h)$/.test(e.name)) out.push(relative(SHIM_DIR, p).split("\\").join("/"));
+    }
+  };
+  walk(SHIM_DIR);
+  return out.sort();
+}
+
+/** The .c files compiled into the library. */
+export function shimSources(): string[] {
+  return shimFiles().filter((f) => f.endsWith(".c"));
+}
+
+let cachedHash: string | undefined;
+/** sha-256 over each file's path and bytes: what bg_source_hash() must report. */
+export function sourceHash(): string {
+  if (cachedHash) return cachedHash;
+  const h = new Bun.CryptoHasher("sha256");
+  for (const f of shimFiles()) {
+    h.update(f);
+    h.update("\0");
+    h.update(readFileSync(join(SHIM_DIR, f)));
+    h.update("\0");
+  }
+  cachedHash = h.digest("hex");
+  return cachedHash;
+}
+
+export type Target = "linux-x64" | "linux-arm64" | "darwin-arm64" | "darwin-x64";
+export const TARGETS: Target[] = ["linux-x64", "linux-arm64", "darwin-arm64", "darwin-x64"];
+export const ZIG_TRIPLE: Record<Target, string> = {
+  "linux-x64": "x86_64-linux-gnu.2.17",
+  "linux-arm64": "aarch64-linux-gnu.2.17",
+  "darwin-arm64": "aarch64-macos.11.0",
+  "darwin-x64": "x86_64-macos.11.0",
+};
+
+export function hostTarget(): string {
+  return `${process.platform}-${process.arch}`;
+}
+
+export function libName(target: string): string {
+  return target.startsWith("darwin") ? "libbungpu.dylib" : "libbungpu.so";
+}
+
+/** Compiler arguments (after the compiler itself) that build the library into `out`. */
+export function compileArgs(out: string, target: string, hash = sourceHash()): string[] {
+  const darwin = target.startsWith("darwin");
+  return [
+    "-std=c11",
+    "-O2",
+    "-fPIC",
+    "-shared",
+    "-fvisibility=hidden",
+    "-Wall",
+    `-DBG_SOURCE_HASH="${hash}"`,
+    `-I${SHIM_DIR}`,
+    ...shimSources().map((f) => join(SHIM_DIR, f)),
+    "-o",
+    out,
+    "-lpthread",
+    "-lm",
+    ...(darwin ? ["-Wl,-install_name,@rpath/libbungpu.dylib"] : ["-ldl"]),
+  ];
+}
