@@ -1,0 +1,320 @@
+// Buffer: device memory (an allocation, or a view of part of one). HostBuffer: pinned host
+// memory exposed as a TypedArray without copying. Every call is validated before it reaches the
+// FFI; a bad call throws GpuError and changes nothing.
+import { N, check, slot, readPtr, nativeView } from "../ffi/native";
+import { Status } from "../ffi/symbols";
+import { Device, factories, type DeviceState } from "./device";
+import { GpuError, invalid, disposed } from "./errors";
+
+type TypedArray =
+  | Int8Array | Uint8Array | Uint8ClampedArray | Int16Array | Uint16Array | Int32Array | Uint32Array
+  | Float32Array | Float64Array | BigInt64Array | BigUint64Array;
+type TypedArrayCtor<T extends TypedArray> = { new (n: number): T; BYTES_PER_ELEMENT: number };
+export type HostData = ArrayBufferView | ArrayBuffer;
+
+export type FillType = "u8" | "i8" | "u16" | "i16" | "u32" | "i32" | "f32";
+
+/** Check that `n` is a non-negative safe integer. */
+export function checkSize(call: string, what: string, n: unknown): number {
+  if (typeof n !== "number" || !Number.isSafeInteger(n) || n < 0)
+    invalid(call, `${what} must be a non-negative integer, got ${String(n)}`);
+  return n;
+}
+
+function bytesOf(data: HostData): Uint8Array {
+  if (data instanceof ArrayBuffer) return new Uint8Array(data);
+  if (ArrayBuffer.isView(data)) return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+  invalid("Buffer", `expected a TypedArray, DataView or ArrayBuffer, got ${Object.prototype.toString.call(data)}`);
+}
+
+/** One allocation shared by a buffer and its views. */
+interface Allocation {
+  dev: DeviceState;
+  address: number;
+  bytes: number;
+  live: boolean;
+}
+
+const registry = new FinalizationRegistry<Allocation>((a) => {
+  if (a.live && a.dev.open) {
+    a.live = false;
+    N.bg_mem_free(a.dev.handle, a.address);
+  }
+});
+
+/** Bytes currently allocated through Buffer.alloc (live allocations), per process. */
+export const memoryStats = { liveAllocations: 0, liveBytes: 0 };
+
+export class Buffer {
+  readonly device: Device;
+  readonly #alloc: Allocation;
+  /** Offset of this view inside its allocation. */
+  readonly byteOffset: number;
+  readonly byteLength: number;
+  /** A view keeps its root alive, so the finalizer never frees memory a view still uses. */
+  readonly #root: Buffer | null;
+
+  private constructor(device: Device, alloc: Allocation, byteOffset: number, byteLength: number, root: Buffer | null = null) {
+    this.device = device;
+    this.#alloc = alloc;
+    this.#root = root;
+    this.byteOffset = byteOffset;
+    this.byteLength = byteLength;
+  }
+
+  static alloc(device: Device, bytes: number): Buffer {
+    checkSize("Buffer.alloc", "size", bytes);
+    const dev = device.state;
+    if (!dev.open) disposed("Buffer.alloc", "device");
+    const a: Allocation = { dev, address: 0, bytes, live: true };
+    if (bytes > 0) {
+      check(N.bg_mem_alloc(dev.handle, bytes, slot(0)), "bg_mem_alloc", dev.backend);
+      a.address = readPtr(0);
+      memoryStats.liveAllocations++;
+      memoryStats.liveBytes += bytes;
+    }
+    const b = new Buffer(device, a, 0, bytes);
+    if (bytes > 0) registry.register(b, a, a);
+    return b;
+  }
+
+  /** The device address of this view's first byte (validated live). */
+  get address(): number {
+    this.#live("Buffer.address");
+    return this.#alloc.address + this.byteOffset;
+  }
+
+  get disposed(): boolean {
+    return !this.#alloc.live || !this.#alloc.dev.open;
+  }
+
+  /** True when this buffer is a view of another's memory. */
+  get isView(): boolean {
+    return this.#root !== null;
+  }
+
+  /** The allocation this view belongs to, as [base address, bytes]; for hazard tracking. */
+  get allocation(): { address: number; bytes: number } {
+    return { address: this.#alloc.address, bytes: this.#alloc.bytes };
+  }
+
+  #live(call: string): number {
+    if (!this.#alloc.dev.open) disposed(call, "device of this buffer");
+    if (!this.#alloc.live) disposed(call, "buffer");
+    return this.#alloc.dev.handle;
+  }
+
+  #range(call: string, offset: number, bytes: number): void {
+    checkSize(call, "offset", offset);
+    checkSize(call, "byte count", bytes);
+    if (offset + bytes > this.byteLength)
+      throw new GpuError(
+        Status.INVALID_VALUE,
+        `${call}: range [${offset}, ${offset + bytes}) is past the end of a ${this.byteLength}-byte buffer`,
+        { backend: "typescript", call },
+      );
+  }
+
+  /** A view of [byteOffset, byteOffset + byteLength) sharing this buffer's memory. */
+  view(byteOffset: number, byteLength: number = this.byteLength - byteOffset): Buffer {
+    this.#live("Buffer.view");
+    this.#range("Buffer.view", byteOffset, byteLength);
+    return new Buffer(this.device, this.#alloc, this.byteOffset + byteOffset, byteLength, this.#root ?? this);
+  }
+
+  /** Copy host data into the buffer at `offset` (synchronous). */
+  write(data: HostData, opts: { offset?: number } = {}): this {
+    const h = this.#live("Buffer.write");
+    const src = bytesOf(data);
+    const offset = opts.offset ?? 0;
+    this.#range("Buffer.write", offset, src.byteLength);
+    if (src.byteLength > 0)
+      check(N.bg_memcpy_htod(h, this.#alloc.address + this.byteOffset + offset, src, src.byteLength), "bg_memcpy_htod", this.device.backend);
+    return this;
+  }
+
+  /**
+   * Copy out (synchronous). `read()` → a new Uint8Array of the whole buffer; `read(Float32Array)`
+   * → a new Float32Array of it; `read(array)` → fills `array` and returns it.
+   */
+  read(): Uint8Array;
+  read<T extends TypedArray>(into: T | TypedArrayCtor<T>, opts?: { offset?: number }): T;
+  read(into: DataView | ArrayBuffer, opts?: { offset?: number }): DataView | ArrayBuffer;
+  read(into?: unknown, opts: { offset?: number } = {}): unknown {
+    const h = this.#live("Buffer.read");
+    const offset = opts.offset ?? 0;
+    checkSize("Buffer.read", "offset", offset);
+    if (offset > this.byteLength) this.#range("Buffer.read", offset, 0);
+    let out: ArrayBufferView | ArrayBuffer;
+    if (into === undefined) out = new Uint8Array(this.byteLength - offset);
+    else if (typeof into === "function") {
+      const C = into as TypedArrayCtor<TypedArray>;
+      const avail = this.byteLength - offset;
+      if (avail % C.BYTES_PER_ELEMENT)
+        invalid("Buffer.read", `${avail} bytes is not a whole number of ${C.BYTES_PER_ELEMENT}-byte elements`);
+      out = new C(avail / C.BYTES_PER_ELEMENT);
+    } else out = into as ArrayBufferView | ArrayBuffer;
+    const dst = bytesOf(out);
+    this.#range("Buffer.read", offset, dst.byteLength);
+    if (dst.byteLength > 0)
+      check(N.bg_memcpy_dtoh(h, dst, this.#alloc.address + this.byteOffset + offset, dst.byteLength), "bg_memcpy_dtoh", this.device.backend);
+    return out;
+  }
+
+  /** Device-to-device copy into `dst` (synchronous). Defaults: whole of this buffer. */
+  copyTo(dst: Buffer, opts: { srcOffset?: number; dstOffset?: number; bytes?: number } = {}): void {
+    const h = this.#live("Buffer.copyTo");
+    if (!(dst instanceof Buffer)) invalid("Buffer.copyTo", "dst must be a Buffer");
+    dst.#live("Buffer.copyTo");
+    if (dst.#alloc.dev.handle !== this.#alloc.dev.handle)
+      invalid("Buffer.copyTo", `dst is on ${dst.device.spec}, this buffer on ${this.device.spec}`);
+    const srcOffset = opts.srcOffset ?? 0;
+    const dstOffset = opts.dstOffset ?? 0;
+    const bytes = opts.bytes ?? this.byteLength - srcOffset;
+    this.#range("Buffer.copyTo", srcOffset, bytes);
+    dst.#range("Buffer.copyTo", dstOffset, bytes);
+    if (bytes > 0)
+      check(N.bg_memcpy_dtod(h, dst.address + dstOffset, this.address + srcOffset, bytes), "bg_memcpy_dtod", this.device.backend);
+  }
+
+  /** Fill with `value` as elements of `type` (default "u8"), over [offset, offset+bytes). */
+  fill(value: number, opts: { type?: FillType; offset?: number; bytes?: number } = {}): this {
+    const h = this.#live("Buffer.fill");
+    const { pattern, size } = fillPattern("Buffer.fill", value, opts.type ?? "u8");
+    const offset = opts.offset ?? 0;
+    const bytes = opts.bytes ?? this.byteLength - offset;
+    this.#range("Buffer.fill", offset, bytes);
+    if (bytes % size) invalid("Buffer.fill", `${bytes} bytes is not a whole number of ${size}-byte elements`);
+    if ((this.byteOffset + offset) % size) invalid("Buffer.fill", `offset is not aligned to ${size} bytes`);
+    if (bytes > 0)
+      check(N.bg_memset(h, this.address + offset, pattern, size, bytes / size), "bg_memset", this.device.backend);
+    return this;
+  }
+
+  /** Free the allocation (a view only forgets itself). Idempotent. */
+  dispose(): void {
+    if (this.isView || !this.#alloc.live) return;
+    this.#alloc.live = false;
+    registry.unregister(this.#alloc);
+    if (this.#alloc.bytes > 0) {
+      memoryStats.liveAllocations--;
+      memoryStats.liveBytes -= this.#alloc.bytes;
+      if (this.#alloc.dev.open)
+        check(N.bg_mem_free(this.#alloc.dev.handle, this.#alloc.address), "bg_mem_free", this.device.backend);
+    }
+  }
+
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+}
+
+const f32 = new Float32Array(1);
+const u32v = new Uint32Array(f32.buffer);
+
+/** The memset pattern and element size for a fill of `value` as `type`. */
+export function fillPattern(call: string, value: number, type: FillType): { pattern: number; size: 1 | 2 | 4 } {
+  if (typeof value !== "number" || Number.isNaN(value) && type !== "f32") invalid(call, `value must be a number, got ${String(value)}`);
+  const int = (lo: number, hi: number) => {
+    if (!Number.isInteger(value) || value < lo || value > hi) invalid(call, `value ${value} does not fit ${type}`);
+  };
+  switch (type) {
+    case "u8": int(0, 255); return { pattern: value, size: 1 };
+    case "i8": int(-128, 127); return { pattern: value & 0xff, size: 1 };
+    case "u16": int(0, 65535); return { pattern: value, size: 2 };
+    case "i16": int(-32768, 32767); return { pattern: value & 0xffff, size: 2 };
+    case "u32": int(0, 4294967295); return { pattern: value >>> 0, size: 4 };
+    case "i32": int(-2147483648, 2147483647); return { pattern: value >>> 0, size: 4 };
+    case "f32": f32[0] = value; return { pattern: u32v[0]!, size: 4 };
+    default: invalid(call, `unknown fill type ${String(type)}`);
+  }
+}
+
+/** Pinned host memory; `array` views it without copying. Mapped memory also has `deviceAddress`. */
+export class HostBuffer {
+  readonly device: Device;
+  readonly byteLength: number;
+  readonly mapped: boolean;
+  #host: number;
+  #devAddress: number;
+  #ab: ArrayBuffer | undefined;
+  #live = true;
+
+  private constructor(device: Device, host: number, devAddress: number, bytes: number, mapped: boolean) {
+    this.device = device;
+    this.#host = host;
+    this.#devAddress = devAddress;
+    this.byteLength = bytes;
+    this.mapped = mapped;
+  }
+
+  static alloc(device: Device, bytes: number, mapped = false): HostBuffer {
+    checkSize("HostBuffer.alloc", "size", bytes);
+    if (bytes === 0) invalid("HostBuffer.alloc", "size must be at least 1 byte");
+    const h = device.handle;
+    check(N.bg_host_alloc(h, bytes, mapped ? 1 : 0, slot(0), slot(1)), "bg_host_alloc", device.backend);
+    return new HostBuffer(device, readPtr(0), mapped ? readPtr(1) : 0, bytes, mapped);
+  }
+
+  get disposed(): boolean {
+    return !this.#live || !this.device.state.open;
+  }
+
+  #check(call: string): void {
+    if (!this.device.state.open) disposed(call, "device of this host buffer");
+    if (!this.#live) disposed(call, "host buffer");
+  }
+
+  /** The host address (for async copies). */
+  get hostAddress(): number {
+    this.#check("HostBuffer.hostAddress");
+    return this.#host;
+  }
+
+  /** The device address of mapped memory (kernels can read and write it directly). */
+  get deviceAddress(): number {
+    this.#check("HostBuffer.deviceAddress");
+    if (!this.mapped) invalid("HostBuffer.deviceAddress", "allocate with { mapped: true } to get a device address");
+    return this.#devAddress;
+  }
+
+  /** The memory as an ArrayBuffer (no copy). Detached when the buffer is disposed. */
+  get buffer(): ArrayBuffer {
+    this.#check("HostBuffer.buffer");
+    if (!this.#ab) this.#ab = nativeView(this.#host, this.byteLength);
+    return this.#ab;
+  }
+
+  /** A typed view of the memory, e.g. `hb.as(Float32Array)`. */
+  as<T extends TypedArray>(C: TypedArrayCtor<T> & { new (b: ArrayBuffer, o: number, n: number): T }): T {
+    if (this.byteLength % C.BYTES_PER_ELEMENT)
+      invalid("HostBuffer.as", `${this.byteLength} bytes is not a whole number of ${C.BYTES_PER_ELEMENT}-byte elements`);
+    return new C(this.buffer, 0, this.byteLength / C.BYTES_PER_ELEMENT);
+  }
+
+  get bytes(): Uint8Array {
+    return new Uint8Array(this.buffer);
+  }
+
+  dispose(): void {
+    if (!this.#live) return;
+    this.#live = false;
+    // Detach every view first, so no TypedArray can reach freed memory.
+    if (this.#ab) {
+      try {
+        this.#ab.transfer(0);
+      } catch {
+        /* an ArrayBuffer Bun cannot detach: views stay, memory below is freed */
+      }
+      this.#ab = undefined;
+    }
+    if (this.device.state.open) check(N.bg_host_free(this.device.state.handle, this.#host), "bg_host_free", this.device.backend);
+  }
+
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+}
+
+factories.alloc = (d, bytes) => Buffer.alloc(d, bytes);
+factories.allocHost = (d, bytes, mapped) => HostBuffer.alloc(d, bytes, mapped);

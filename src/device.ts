@@ -1,0 +1,218 @@
+// Device: one opened backend device. Device.open("cpu" | "cuda[:N]" | "metal[:N]"),
+// Device.default() (CUDA, then Metal, then CPU; BUNGPU_DEVICE overrides), Device.list().
+import { N, check, slot, readPtr, readI32, readU64, scratchU8, MSG_AREA, readMsg, SCRATCH } from "../ffi/native";
+import { Backend, PROPS_SIZE, Status, type BackendName } from "../ffi/symbols";
+import { GpuError, invalid, disposed } from "./errors";
+import type { Buffer, HostBuffer } from "./buffer";
+import type { Stream, StreamOptions } from "./stream";
+import type { Event, EventOptions } from "./event";
+
+export interface DeviceProps {
+  name: string;
+  backend: BackendName;
+  ordinal: number;
+  computeUnits: number;
+  /** CUDA compute capability, e.g. [9, 0]; [0, 0] elsewhere. */
+  computeCapability: [number, number];
+  maxThreadsPerBlock: number;
+  warpSize: number;
+  unifiedMemory: boolean;
+  canMapHostMemory: boolean;
+  concurrentKernels: boolean;
+  maxSharedBytesPerBlock: number;
+  totalMemory: number;
+}
+
+export interface BackendInfo {
+  backend: BackendName;
+  available: boolean;
+  devices: number;
+  /** Why it is unavailable (naming what was looked for), or a note. */
+  message: string;
+}
+
+/** Shared state a device's resources hold, so a finalizer never touches a closed device. */
+export interface DeviceState {
+  handle: number;
+  open: boolean;
+  backend: BackendName;
+}
+
+const BACKEND_NAMES: BackendName[] = ["cpu", "cuda", "metal"];
+
+// Late-bound constructors, set by buffer.ts / stream.ts / event.ts to avoid import cycles.
+export const factories: {
+  alloc?: (d: Device, bytes: number) => Buffer;
+  allocHost?: (d: Device, bytes: number, mapped: boolean) => HostBuffer;
+  stream?: (d: Device, opts: StreamOptions) => Stream;
+  defaultStream?: (d: Device) => Stream;
+  event?: (d: Device, opts: EventOptions) => Event;
+} = {};
+
+function parseSpec(spec: string): { backend: BackendName; ordinal: number } {
+  const m = /^(cpu|cuda|metal)(?::(\d+))?$/.exec(spec.trim().toLowerCase());
+  if (!m) invalid("Device.open", `unknown device "${spec}" (want "cpu", "cuda", "cuda:N", "metal" or "metal:N")`);
+  return { backend: m[1] as BackendName, ordinal: m[2] ? Number(m[2]) : 0 };
+}
+
+let defaultDevice: Device | undefined;
+
+export class Device {
+  readonly state: DeviceState;
+  readonly ordinal: number;
+  #props: DeviceProps | undefined;
+  #defaultStream: Stream | undefined;
+
+  private constructor(handle: number, backend: BackendName, ordinal: number) {
+    this.state = { handle, open: true, backend };
+    this.ordinal = ordinal;
+  }
+
+  /** Every backend, whether it loaded, how many devices it has, and why not. */
+  static backends(): BackendInfo[] {
+    return BACKEND_NAMES.map((b) => {
+      scratchU8.fill(0, 1024, 1536);
+      check(N.bg_backend_info(Backend[b], slot(0), slot(1), MSG_AREA, 512), "bg_backend_info");
+      return { backend: b, available: readI32(0) === 1, devices: readI32(1), message: readMsg() };
+    });
+  }
+
+  /** Device specs that can be opened here, e.g. ["cuda:0", "cpu"]. */
+  static list(): string[] {
+    const out: string[] = [];
+    for (const b of Device.backends())
+      for (let i = 0; i < b.devices; i++) out.push(b.backend === "cpu" ? "cpu" : `${b.backend}:${i}`);
+    return out;
+  }
+
+  static open(spec: string): Device {
+    if (typeof spec !== "string") invalid("Device.open", `spec must be a string, got ${typeof spec}`);
+    const { backend, ordinal } = parseSpec(spec);
+    check(N.bg_device_open(Backend[backend], ordinal, slot(0)), "bg_device_open", backend);
+    return new Device(readPtr(0), backend, ordinal);
+  }
+
+  /** BUNGPU_DEVICE if set; else the first of CUDA, Metal, CPU that opens. Shared; do not dispose. */
+  static default(): Device {
+    if (defaultDevice?.state.open) return defaultDevice;
+    const env = process.env.BUNGPU_DEVICE;
+    if (env) {
+      defaultDevice = Device.open(env);
+      return defaultDevice;
+    }
+    const errors: string[] = [];
+    for (const spec of ["cuda:0", "metal", "cpu"]) {
+      try {
+        defaultDevice = Device.open(spec);
+        return defaultDevice;
+      } catch (e) {
+        errors.push(`${spec}: ${(e as Error).message}`);
+      }
+    }
+    throw new GpuError(Status.NO_DEVICE, `no device could be opened:\n  ${errors.join("\n  ")}`, {
+      call: "Device.default",
+    });
+  }
+
+  get handle(): number {
+    if (!this.state.open) disposed("Device", "device");
+    return this.state.handle;
+  }
+
+  get backend(): BackendName {
+    return this.state.backend;
+  }
+
+  get disposed(): boolean {
+    return !this.state.open;
+  }
+
+  /** "cpu", "cuda:0", "metal:0". */
+  get spec(): string {
+    return this.backend === "cpu" ? "cpu" : `${this.backend}:${this.ordinal}`;
+  }
+
+  get props(): DeviceProps {
+    if (this.#props) return this.#props;
+    const buf = new Uint8Array(PROPS_SIZE);
+    check(N.bg_device_props_get(this.handle, buf), "bg_device_props_get", this.backend);
+    const dv = new DataView(buf.buffer);
+    const end = buf.indexOf(0);
+    const i = (k: number) => dv.getInt32(256 + 4 * k, true);
+    this.#props = {
+      name: new TextDecoder().decode(buf.subarray(0, end < 0 ? 256 : Math.min(end, 256))),
+      backend: BACKEND_NAMES[i(0)] ?? this.backend,
+      ordinal: i(1),
+      computeUnits: i(2),
+      computeCapability: [i(3), i(4)],
+      maxThreadsPerBlock: i(5),
+      warpSize: i(6),
+      unifiedMemory: i(7) !== 0,
+      canMapHostMemory: i(8) !== 0,
+      concurrentKernels: i(9) !== 0,
+      maxSharedBytesPerBlock: i(10),
+      totalMemory: Number(dv.getBigUint64(304, true)),
+    };
+    return this.#props;
+  }
+
+  get name(): string {
+    return this.props.name;
+  }
+
+  memInfo(): { free: number; total: number } {
+    check(N.bg_device_mem_info(this.handle, slot(0), slot(1)), "bg_device_mem_info", this.backend);
+    return { free: readU64(0), total: readU64(1) };
+  }
+
+  /** Wait for all work on the device. Blocking; see Stream.done() for the non-blocking form. */
+  synchronize(): void {
+    check(N.bg_device_synchronize(this.handle), "bg_device_synchronize", this.backend);
+  }
+
+  get defaultStream(): Stream {
+    if (!this.#defaultStream) this.#defaultStream = factories.defaultStream!(this);
+    return this.#defaultStream;
+  }
+
+  alloc(bytes: number): Buffer {
+    return factories.alloc!(this, bytes);
+  }
+
+  allocHost(bytes: number, opts: { mapped?: boolean } = {}): HostBuffer {
+    return factories.allocHost!(this, bytes, opts.mapped ?? false);
+  }
+
+  createStream(opts: StreamOptions = {}): Stream {
+    return factories.stream!(this, opts);
+  }
+
+  createEvent(opts: EventOptions = {}): Event {
+    return factories.event!(this, opts);
+  }
+
+  /** Close this handle. Buffers, streams and events of it throw afterwards. */
+  dispose(): void {
+    if (!this.state.open) return;
+    this.state.open = false;
+    const rc = N.bg_device_close(this.state.handle);
+    if (this === defaultDevice) defaultDevice = undefined;
+    check(rc, "bg_device_close", this.backend);
+  }
+
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+
+  toString(): string {
+    return `Device(${this.spec}: ${this.state.open ? this.name : "disposed"})`;
+  }
+}
+
+/** Throw unless `d` is open; returns its handle. */
+export function liveHandle(d: DeviceState, call: string): number {
+  if (!d.open) disposed(call, "device");
+  return d.handle;
+}
+
+void SCRATCH;

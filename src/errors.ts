@@ -1,0 +1,44 @@
+// GpuError: every failure bungpu reports. `code` is the shim's status (CUDA's numbering where
+// CUDA has the same error), `name` its symbolic name, `backend` where it happened and `call` the
+// bg_* (or TypeScript) call that refused.
+import { Status, StatusName } from "../ffi/symbols";
+
+export type BackendLabel = "cpu" | "cuda" | "metal" | "loader" | "compiler" | "typescript";
+
+export class GpuError extends Error {
+  readonly code: number;
+  readonly codeName: string;
+  readonly backend: BackendLabel | undefined;
+  readonly call: string | undefined;
+
+  constructor(code: number, message: string, opts: { backend?: BackendLabel; call?: string } = {}) {
+    const codeName = StatusName[code] ?? `BG_ERR_${code}`;
+    super(`${codeName} (${code}): ${message}`);
+    this.code = code;
+    this.codeName = codeName;
+    this.backend = opts.backend;
+    this.call = opts.call;
+  }
+
+  override get name(): string {
+    return "GpuError";
+  }
+}
+
+export { Status };
+
+/** Throw an INVALID_VALUE GpuError from TypeScript validation. */
+export function invalid(call: string, message: string): never {
+  throw new GpuError(Status.INVALID_VALUE, `${call}: ${message}`, { backend: "typescript", call });
+}
+
+export function illegalState(call: string, message: string): never {
+  throw new GpuError(Status.ILLEGAL_STATE, `${call}: ${message}`, { backend: "typescript", call });
+}
+
+export function disposed(call: string, what: string): never {
+  throw new GpuError(Status.INVALID_HANDLE, `${call}: the ${what} was disposed`, {
+    backend: "typescript",
+    call,
+  });
+}

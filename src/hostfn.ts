@@ -1,0 +1,112 @@
+// TypeScript functions run in stream order. A JavaScript function is never called from a native
+// thread: the stream reaches a shim signal, stores REACHED in its state word and waits; this
+// module, polling that word from the JS thread, runs the function and releases the stream.
+import { N, check, slot, readPtr, nativeView } from "../ffi/native";
+import { Signal, Status } from "../ffi/symbols";
+import { GpuError } from "./errors";
+import { pollUntil } from "./poll";
+
+interface Pending {
+  sig: number;
+  word: Uint32Array;
+  fn: () => unknown;
+  running: boolean;
+  onError: (e: unknown) => void;
+}
+
+const pool: { sig: number; word: Uint32Array }[] = [];
+const pending = new Set<Pending>();
+let poller: Promise<void> | undefined;
+
+function takeSignal(): { sig: number; word: Uint32Array } {
+  const s = pool.pop();
+  if (s) return s;
+  check(N.bg_signal_create(slot(0)), "bg_signal_create");
+  const sig = readPtr(0);
+  check(N.bg_signal_address(sig, slot(0)), "bg_signal_address");
+  return { sig, word: new Uint32Array(nativeView(readPtr(0), 4)) };
+}
+
+function release(p: Pending): void {
+  pending.delete(p);
+  check(N.bg_signal_release(p.sig), "bg_signal_release");
+  // The stream resets the word to IDLE after it wakes; only then may the signal be reused.
+  const reuse = () => {
+    if (p.word[0] === Signal.IDLE) pool.push({ sig: p.sig, word: p.word });
+    else setTimeout(reuse, 1);
+  };
+  reuse();
+}
+
+function runOne(p: Pending): void {
+  p.running = true;
+  let result: unknown;
+  try {
+    result = p.fn();
+  } catch (e) {
+    p.onError(e);
+    release(p);
+    return;
+  }
+  if (result && typeof (result as Promise<unknown>).then === "function") {
+    (result as Promise<unknown>).then(
+      () => release(p),
+      (e) => {
+        p.onError(e);
+        release(p);
+      },
+    );
+  } else release(p);
+}
+
+/** Run every host function whose stream has reached it. Returns how many are still pending. */
+export function serviceHostFns(): number {
+  if (pending.size === 0) return 0;
+  for (const p of pending) if (!p.running && p.word[0] === Signal.REACHED) runOne(p);
+  return pending.size;
+}
+
+export function hostFnsPending(): number {
+  return pending.size;
+}
+
+/** Enqueue `fn` on `stream` (a native stream handle). */
+export function enqueueHostFn(stream: number, fn: () => unknown, onError: (e: unknown) => void, backend?: "cpu" | "cuda" | "metal"): void {
+  const s = takeSignal();
+  const rc = N.bg_stream_host_signal(stream, s.sig);
+  if (rc !== 0) {
+    pool.push(s);
+    check(rc, "bg_stream_host_signal", backend);
+  }
+  pending.add({ ...s, fn, running: false, onError });
+  kick();
+}
+
+/** Keep servicing while anything is pending, without blocking the event loop. */
+function kick(): void {
+  if (poller || pending.size === 0) return;
+  poller = pollUntil(() => pending.size === 0).finally(() => {
+    poller = undefined;
+    kick();
+  });
+}
+
+/**
+ * Block the JS thread until `ready()` holds, running host functions meanwhile (a blocking wait
+ * would otherwise deadlock on a stream held for the JS thread). An async host function cannot be
+ * finished while the thread is blocked: that is refused with a GpuError instead of hanging.
+ */
+export function blockUntil(ready: () => boolean, call: string): void {
+  let spins = 0;
+  while (!ready()) {
+    for (const p of pending)
+      if (p.running)
+        throw new GpuError(
+          Status.ILLEGAL_STATE,
+          `${call}: would wait forever on an async host function; use the awaitable form (done())`,
+          { backend: "typescript", call },
+        );
+    serviceHostFns();
+    if (++spins > 1000) Bun.sleepSync(0.05);
+  }
+}

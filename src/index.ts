@@ -1,0 +1,20 @@
+// bungpu: driver-level GPU control for Bun.
+export { GpuError } from "./errors";
+export { Status, StatusName } from "../ffi/symbols";
+export { Device, type DeviceProps, type BackendInfo } from "./device";
+export { Buffer, HostBuffer, memoryStats, type FillType, type HostData } from "./buffer";
+export { Stream, type StreamOptions } from "./stream";
+export { Event, type EventOptions } from "./event";
+export {
+  Program,
+  Module,
+  Kernel,
+  compileStats,
+  type ArgType,
+  type ArgValue,
+  type CompileOptions,
+  type KernelSource,
+  type LaunchConfig,
+  type Dim3,
+} from "./kernel";
+export { loadInfo } from "../ffi/native";

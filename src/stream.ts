@@ -1,0 +1,255 @@
+// Stream: an in-order queue of device work. Enqueueing returns at once; synchronize() blocks,
+// done() is its awaitable twin that polls and never blocks the event loop.
+import { N, check, slot, readPtr, readI32 } from "../ffi/native";
+import { Status } from "../ffi/symbols";
+import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buffer";
+import { Device, factories } from "./device";
+import { GpuError, invalid, disposed } from "./errors";
+import { Event } from "./event";
+import { blockUntil, enqueueHostFn, hostFnsPending } from "./hostfn";
+import { CaptureMode, beginCapture as beginCaptureOn, endCapture as endCaptureOn, type Graph } from "./capture";
+import { pollUntil } from "./poll";
+
+export interface StreamOptions {
+  /** Do not synchronise with the device's default stream (CU_STREAM_NON_BLOCKING). */
+  nonBlocking?: boolean;
+  /** Lower numbers are higher priority, as in CUDA. Stored; the CPU backend ignores it. */
+  priority?: number;
+}
+
+export class Stream {
+  readonly device: Device;
+  readonly isDefault: boolean;
+  readonly priority: number;
+  #handle: number;
+  #live = true;
+  /** Host memory async work reads or writes, kept referenced until the stream is seen idle. */
+  #keep: unknown[] = [];
+  /** A host function's failure, reported by the next wait. */
+  #error: unknown;
+
+  private constructor(device: Device, handle: number, isDefault: boolean, priority: number) {
+    this.device = device;
+    this.#handle = handle;
+    this.isDefault = isDefault;
+    this.priority = priority;
+  }
+
+  static create(device: Device, opts: StreamOptions = {}): Stream {
+    const priority = opts.priority ?? 0;
+    if (!Number.isInteger(priority)) invalid("Stream.create", `priority must be an integer, got ${priority}`);
+    check(N.bg_stream_create(device.handle, opts.nonBlocking ? 1 : 0, priority, slot(0)), "bg_stream_create", device.backend);
+    return new Stream(device, readPtr(0), false, priority);
+  }
+
+  /** @internal */
+  static defaultOf(device: Device): Stream {
+    check(N.bg_stream_default(device.handle, slot(0)), "bg_stream_default", device.backend);
+    return new Stream(device, readPtr(0), true, 0);
+  }
+
+  get handle(): number {
+    if (!this.device.state.open) disposed("Stream", "device of this stream");
+    if (!this.#live) disposed("Stream", "stream");
+    return this.#handle;
+  }
+
+  get disposed(): boolean {
+    return !this.#live || !this.device.state.open;
+  }
+
+  #raise(call: string): void {
+    if (this.#error !== undefined) {
+      const e = this.#error;
+      this.#error = undefined;
+      throw new GpuError(Status.LAUNCH_FAILED, `${call}: a host function on this stream threw: ${e instanceof Error ? e.message : String(e)}`, {
+        backend: "typescript",
+        call,
+      });
+    }
+  }
+
+  #idle(): void {
+    this.#keep.length = 0;
+  }
+
+  /** Block until every operation queued so far has finished. */
+  synchronize(): void {
+    const h = this.handle;
+    if (hostFnsPending()) blockUntil(() => N.bg_stream_query(h) !== Status.NOT_READY, "Stream.synchronize");
+    check(N.bg_stream_synchronize(h), "bg_stream_synchronize", this.device.backend);
+    this.#idle();
+    this.#raise("Stream.synchronize");
+  }
+
+  /** True when all queued work has finished. */
+  query(): boolean {
+    const rc = N.bg_stream_query(this.handle);
+    if (rc === Status.NOT_READY) return false;
+    check(rc, "bg_stream_query", this.device.backend);
+    this.#idle();
+    return true;
+  }
+
+  /** Resolves when the work queued before this call has finished; never blocks the event loop. */
+  async done(): Promise<void> {
+    const ev = Event.create(this.device, { timing: false });
+    try {
+      ev.record(this);
+      await pollUntil(() => ev.query());
+    } finally {
+      ev.dispose();
+    }
+    this.#raise("Stream.done");
+  }
+
+  /** Make later work on this stream wait for the event's latest record. */
+  wait(event: Event): this {
+    if (!(event instanceof Event)) invalid("Stream.wait", "expected an Event");
+    if (event.device.handle !== this.device.handle) invalid("Stream.wait", "event of another device");
+    check(N.bg_stream_wait_event(this.handle, event.handle), "bg_stream_wait_event", this.device.backend);
+    return this;
+  }
+
+  /** Record a new event (or `event`) here and return it. */
+  record(event?: Event): Event {
+    const ev = event ?? Event.create(this.device);
+    ev.record(this);
+    return ev;
+  }
+
+  #sameDevice(call: string, b: Buffer | HostBuffer): void {
+    if (b.device.handle !== this.device.handle)
+      invalid(call, `buffer is on ${b.device.spec}, stream on ${this.device.spec}`);
+    if (b.disposed) disposed(call, "buffer");
+  }
+
+  #range(call: string, what: string, len: number, off: number, bytes: number): void {
+    checkSize(call, `${what} offset`, off);
+    if (off + bytes > len)
+      throw new GpuError(Status.INVALID_VALUE, `${call}: ${what} range [${off}, ${off + bytes}) is past the end (${len} bytes)`, {
+        backend: "typescript",
+        call,
+      });
+  }
+
+  /** Device-to-device copy in stream order. */
+  copy(dst: Buffer, src: Buffer, opts: { bytes?: number; dstOffset?: number; srcOffset?: number } = {}): this {
+    const call = "Stream.copy";
+    if (!(dst instanceof Buffer) || !(src instanceof Buffer)) invalid(call, "dst and src must be Buffers");
+    this.#sameDevice(call, dst);
+    this.#sameDevice(call, src);
+    const so = opts.srcOffset ?? 0, dO = opts.dstOffset ?? 0;
+    const bytes = checkSize(call, "byte count", opts.bytes ?? src.byteLength - so);
+    this.#range(call, "src", src.byteLength, so, bytes);
+    this.#range(call, "dst", dst.byteLength, dO, bytes);
+    if (bytes) check(N.bg_memcpy_dtod_async(this.handle, dst.address + dO, src.address + so, bytes), "bg_memcpy_dtod_async", this.device.backend);
+    return this;
+  }
+
+  /** Host (pinned) to device in stream order, with no staging copy. */
+  upload(dst: Buffer, src: HostBuffer, opts: { bytes?: number; dstOffset?: number; srcOffset?: number } = {}): this {
+    const call = "Stream.upload";
+    if (!(dst instanceof Buffer)) invalid(call, "dst must be a Buffer");
+    if (!(src instanceof HostBuffer)) invalid(call, "src must be a HostBuffer (pinned memory); use Buffer.write for a synchronous copy");
+    this.#sameDevice(call, dst);
+    this.#sameDevice(call, src);
+    const so = opts.srcOffset ?? 0, dO = opts.dstOffset ?? 0;
+    const bytes = checkSize(call, "byte count", opts.bytes ?? src.byteLength - so);
+    this.#range(call, "src", src.byteLength, so, bytes);
+    this.#range(call, "dst", dst.byteLength, dO, bytes);
+    if (bytes) {
+      check(N.bg_memcpy_htod_async(this.handle, dst.address + dO, src.hostAddress + so, bytes), "bg_memcpy_htod_async", this.device.backend);
+      this.#keep.push(src);
+    }
+    return this;
+  }
+
+  /** Device to host (pinned) in stream order. */
+  download(dst: HostBuffer, src: Buffer, opts: { bytes?: number; dstOffset?: number; srcOffset?: number } = {}): this {
+    const call = "Stream.download";
+    if (!(dst instanceof HostBuffer)) invalid(call, "dst must be a HostBuffer (pinned memory); use Buffer.read for a synchronous copy");
+    if (!(src instanceof Buffer)) invalid(call, "src must be a Buffer");
+    this.#sameDevice(call, dst);
+    this.#sameDevice(call, src);
+    const so = opts.srcOffset ?? 0, dO = opts.dstOffset ?? 0;
+    const bytes = checkSize(call, "byte count", opts.bytes ?? src.byteLength - so);
+    this.#range(call, "src", src.byteLength, so, bytes);
+    this.#range(call, "dst", dst.byteLength, dO, bytes);
+    if (bytes) {
+      check(N.bg_memcpy_dtoh_async(this.handle, dst.hostAddress + dO, src.address + so, bytes), "bg_memcpy_dtoh_async", this.device.backend);
+      this.#keep.push(dst);
+    }
+    return this;
+  }
+
+  /** Fill in stream order (see Buffer.fill). */
+  fill(buf: Buffer, value: number, opts: { type?: FillType; offset?: number; bytes?: number } = {}): this {
+    const call = "Stream.fill";
+    if (!(buf instanceof Buffer)) invalid(call, "expected a Buffer");
+    this.#sameDevice(call, buf);
+    const { pattern, size } = fillPattern(call, value, opts.type ?? "u8");
+    const off = opts.offset ?? 0;
+    const bytes = checkSize(call, "byte count", opts.bytes ?? buf.byteLength - off);
+    this.#range(call, "buffer", buf.byteLength, off, bytes);
+    if (bytes % size || (buf.address + off) % size) invalid(call, `range is not aligned to ${size}-byte elements`);
+    if (bytes) check(N.bg_memset_async(this.handle, buf.address + off, pattern, size, bytes / size), "bg_memset_async", this.device.backend);
+    return this;
+  }
+
+  /**
+   * Run `fn` on the JS thread when the stream reaches this point; the stream waits until it
+   * returns (or, for an async function, until its promise settles). A throw is reported by the
+   * next synchronize()/done() as a GpuError.
+   */
+  hostFn(fn: () => unknown): this {
+    if (typeof fn !== "function") invalid("Stream.hostFn", "expected a function");
+    enqueueHostFn(this.handle, fn, (e) => (this.#error ??= e), this.device.backend);
+    return this;
+  }
+
+  /**
+   * Start recording the work issued to this stream (and to streams that wait on events recorded
+   * here) into a graph instead of running it. Refused on the device's default stream. `mode`
+   * (default Global) decides which illegal calls invalidate the capture; see CaptureMode.
+   */
+  beginCapture(mode: CaptureMode = CaptureMode.Global): this {
+    beginCaptureOn(this, mode);
+    return this;
+  }
+
+  /**
+   * End the capture begun on this stream and return its Graph. Throws (and leaves the stream out
+   * of capture and usable) when the capture was invalidated or a forked stream was not joined
+   * back; the error names the call that broke it and the mode.
+   */
+  endCapture(): Graph {
+    return endCaptureOn(this);
+  }
+
+  /** Capture status of this stream: "None", "Active" or "Invalidated". */
+  captureStatus(): "None" | "Active" | "Invalidated" {
+    check(N.bg_stream_capture_status(this.handle, slot(0)), "bg_stream_capture_status", this.device.backend);
+    return (["None", "Active", "Invalidated"] as const)[readI32(0)] ?? "None";
+  }
+
+  /** Wait for the stream's work, then destroy it. The default stream is owned by its device. */
+  dispose(): void {
+    if (!this.#live || this.isDefault) return;
+    if (!this.device.state.open) {
+      this.#live = false;
+      return;
+    }
+    if (hostFnsPending()) blockUntil(() => N.bg_stream_query(this.#handle) !== Status.NOT_READY, "Stream.dispose");
+    this.#live = false;
+    check(N.bg_stream_destroy(this.#handle), "bg_stream_destroy", this.device.backend);
+    this.#idle();
+  }
+
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+}
+
+factories.stream = (d, o) => Stream.create(d, o);
+factories.defaultStream = (d) => Stream.defaultOf(d);
