@@ -1,0 +1,93 @@
+// Checks of the C side that need no device: the CUDA declarations against the real cuda.h, and
+// the CPU backend's own C test under AddressSanitizer and UndefinedBehaviorSanitizer.
+import { describe, expect, test } from "bun:test";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const root = join(import.meta.dir, "..");
+const cudaInclude = process.env.CUDA_HOME ? join(process.env.CUDA_HOME, "include") : "/usr/local/cuda/include";
+const hasCudaH = existsSync(join(cudaInclude, "cuda.h"));
+const gcc = Bun.which("gcc");
+
+describe("CUDA driver declarations", () => {
+  test.skipIf(!hasCudaH || !gcc)("compile together with the real cuda.h", () => {
+    const r = Bun.spawnSync([gcc!, "-std=c11", "-fsyntax-only", `-I${cudaInclude}`, `-I${join(root, "shim")}`, join(root, "shim/test/cuda_decls_check.c")], {
+      stderr: "pipe",
+    });
+    expect(r.stderr.toString()).toBe("");
+    expect(r.exitCode).toBe(0);
+  });
+
+  test.skipIf(!hasCudaH || !gcc)("a wrong declaration fails the check", () => {
+    // Flip one declared signature and one constant in a copy: the check must refuse both.
+    const dir = mkdtempSync(join(tmpdir(), "bungpu-decls-"));
+    try {
+      const api = readFileSync(join(root, "shim/cuda/cuda_api.h"), "utf8");
+      // The check includes "cuda/cuda_api.h": give it a shim-like folder holding the mutated copy.
+      const { mkdirSync, cpSync } = require("node:fs") as typeof import("node:fs");
+      mkdirSync(join(dir, "cuda"));
+      cpSync(join(root, "shim/bungpu.h"), join(dir, "bungpu.h"));
+      cpSync(join(root, "shim/internal.h"), join(dir, "internal.h"));
+      const check = readFileSync(join(root, "shim/test/cuda_decls_check.c"), "utf8");
+      writeFileSync(join(dir, "check.c"), check);
+      const variants = [
+        api.replace("X(CU_STREAM_CAPTURE_MODE_RELAXED, 2)", "X(CU_STREAM_CAPTURE_MODE_RELAXED, 3)"),
+        api.replace("cuMemAlloc_v2, (bgcu_deviceptr * dptr, size_t bytes)", "cuMemAlloc_v2, (bgcu_deviceptr * dptr, unsigned int bytes)"),
+      ];
+      // the unmutated copy passes in the same place, so a failure below is the mutation's
+      writeFileSync(join(dir, "cuda", "cuda_api.h"), api);
+      const ok = Bun.spawnSync([gcc!, "-std=c11", "-fsyntax-only", `-I${cudaInclude}`, `-I${dir}`, join(dir, "check.c")], { stderr: "pipe" });
+      expect(ok.stderr.toString()).toBe("");
+      for (const v of variants) {
+        expect(v).not.toBe(api); // the mutation applied
+        writeFileSync(join(dir, "cuda", "cuda_api.h"), v);
+        const r = Bun.spawnSync([gcc!, "-std=c11", "-fsyntax-only", `-I${cudaInclude}`, `-I${dir}`, join(dir, "check.c")], { stderr: "pipe" });
+        expect(r.exitCode).not.toBe(0);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("CUDA backend against a fake libcuda", () => {
+  test.skipIf(!gcc || process.platform !== "linux")("every mapped call, capture node order and argument updates, under ASan/UBSan", () => {
+    const r = Bun.spawnSync(["bash", join(root, "shim/test/mock_cuda/run.sh")], { stdout: "pipe", stderr: "pipe" });
+    const out = r.stdout.toString();
+    expect(r.stderr.toString()).not.toMatch(/ERROR: AddressSanitizer|runtime error:/);
+    expect(out).toContain("info 1 1");
+    expect(out).toContain("memset32 1020304");
+    expect(out).toContain("memset16 beefbeef");
+    expect(out).toContain("same kernel handle 1");
+    expect(out).toMatch(/bg_module_load\(dev, BG_IMAGE_PTX, "BAD ptx".*-> 218: cuModuleLoadDataEx: .*ptxas error: line 3/);
+    expect(out).toContain("nodes 4 kernel 4");
+    expect(out).toContain("set node1 a0=77 grid=2");
+    expect(out).toContain("set node2 a0=99 grid=3");
+    expect(out).toContain("set node3 grid=4");
+    expect(out).toContain("0 failures");
+    expect(r.exitCode).toBe(0);
+  }, 120_000);
+});
+
+describe("Metal backend against a mock Objective-C runtime and Metal", () => {
+  // The Apple code path, compiled on Linux with an x86_64 objc_msgSend trampoline and a mock GPU
+  // thread per queue that enforces Metal's encoder rules.
+  test.skipIf(!gcc || process.platform !== "linux" || process.arch !== "x64")("launches, copies, events, host work, submit with barriers, under ASan/UBSan", () => {
+    const r = Bun.spawnSync(["sh", join(root, "shim/test/metal_mock/run.sh")], { stdout: "pipe", stderr: "pipe" });
+    const err = r.stderr.toString();
+    expect(err).not.toMatch(/FAIL|ERROR: AddressSanitizer|runtime error:/);
+    expect(r.stdout.toString()).toContain("all mock tests passed");
+    expect(r.exitCode).toBe(0);
+  }, 180_000);
+});
+
+describe("CPU backend in C under sanitizers", () => {
+  test.skipIf(!gcc || process.platform !== "linux")("cpu_test passes under ASan and UBSan with no report", () => {
+    const r = Bun.spawnSync(["bash", join(root, "shim/test/run_sanitizers.sh")], { cwd: root, stdout: "pipe", stderr: "pipe" });
+    const out = r.stdout.toString() + r.stderr.toString();
+    expect(out).not.toMatch(/ERROR: AddressSanitizer|runtime error:|LeakSanitizer/);
+    expect(out).toMatch(/cpu_test: \d+ checks passed/);
+    expect(r.exitCode).toBe(0);
+  }, 180_000);
+});
