@@ -81,7 +81,7 @@ export class Device {
   static list(): string[] {
     const out: string[] = [];
     for (const b of Device.backends())
-      for (let i = 0; i < b.devices; i++) out.push(b.backend === "cpu" ? "cpu" : `${b.backend}:${i}`);
+      for (let i = 0; i < b.devices; i++) out.push(b.backend === "cpu" && i === 0 ? "cpu" : `${b.backend}:${i}`);
     return out;
   }
 
@@ -129,7 +129,7 @@ export class Device {
 
   /** "cpu", "cuda:0", "metal:0". */
   get spec(): string {
-    return this.backend === "cpu" ? "cpu" : `${this.backend}:${this.ordinal}`;
+    return this.backend === "cpu" && this.ordinal === 0 ? "cpu" : `${this.backend}:${this.ordinal}`;
   }
 
   get props(): DeviceProps {

@@ -64,6 +64,21 @@ describe("devices", () => {
     expectGpuError(() => Device.open("metal"), Status.BACKEND_UNAVAILABLE);
   });
 
+  test("work that mixes devices is refused and changes nothing (two CPU devices)", () => {
+    const r = Bun.spawnSync(["bun", "run", `${import.meta.dir}/fixtures/mismatched_devices.ts`], {
+      env: { ...process.env, BUNGPU_CPU_DEVICES: "2" },
+      cwd: `${import.meta.dir}/..`,
+    });
+    expect(r.stderr.toString()).toBe("");
+    const out = JSON.parse(r.stdout.toString());
+    expect(out.list).toEqual(["cpu", "cpu:1"]);
+    expect(out.ordinals).toEqual([0, 1]);
+    for (const k of ["copyTo", "streamCopy", "streamFill", "wait", "record", "launchArg", "launchStream"])
+      expect(out[k]).toMatch(/^1: .*(another device|is on cpu)/);
+    expect(out.intactA).toBe(true);
+    expect(out.intactB).toBe(true);
+  });
+
   test("a disposed device refuses work with INVALID_HANDLE", () => {
     const d = Device.open("cpu");
     const b = d.alloc(8);

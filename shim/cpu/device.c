@@ -145,21 +145,34 @@ static void cpu_model_name(char* out, size_t cap, int32_t n) {
     snprintf(out, cap, "CPU (%d threads)", (int)n);
 }
 
+/* BUNGPU_CPU_DEVICES=N (1..16) exposes N independent CPU devices (own pools, streams and memory
+ * tables), so multi-device code paths can be exercised without several GPUs. Default 1. */
+static int32_t cpu_device_count(void) {
+  const char* e = getenv("BUNGPU_CPU_DEVICES");
+  if (!e || !*e) return 1;
+  char* end = NULL;
+  long n = strtol(e, &end, 10);
+  if (*end || n < 1) return 1;
+  return n > 16 ? 16 : (int32_t)n;
+}
+
 static int32_t cpu_probe(int32_t* count, char* msg, uint64_t cap) {
-  *count = 1;
-  if (msg && cap) snprintf(msg, (size_t)cap, "cpu backend: %d threads", (int)online_cores());
+  *count = cpu_device_count();
+  if (msg && cap)
+    snprintf(msg, (size_t)cap, "cpu backend: %d threads, %d device(s)", (int)online_cores(), (int)*count);
   return BG_OK;
 }
 
 static int32_t cpu_open(int32_t ordinal, bg_device** out) {
-  if (ordinal != 0)
-    return bg_set_error(BG_ERR_INVALID_DEVICE, "bg_device_open: the cpu backend has one device");
+  if (ordinal < 0 || ordinal >= cpu_device_count())
+    return bg_set_error(BG_ERR_INVALID_DEVICE, "bg_device_open: the cpu backend has %d device(s) (BUNGPU_CPU_DEVICES)",
+                        (int)cpu_device_count());
   cpu_device* d = calloc(1, sizeof *d);
   if (!d) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_device_open: out of host memory");
   bg_obj_init(d, BG_KIND_DEVICE, &d->base);
   d->base.ops = &cpu_ops;
   d->base.backend = BG_BACKEND_CPU;
-  d->base.ordinal = 0;
+  d->base.ordinal = ordinal;
   d->ncores = online_cores();
   d->total_mem = phys_total();
   cpu_model_name(d->name, sizeof d->name, d->ncores);
@@ -221,7 +234,7 @@ static int32_t cpu_device_props(bg_device* dev, bg_device_props* out) {
   cpu_device* d = (cpu_device*)dev;
   snprintf(out->name, sizeof out->name, "%s", d->name);
   out->backend = BG_BACKEND_CPU;
-  out->ordinal = 0;
+  out->ordinal = dev->ordinal;
   out->compute_units = d->ncores;
   out->cc_major = 0;
   out->cc_minor = 0;
