@@ -91,14 +91,18 @@ export class Stream {
     return true;
   }
 
+  /** Events for done(), reused: creating one per wait would cost a native allocation each time. */
+  #spare: Event[] = [];
+
   /** Resolves when the work queued before this call has finished; never blocks the event loop. */
   async done(): Promise<void> {
-    const ev = Event.create(this.device, { timing: false });
+    const ev = this.#spare.pop() ?? Event.create(this.device, { timing: false });
     try {
       ev.record(this);
       await pollUntil(() => ev.query());
     } finally {
-      ev.dispose();
+      if (this.#live && this.device.state.open) this.#spare.push(ev);
+      else ev.dispose();
     }
     this.#raise("Stream.done");
   }
@@ -242,6 +246,7 @@ export class Stream {
     }
     if (hostFnsPending()) blockUntil(() => N.bg_stream_query(this.#handle) !== Status.NOT_READY, "Stream.dispose");
     this.#live = false;
+    for (const ev of this.#spare.splice(0)) ev.dispose();
     check(N.bg_stream_destroy(this.#handle), "bg_stream_destroy", this.device.backend);
     this.#idle();
   }

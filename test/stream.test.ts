@@ -19,6 +19,7 @@ describe("streams", () => {
     using producer = dev.createStream();
     using consumer = dev.createStream({ nonBlocking: true });
     using ev = dev.createEvent({ timing: false });
+    using back = dev.createEvent({ timing: false });
     const n = 2000;
     using data = dev.alloc(n * 4);
     const runs = 40;
@@ -29,7 +30,7 @@ describe("streams", () => {
       consumer.wait(ev);
       sumInto.launch(consumer, { grid: 1, block: 1, args: [data, outs.view(r * 4, 4), n] });
       // the next fill must not start before this sum has read the data
-      const back = consumer.record(dev.createEvent({ timing: false }));
+      back.record(consumer);
       producer.wait(back);
     }
     consumer.synchronize();
