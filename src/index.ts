@@ -18,3 +18,23 @@ export {
   type Dim3,
 } from "./kernel";
 export { loadInfo } from "../ffi/native";
+export { CaptureMode, Graph, GraphExec, type CaptureStatus } from "./capture";
+export {
+  Step,
+  Schedule,
+  ExecMode,
+  Executable,
+  planStreams,
+  rangeOf,
+  overlaps,
+  type ByteRange,
+  type KernelStepConfig,
+  type CopyStepOptions,
+  type FillStepOptions,
+  type ExecKind,
+  type ScheduleCompileOptions,
+  type RunOptions,
+  type ExecStats,
+  type StreamPlan,
+  type InputPair,
+} from "./schedule";

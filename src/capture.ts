@@ -1,0 +1,276 @@
+// Stream capture and graphs. A created stream records the work issued to it (and to the streams
+// that join it through events) into a Graph instead of running it; the Graph instantiates into a
+// GraphExec that replays the whole of it with one launch. A kernel node's arguments can be
+// replaced in the exec without capturing again (cuGraphExecKernelNodeSetParams on CUDA; the same
+// in the CPU shim, which replays an exec in one C loop).
+import { N, check, slot, readPtr, readU32, addressOf } from "../ffi/native";
+import { Status } from "../ffi/symbols";
+import { Device } from "./device";
+import { GpuError, invalid, disposed } from "./errors";
+import { packArgs, type ArgArea, type ArgValue, type Kernel } from "./kernel";
+import type { Stream } from "./stream";
+
+/**
+ * How a capture treats calls that are illegal while it is open (synchronize, a synchronous copy,
+ * an allocation, querying the capturing stream). Values equal CUDA's `CUstreamCaptureMode`.
+ *
+ * The default is `Global`: it is what the CUDA runtime and PyTorch default to, and it is the
+ * safest. Any such call from any thread invalidates the capture, so a call that would have
+ * corrupted the recorded work (or silently run outside it) is reported at `endCapture()` instead.
+ */
+export class CaptureMode {
+  /** Illegal calls from any thread invalidate the capture (CU_STREAM_CAPTURE_MODE_GLOBAL). */
+  static readonly Global = new CaptureMode("Global", 0);
+  /** Only illegal calls from the capturing thread invalidate it (CU_STREAM_CAPTURE_MODE_THREAD_LOCAL). */
+  static readonly ThreadLocal = new CaptureMode("ThreadLocal", 1);
+  /** Nothing invalidates it: the caller guarantees no interference (CU_STREAM_CAPTURE_MODE_RELAXED). */
+  static readonly Relaxed = new CaptureMode("Relaxed", 2);
+  /** `Global` (see the class comment for why). */
+  static readonly default = CaptureMode.Global;
+
+  readonly name: "Global" | "ThreadLocal" | "Relaxed";
+  readonly #value: 0 | 1 | 2;
+
+  private constructor(name: "Global" | "ThreadLocal" | "Relaxed", value: 0 | 1 | 2) {
+    this.name = name;
+    this.#value = value;
+    Object.freeze(this);
+  }
+
+  /** The `CUstreamCaptureMode` value: 0 Global, 1 ThreadLocal, 2 Relaxed. */
+  toCuda(): 0 | 1 | 2 {
+    return this.#value;
+  }
+
+  toString(): string {
+    return this.name;
+  }
+
+  static values(): readonly CaptureMode[] {
+    return [CaptureMode.Global, CaptureMode.ThreadLocal, CaptureMode.Relaxed];
+  }
+}
+
+export type CaptureStatus = "None" | "Active" | "Invalidated";
+
+/** A captured graph: a DAG of the work issued while the capture was open. */
+export class Graph {
+  readonly device: Device;
+  #handle: number;
+  #live = true;
+
+  /** @internal use `stream.endCapture()` or `Graph.capture()`. */
+  constructor(device: Device, handle: number) {
+    this.device = device;
+    this.#handle = handle;
+  }
+
+  get handle(): number {
+    if (!this.device.state.open) disposed("Graph", "device of this graph");
+    if (!this.#live) disposed("Graph", "graph");
+    return this.#handle;
+  }
+
+  get disposed(): boolean {
+    return !this.#live || !this.device.state.open;
+  }
+
+  #counts(): [number, number] {
+    check(N.bg_graph_node_count(this.handle, slot(0), slot(1)), "bg_graph_node_count", this.device.backend);
+    return [readU32(0), readU32(1)];
+  }
+
+  /** Nodes of the graph (kernels, copies, memsets, host functions, event waits). */
+  get nodeCount(): number {
+    return this.#counts()[0];
+  }
+
+  /** Kernel nodes; `GraphExec.setKernelArgs` indexes them in capture order. */
+  get kernelNodeCount(): number {
+    return this.#counts()[1];
+  }
+
+  /** Make an executable graph; the Graph itself may be disposed afterwards. */
+  instantiate(): GraphExec {
+    const h = this.handle;
+    const kernels = this.kernelNodeCount;
+    check(N.bg_graph_instantiate(h, slot(0)), "bg_graph_instantiate", this.device.backend);
+    return new GraphExec(this.device, readPtr(0), kernels);
+  }
+
+  dispose(): void {
+    if (!this.#live) return;
+    this.#live = false;
+    if (this.device.state.open) check(N.bg_graph_destroy(this.#handle), "bg_graph_destroy", this.device.backend);
+  }
+
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+
+  /**
+   * Capture what `fn` issues on `stream` (and on the streams it forks through events) into a
+   * Graph. If `fn` throws (or its promise rejects), the capture is ended and discarded, the stream
+   * is left out of capture and usable, and `fn`'s error is rethrown.
+   */
+  static capture(stream: Stream, fn: (stream: Stream) => Promise<void>, opts?: { mode?: CaptureMode }): Promise<Graph>;
+  static capture(stream: Stream, fn: (stream: Stream) => void, opts?: { mode?: CaptureMode }): Graph;
+  static capture(stream: Stream, fn: (stream: Stream) => unknown, opts: { mode?: CaptureMode } = {}): Graph | Promise<Graph> {
+    if (typeof fn !== "function") invalid("Graph.capture", "fn must be a function");
+    stream.beginCapture(opts.mode ?? CaptureMode.Global);
+    let result: unknown;
+    try {
+      result = fn(stream);
+    } catch (e) {
+      abandon(stream);
+      throw e;
+    }
+    if (result && typeof (result as Promise<unknown>).then === "function") {
+      return (result as Promise<unknown>).then(
+        () => stream.endCapture(),
+        (e) => {
+          abandon(stream);
+          throw e;
+        },
+      );
+    }
+    return stream.endCapture();
+  }
+}
+
+/** End a capture that is being given up, dropping its graph and any error ending it raises. */
+function abandon(stream: Stream): void {
+  if (stream.disposed) return;
+  try {
+    if (stream.captureStatus() === "None") return;
+  } catch {
+    return;
+  }
+  try {
+    stream.endCapture().dispose();
+  } catch {
+    /* invalidated or unjoined: the shim has already discarded it */
+  }
+}
+
+// Packing area for setKernelArgs: an explicit 16 KiB ArrayBuffer (Bun never moves it).
+const SET_AB = new ArrayBuffer(16384);
+const SET_AREA: ArgArea = {
+  u32: new Uint32Array(SET_AB),
+  i32: new Int32Array(SET_AB),
+  f32: new Float32Array(SET_AB),
+  f64: new Float64Array(SET_AB),
+  i64: new BigInt64Array(SET_AB),
+};
+const SET_PTR = addressOf(SET_AB);
+
+/** An instantiated graph: launch it on any created stream of its device, as often as wanted. */
+export class GraphExec {
+  readonly device: Device;
+  /** Kernel nodes, in capture order. */
+  readonly kernelNodeCount: number;
+  #handle: number;
+  #live = true;
+  #replays = 0;
+
+  /** @internal use `graph.instantiate()`. */
+  constructor(device: Device, handle: number, kernelNodes: number) {
+    this.device = device;
+    this.#handle = handle;
+    this.kernelNodeCount = kernelNodes;
+  }
+
+  get handle(): number {
+    if (!this.device.state.open) disposed("GraphExec", "device of this graph exec");
+    if (!this.#live) disposed("GraphExec", "graph exec");
+    return this.#handle;
+  }
+
+  get disposed(): boolean {
+    return !this.#live || !this.device.state.open;
+  }
+
+  /** How many times this exec has been launched. */
+  get replayCount(): number {
+    return this.#replays;
+  }
+
+  #stream(call: string, stream: Stream): number {
+    if (!stream || typeof stream !== "object" || !("device" in stream)) invalid(call, "expected a Stream");
+    if (stream.device.state.handle !== this.device.state.handle) invalid(call, `stream of another device (${stream.device.spec})`);
+    return stream.handle;
+  }
+
+  /** Enqueue one replay of the whole graph on `stream`. */
+  launch(stream: Stream): this {
+    const x = this.handle;
+    const s = this.#stream("GraphExec.launch", stream);
+    const rc = N.bg_graph_launch(x, s);
+    if (rc !== 0) check(rc, "bg_graph_launch", this.device.backend);
+    this.#replays++;
+    return this;
+  }
+
+  /** Prepare the exec on `stream` so the first launch costs no more than later ones. */
+  upload(stream: Stream): this {
+    const x = this.handle;
+    const s = this.#stream("GraphExec.upload", stream);
+    check(N.bg_graph_upload(x, s), "bg_graph_upload", this.device.backend);
+    return this;
+  }
+
+  /**
+   * Replace the arguments of the `index`-th kernel node (capture order) with `args`, packed by
+   * `kernel`'s signature: scalars and buffer bindings alike. Launches already enqueued keep the
+   * arguments they were launched with.
+   */
+  setKernelArgs(index: number, kernel: Kernel, args: readonly ArgValue[]): this {
+    const call = "GraphExec.setKernelArgs";
+    const x = this.handle;
+    if (!Number.isInteger(index) || index < 0 || index >= this.kernelNodeCount)
+      invalid(call, `kernel node ${index} out of range (the graph has ${this.kernelNodeCount})`);
+    if (!kernel || typeof kernel !== "object" || !Array.isArray((kernel as Kernel).signature)) invalid(call, "expected a Kernel");
+    if (kernel.device.state.handle !== this.device.state.handle) invalid(call, `${kernel.name}: kernel of another device`);
+    packArgs(call, kernel.name, kernel.signature, args, this.device.state.handle, SET_AREA, 0);
+    this.setPackedArgs(index, SET_PTR, kernel.signature.length);
+    return this;
+  }
+
+  /** @internal set already-packed 8-byte slots at `address` (validated by the caller). */
+  setPackedArgs(index: number, address: number, nargs: number): void {
+    const rc = N.bg_graph_exec_set_kernel_args(this.handle, index, address, nargs);
+    if (rc !== 0) check(rc, "bg_graph_exec_set_kernel_args", this.device.backend);
+  }
+
+  /** Destroy the exec. Launches already enqueued still complete. */
+  dispose(): void {
+    if (!this.#live) return;
+    this.#live = false;
+    if (this.device.state.open) check(N.bg_graph_exec_destroy(this.#handle), "bg_graph_exec_destroy", this.device.backend);
+  }
+
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+}
+
+/** @internal Begin a capture on `stream` (validated here, before the FFI). */
+export function beginCapture(stream: Stream, mode: CaptureMode): void {
+  const call = "Stream.beginCapture";
+  if (!(mode instanceof CaptureMode)) invalid(call, `mode must be a CaptureMode (Global, ThreadLocal or Relaxed), got ${String(mode)}`);
+  const s = stream.handle;
+  if (stream.isDefault)
+    throw new GpuError(
+      Status.STREAM_CAPTURE_UNSUPPORTED,
+      `${call}: the device's default stream cannot be captured; capture on a stream from device.createStream()`,
+      { backend: "typescript", call },
+    );
+  check(N.bg_stream_begin_capture(s, mode.toCuda()), "bg_stream_begin_capture", stream.device.backend);
+}
+
+/** @internal End the capture begun on `stream` and return its Graph. */
+export function endCapture(stream: Stream): Graph {
+  const s = stream.handle;
+  check(N.bg_stream_end_capture(s, slot(0)), "bg_stream_end_capture", stream.device.backend);
+  return new Graph(stream.device, readPtr(0));
+}
