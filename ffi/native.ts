@@ -5,7 +5,16 @@ import { ptr as ffiPtr, toArrayBuffer, CString } from "bun:ffi";
 import { GpuError, type BackendLabel } from "../src/errors";
 import { lib as loadLib, load } from "./load";
 
-export const N = loadLib().symbols;
+/** What a native call accepts: numbers for handles, addresses and sizes; views for memory. */
+export type NativeArg = number | bigint | ArrayBufferView | ArrayBuffer | null;
+type Loose<T> = { readonly [K in keyof T]: (...args: NativeArg[]) => number };
+
+/**
+ * The shim's functions. Handles and device addresses are plain numbers here (bun:ffi passes a
+ * number to a pointer argument as the address), so the table is typed loosely on purpose: the
+ * C signatures live in symbols.ts.
+ */
+export const N = loadLib().symbols as unknown as Loose<typeof import("./symbols").symbols>;
 export const loadInfo = load().info;
 
 // A 64 KiB ArrayBuffer: large enough that Bun never moves it, so its address is stable.
@@ -59,7 +68,7 @@ export function cstr(s: string): Uint8Array {
 }
 
 export function addressOf(view: ArrayBufferView | ArrayBuffer, byteOffset = 0): number {
-  return ffiPtr(view as ArrayBufferView, byteOffset);
+  return ffiPtr(view as unknown as ArrayBuffer, byteOffset);
 }
 
 /** A view of `bytes` of native memory at `address` (no copy). */

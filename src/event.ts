@@ -40,6 +40,10 @@ export class Event {
     return this.#handle;
   }
 
+  get disposed(): boolean {
+    return !this.#live || !this.device.state.open;
+  }
+
   /** Capture the work queued on `stream` so far (default: the device's default stream). */
   record(stream?: Stream): this {
     const s = stream ?? this.device.defaultStream;

@@ -89,7 +89,7 @@ describe("launch validation: nothing is launched on bad input", () => {
     expectGpuError(() => vadd.launch(s, { grid: 1, block: 16, args: [A, A, C, 2 ** 31] }), Status.INVALID_VALUE, /i32/);
     expectGpuError(() => vadd.launch(s, { grid: 0, block: 16, args: [A, A, C, 16] }), Status.INVALID_VALUE, /grid/);
     expectGpuError(() => vadd.launch(s, { grid: [1, 0], block: 16, args: [A, A, C, 16] }), Status.INVALID_VALUE, /grid/);
-    expectGpuError(() => vadd.launch(s, { grid: 1, block: [], args: [A, A, C, 16] }), Status.INVALID_VALUE, /block/);
+    expectGpuError(() => vadd.launch(s, { grid: 1, block: [] as unknown as number, args: [A, A, C, 16] }), Status.INVALID_VALUE, /block/);
     const D = dev.alloc(64);
     D.dispose();
     expectGpuError(() => vadd.launch(s, { grid: 1, block: 16, args: [A, A, D, 16] }), Status.INVALID_HANDLE, /disposed/);
