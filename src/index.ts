@@ -38,3 +38,28 @@ export {
   type StreamPlan,
   type InputPair,
 } from "./schedule";
+export {
+  CommandEncoder,
+  CommandError,
+  type DispatchOptions,
+  type CopyOptions,
+  type FillOptions,
+  type EncoderCounts,
+  type CommandInfo,
+} from "./encoder";
+export {
+  GraphExecutor,
+  GraphSession,
+  ComputeGraph,
+  type GraphDispatchOptions,
+  type Access,
+  type GraphNode,
+  type NodeKind,
+  type Hazard,
+  type BarrierMode,
+  type PlannedBarrier,
+  type SessionStats,
+  type ExecutorStats,
+  type SessionMode,
+  type SessionState,
+} from "./graph_executor";

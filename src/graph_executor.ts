@@ -1,0 +1,655 @@
+// GraphExecutor / GraphSession / ComputeGraph: batched dispatch over one CommandEncoder.
+//
+//  - GraphExecutor(device, { stream? }): begin() → a direct session (each op is encoded into the
+//    session's one encoder as it is called); beginRecorded() → a record session (each op becomes
+//    a node of a ComputeGraph; the work is encoded at commit/finish). The same op methods serve
+//    both modes.
+//  - GraphSession: dispatch, copy, fill, barrier; commit() submits what was encoded since the last
+//    commit in ONE crossing (bg_submit) without waiting; finish() commits and waits; finishAsync()
+//    commits and awaits stream.done(). A finished session throws ILLEGAL_STATE; one disposed
+//    without finish() runs nothing it had not committed and gives its encoder back.
+//  - ComputeGraph: nodes (dispatch, copy, fill, barrier) with their bindings, grid, block and the
+//    byte ranges they read and write. encodeSequential() replays in recorded order with the
+//    recorded barriers; encodeWithBarriers() drops the recorded barriers and places one before
+//    each node that conflicts (RAW, WAR, WAW on overlapping byte ranges) with a node since the
+//    last barrier, and none elsewhere. The graph keeps its packed commands and, per dispatch, the
+//    byte offset of its argument slots: setArgs() rewrites only those words, and submit() hands
+//    the same bytes to the shim again: a replay costs one crossing and no re-encoding.
+import { Buffer, checkSize, type FillType } from "./buffer";
+import type { Device, DeviceState } from "./device";
+import { disposed, illegalState, invalid } from "./errors";
+import { CommandEncoder, type CopyOptions, type DispatchOptions, type EncoderMark, type FillOptions } from "./encoder";
+import { Kernel, dim3, packArgs, type ArgArea, type ArgValue } from "./kernel";
+import { Stream } from "./stream";
+
+/** A byte range a node reads or writes: a whole buffer (view), or part of one. */
+export type Access = Buffer | { buffer: Buffer; offset?: number; bytes?: number };
+
+export interface GraphDispatchOptions extends DispatchOptions {
+  /** Byte ranges the kernel reads. Default: every buffer argument (conservative). */
+  reads?: readonly Access[];
+  /** Byte ranges the kernel writes. Default: every buffer argument (conservative). */
+  writes?: readonly Access[];
+}
+
+export interface ByteRange {
+  buffer: Buffer;
+  /** Offset inside `buffer`. */
+  offset: number;
+  bytes: number;
+  /** Device address of the first byte (hazards compare these, so views of one allocation meet). */
+  address: number;
+}
+
+export type NodeKind = "dispatch" | "copy" | "fill" | "barrier";
+export type Hazard = "RAW" | "WAR" | "WAW";
+export type BarrierMode = "recorded" | "computed";
+
+export interface GraphNode {
+  readonly index: number;
+  readonly kind: NodeKind;
+  /** The kernel of a dispatch; null otherwise. */
+  readonly kernel: Kernel | null;
+  /** The bindings of a dispatch (its arguments, as last set); empty otherwise. */
+  readonly args: readonly ArgValue[];
+  readonly grid: readonly [number, number, number] | null;
+  readonly block: readonly [number, number, number] | null;
+  readonly sharedBytes: number;
+  readonly reads: readonly ByteRange[];
+  readonly writes: readonly ByteRange[];
+}
+
+/** A barrier encodeWithBarriers places: before node `before`, for a `hazard` against node `against`. */
+export interface PlannedBarrier {
+  before: number;
+  hazard: Hazard;
+  against: number;
+}
+
+const EMPTY_MARK: EncoderMark = { bytes: 0, refs: 0, commands: 0, dispatches: 0, barriers: 0, copies: 0, fills: 0, events: 0 };
+
+class Node implements GraphNode {
+  index: number;
+  kind: NodeKind;
+  kernel: Kernel | null = null;
+  args: readonly ArgValue[] = [];
+  grid: readonly [number, number, number] | null = null;
+  block: readonly [number, number, number] | null = null;
+  sharedBytes = 0;
+  reads: readonly ByteRange[] = [];
+  writes: readonly ByteRange[] = [];
+  /** Marks of the graph's sequential encoder around this node's command. */
+  before: EncoderMark;
+  after: EncoderMark = EMPTY_MARK;
+  /** Byte offset of the argument slots in the sequential encoding, and in the computed one. */
+  argOffset = -1;
+  computedArgOffset = -1;
+
+  constructor(index: number, kind: NodeKind, before: EncoderMark) {
+    this.index = index;
+    this.kind = kind;
+    this.before = before;
+  }
+}
+
+// A private packing area: setArgs packs (and so validates) here before patching anything.
+const SCRATCH_AB = new ArrayBuffer(65536);
+const SCRATCH: ArgArea = {
+  u32: new Uint32Array(SCRATCH_AB),
+  i32: new Int32Array(SCRATCH_AB),
+  f32: new Float32Array(SCRATCH_AB),
+  f64: new Float64Array(SCRATCH_AB),
+  i64: new BigInt64Array(SCRATCH_AB),
+};
+
+function resolveAccess(call: string, dev: DeviceState, what: string, list: unknown): ByteRange[] {
+  if (!Array.isArray(list)) invalid(call, `${what} must be an array of Buffers or { buffer, offset?, bytes? }`);
+  const out: ByteRange[] = [];
+  for (let i = 0; i < list.length; i++) {
+    const a = list[i] as unknown;
+    let buffer: unknown, offset = 0, bytes: number;
+    if (a instanceof Buffer) {
+      buffer = a;
+      bytes = a.byteLength;
+    } else if (a !== null && typeof a === "object" && (a as { buffer?: unknown }).buffer instanceof Buffer) {
+      const r = a as { buffer: Buffer; offset?: number; bytes?: number };
+      buffer = r.buffer;
+      offset = checkSize(call, `${what}[${i}].offset`, r.offset ?? 0);
+      bytes = checkSize(call, `${what}[${i}].bytes`, r.bytes ?? r.buffer.byteLength - offset);
+      if (offset + bytes > r.buffer.byteLength)
+        invalid(call, `${what}[${i}]: range [${offset}, ${offset + bytes}) is past the end (${r.buffer.byteLength} bytes)`);
+    } else invalid(call, `${what}[${i}] must be a Buffer or { buffer, offset?, bytes? }`);
+    const b = buffer as Buffer;
+    if (b.device.state !== dev) invalid(call, `${what}[${i}] is a buffer of another device (${b.device.spec})`);
+    if (b.disposed) disposed(call, "buffer");
+    if (bytes > 0) out.push({ buffer: b, offset, bytes, address: b.address + offset });
+  }
+  return out;
+}
+
+function whole(b: Buffer): ByteRange[] {
+  return b.byteLength > 0 ? [{ buffer: b, offset: 0, bytes: b.byteLength, address: b.address }] : [];
+}
+
+function overlaps(a: ByteRange, b: ByteRange): boolean {
+  return a.address < b.address + b.bytes && b.address < a.address + a.bytes;
+}
+
+export class ComputeGraph {
+  readonly device: Device;
+  readonly #dev: DeviceState;
+  readonly #nodes: Node[] = [];
+  /** The recorded order with the recorded barriers, packed once, patched by setArgs. */
+  readonly #seq: CommandEncoder;
+  /** The same nodes with computed barriers (built on first use, dropped when a node is added). */
+  #computed: CommandEncoder | null = null;
+  #plan: PlannedBarrier[] | null = null;
+  #submits = 0;
+
+  constructor(device: Device) {
+    this.#seq = new CommandEncoder(device);
+    this.device = device;
+    this.#dev = device.state;
+  }
+
+  get nodes(): readonly GraphNode[] {
+    return this.#nodes;
+  }
+
+  get nodeCount(): number {
+    return this.#nodes.length;
+  }
+
+  /** bg_submit crossings made by submit(). */
+  get submits(): number {
+    return this.#submits;
+  }
+
+  /** Bytes of the sequential encoding. */
+  get byteLength(): number {
+    return this.#seq.byteLength;
+  }
+
+  #begin(kind: NodeKind): Node {
+    return new Node(this.#nodes.length, kind, this.#seq.mark());
+  }
+
+  #end(n: Node): number {
+    n.after = this.#seq.mark();
+    this.#nodes.push(n);
+    this.#computed = null;
+    this.#plan = null;
+    return n.index;
+  }
+
+  /** Record a dispatch; returns its node index. */
+  dispatch(kernel: Kernel, cfg: GraphDispatchOptions): number {
+    const call = "ComputeGraph.dispatch";
+    if (cfg === null || typeof cfg !== "object") invalid(call, "expected { grid, block, args }");
+    const reads = cfg.reads !== undefined ? resolveAccess(call, this.#dev, "reads", cfg.reads) : null;
+    const writes = cfg.writes !== undefined ? resolveAccess(call, this.#dev, "writes", cfg.writes) : null;
+    const n = this.#begin("dispatch");
+    this.#seq.dispatch(kernel, cfg); // validates everything else; throws with the graph unchanged
+    n.argOffset = this.#seq.lastArgOffset;
+    n.kernel = kernel;
+    n.args = [...cfg.args];
+    n.grid = dim3(call, "grid", cfg.grid);
+    n.block = dim3(call, "block", cfg.block);
+    n.sharedBytes = cfg.sharedBytes ?? 0;
+    if (reads === null || writes === null) {
+      const all: ByteRange[] = [];
+      const sig = kernel.signature;
+      for (let i = 0; i < sig.length; i++) if (sig[i] === "buffer") all.push(...whole(cfg.args[i] as Buffer));
+      n.reads = reads ?? all;
+      n.writes = writes ?? all;
+    } else {
+      n.reads = reads;
+      n.writes = writes;
+    }
+    return this.#end(n);
+  }
+
+  /** Record a device-to-device copy; returns its node index. */
+  copy(dst: Buffer, src: Buffer, opts: CopyOptions = {}): number {
+    const n = this.#begin("copy");
+    this.#seq.copy(dst, src, opts);
+    const so = opts.srcOffset ?? 0, dO = opts.dstOffset ?? 0;
+    const bytes = opts.bytes ?? src.byteLength - so;
+    n.args = [dst, src];
+    if (bytes > 0) {
+      n.reads = [{ buffer: src, offset: so, bytes, address: src.address + so }];
+      n.writes = [{ buffer: dst, offset: dO, bytes, address: dst.address + dO }];
+    }
+    return this.#end(n);
+  }
+
+  /** Record a fill; returns its node index. */
+  fill(buf: Buffer, value: number, opts: FillOptions = {}): number {
+    const n = this.#begin("fill");
+    this.#seq.fill(buf, value, opts);
+    const off = opts.offset ?? 0;
+    const bytes = opts.bytes ?? buf.byteLength - off;
+    n.args = [buf];
+    if (bytes > 0) n.writes = [{ buffer: buf, offset: off, bytes, address: buf.address + off }];
+    return this.#end(n);
+  }
+
+  /** Record a barrier (kept by encodeSequential, replaced by computed ones in encodeWithBarriers). */
+  barrier(): number {
+    const n = this.#begin("barrier");
+    this.#seq.barrier();
+    return this.#end(n);
+  }
+
+  /**
+   * Where encodeWithBarriers puts barriers: before each node that reads what a node since the
+   * last barrier wrote (RAW), writes what one read (WAR) or writes what one wrote (WAW).
+   */
+  barrierPlan(): readonly PlannedBarrier[] {
+    if (this.#plan) return this.#plan;
+    const plan: PlannedBarrier[] = [];
+    let pr: { r: ByteRange; node: number }[] = [];
+    let pw: { r: ByteRange; node: number }[] = [];
+    for (const n of this.#nodes) {
+      if (n.kind === "barrier") continue;
+      let found: PlannedBarrier | null = null;
+      for (const r of n.reads) {
+        for (const p of pw) if (overlaps(r, p.r)) { found = { before: n.index, hazard: "RAW", against: p.node }; break; }
+        if (found) break;
+      }
+      if (!found)
+        for (const w of n.writes) {
+          for (const p of pw) if (overlaps(w, p.r)) { found = { before: n.index, hazard: "WAW", against: p.node }; break; }
+          if (found) break;
+          for (const p of pr) if (overlaps(w, p.r)) { found = { before: n.index, hazard: "WAR", against: p.node }; break; }
+          if (found) break;
+        }
+      if (found) {
+        plan.push(found);
+        pr = [];
+        pw = [];
+      }
+      for (const r of n.reads) pr.push({ r, node: n.index });
+      for (const w of n.writes) pw.push({ r: w, node: n.index });
+    }
+    this.#plan = plan;
+    return plan;
+  }
+
+  #computedEncoding(): CommandEncoder {
+    if (this.#computed) return this.#computed;
+    const before = new Set(this.barrierPlan().map((b) => b.before));
+    const enc = new CommandEncoder(this.device, { initialBytes: this.#seq.byteLength + 8 * before.size });
+    for (const n of this.#nodes) {
+      if (n.kind === "barrier") continue;
+      if (before.has(n.index)) enc.barrier();
+      const base = enc.byteLength;
+      enc.appendRange(this.#seq, n.before, n.after);
+      if (n.kind === "dispatch") n.computedArgOffset = base + (n.argOffset - n.before.bytes);
+    }
+    this.#computed = enc;
+    return enc;
+  }
+
+  #target(call: string, encoder: unknown): CommandEncoder {
+    if (!(encoder instanceof CommandEncoder)) invalid(call, "expected a CommandEncoder");
+    if (encoder.device.state !== this.#dev) invalid(call, "encoder of another device");
+    return encoder;
+  }
+
+  /** Append nodes [from, to) in recorded order, with the recorded barriers. */
+  encodeRange(encoder: CommandEncoder, from: number, to: number): void {
+    const call = "ComputeGraph.encodeRange";
+    const enc = this.#target(call, encoder);
+    const count = this.#nodes.length;
+    if (!Number.isInteger(from) || !Number.isInteger(to) || from < 0 || to > count || from > to)
+      invalid(call, `node range [${from}, ${to}) is not inside [0, ${count})`);
+    if (from === to) return;
+    const a = this.#nodes[from]!.before, b = this.#nodes[to - 1]!.after;
+    this.#seq.checkRange(call, a, b);
+    enc.appendRange(this.#seq, a, b);
+  }
+
+  /** Append every node in recorded order, barriers where they were recorded. */
+  encodeSequential(encoder: CommandEncoder): void {
+    const call = "ComputeGraph.encodeSequential";
+    const enc = this.#target(call, encoder);
+    const end = this.#seq.mark();
+    this.#seq.checkRange(call, EMPTY_MARK, end);
+    enc.appendRange(this.#seq, EMPTY_MARK, end);
+  }
+
+  /** Append every node with barriers computed from range hazards (recorded barriers dropped). */
+  encodeWithBarriers(encoder: CommandEncoder): void {
+    const call = "ComputeGraph.encodeWithBarriers";
+    const enc = this.#target(call, encoder);
+    const c = this.#computedEncoding();
+    const end = c.mark();
+    c.checkRange(call, EMPTY_MARK, end);
+    enc.appendRange(c, EMPTY_MARK, end);
+  }
+
+  /** The packed commands of one encoding (a copy), and its decoded command list. */
+  encoding(barriers: BarrierMode = "recorded"): CommandEncoder {
+    const enc = new CommandEncoder(this.device);
+    if (barriers === "computed") this.encodeWithBarriers(enc);
+    else this.encodeSequential(enc);
+    return enc;
+  }
+
+  /**
+   * Submit the whole graph to `stream` in one crossing, from the graph's own packed bytes (no
+   * re-encoding). Returns true when a crossing was made (false for an empty graph).
+   */
+  submit(stream: Stream, opts: { barriers?: BarrierMode } = {}): boolean {
+    const call = "ComputeGraph.submit";
+    const mode = opts.barriers ?? "recorded";
+    if (mode !== "recorded" && mode !== "computed") invalid(call, `barriers must be "recorded" or "computed", got ${String(mode)}`);
+    const enc = mode === "computed" ? this.#computedEncoding() : this.#seq;
+    const crossed = enc.commit(stream, { keep: true });
+    if (crossed) this.#submits++;
+    return crossed;
+  }
+
+  /** Barriers one submit of `mode` runs. */
+  barrierCount(mode: BarrierMode = "recorded"): number {
+    return mode === "computed" ? this.barrierPlan().length : this.#seq.counts.barriers;
+  }
+
+  /** Dispatch nodes in the graph. */
+  get dispatchCount(): number {
+    return this.#seq.counts.dispatches;
+  }
+
+  /**
+   * New arguments for dispatch node `index`: scalars may change; buffer arguments must bind the
+   * same bytes as recorded (the hazards were computed from them). Validated in full first; then
+   * only the node's argument words are rewritten, in every encoding the graph keeps.
+   */
+  setArgs(index: number, args: readonly ArgValue[]): void {
+    const call = "ComputeGraph.setArgs";
+    const n = this.#dispatchNode(call, index);
+    const k = n.kernel!;
+    k.handle; // the module is alive
+    const sig = k.signature;
+    packArgs(call, k.name, sig, args, this.#dev.handle, SCRATCH, 0);
+    for (let i = 0; i < sig.length; i++) {
+      if (sig[i] !== "buffer") continue;
+      const now = args[i] as Buffer, was = n.args[i] as Buffer;
+      if (now !== was && (now.address !== was.address || now.byteLength !== was.byteLength))
+        invalid(call, `${k.name}: argument ${i} must bind the buffer range it was recorded with (setArgs changes scalars; record a new graph to rebind buffers)`);
+    }
+    const words = 2 * sig.length;
+    this.#seq.patch(n.argOffset, SCRATCH.u32, words);
+    if (this.#computed && n.computedArgOffset >= 0) this.#computed.patch(n.computedArgOffset, SCRATCH.u32, words);
+    n.args = [...args];
+  }
+
+  /** Set one argument of dispatch node `index` (see setArgs). */
+  setArg(index: number, argIndex: number, value: ArgValue): void {
+    const n = this.#dispatchNode("ComputeGraph.setArg", index);
+    if (!Number.isInteger(argIndex) || argIndex < 0 || argIndex >= n.args.length)
+      invalid("ComputeGraph.setArg", `argument index ${argIndex} is not in [0, ${n.args.length})`);
+    const args = [...n.args];
+    args[argIndex] = value;
+    this.setArgs(index, args);
+  }
+
+  /** Byte offset of a dispatch node's argument slots in the sequential encoding. */
+  argOffset(index: number): number {
+    return this.#dispatchNode("ComputeGraph.argOffset", index).argOffset;
+  }
+
+  #dispatchNode(call: string, index: number): Node {
+    if (!Number.isInteger(index) || index < 0 || index >= this.#nodes.length)
+      invalid(call, `node ${index} is not in [0, ${this.#nodes.length})`);
+    const n = this.#nodes[index]!;
+    if (n.kind !== "dispatch") invalid(call, `node ${index} is a ${n.kind}, not a dispatch`);
+    return n;
+  }
+}
+
+// ---- sessions ------------------------------------------------------------------------------
+
+export interface SessionStats {
+  /** Ops encoded (direct) or recorded (record mode). */
+  dispatches: number;
+  barriers: number;
+  copies: number;
+  fills: number;
+  /** commit() calls, including the one finish() makes. */
+  commits: number;
+  /** Crossings that carried work: one bg_submit per non-empty commit, nothing per op. */
+  ffiCrossings: number;
+  /** Waits for completion (finish / finishAsync). */
+  waits: number;
+}
+
+export interface ExecutorStats extends SessionStats {
+  sessions: number;
+  replays: number;
+}
+
+export type SessionMode = "direct" | "recorded";
+export type SessionState = "open" | "finished" | "disposed";
+
+const zeroStats = (): SessionStats => ({ dispatches: 0, barriers: 0, copies: 0, fills: 0, commits: 0, ffiCrossings: 0, waits: 0 });
+
+export class GraphSession {
+  readonly executor: GraphExecutor;
+  readonly mode: SessionMode;
+  readonly stats: SessionStats = zeroStats();
+  #state: SessionState = "open";
+  #enc: CommandEncoder | null;
+  #graph: ComputeGraph | null;
+  /** Record mode: nodes already committed. */
+  #committed = 0;
+
+  /** @internal Use GraphExecutor.begin() / beginRecorded(). */
+  constructor(executor: GraphExecutor, mode: SessionMode, encoder: CommandEncoder) {
+    this.executor = executor;
+    this.mode = mode;
+    this.#enc = encoder;
+    this.#graph = mode === "recorded" ? new ComputeGraph(executor.device) : null;
+  }
+
+  get state(): SessionState {
+    return this.#state;
+  }
+
+  /** The recorded graph (record mode; kept after finish for replays), else null. */
+  get graph(): ComputeGraph | null {
+    return this.#graph;
+  }
+
+  /** Bytes encoded and not yet committed (direct mode), or recorded (record mode). */
+  get byteLength(): number {
+    return this.#graph ? this.#graph.byteLength : (this.#enc?.byteLength ?? 0);
+  }
+
+  #closed(call: string): never {
+    illegalState(call, `the session is ${this.#state === "finished" ? "finished" : "disposed"}; begin a new one`);
+  }
+
+  dispatch(kernel: Kernel, cfg: GraphDispatchOptions): this {
+    if (this.#state !== "open") this.#closed("GraphSession.dispatch");
+    if (this.#graph) this.#graph.dispatch(kernel, cfg);
+    else {
+      if (cfg !== null && typeof cfg === "object" && (cfg.reads !== undefined || cfg.writes !== undefined)) {
+        const dev = this.executor.device.state;
+        if (cfg.reads !== undefined) resolveAccess("GraphSession.dispatch", dev, "reads", cfg.reads);
+        if (cfg.writes !== undefined) resolveAccess("GraphSession.dispatch", dev, "writes", cfg.writes);
+      }
+      this.#enc!.dispatch(kernel, cfg);
+    }
+    this.stats.dispatches++;
+    return this;
+  }
+
+  copy(dst: Buffer, src: Buffer, opts: CopyOptions = {}): this {
+    if (this.#state !== "open") this.#closed("GraphSession.copy");
+    if (this.#graph) this.#graph.copy(dst, src, opts);
+    else this.#enc!.copy(dst, src, opts);
+    this.stats.copies++;
+    return this;
+  }
+
+  fill(buf: Buffer, value: number, opts: { type?: FillType; offset?: number; bytes?: number } = {}): this {
+    if (this.#state !== "open") this.#closed("GraphSession.fill");
+    if (this.#graph) this.#graph.fill(buf, value, opts);
+    else this.#enc!.fill(buf, value, opts);
+    this.stats.fills++;
+    return this;
+  }
+
+  barrier(): this {
+    if (this.#state !== "open") this.#closed("GraphSession.barrier");
+    if (this.#graph) this.#graph.barrier();
+    else this.#enc!.barrier();
+    this.stats.barriers++;
+    return this;
+  }
+
+  #submit(): void {
+    const enc = this.#enc!;
+    const g = this.#graph;
+    const stream = this.executor.stream;
+    let upTo = 0;
+    if (g) {
+      upTo = g.nodeCount;
+      g.encodeRange(enc, this.#committed, upTo);
+    }
+    let crossed: boolean;
+    try {
+      crossed = enc.commit(stream);
+    } catch (e) {
+      if (g) enc.reset(); // the graph still holds the nodes: a later commit encodes them again
+      throw e;
+    }
+    if (g) this.#committed = upTo;
+    this.stats.commits++;
+    if (crossed) this.stats.ffiCrossings++;
+  }
+
+  /** Submit what was encoded since the last commit (one crossing), without waiting. */
+  commit(): void {
+    if (this.#state !== "open") this.#closed("GraphSession.commit");
+    this.#submit();
+  }
+
+  #end(state: SessionState): void {
+    this.#state = state;
+    const enc = this.#enc;
+    this.#enc = null;
+    if (enc) this.executor._release(enc);
+    this.executor._ended(this.stats);
+  }
+
+  /** Commit and wait for the work to finish. The session cannot be used afterwards. */
+  finish(): void {
+    if (this.#state !== "open") this.#closed("GraphSession.finish");
+    this.#submit();
+    this.stats.waits++;
+    this.#end("finished");
+    this.executor.stream.synchronize();
+  }
+
+  /** Commit, then resolve when the work has finished (never blocks the event loop). */
+  async finishAsync(): Promise<void> {
+    if (this.#state !== "open") this.#closed("GraphSession.finishAsync");
+    this.#submit();
+    this.stats.waits++;
+    this.#end("finished");
+    await this.executor.stream.done();
+  }
+
+  /** Drop the session: nothing uncommitted runs; the encoder goes back to the executor. */
+  dispose(): void {
+    if (this.#state !== "open") return;
+    this.#enc?.reset();
+    this.#graph = null;
+    this.#end("disposed");
+  }
+
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+}
+
+export class GraphExecutor {
+  readonly device: Device;
+  /** Where sessions and replays run (the device's default stream unless one was given). */
+  readonly stream: Stream;
+  readonly stats: ExecutorStats = { ...zeroStats(), sessions: 0, replays: 0 };
+  #pool: CommandEncoder[] = [];
+
+  constructor(device: Device, opts: { stream?: Stream } = {}) {
+    if (!device || typeof device !== "object" || !("state" in device)) invalid("GraphExecutor", "expected a Device");
+    if (device.disposed) disposed("GraphExecutor", "device");
+    const s = opts.stream ?? device.defaultStream;
+    if (!(s instanceof Stream)) invalid("GraphExecutor", "stream must be a Stream");
+    if (s.device.state !== device.state) invalid("GraphExecutor", "stream of another device");
+    if (s.disposed) disposed("GraphExecutor", "stream");
+    this.device = device;
+    this.stream = s;
+  }
+
+  #acquire(call: string): CommandEncoder {
+    if (this.device.disposed) disposed(call, "device");
+    return this.#pool.pop() ?? new CommandEncoder(this.device);
+  }
+
+  /** Begin a direct session: each op is encoded into one shared encoder as it is called. */
+  begin(): GraphSession {
+    return new GraphSession(this, "direct", this.#acquire("GraphExecutor.begin"));
+  }
+
+  /** Begin a record session: ops become a ComputeGraph, encoded and submitted at commit/finish. */
+  beginRecorded(): GraphSession {
+    return new GraphSession(this, "recorded", this.#acquire("GraphExecutor.beginRecorded"));
+  }
+
+  #replay(call: string, graph: ComputeGraph, barriers: BarrierMode | undefined): void {
+    if (!(graph instanceof ComputeGraph)) invalid(call, "expected a ComputeGraph");
+    if (graph.device.state !== this.device.state) invalid(call, "graph of another device");
+    const crossed = graph.submit(this.stream, { barriers });
+    const st = this.stats;
+    st.replays++;
+    st.commits++;
+    if (crossed) st.ffiCrossings++;
+    st.dispatches += graph.dispatchCount;
+    st.barriers += graph.barrierCount(barriers);
+    st.waits++;
+  }
+
+  /** Submit a recorded graph (one crossing, no re-encoding) and wait for it. */
+  replay(graph: ComputeGraph, opts: { barriers?: BarrierMode } = {}): void {
+    this.#replay("GraphExecutor.replay", graph, opts.barriers);
+    this.stream.synchronize();
+  }
+
+  async replayAsync(graph: ComputeGraph, opts: { barriers?: BarrierMode } = {}): Promise<void> {
+    this.#replay("GraphExecutor.replayAsync", graph, opts.barriers);
+    await this.stream.done();
+  }
+
+  /** @internal An encoder back from a session. */
+  _release(enc: CommandEncoder): void {
+    enc.reset();
+    if (this.#pool.length < 4 && enc.capacity <= 1 << 22) this.#pool.push(enc);
+  }
+
+  /** @internal A session ended: its counts join the executor's. */
+  _ended(s: SessionStats): void {
+    const t = this.stats;
+    t.sessions++;
+    t.dispatches += s.dispatches;
+    t.barriers += s.barriers;
+    t.copies += s.copies;
+    t.fills += s.fills;
+    t.commits += s.commits;
+    t.ffiCrossings += s.ffiCrossings;
+    t.waits += s.waits;
+  }
+}
+
