@@ -761,6 +761,13 @@ static int32_t validate_cmds(void* s, const uint8_t* p, uint64_t len, uint64_t* 
             return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit: command at byte %llu has a zero "
                                 "grid or block dimension", (unsigned long long)off);
           }
+        /* 1024 threads per block is the limit on every backend (CUDA, Metal, CPU). */
+        if ((uint64_t)rd32(c + 20) * rd32(c + 24) * rd32(c + 28) > 1024) {
+          if (bad) *bad = off;
+          return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit: command at byte %llu has a block of "
+                              "%llu threads (max 1024)", (unsigned long long)off,
+                              (unsigned long long)rd32(c + 20) * rd32(c + 24) * rd32(c + 28));
+        }
         break;
       }
       case BG_CMD_COPY:

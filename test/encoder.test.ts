@@ -666,7 +666,8 @@ describe("CommandEncoder: validation, growth, events, bad offsets", () => {
     }
     expect((err as { code?: number }).code).toBe(Status.INVALID_VALUE);
     expect(String(err)).toMatch(/block/);
-    if (err instanceof CommandError) expect(err.offset).toBe(32);
+    expect(err).toBeInstanceOf(CommandError);
+    expect((err as CommandError).offset).toBe(32);
     s.synchronize();
     expect(A.read().every((v) => v === 5)).toBe(true);
   });
