@@ -1,0 +1,68 @@
+// The README's examples, run as written (with the elisions filled in), so they cannot rot.
+import { expect, test } from "bun:test";
+import { CaptureMode, Device, ExecMode, Graph, GraphExecutor, Program, Schedule, Step } from "../src";
+
+test("the quick start, the capture and schedule example, and the encoder example", async () => {
+  const dev = Device.open("cpu");
+  const n = 1 << 20;
+  using a = dev.alloc(n * 4).write(new Float32Array(n).fill(1));
+  using b = dev.alloc(n * 4).write(new Float32Array(n).fill(2));
+  using c = dev.alloc(n * 4);
+  const mod = Program.compile(dev, {
+    cpu: `#include "bungpu_cpu.h"
+        BG_KERNEL(vadd) {
+          const float* a = BG_ARG(0, const float*); const float* b = BG_ARG(1, const float*);
+          float* c = BG_ARG(2, float*); int n = BG_ARG(3, int);
+          BG_FOR_BLOCKS { BG_FOR_THREADS {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) c[i] = a[i] + b[i];
+          } }
+        }
+        BG_KERNEL(add_scalar) {
+          float* x = BG_ARG(0, float*); float v = BG_ARG(1, float); int n = BG_ARG(2, int);
+          BG_FOR_BLOCKS { BG_FOR_THREADS { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] += v; } }
+        }`,
+  });
+  const vadd = mod.kernel("vadd", ["buffer", "buffer", "buffer", "i32"]);
+  const s = dev.createStream();
+  vadd.launch(s, { grid: Math.ceil(n / 256), block: 256, args: [a, b, c, n] });
+  await s.done();
+  expect(c.read(Float32Array)[0]).toBe(3);
+
+  // capture and graphs
+  c.fill(0);
+  const graph = Graph.capture(s, () => {
+    vadd.launch(s, { grid: 64, block: 256, args: [a, b, c, n] });
+  }, { mode: CaptureMode.Global });
+  using exec = graph.instantiate();
+  exec.launch(s);
+  s.synchronize();
+  const first = c.read(Float32Array);
+  expect(first[64 * 256 - 1]).toBe(3);
+  expect(first[64 * 256]).toBe(0);
+  b.fill(5, { type: "f32" });
+  exec.setKernelArgs(0, vadd, [a, b, c, n / 2]);
+  exec.launch(s);
+  s.synchronize();
+  expect(c.read(Float32Array)[0]).toBe(6);
+
+  // schedules
+  c.fill(0);
+  const sched = new Schedule([Step.kernel(vadd, { grid: 4096, block: 256, args: [a, b, c, n], reads: [a, b], writes: [c] })]);
+  using run = sched.compile(dev, ExecMode.MultiStream(2));
+  run.run();
+  await run.done();
+  expect(c.read(Float32Array)[n - 1]).toBe(6);
+
+  // command encoders
+  const addScalar = mod.kernel("add_scalar", ["buffer", "f32", "i32"]);
+  using buf = dev.alloc(4).fill(0, { type: "f32" });
+  const gx = new GraphExecutor(dev);
+  using session = gx.begin();
+  for (let i = 0; i < 1000; i++) session.dispatch(addScalar, { grid: 1, block: 1, args: [buf, 1, 1] });
+  session.finish();
+  expect(session.stats).toMatchObject({ dispatches: 1000, commits: 1, ffiCrossings: 1 });
+  expect(buf.read(Float32Array)[0]).toBe(1000);
+  s.dispose();
+  mod.dispose();
+});
