@@ -63,3 +63,20 @@ export {
   type SessionMode,
   type SessionState,
 } from "./graph_executor";
+export {
+  Tensor,
+  Variable,
+  ExecutionPlan,
+  tensorCompileStats,
+  type PrepareOptions,
+  type ExecuteOptions,
+  type CachedKernel,
+  type PreparedKernel,
+  type PreparedOp,
+  type KernelProfile,
+  type PlanBuffer,
+  type DType,
+  type Dim,
+  type TensorLike,
+  type Shape,
+} from "./tensor";

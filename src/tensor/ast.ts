@@ -1,0 +1,79 @@
+// The lazy graph. Every tensor is a node with a stable id (a process-wide counter, so sources
+// always have smaller ids than their consumers). Base nodes compute values in their own
+// contiguous shape; a "view" node maps coordinates onto its base through a ShapeTracker.
+import type { Dim } from "./variable";
+import type { ShapeTracker } from "./view";
+
+export type DType = "float32" | "int32";
+
+export type UnaryOp =
+  | "neg" | "exp" | "log" | "sqrt" | "sin" | "cos" | "abs" | "recip" | "relu" | "sigmoid" | "tanh" | "gelu";
+export type BinaryOp =
+  | "add" | "sub" | "mul" | "div" | "max" | "min" | "pow"
+  | "cmplt" | "cmple" | "cmpgt" | "cmpge" | "cmpeq" | "cmpne";
+export type ReduceOp = "sum" | "max";
+
+export type NodeArg =
+  | { op: "buffer"; data: Float32Array | Int32Array }
+  | { op: "const"; value: number }
+  | { op: "arange"; start: number; step: number }
+  | { op: "rand"; seed: number; normal: boolean }
+  | { op: "varconst"; dims: readonly Dim[] } // the product of dims, as a value
+  | { op: "unary"; fn: UnaryOp }
+  | { op: "binary"; fn: BinaryOp }
+  | { op: "where" }
+  | { op: "cast" }
+  | { op: "reduce"; fn: ReduceOp; axes: readonly number[] } // keepdim shape
+  | { op: "contiguous" }
+  | { op: "view"; st: ShapeTracker };
+
+export type Op = NodeArg["op"];
+
+let nextId = 1;
+
+export class LazyNode {
+  readonly id: number;
+  readonly dtype: DType;
+  readonly shape: readonly Dim[];
+  readonly srcs: readonly LazyNode[];
+  readonly arg: NodeArg;
+
+  constructor(arg: NodeArg, dtype: DType, shape: readonly Dim[], srcs: readonly LazyNode[] = []) {
+    this.id = nextId++;
+    this.arg = arg;
+    this.dtype = dtype;
+    this.shape = shape;
+    this.srcs = srcs;
+  }
+
+  get op(): Op {
+    return this.arg.op;
+  }
+
+  get isView(): boolean {
+    return this.arg.op === "view";
+  }
+
+  /** The base node under any view. */
+  get base(): LazyNode {
+    return this.arg.op === "view" ? this.srcs[0]! : this;
+  }
+
+  get isLeaf(): boolean {
+    const o = this.arg.op;
+    return o === "buffer" || o === "const" || o === "arange" || o === "rand" || o === "varconst";
+  }
+}
+
+/** Every node reachable from `roots`, sources before consumers (ascending id). */
+export function toposort(roots: readonly LazyNode[]): LazyNode[] {
+  const seen = new Set<LazyNode>();
+  const stack = [...roots];
+  while (stack.length) {
+    const n = stack.pop()!;
+    if (seen.has(n)) continue;
+    seen.add(n);
+    for (const s of n.srcs) if (!seen.has(s)) stack.push(s);
+  }
+  return [...seen].sort((a, b) => a.id - b.id);
+}

@@ -1,0 +1,651 @@
+// Code generation from the lowered kernel form (ir.ts) to C for the CPU backend, CUDA C and
+// the Metal Shading Language. The expression DAG is emitted once per scope, every node a named
+// local (common sub-expressions are shared by construction).
+//
+// CPU: the output index space is seen as ROWS (all dims but the last) × COLS (the last dim) and
+//   cut into tiles; a tile is one CPU "block", so the shim spreads tiles over its thread pool.
+//   Elementwise tiles run a plain inner loop over columns that the C compiler vectorizes.
+//   Reduce tiles keep a TR×TC block of accumulators (6×16 when the output is wide: the shape
+//   of a register-blocked matmul micro-kernel) or, when the output is narrow, 8 accumulator
+//   lanes split over the innermost reduce axis, and run the reduce loop around them.
+// GPU (CUDA, Metal): one thread per output element, the reduce loop in the thread.
+import type { DType } from "./ast";
+import { constVal, kdimMax, kdimValue, type Expr, type KDim, type KernelIR } from "./ir";
+
+export type Lang = "c" | "cuda" | "metal";
+
+export interface GeneratedKernel {
+  readonly lang: Lang;
+  readonly name: string;
+  /** Standalone source (prelude + kernel). */
+  readonly source: string;
+  /** The kernel alone, to join with others after one prelude(lang) in a module. */
+  readonly body: string;
+  /** Argument types for Module.kernel. */
+  readonly signature: readonly ("buffer" | "i32")[];
+  /** Grid and block for given variable values. */
+  launch(vals: ReadonlyMap<string, number>): { grid: number; block: number; elements: number };
+}
+
+const CPU_ELEMS_PER_TILE = 4096;
+
+function ctype(d: DType, lang: Lang): string {
+  return d === "float32" ? "float" : "int";
+}
+
+function floatLit(v: number, lang: Lang): string {
+  if (Number.isNaN(v)) return lang === "cuda" ? "__int_as_float(0x7fffffff)" : "NAN";
+  if (v === Infinity) return lang === "cuda" ? "__int_as_float(0x7f800000)" : "INFINITY";
+  if (v === -Infinity) return lang === "cuda" ? "__int_as_float(0xff800000)" : "(-INFINITY)";
+  if (Object.is(v, -0)) return "(-0.0f)";
+  let s = v.toPrecision(9);
+  if (!/[.e]/.test(s)) s += ".0";
+  return `${s}f`;
+}
+
+function intLit(v: number): string {
+  return v === -2147483648 ? "(-2147483647-1)" : v < 0 ? `(${v})` : String(v);
+}
+
+function exprConst(e: Expr, lang: Lang): string {
+  const v = constVal(e);
+  return e.dtype === "float32" ? floatLit(v, lang) : intLit(v);
+}
+
+const MATH_C: Record<string, string> = { exp: "expf", log: "logf", sqrt: "sqrtf", sin: "sinf", cos: "cosf", tanh: "tanhf", pow: "powf", abs: "fabsf" };
+const MATH_METAL: Record<string, string> = { exp: "exp", log: "log", sqrt: "sqrt", sin: "sin", cos: "cos", tanh: "tanh", pow: "pow", abs: "fabs" };
+
+interface Names {
+  gidx(axis: number): string;
+  ridx(axis: number): string;
+  acc: string;
+}
+
+/** Emits the nodes of a DAG as locals; `known` maps already-emitted nodes to their names. */
+class Emitter {
+  readonly lines: string[] = [];
+  readonly known: Map<Expr, string>;
+  readonly lang: Lang;
+  readonly names: Names;
+  readonly prefix: string;
+  constructor(lang: Lang, names: Names, known: Map<Expr, string>, prefix: string) {
+    this.lang = lang;
+    this.names = names;
+    this.known = known;
+    this.prefix = prefix;
+  }
+
+  ref(e: Expr): string {
+    const k = this.known.get(e);
+    if (k !== undefined) return k;
+    switch (e.op) {
+      case "const": return exprConst(e, this.lang);
+      case "gidx": return this.names.gidx(e.arg as number);
+      case "ridx": return this.names.ridx(e.arg as number);
+      case "var": return `v_${e.arg as string}`;
+      case "acc": return this.names.acc;
+    }
+    const s = e.srcs.map((x) => this.ref(x));
+    const code = this.code(e, s);
+    const name = `${this.prefix}${e.id}`;
+    this.lines.push(`const ${ctype(e.dtype, this.lang)} ${name} = ${code};`);
+    this.known.set(e, name);
+    return name;
+  }
+
+  code(e: Expr, s: string[]): string {
+    const lang = this.lang;
+    const [a, b, c] = s;
+    const isF = e.dtype === "float32";
+    const bool = (x: string) => (lang === "metal" ? `((int)(${x}))` : `(${x})`);
+    switch (e.op) {
+      case "load": {
+        const ld = `b${e.arg as number}[${a}]`;
+        return s.length > 1 ? `(${b} ? ${ld} : ${isF ? "0.0f" : "0"})` : ld;
+      }
+      case "rand": return `bg_rand(${e.arg as number}u, ${a})`;
+      case "randn": return `bg_randn(${e.arg as number}u, ${a})`;
+      case "add": return `(${a} + ${b})`;
+      case "sub": return `(${a} - ${b})`;
+      case "mul": return `(${a} * ${b})`;
+      case "div": return isF ? `(${a} / ${b})` : `bg_idiv(${a}, ${b})`;
+      case "max": return `(${a} > ${b} ? ${a} : ${b})`;
+      case "min": return `(${a} < ${b} ? ${a} : ${b})`;
+      case "neg": return isF ? `(-${a})` : `bg_ineg(${a})`;
+      case "abs": return isF ? `${(lang === "metal" ? MATH_METAL : MATH_C).abs}(${a})` : `(${a} < 0 ? bg_ineg(${a}) : ${a})`;
+      case "pow": return isF ? `${(lang === "metal" ? MATH_METAL : MATH_C).pow}(${a}, ${b})` : `bg_ipow(${a}, ${b})`;
+      case "exp": case "log": case "sqrt": case "sin": case "cos": case "tanh":
+        return `${(lang === "metal" ? MATH_METAL : MATH_C)[e.op]}(${a})`;
+      case "lt": return bool(`${a} < ${b}`);
+      case "le": return bool(`${a} <= ${b}`);
+      case "eq": return bool(`${a} == ${b}`);
+      case "ne": return bool(`${a} != ${b}`);
+      case "and": return bool(`${a} && ${b}`);
+      case "where": return `(${a} != 0 ? ${b} : ${c})`;
+      case "cast": return `((${ctype(e.dtype, lang)})${a})`;
+      case "idiv": return `(${a} / ${b})`;
+      case "mod": return `(${a} % ${b})`;
+      case "floordiv": return `bg_floordiv(${a}, ${b})`;
+      case "floormod": return `bg_floormod(${a}, ${b})`;
+    }
+    throw new Error(`codegen: ${e.op}`);
+  }
+}
+
+function dependsOn(e: Expr, ops: ReadonlySet<string>, memo: Map<Expr, boolean>): boolean {
+  let r = memo.get(e);
+  if (r !== undefined) return r;
+  r = ops.has(e.op) || e.srcs.some((s) => dependsOn(s, ops, memo));
+  memo.set(e, r);
+  return r;
+}
+
+/** Nodes of `roots` not depending on any op in `ops`, emitted in `em` first (hoisting). */
+function hoist(em: Emitter, roots: readonly Expr[], ops: ReadonlySet<string>): void {
+  const memo = new Map<Expr, boolean>();
+  const visit = (e: Expr, seen: Set<Expr>) => {
+    if (seen.has(e)) return;
+    seen.add(e);
+    if (!dependsOn(e, ops, memo)) {
+      if (e.srcs.length) em.ref(e);
+      return;
+    }
+    for (const s of e.srcs) visit(s, seen);
+  };
+  const seen = new Set<Expr>();
+  for (const r of roots) visit(r, seen);
+}
+
+function dimExpr(d: KDim): string {
+  return typeof d === "number" ? String(d) : `v_${d.var}`;
+}
+
+// ---- preludes ----------------------------------------------------------------------------------
+
+const HASH_BODY = `x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16; return x;`;
+
+export function prelude(lang: Lang): string {
+  const u = lang === "c" ? "uint32_t" : "unsigned int";
+  const fn = lang === "c" ? "static inline" : lang === "cuda" ? "static __device__ __forceinline__" : "static inline";
+  const lines = [
+    `${fn} int bg_ineg(int a) { return (int)(0u - (${u})a); }`,
+    `${fn} int bg_idiv(int a, int b) { return b == 0 ? 0 : b == -1 ? bg_ineg(a) : a / b; }`,
+    `${fn} int bg_floordiv(int a, int b) { int q = a / b; return ((a % b) != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }`,
+    `${fn} int bg_floormod(int a, int b) { int m = a % b; return (m != 0 && ((m < 0) != (b < 0))) ? m + b : m; }`,
+    `${fn} int bg_ipow(int a, int b) { if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0; ${u} r = 1u, x = (${u})a; while (b > 0) { if (b & 1) r *= x; x *= x; b >>= 1; } return (int)r; }`,
+    `${fn} ${u} bg_hash(${u} x) { ${HASH_BODY} }`,
+    `${fn} float bg_rand(${u} mix, int i) { return (float)(bg_hash(bg_hash((${u})i) ^ mix) >> 8) * 5.9604644775390625e-8f; }`,
+    `${fn} float bg_randn(${u} mix, int i) { ${u} c = (${u})i * 2u; float u1 = ((float)(bg_hash(bg_hash(c) ^ mix) >> 8) + 1.0f) * 5.9604644775390625e-8f; float u2 = (float)(bg_hash(bg_hash(c + 1u) ^ mix) >> 8) * 5.9604644775390625e-8f; return ${lang === "metal" ? "sqrt(-2.0f * log(u1)) * cos(6.2831855f * u2)" : "sqrtf(-2.0f * logf(u1)) * cosf(6.2831855f * u2)"}; }`,
+  ];
+  if (lang === "c") return `#include "bungpu_cpu.h"\n#include <math.h>\n#include <stdint.h>\n${lines.join("\n")}\n${VEC_PRELUDE}`;
+  if (lang === "cuda") return `${lines.join("\n")}\n`;
+  return `#include <metal_stdlib>\nusing namespace metal;\n${lines.join("\n")}\n`;
+}
+
+function reduceInit(ir: KernelIR, lang: Lang): string {
+  const dt = ir.reduce!.body.dtype;
+  if (ir.reduce!.fn === "sum") return dt === "float32" ? "0.0f" : "0";
+  return dt === "float32" ? floatLit(-Infinity, lang) : "(-2147483647-1)";
+}
+
+function combine(ir: KernelIR, acc: string, v: string): string {
+  return ir.reduce!.fn === "sum" ? `${acc} + ${v}` : `(${acc} > ${v} ? ${acc} : ${v})`;
+}
+
+function signatureOf(ir: KernelIR): ("buffer" | "i32")[] {
+  return [...ir.bufs.map(() => "buffer" as const), ...ir.vars.map(() => "i32" as const)];
+}
+
+function elementsOf(dims: readonly KDim[], vals: ReadonlyMap<string, number>): number {
+  let n = 1;
+  for (const d of dims) n *= kdimValue(d, vals);
+  return n;
+}
+
+// ---- GPU ------------------------------------------------------------------------------------------
+
+const GPU_BLOCK = 256;
+
+function gpuBody(ir: KernelIR, lang: Lang): string[] {
+  const out: string[] = [];
+  const nd = ir.dims.length;
+  ir.dims.forEach((d, i) => out.push(`const int D${i} = ${dimExpr(d)};`));
+  out.push(`const int total = ${nd ? ir.dims.map((_, i) => `D${i}`).join(" * ") : "1"};`);
+  out.push(`if (gid >= total) return;`);
+  out.push(`int rem = gid;`);
+  for (let i = nd - 1; i >= 0; i--) {
+    if (i === 0) out.push(`const int g0 = rem;`);
+    else out.push(`const int g${i} = rem % D${i}; rem /= D${i};`);
+  }
+  const known = new Map<Expr, string>();
+  const names: Names = { gidx: (i) => `g${i}`, ridx: (i) => `r${i}`, acc: "acc" };
+  if (ir.reduce) {
+    const pre = new Emitter(lang, names, known, "p");
+    hoist(pre, [ir.reduce.body], new Set(["ridx", "acc"]));
+    out.push(...pre.lines);
+    const t = ctype(ir.reduce.body.dtype, lang);
+    out.push(`${t} acc = ${reduceInit(ir, lang)};`);
+    let indent = "";
+    ir.reduce.dims.forEach((d, i) => {
+      out.push(`${indent}for (int r${i} = 0; r${i} < ${dimExpr(d)}; ++r${i}) {`);
+      indent += "  ";
+    });
+    const inner = new Emitter(lang, names, new Map(known), "t");
+    const v = inner.ref(ir.reduce.body);
+    out.push(...inner.lines.map((l) => indent + l));
+    out.push(`${indent}acc = ${combine(ir, "acc", v)};`);
+    for (let i = ir.reduce.dims.length - 1; i >= 0; i--) out.push(`${"  ".repeat(i)}}`);
+  }
+  const post = new Emitter(lang, names, known, "e");
+  const v = post.ref(ir.value);
+  const st = post.ref(ir.store);
+  out.push(...post.lines);
+  out.push(`b0[${st}] = ${v};`);
+  return out;
+}
+
+function genCuda(ir: KernelIR): string {
+  const params = [
+    ...ir.bufs.map((b, i) => `${i === 0 ? "" : "const "}${ctype(b.dtype, "cuda")}* __restrict__ b${i}`),
+    ...ir.vars.map((v) => `int v_${v}`),
+  ];
+  const body = gpuBody(ir, "cuda");
+  return `extern "C" __global__ void ${ir.name}(${params.join(", ")}) {\n  const int gid = (int)(blockIdx.x * blockDim.x + threadIdx.x);\n${body.map((l) => `  ${l}`).join("\n")}\n}\n`;
+}
+
+function genMetal(ir: KernelIR): string {
+  const params = [
+    ...ir.bufs.map((b, i) => `${i === 0 ? "device " : "const device "}${ctype(b.dtype, "metal")}* b${i} [[buffer(${i})]]`),
+    ...ir.vars.map((v, i) => `constant int& v_${v} [[buffer(${ir.bufs.length + i})]]`),
+    "uint3 bg_tgid [[threadgroup_position_in_grid]]",
+    "uint3 bg_tid [[thread_position_in_threadgroup]]",
+    "uint3 bg_tpg [[threads_per_threadgroup]]",
+  ];
+  const body = gpuBody(ir, "metal");
+  return `kernel void ${ir.name}(${params.join(",\n    ")}) {\n  const int gid = (int)(bg_tgid.x * bg_tpg.x + bg_tid.x);\n${body.map((l) => `  ${l}`).join("\n")}\n}\n`;
+}
+
+// ---- CPU ------------------------------------------------------------------------------------------
+
+interface CpuTiles {
+  TR: number;
+  TC: number;
+  /** Accumulator lanes over the innermost reduce axis (narrow reductions). */
+  L: number;
+}
+
+function cpuTiles(ir: KernelIR): CpuTiles {
+  const nd = ir.dims.length;
+  const colsMax = nd ? kdimMax(ir.dims[nd - 1]!) : 1;
+  let rowsMax = 1;
+  for (let i = 0; i < nd - 1; i++) rowsMax *= kdimMax(ir.dims[i]!);
+  if (!ir.reduce) {
+    const TC = Math.max(1, Math.min(colsMax, CPU_ELEMS_PER_TILE));
+    const TR = Math.max(1, Math.min(rowsMax, Math.floor(CPU_ELEMS_PER_TILE / TC)));
+    return { TR, TC, L: 1 };
+  }
+  if (colsMax >= 16) return { TR: Math.max(1, Math.min(6, rowsMax)), TC: 16, L: 1 };
+  const TC = Math.max(1, colsMax);
+  const rd = ir.reduce.dims;
+  const innerMax = rd.length ? kdimMax(rd[rd.length - 1]!) : 1;
+  return { TR: Math.max(1, Math.min(4, rowsMax)), TC, L: TC === 1 && innerMax >= 16 ? 8 : 1 };
+}
+
+// ---- CPU vector tiles -------------------------------------------------------------------------------
+//
+// For a full TR×16 reduce tile whose body is plain arithmetic over loads that are either
+// independent of the output column or contiguous in it (a matmul, a sum of products), the tile
+// is written with GCC/Clang vector extensions: 2·TR accumulators of 8 floats held in registers,
+// each column-dependent value computed once per 8 columns, each row-dependent one once per row.
+// Anything else (a gather, a transcendental, int32) uses the plain loops.
+
+const VEC_OK = new Set(["add", "sub", "mul", "div", "max", "min", "neg"]);
+
+function colStride(e: Expr, last: number, memo: Map<Expr, number | null>): number | null {
+  const m = memo.get(e);
+  if (m !== undefined) return m;
+  let r: number | null;
+  switch (e.op) {
+    case "gidx": r = (e.arg as number) === last ? 1 : 0; break;
+    case "const": case "ridx": case "var": r = 0; break;
+    case "add": case "sub": {
+      const a = colStride(e.srcs[0]!, last, memo), b = colStride(e.srcs[1]!, last, memo);
+      r = a === null || b === null ? null : e.op === "add" ? a + b : a - b;
+      break;
+    }
+    case "mul": {
+      const a = colStride(e.srcs[0]!, last, memo), b = colStride(e.srcs[1]!, last, memo);
+      const [x, y] = e.srcs;
+      if (a === 0 && b === 0) r = 0;
+      else if (a !== null && y!.op === "const" && b === 0) r = a * (y!.arg as number);
+      else if (b !== null && x!.op === "const" && a === 0) r = b * (x!.arg as number);
+      else r = null;
+      break;
+    }
+    default: {
+      // any other node is fine only when it does not depend on the column
+      r = e.srcs.every((s) => colStride(s, last, memo) === 0) && e.op !== "load" ? 0 : e.op === "load" ? (colStride(e.srcs[0]!, last, memo) === 0 && (e.srcs[1] ? colStride(e.srcs[1], last, memo) === 0 : true) ? 0 : null) : null;
+    }
+  }
+  memo.set(e, r);
+  return r;
+}
+
+function vecTile(ir: KernelIR, TR: number, H: number, last: number, reduceLoops: (inner: string[]) => string[]): string[] | null {
+  const red = ir.reduce!;
+  if (red.body.dtype !== "float32" || last < 0) return null;
+  const colMemo = new Map<Expr, boolean>();
+  const rowMemo = new Map<Expr, boolean>();
+  const dCol = (e: Expr) => dependsOn(e, new Set(), colMemo) || colDep(e);
+  const colDep = (e: Expr): boolean => {
+    const m = colMemo.get(e);
+    if (m !== undefined) return m;
+    const r = (e.op === "gidx" && e.arg === last) || e.srcs.some(colDep);
+    colMemo.set(e, r);
+    return r;
+  };
+  const rowDep = (e: Expr): boolean => {
+    const m = rowMemo.get(e);
+    if (m !== undefined) return m;
+    const r = (e.op === "gidx" && (e.arg as number) < last) || e.srcs.some(rowDep);
+    rowMemo.set(e, r);
+    return r;
+  };
+  void dCol;
+  const strideMemo = new Map<Expr, number | null>();
+  // check support: every column-dependent node is vector arithmetic or a contiguous load
+  let ok = true;
+  const seen = new Set<Expr>();
+  const check = (e: Expr) => {
+    if (seen.has(e) || !ok) return;
+    seen.add(e);
+    if (!colDep(e)) return;
+    if (e.op === "load") {
+      if (e.dtype !== "float32") ok = false;
+      return; // contiguous: one vector load; otherwise 8 scalar loads (a gather)
+    }
+    if (e.op === "gidx" || !VEC_OK.has(e.op) || e.dtype !== "float32") {
+      ok = false;
+      return;
+    }
+    e.srcs.forEach(check);
+  };
+  check(red.body);
+  if (!ok || !colDep(red.body)) return null;
+
+  const lines: string[] = [];
+  const names = new Map<string, string>();
+  let counter = 0;
+  const ref = (e: Expr, r: number, h: number, vec: boolean, lane = 0): string => {
+    const rr = rowDep(e) ? r : -1;
+    const hh = colDep(e) ? h : -1;
+    switch (e.op) {
+      case "const": {
+        const c = exprConst(e, "c");
+        return vec ? `bg_bc8(${c})` : c;
+      }
+      case "var": return `v_${e.arg as string}`;
+      case "ridx": return `r${e.arg as number}`;
+      case "gidx": return (e.arg as number) === last ? `(c0 + ${8 * h + lane})` : `g${e.arg as number}_[${r}]`;
+    }
+    const key = `${e.id}:${rr}:${hh}:${vec ? "v" : `s${colDep(e) ? lane : 0}`}`;
+    const have = names.get(key);
+    if (have) return have;
+    let code: string;
+    let type: string;
+    if (!colDep(e) || !vec) {
+      if (vec) {
+        const sc = ref(e, r, h, false);
+        code = `bg_bc8(${sc})`;
+        type = "bg_f8";
+      } else {
+        const em = new Emitter("c", { gidx: (i) => (i === last ? `(c0 + ${8 * h + lane})` : `g${i}_[${r}]`), ridx: (i) => `r${i}`, acc: "acc" }, new Map(), "x");
+        const srcs = e.srcs.map((x) => ref(x, r, h, false, lane));
+        code = em.code(e, srcs);
+        type = e.dtype === "float32" ? "float" : "int";
+      }
+    } else if (e.op === "load") {
+      const b = `b${e.arg as number}`;
+      if (colStride(e.srcs[0]!, last, strideMemo) === 1 && !(e.srcs[1] && colDep(e.srcs[1]))) {
+        const idx = ref(e.srcs[0]!, r, h, false); // the index of the first of 8 lanes
+        const ld = `bg_ld8(&${b}[${idx}])`;
+        code = e.srcs[1] ? `(${ref(e.srcs[1], r, h, false)} ? ${ld} : bg_bc8(0.0f))` : ld;
+      } else {
+        const lanes = Array.from({ length: 8 }, (_, l) => {
+          const idx = ref(e.srcs[0]!, r, h, false, l);
+          return e.srcs[1] ? `(${ref(e.srcs[1], r, h, false, l)} ? ${b}[${idx}] : 0.0f)` : `${b}[${idx}]`;
+        });
+        code = `(bg_f8){${lanes.join(", ")}}`;
+      }
+      type = "bg_f8";
+    } else {
+      const a = e.srcs[0] ? ref(e.srcs[0], r, h, true) : "";
+      const b = e.srcs[1] ? ref(e.srcs[1], r, h, true) : "";
+      switch (e.op) {
+        case "add": code = `(${a} + ${b})`; break;
+        case "sub": code = `(${a} - ${b})`; break;
+        case "mul": code = `(${a} * ${b})`; break;
+        case "div": code = `(${a} / ${b})`; break;
+        case "neg": code = `(-${a})`; break;
+        case "max": code = `bg_vmax(${a}, ${b})`; break;
+        case "min": code = `bg_vmin(${a}, ${b})`; break;
+        default: throw new Error(`vector ${e.op}`);
+      }
+      type = "bg_f8";
+    }
+    const name = `v${counter++}`;
+    lines.push(`const ${type} ${name} = ${code};`);
+    names.set(key, name);
+    return name;
+  };
+  const body: string[] = [];
+  for (let r = 0; r < TR; r++)
+    for (let h = 0; h < H; h++) {
+      const v = ref(red.body, r, h, true);
+      body.push(...lines.splice(0));
+      body.push(red.fn === "sum" ? `a${r}_${h} = a${r}_${h} + ${v};` : `a${r}_${h} = bg_vmax(a${r}_${h}, ${v});`);
+    }
+  const init = red.fn === "sum" ? "bg_bc8(0.0f)" : `bg_bc8(${floatLit(-Infinity, "c")})`;
+  const out: string[] = [];
+  for (let r = 0; r < TR; r++) out.push(`bg_f8 ${Array.from({ length: H }, (_, h) => `a${r}_${h} = ${init}`).join(", ")};`);
+  out.push(...reduceLoops(body));
+  for (let r = 0; r < TR; r++) for (let h = 0; h < H; h++) out.push(`bg_st8(&acc[${r}][${8 * h}], a${r}_${h});`);
+  return out;
+}
+
+const VEC_PRELUDE = `#if (defined(__GNUC__) || defined(__clang__)) && !defined(__TINYC__)
+#define BG_VEC 1
+#include <string.h>
+typedef float bg_f8 __attribute__((vector_size(32)));
+typedef int bg_i8 __attribute__((vector_size(32)));
+static inline bg_f8 bg_ld8(const float* p) { bg_f8 v; memcpy(&v, p, sizeof v); return v; }
+static inline void bg_st8(float* p, bg_f8 v) { memcpy(p, &v, sizeof v); }
+static inline bg_f8 bg_bc8(float s) { bg_f8 v = {s, s, s, s, s, s, s, s}; return v; }
+static inline bg_f8 bg_vmax(bg_f8 a, bg_f8 b) { bg_i8 m = a > b; return (bg_f8)((m & (bg_i8)a) | (~m & (bg_i8)b)); }
+static inline bg_f8 bg_vmin(bg_f8 a, bg_f8 b) { bg_i8 m = a < b; return (bg_f8)((m & (bg_i8)a) | (~m & (bg_i8)b)); }
+#endif
+`;
+
+function genC(ir: KernelIR): { source: string; tiles: CpuTiles } {
+  const tiles = cpuTiles(ir);
+  const { TR, TC, L } = tiles;
+  const nd = ir.dims.length;
+  const o: string[] = [];
+  ir.bufs.forEach((b, i) => {
+    const t = ctype(b.dtype, "c");
+    o.push(i === 0 ? `${t}* restrict b0 = BG_ARG(0, ${t}*);` : `const ${t}* restrict b${i} = BG_ARG(${i}, const ${t}*);`);
+  });
+  ir.vars.forEach((v, i) => o.push(`const int v_${v} = BG_ARG(${ir.bufs.length + i}, int);`));
+  ir.dims.forEach((d, i) => o.push(`const int D${i} = ${dimExpr(d)};`));
+  const rowDims = ir.dims.slice(0, Math.max(0, nd - 1)).map((_, i) => `D${i}`);
+  o.push(`const int ROWS = ${rowDims.length ? rowDims.join(" * ") : "1"};`);
+  o.push(`const int COLS = ${nd ? `D${nd - 1}` : "1"};`);
+  const last = nd - 1;
+  const decodeRow = (row: string, into: (i: number) => string): string[] => {
+    const lines = [`int rem = ${row};`];
+    for (let i = last - 1; i >= 0; i--) {
+      if (i === 0) lines.push(`${into(0)} = rem;`);
+      else lines.push(`${into(i)} = rem % D${i}; rem /= D${i};`);
+    }
+    return lines;
+  };
+  const body: string[] = [];
+  if (!ir.reduce) {
+    o.push(`const int NCT = (COLS + ${TC - 1}) / ${TC};`);
+    o.push(`const int NBLK = ((ROWS + ${TR - 1}) / ${TR}) * NCT;`);
+    body.push(`const int bt = (int)blockIdx.x;`);
+    body.push(`if (bt >= NBLK) continue; /* grids are sized for the variables' maxima */`);
+    body.push(`const int row0 = (bt / NCT) * ${TR}, c0 = (bt % NCT) * ${TC};`);
+    body.push(`const int row1 = row0 + ${TR} < ROWS ? row0 + ${TR} : ROWS;`);
+    body.push(`const int c1 = c0 + ${TC} < COLS ? c0 + ${TC} : COLS;`);
+    body.push(`for (int row = row0; row < row1; ++row) {`);
+    const rowLines: string[] = [];
+    if (last > 0) {
+      for (let i = 0; i < last; i++) rowLines.push(`int g${i};`);
+      rowLines.push(`{ ${decodeRow("row", (i) => `g${i}`).join(" ")} }`);
+    }
+    const names: Names = { gidx: (i) => (i === last ? "gc" : `g${i}`), ridx: (i) => `r${i}`, acc: "acc" };
+    const em = new Emitter("c", names, new Map(), "t");
+    const v = em.ref(ir.value);
+    const st = em.ref(ir.store);
+    body.push(...rowLines.map((l) => `  ${l}`));
+    body.push(`  for (int gc = c0; gc < c1; ++gc) {`);
+    body.push(...em.lines.map((l) => `    ${l}`));
+    body.push(`    b0[${st}] = ${v};`);
+    body.push(`  }`);
+    body.push(`}`);
+  } else {
+    const red = ir.reduce;
+    const t = ctype(red.body.dtype, "c");
+    const nr = red.dims.length;
+    red.dims.forEach((d, i) => o.push(`const int R${i} = ${dimExpr(d)};`));
+    o.push(`const int NRT = (ROWS + ${TR - 1}) / ${TR};`);
+    o.push(`const int NBLK = NRT * ((COLS + ${TC - 1}) / ${TC});`);
+    body.push(`const int bt = (int)blockIdx.x;`);
+    body.push(`if (bt >= NBLK) continue; /* grids are sized for the variables' maxima */`);
+    body.push(`const int row0 = (bt % NRT) * ${TR}, c0 = (bt / NRT) * ${TC};`);
+    body.push(`const int rn = ROWS - row0 < ${TR} ? ROWS - row0 : ${TR};`);
+    body.push(`const int cn = COLS - c0 < ${TC} ? COLS - c0 : ${TC};`);
+    for (let i = 0; i < last; i++) body.push(`int g${i}_[${TR}];`);
+    if (last > 0) {
+      body.push(`for (int r = 0; r < ${TR}; ++r) {`);
+      body.push(`  const int row = row0 + (r < rn ? r : rn - 1);`);
+      body.push(`  ${decodeRow("row", (i) => `g${i}_[r]`).join(" ")}`);
+      body.push(`}`);
+    }
+    const accDecl = L > 1 ? `${t} acc[${TR}][${L}];` : `${t} acc[${TR}][${TC}];`;
+    body.push(accDecl);
+    body.push(`for (int r = 0; r < ${TR}; ++r) for (int c = 0; c < ${L > 1 ? L : TC}; ++c) acc[r][c] = ${reduceInit(ir, "c")};`);
+    const names = (col: string, rIdx: (i: number) => string): Names => ({
+      gidx: (i) => (i === last ? col : `g${i}_[r]`),
+      ridx: rIdx,
+      acc: "acc[r][c]",
+    });
+    // the reduce loops, all but the innermost
+    const loopOpen = (count: number): string[] => {
+      const ls: string[] = [];
+      for (let i = 0; i < count; i++) ls.push(`${"  ".repeat(i)}for (int r${i} = 0; r${i} < R${i}; ++r${i}) {`);
+      return ls;
+    };
+    const loopClose = (count: number): string[] => {
+      const ls: string[] = [];
+      for (let i = count - 1; i >= 0; i--) ls.push(`${"  ".repeat(i)}}`);
+      return ls;
+    };
+    const inner = (cols: string, colExpr: string, rIdx: (i: number) => string, accRef: string, pad: string): string[] => {
+      const em = new Emitter("c", { ...names(colExpr, rIdx), acc: accRef }, new Map(), "t");
+      const v = em.ref(red.body);
+      return [
+        `${pad}for (int r = 0; r < ${TR}; ++r) {`,
+        `${pad}  for (int c = 0; c < ${cols}; ++c) {`,
+        ...em.lines.map((l) => `${pad}    ${l}`),
+        `${pad}    ${accRef} = ${combine(ir, accRef, v)};`,
+        `${pad}  }`,
+        `${pad}}`,
+      ];
+    };
+    if (L > 1) {
+      // narrow output: lanes over the innermost reduce axis
+      const k = nr - 1;
+      const pad = "  ".repeat(k);
+      body.push(...loopOpen(k));
+      body.push(`${pad}int rk = 0;`);
+      body.push(`${pad}for (; rk + ${L} <= R${k}; rk += ${L}) {`);
+      body.push(...inner(String(L), "c0", (i) => (i === k ? "(rk + c)" : `r${i}`), "acc[r][c]", `${pad}  `));
+      body.push(`${pad}}`);
+      body.push(`${pad}for (; rk < R${k}; ++rk) {`);
+      body.push(...inner("1", "c0", (i) => (i === k ? "rk" : `r${i}`), "acc[r][0]", `${pad}  `));
+      body.push(`${pad}}`);
+      body.push(...loopClose(k));
+      body.push(`for (int r = 0; r < ${TR}; ++r) for (int c = 1; c < ${L}; ++c) acc[r][0] = ${combine(ir, "acc[r][0]", "acc[r][c]")};`);
+    } else {
+      const pad = "  ".repeat(nr + 1);
+      body.push(`if (cn == ${TC}) {`);
+      const vt = TC === 16 ? vecTile(ir, TR, 2, last, (inner) => [...loopOpen(nr), ...inner.map((l) => `${"  ".repeat(nr)}${l}`), ...loopClose(nr)]) : null;
+      if (vt) {
+        body.push("#if BG_VEC");
+        body.push(...vt.map((l) => `  ${l}`));
+        body.push("#else");
+      }
+      body.push(...loopOpen(nr).map((l) => `  ${l}`));
+      body.push(...inner(String(TC), "(c0 + c)", (i) => `r${i}`, "acc[r][c]", pad));
+      body.push(...loopClose(nr).map((l) => `  ${l}`));
+      if (vt) body.push("#endif");
+      body.push(`} else {`);
+      body.push(...loopOpen(nr).map((l) => `  ${l}`));
+      body.push(...inner("cn", "(c0 + c)", (i) => `r${i}`, "acc[r][c]", pad));
+      body.push(...loopClose(nr).map((l) => `  ${l}`));
+      body.push(`}`);
+    }
+    // epilogue
+    const accRef = L > 1 ? "acc[r][0]" : "acc[r][c]";
+    const em = new Emitter("c", { ...names("(c0 + c)", (i) => `r${i}`), acc: accRef }, new Map(), "e");
+    const v = em.ref(ir.value);
+    const st = em.ref(ir.store);
+    body.push(`for (int r = 0; r < rn; ++r) {`);
+    body.push(`  for (int c = 0; c < ${L > 1 ? "1" : "cn"}; ++c) {`);
+    body.push(...em.lines.map((l) => `    ${l}`));
+    body.push(`    b0[${st}] = ${v};`);
+    body.push(`  }`);
+    body.push(`}`);
+  }
+  const src =
+    `BG_KERNEL(${ir.name}) {\n${o.map((l) => `  ${l}`).join("\n")}\n` +
+    `  BG_FOR_BLOCKS {\n${body.map((l) => `    ${l}`).join("\n")}\n  }\n}\n`;
+  return { source: src, tiles };
+}
+
+export function generate(ir: KernelIR, lang: Lang): GeneratedKernel {
+  const signature = signatureOf(ir);
+  if (lang === "c") {
+    const { source: body, tiles } = genC(ir);
+    const nd = ir.dims.length;
+    return {
+      lang,
+      name: ir.name,
+      source: prelude(lang) + body,
+      body,
+      signature,
+      launch(vals) {
+        const cols = nd ? kdimValue(ir.dims[nd - 1]!, vals) : 1;
+        let rows = 1;
+        for (let i = 0; i < nd - 1; i++) rows *= kdimValue(ir.dims[i]!, vals);
+        const elements = rows * cols;
+        const grid = elements === 0 ? 0 : Math.ceil(rows / tiles.TR) * Math.ceil(cols / (ir.reduce && tiles.L === 1 ? tiles.TC : ir.reduce ? 1 : tiles.TC));
+        return { grid, block: 1, elements };
+      },
+    };
+  }
+  const body = lang === "cuda" ? genCuda(ir) : genMetal(ir);
+  return {
+    lang,
+    name: ir.name,
+    source: prelude(lang) + body,
+    body,
+    signature,
+    launch(vals) {
+      const elements = elementsOf(ir.dims, vals);
+      return { grid: Math.ceil(elements / GPU_BLOCK), block: GPU_BLOCK, elements };
+    },
+  };
+}

@@ -1,0 +1,19 @@
+// The tensor compiler's public API (re-exported from src/index.ts).
+export { Tensor, type TensorLike, type Shape } from "./tensor";
+export { Variable, type Dim } from "./variable";
+export {
+  ExecutionPlan,
+  tensorCompileStats,
+  type PrepareOptions,
+  type ExecuteOptions,
+  type CachedKernel,
+  type PreparedKernel,
+  type PreparedOp,
+  type KernelProfile,
+  type PlanBuffer,
+} from "./plan";
+export type { DType, UnaryOp, BinaryOp, ReduceOp } from "./ast";
+export { schedule, type Scheduled, type ScheduledKernel, type ScheduleOptions } from "./scheduler";
+export { generate, type GeneratedKernel, type Lang } from "./codegen";
+export type { KernelIR, Expr, KDim } from "./ir";
+export { interpretSchedule, interpretKernel } from "./interp";

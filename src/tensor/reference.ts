@@ -1,0 +1,201 @@
+// A float64 reference for the tensor ops: plain row-major arrays, eager, obviously correct.
+// Tests compare every op against it; the demo checks whole models with it.
+
+export class Ref {
+  readonly shape: number[];
+  readonly data: Float64Array;
+
+  constructor(shape: readonly number[], data: ArrayLike<number>) {
+    this.shape = [...shape];
+    this.data = Float64Array.from(data);
+    if (this.data.length !== Ref.numel(shape)) throw new Error(`Ref: ${this.data.length} values for shape [${shape}]`);
+  }
+
+  static numel(shape: readonly number[]): number {
+    return shape.reduce((p, q) => p * q, 1);
+  }
+
+  static strides(shape: readonly number[]): number[] {
+    const s = new Array<number>(shape.length);
+    let acc = 1;
+    for (let i = shape.length - 1; i >= 0; i--) {
+      s[i] = acc;
+      acc *= shape[i]!;
+    }
+    return s;
+  }
+
+  static fill(shape: readonly number[], f: (idx: number[], lin: number) => number): Ref {
+    const n = Ref.numel(shape);
+    const out = new Float64Array(n);
+    const idx = new Array<number>(shape.length).fill(0);
+    for (let i = 0; i < n; i++) {
+      let rem = i;
+      for (let d = shape.length - 1; d >= 0; d--) {
+        idx[d] = rem % shape[d]!;
+        rem = Math.floor(rem / shape[d]!);
+      }
+      out[i] = f(idx, i);
+    }
+    return new Ref(shape, out);
+  }
+
+  at(idx: readonly number[]): number {
+    const st = Ref.strides(this.shape);
+    let off = 0;
+    for (let i = 0; i < idx.length; i++) off += idx[i]! * st[i]!;
+    return this.data[off]!;
+  }
+
+  map(f: (x: number) => number): Ref {
+    return new Ref(this.shape, this.data.map(f));
+  }
+
+  static broadcastShape(a: readonly number[], b: readonly number[]): number[] {
+    const nd = Math.max(a.length, b.length);
+    const out: number[] = [];
+    for (let i = 0; i < nd; i++) {
+      const x = a[a.length - nd + i] ?? 1, y = b[b.length - nd + i] ?? 1;
+      if (x !== y && x !== 1 && y !== 1) throw new Error(`Ref: cannot broadcast [${a}] and [${b}]`);
+      out.push(x === 1 ? y : x);
+    }
+    return out;
+  }
+
+  broadcastTo(shape: readonly number[]): Ref {
+    const lead = shape.length - this.shape.length;
+    return Ref.fill(shape, (idx) => this.at(this.shape.map((d, i) => (d === 1 ? 0 : idx[i + lead]!))));
+  }
+
+  zip(o: Ref | number, f: (a: number, b: number) => number): Ref {
+    const other = typeof o === "number" ? new Ref([], [o]) : o;
+    const shape = Ref.broadcastShape(this.shape, other.shape);
+    const a = this.broadcastTo(shape), b = other.broadcastTo(shape);
+    return new Ref(shape, a.data.map((x, i) => f(x, b.data[i]!)));
+  }
+
+  static where(c: Ref, a: Ref, b: Ref): Ref {
+    const shape = Ref.broadcastShape(Ref.broadcastShape(c.shape, a.shape), b.shape);
+    const cc = c.broadcastTo(shape), aa = a.broadcastTo(shape), bb = b.broadcastTo(shape);
+    return new Ref(shape, cc.data.map((x, i) => (x !== 0 ? aa.data[i]! : bb.data[i]!)));
+  }
+
+  reshape(shape: readonly number[]): Ref {
+    return new Ref(shape, this.data);
+  }
+
+  permute(order: readonly number[]): Ref {
+    const shape = order.map((i) => this.shape[i]!);
+    return Ref.fill(shape, (idx) => {
+      const src = new Array<number>(order.length);
+      order.forEach((o, i) => (src[o] = idx[i]!));
+      return this.at(src);
+    });
+  }
+
+  shrink(arg: readonly (readonly [number, number])[]): Ref {
+    return Ref.fill(
+      arg.map(([lo, hi]) => hi - lo),
+      (idx) => this.at(idx.map((x, i) => x + arg[i]![0])),
+    );
+  }
+
+  pad(arg: readonly (readonly [number, number])[], value = 0): Ref {
+    return Ref.fill(
+      this.shape.map((d, i) => d + arg[i]![0] + arg[i]![1]),
+      (idx) => {
+        const src = idx.map((x, i) => x - arg[i]![0]);
+        return src.every((x, i) => x >= 0 && x < this.shape[i]!) ? this.at(src) : value;
+      },
+    );
+  }
+
+  flip(axes: readonly number[]): Ref {
+    return Ref.fill(this.shape, (idx) => this.at(idx.map((x, i) => (axes.includes(i) ? this.shape[i]! - 1 - x : x))));
+  }
+
+  reduce(axes: readonly number[], keepdim: boolean, init: number, f: (acc: number, x: number) => number): Ref {
+    const kshape = this.shape.map((d, i) => (axes.includes(i) ? 1 : d));
+    const out = new Float64Array(Ref.numel(kshape)).fill(init);
+    const kst = Ref.strides(kshape);
+    Ref.fill(this.shape, (idx, lin) => {
+      let o = 0;
+      idx.forEach((x, i) => (o += axes.includes(i) ? 0 : x * kst[i]!));
+      out[o] = f(out[o]!, this.data[lin]!);
+      return 0;
+    });
+    const r = new Ref(kshape, out);
+    return keepdim ? r : r.reshape(this.shape.filter((_, i) => !axes.includes(i)));
+  }
+
+  sum(axes: readonly number[], keepdim = false): Ref {
+    return this.reduce(axes, keepdim, 0, (a, x) => a + x);
+  }
+  max(axes: readonly number[], keepdim = false): Ref {
+    return this.reduce(axes, keepdim, -Infinity, (a, x) => Math.max(a, x));
+  }
+  mean(axes: readonly number[], keepdim = false): Ref {
+    const n = axes.reduce((p, a) => p * this.shape[a]!, 1);
+    return this.sum(axes, keepdim).map((x) => x / n);
+  }
+
+  matmul(o: Ref): Ref {
+    const [M, K] = this.shape as [number, number];
+    const N = o.shape[1]!;
+    if (o.shape[0] !== K) throw new Error("Ref.matmul: shapes");
+    const out = new Float64Array(M * N);
+    for (let i = 0; i < M; i++)
+      for (let k = 0; k < K; k++) {
+        const a = this.data[i * K + k]!;
+        for (let j = 0; j < N; j++) out[i * N + j]! += a * o.data[k * N + j]!;
+      }
+    return new Ref([M, N], out);
+  }
+
+  softmax(axis: number): Ref {
+    const m = this.max([axis], true);
+    const e = this.zip(m, (x, y) => Math.exp(x - y));
+    return e.zip(e.sum([axis], true), (x, y) => x / y);
+  }
+
+  logSoftmax(axis: number): Ref {
+    const m = this.max([axis], true);
+    const s = this.zip(m, (x, y) => x - y);
+    const l = s.map(Math.exp).sum([axis], true).map(Math.log);
+    return s.zip(l, (x, y) => x - y);
+  }
+
+  layerNorm(axis: number, eps: number): Ref {
+    const mean = this.mean([axis], true);
+    const xc = this.zip(mean, (x, y) => x - y);
+    const v = xc.map((x) => x * x).mean([axis], true);
+    return xc.zip(v, (x, y) => x / Math.sqrt(y + eps));
+  }
+}
+
+export const refUnary: Record<string, (x: number) => number> = {
+  neg: (x) => -x,
+  exp: Math.exp,
+  log: Math.log,
+  sqrt: Math.sqrt,
+  sin: Math.sin,
+  cos: Math.cos,
+  abs: Math.abs,
+  recip: (x) => 1 / x,
+  relu: (x) => Math.max(x, 0),
+  sigmoid: (x) => 1 / (1 + Math.exp(-x)),
+  tanh: Math.tanh,
+  gelu: (x) => 0.5 * x * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (x + 0.044715 * x ** 3))),
+};
+
+/** A deterministic uniform generator for test inputs (mulberry32). */
+export function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}

@@ -1,0 +1,534 @@
+// Tensor: a lazy value. Operations build the graph (ast.ts); nothing runs until a plan is
+// prepared and executed, or a result is read with toArray().
+//
+// dtypes: float32 and int32. Mixed operands promote to float32. Comparisons give int32 0/1.
+// Integer division truncates toward zero (x / 0 gives 0). Broadcasting follows numpy.
+import { invalid } from "../errors";
+import { LazyNode, type BinaryOp, type DType, type ReduceOp, type UnaryOp } from "./ast";
+import { seedMix } from "./ir";
+import { Variable, type Dim, dimMax, dimValue, shapeStr } from "./variable";
+import { ShapeTracker, checkShapeDims, maxStrides } from "./view";
+import { ExecutionPlan, type PrepareOptions } from "./plan";
+
+export type TensorLike = Tensor | number;
+export type Shape = readonly Dim[];
+
+let globalSeed = 0;
+let randCounter = 0;
+
+function sameDim(a: Dim, b: Dim): boolean {
+  return a === b || (a instanceof Variable && b instanceof Variable && a.name === b.name);
+}
+
+function normAxis(call: string, axis: number, nd: number, shape: Shape): number {
+  if (!Number.isInteger(axis) || axis < -nd || axis >= Math.max(nd, 1) || (nd === 0 && axis !== 0 && axis !== -1))
+    invalid(call, `axis ${axis} is out of range for shape ${shapeStr(shape)}`);
+  return axis < 0 ? axis + nd : axis;
+}
+
+function numelNumeric(shape: Shape): number {
+  let n = 1;
+  for (const d of shape) if (typeof d === "number") n *= d;
+  return n;
+}
+
+function varsOf(shape: Shape): string[] {
+  return shape.filter((d): d is Variable => d instanceof Variable).map((d) => d.name);
+}
+
+
+export class Tensor {
+  readonly node: LazyNode;
+  #cache: Float32Array | Int32Array | undefined;
+
+  constructor(node: LazyNode) {
+    this.node = node;
+  }
+
+  /** Stable AST id of this tensor's node. */
+  get id(): number {
+    return this.node.id;
+  }
+  get shape(): readonly Dim[] {
+    return this.node.shape;
+  }
+  get dtype(): DType {
+    return this.node.dtype;
+  }
+  get ndim(): number {
+    return this.node.shape.length;
+  }
+  /** Number of elements (variables at their bound values). */
+  get numel(): number {
+    return this.node.shape.reduce<number>((p, d) => p * dimValue(d), 1);
+  }
+
+  toString(): string {
+    return `Tensor(${shapeStr(this.shape)}, ${this.dtype}, id ${this.id})`;
+  }
+
+  // ---- creation ------------------------------------------------------------------------------
+
+  /** A tensor from host data (copied at prepare time). `shape` defaults to [data.length]. */
+  static from(data: Float32Array | Int32Array | readonly number[] | number, shape?: readonly number[], opts: { dtype?: DType } = {}): Tensor {
+    const call = "Tensor.from";
+    let arr: Float32Array | Int32Array;
+    if (typeof data === "number") {
+      const dt = opts.dtype ?? "float32";
+      return Tensor.full(shape ?? [], data, { dtype: dt });
+    }
+    if (data instanceof Float32Array || data instanceof Int32Array) {
+      const want = opts.dtype ?? (data instanceof Float32Array ? "float32" : "int32");
+      arr = want === "float32" ? (data instanceof Float32Array ? data.slice() : Float32Array.from(data)) : data instanceof Int32Array ? data.slice() : Int32Array.from(data, (x) => Math.trunc(x));
+    } else if (Array.isArray(data)) {
+      const dt = opts.dtype ?? "float32";
+      arr = dt === "float32" ? Float32Array.from(data) : Int32Array.from(data, (x) => Math.trunc(x));
+    } else invalid(call, "data must be a Float32Array, Int32Array, number[] or number");
+    const sh = shape ? [...shape] : [arr.length];
+    checkShapeDims(call, sh);
+    const n = sh.reduce((p, q) => p * q, 1);
+    if (n !== arr.length) invalid(call, `shape ${shapeStr(sh)} holds ${n} elements but the data has ${arr.length}`);
+    return new Tensor(new LazyNode({ op: "buffer", data: arr }, arr instanceof Float32Array ? "float32" : "int32", sh));
+  }
+
+  static full(shape: Shape, value: number, opts: { dtype?: DType } = {}): Tensor {
+    checkShapeDims("Tensor.full", shape);
+    const dt = opts.dtype ?? "float32";
+    const c = new Tensor(new LazyNode({ op: "const", value: dt === "int32" ? Math.trunc(value) | 0 : value }, dt, []));
+    if (shape.length === 0) return c;
+    return c.reshape(shape.map(() => 1)).expand(shape);
+  }
+  static zeros(shape: Shape, opts: { dtype?: DType } = {}): Tensor {
+    return Tensor.full(shape, 0, opts);
+  }
+  static ones(shape: Shape, opts: { dtype?: DType } = {}): Tensor {
+    return Tensor.full(shape, 1, opts);
+  }
+
+  /** arange(stop) | arange(start, stop, step?): numbers start, start+step, … below stop. */
+  static arange(start: number | Variable, stop?: number, step = 1, opts: { dtype?: DType } = {}): Tensor {
+    const call = "Tensor.arange";
+    if (start instanceof Variable) {
+      return new Tensor(new LazyNode({ op: "arange", start: 0, step: 1 }, opts.dtype ?? "int32", [start]));
+    }
+    if (stop === undefined) [start, stop] = [0, start];
+    if (step === 0 || !Number.isFinite(step)) invalid(call, "step must be a non-zero number");
+    const n = Math.max(0, Math.ceil((stop - start) / step));
+    const allInt = Number.isInteger(start) && Number.isInteger(step);
+    const dt = opts.dtype ?? (allInt ? "int32" : "float32");
+    return new Tensor(new LazyNode({ op: "arange", start, step }, dt, [n]));
+  }
+
+  /** Set the seed used by rand/randn calls that give none. */
+  static manualSeed(seed: number): void {
+    globalSeed = seed >>> 0;
+    randCounter = 0;
+  }
+
+  /**
+   * Uniform [0, 1) float32. Counter-based and computed in the kernel: element i of a tensor
+   * with seed s is lowbias32(lowbias32(i) ^ mix(s)) >> 8 scaled by 2^-24, so a value depends
+   * only on (seed, index), never on fusion or device. Without a seed: the global seed and a
+   * call counter.
+   */
+  static rand(shape: Shape, opts: { seed?: number } = {}): Tensor {
+    checkShapeDims("Tensor.rand", shape);
+    const seed = opts.seed ?? (globalSeed * 1000003 + randCounter++) >>> 0;
+    return new Tensor(new LazyNode({ op: "rand", seed: seedMix(seed), normal: false }, "float32", [...shape]));
+  }
+
+  /** Standard normal float32 by Box-Muller over counters 2i and 2i+1 (see rand). */
+  static randn(shape: Shape, opts: { seed?: number } = {}): Tensor {
+    checkShapeDims("Tensor.randn", shape);
+    const seed = opts.seed ?? (globalSeed * 1000003 + randCounter++) >>> 0;
+    return new Tensor(new LazyNode({ op: "rand", seed: seedMix(seed), normal: true }, "float32", [...shape]));
+  }
+
+  /** The value of a variable (or a product of dims) as a scalar tensor. */
+  static fromDims(dims: readonly Dim[], dtype: DType = "int32"): Tensor {
+    return new Tensor(new LazyNode({ op: "varconst", dims: [...dims] }, dtype, []));
+  }
+
+  static where(cond: Tensor, a: TensorLike, b: TensorLike): Tensor {
+    return cond.where(a, b);
+  }
+
+  // ---- plans -----------------------------------------------------------------------------------
+
+  prepare(opts: PrepareOptions = {}): ExecutionPlan {
+    return Tensor.prepareBatch([this], opts);
+  }
+
+  static prepareBatch(tensors: readonly Tensor[], opts: PrepareOptions = {}): ExecutionPlan {
+    return new ExecutionPlan(tensors, opts);
+  }
+
+  /** Realize and read this tensor (variables at their bound values), in its actual shape. */
+  toArray(opts: PrepareOptions = {}): Float32Array | Int32Array {
+    if (this.#cache && !varsOf(this.shape).length && !opts.device) return this.#cache.slice();
+    const plan = this.prepare(opts);
+    try {
+      plan.execute();
+      const out = plan.readOutput(0);
+      if (!varsOf(this.shape).length && !opts.device) this.#cache = out.slice();
+      return out;
+    } finally {
+      plan.dispose();
+    }
+  }
+
+  /** toArray as a plain number[]. */
+  toList(): number[] {
+    return Array.from(this.toArray());
+  }
+
+  // ---- elementwise -----------------------------------------------------------------------------
+
+  #unary(fn: UnaryOp): Tensor {
+    const float = fn !== "neg" && fn !== "abs" && fn !== "relu";
+    const dt: DType = float ? "float32" : this.dtype;
+    return new Tensor(new LazyNode({ op: "unary", fn }, dt, this.shape, [this.node]));
+  }
+  neg(): Tensor { return this.#unary("neg"); }
+  exp(): Tensor { return this.#unary("exp"); }
+  log(): Tensor { return this.#unary("log"); }
+  sqrt(): Tensor { return this.#unary("sqrt"); }
+  rsqrt(): Tensor { return this.#unary("sqrt").#unary("recip"); }
+  sin(): Tensor { return this.#unary("sin"); }
+  cos(): Tensor { return this.#unary("cos"); }
+  abs(): Tensor { return this.#unary("abs"); }
+  recip(): Tensor { return this.#unary("recip"); }
+  relu(): Tensor { return this.#unary("relu"); }
+  sigmoid(): Tensor { return this.#unary("sigmoid"); }
+  tanh(): Tensor { return this.#unary("tanh"); }
+  /** GELU, tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). */
+  gelu(): Tensor { return this.#unary("gelu"); }
+  square(): Tensor { return this.mul(this); }
+
+  #scalar(v: number, like: DType): Tensor {
+    const dt: DType = like === "int32" && Number.isInteger(v) ? "int32" : "float32";
+    return Tensor.full([], v, { dtype: dt });
+  }
+
+  /** Broadcast this and `o` to one shape (numpy rules); throws naming both shapes. */
+  static broadcastShapes(call: string, a: Shape, b: Shape): Dim[] {
+    const nd = Math.max(a.length, b.length);
+    const out: Dim[] = [];
+    for (let i = 0; i < nd; i++) {
+      const x = a[a.length - nd + i] ?? 1;
+      const y = b[b.length - nd + i] ?? 1;
+      if (sameDim(x, y)) out.push(x);
+      else if (x === 1) out.push(y);
+      else if (y === 1) out.push(x);
+      else invalid(call, `shapes ${shapeStr(a)} and ${shapeStr(b)} cannot be broadcast together (dimension ${i}: ${String(x)} vs ${String(y)})`);
+    }
+    return out;
+  }
+
+  /** This tensor broadcast to `shape` (leading dims added, size-1 dims expanded). */
+  broadcastTo(shape: Shape): Tensor {
+    if (this.shape.length === shape.length && this.shape.every((d, i) => sameDim(d, shape[i]!))) return this;
+    if (this.shape.length > shape.length) invalid("Tensor.broadcastTo", `cannot broadcast ${shapeStr(this.shape)} to ${shapeStr(shape)}`);
+    const padded = [...shape.slice(0, shape.length - this.shape.length).map(() => 1), ...this.shape];
+    return this.reshape(padded).expand(shape);
+  }
+
+  #binary(fn: BinaryOp, o: TensorLike, call: string, reverse = false): Tensor {
+    let other = typeof o === "number" ? this.#scalar(o, this.dtype) : o;
+    if (!(other instanceof Tensor)) invalid(call, "operand must be a Tensor or a number");
+    let self: Tensor = this;
+    if (reverse) [self, other] = [other, self];
+    const shape = Tensor.broadcastShapes(call, self.shape, other.shape);
+    const a = self.broadcastTo(shape), b = other.broadcastTo(shape);
+    const cmp = fn.startsWith("cmp");
+    const dt: DType = cmp ? "int32" : a.dtype === "float32" || b.dtype === "float32" ? "float32" : "int32";
+    return new Tensor(new LazyNode({ op: "binary", fn }, dt, shape, [a.node, b.node]));
+  }
+  add(o: TensorLike): Tensor { return this.#binary("add", o, "Tensor.add"); }
+  sub(o: TensorLike): Tensor { return this.#binary("sub", o, "Tensor.sub"); }
+  rsub(o: TensorLike): Tensor { return this.#binary("sub", o, "Tensor.rsub", true); }
+  mul(o: TensorLike): Tensor { return this.#binary("mul", o, "Tensor.mul"); }
+  div(o: TensorLike): Tensor { return this.#binary("div", o, "Tensor.div"); }
+  rdiv(o: TensorLike): Tensor { return this.#binary("div", o, "Tensor.rdiv", true); }
+  /** Elementwise maximum (the reduction is max()). */
+  maximum(o: TensorLike): Tensor { return this.#binary("max", o, "Tensor.maximum"); }
+  minimum(o: TensorLike): Tensor { return this.#binary("min", o, "Tensor.minimum"); }
+  pow(o: TensorLike): Tensor { return this.#binary("pow", o, "Tensor.pow"); }
+  cmplt(o: TensorLike): Tensor { return this.#binary("cmplt", o, "Tensor.cmplt"); }
+  cmple(o: TensorLike): Tensor { return this.#binary("cmple", o, "Tensor.cmple"); }
+  cmpgt(o: TensorLike): Tensor { return this.#binary("cmpgt", o, "Tensor.cmpgt"); }
+  cmpge(o: TensorLike): Tensor { return this.#binary("cmpge", o, "Tensor.cmpge"); }
+  cmpeq(o: TensorLike): Tensor { return this.#binary("cmpeq", o, "Tensor.cmpeq"); }
+  cmpne(o: TensorLike): Tensor { return this.#binary("cmpne", o, "Tensor.cmpne"); }
+
+  /** Elementwise select: this != 0 ? a : b (broadcast). */
+  where(a: TensorLike, b: TensorLike): Tensor {
+    const call = "Tensor.where";
+    const dtA = typeof a === "number" ? (Number.isInteger(a) ? "int32" : "float32") : a.dtype;
+    const dtB = typeof b === "number" ? (Number.isInteger(b) ? "int32" : "float32") : b.dtype;
+    const dt: DType = dtA === "float32" || dtB === "float32" ? "float32" : "int32";
+    const ta = typeof a === "number" ? Tensor.full([], a, { dtype: dt }) : a;
+    const tb = typeof b === "number" ? Tensor.full([], b, { dtype: dt }) : b;
+    const s1 = Tensor.broadcastShapes(call, this.shape, ta.shape);
+    const shape = Tensor.broadcastShapes(call, s1, tb.shape);
+    return new Tensor(
+      new LazyNode({ op: "where" }, dt, shape, [this.broadcastTo(shape).node, ta.broadcastTo(shape).node, tb.broadcastTo(shape).node]),
+    );
+  }
+
+  cast(dtype: DType): Tensor {
+    if (dtype !== "float32" && dtype !== "int32") invalid("Tensor.cast", `unknown dtype ${String(dtype)}`);
+    if (dtype === this.dtype) return this;
+    return new Tensor(new LazyNode({ op: "cast" }, dtype, this.shape, [this.node]));
+  }
+  float(): Tensor { return this.cast("float32"); }
+  int(): Tensor { return this.cast("int32"); }
+
+  /** Force this value into its own buffer (a kernel boundary). */
+  contiguous(): Tensor {
+    return new Tensor(new LazyNode({ op: "contiguous" }, this.dtype, this.shape, [this.node]));
+  }
+
+  // ---- movement (views: index arithmetic, never copies) ---------------------------------------
+
+  #view(fn: (st: ShapeTracker) => ShapeTracker): Tensor {
+    const n = this.node;
+    const base = n.base;
+    const st0 = n.arg.op === "view" ? n.arg.st : ShapeTracker.contiguous(base.shape);
+    const st = fn(st0);
+    if (st.contiguous && st.shape.length === base.shape.length && st.shape.every((d, i) => sameDim(d, base.shape[i]!)))
+      return new Tensor(base);
+    return new Tensor(new LazyNode({ op: "view", st }, base.dtype, st.shape, [base]));
+  }
+
+  reshape(shape: readonly Dim[]): Tensor {
+    const call = "Tensor.reshape";
+    const sh = [...shape];
+    const neg = sh.filter((d) => d === -1).length;
+    if (neg > 1) invalid(call, `at most one -1 in ${shapeStr(sh)}`);
+    if (neg === 1) {
+      const known = numelNumeric(sh.filter((d) => d !== -1));
+      const have = numelNumeric(this.shape);
+      if (known === 0 || have % known) invalid(call, `cannot reshape ${shapeStr(this.shape)} to ${shapeStr(shape)}`);
+      sh[sh.indexOf(-1)] = have / known;
+    }
+    checkShapeDims(call, sh);
+    const va = varsOf(this.shape), vb = varsOf(sh);
+    if (numelNumeric(this.shape) !== numelNumeric(sh) || va.join(",") !== vb.join(","))
+      invalid(call, `cannot reshape ${shapeStr(this.shape)} to ${shapeStr(sh)}: element counts differ`);
+    return this.#view((st) => st.reshape(sh));
+  }
+
+  permute(order: readonly number[]): Tensor {
+    const call = "Tensor.permute";
+    const nd = this.ndim;
+    const o = order.map((a) => normAxis(call, a, nd, this.shape));
+    if (o.length !== nd || new Set(o).size !== nd) invalid(call, `[${order.join(", ")}] is not a permutation of the axes of ${shapeStr(this.shape)}`);
+    return this.#view((st) => st.permute(o));
+  }
+
+  /** Swap two axes (default: the last two). */
+  transpose(a = -2, b = -1): Tensor {
+    const call = "Tensor.transpose";
+    const nd = this.ndim;
+    if (nd < 2 && a === -2 && b === -1) return this;
+    const x = normAxis(call, a, nd, this.shape), y = normAxis(call, b, nd, this.shape);
+    const order = [...Array(nd).keys()];
+    [order[x], order[y]] = [order[y]!, order[x]!];
+    return this.permute(order);
+  }
+  get T(): Tensor {
+    return this.permute([...Array(this.ndim).keys()].reverse());
+  }
+
+  /** Broadcast size-1 dims to `shape` (-1 keeps a dim; extra leading dims are added). */
+  expand(shape: readonly Dim[]): Tensor {
+    const call = "Tensor.expand";
+    if (shape.length < this.ndim) invalid(call, `cannot expand ${shapeStr(this.shape)} to ${shapeStr(shape)}`);
+    const lead = shape.length - this.ndim;
+    const src = lead ? this.reshape([...Array(lead).fill(1), ...this.shape]) : this;
+    const sh = shape.map((d, i) => (d === -1 ? src.shape[i]! : d));
+    checkShapeDims(call, sh);
+    sh.forEach((d, i) => {
+      const s = src.shape[i]!;
+      if (!sameDim(s, d) && s !== 1) invalid(call, `cannot expand ${shapeStr(this.shape)} to ${shapeStr(shape)} (dimension ${i}: ${String(s)} is not 1)`);
+    });
+    return src.#view((st) => st.expand(sh));
+  }
+
+  /** Keep [lo, hi) of each dim (null keeps the dim); hi may be a Variable when lo is 0. */
+  shrink(arg: readonly (readonly [number, Dim] | null)[]): Tensor {
+    const call = "Tensor.shrink";
+    if (arg.length !== this.ndim) invalid(call, `${arg.length} ranges for shape ${shapeStr(this.shape)}`);
+    const full = arg.map((r, i): readonly [number, Dim] => r ?? [0, this.shape[i]!]);
+    full.forEach(([lo, hi], i) => {
+      const d = this.shape[i]!;
+      if (hi instanceof Variable) {
+        if (lo !== 0 || (!sameDim(hi, d) && (typeof d !== "number" || hi.max > d)))
+          invalid(call, `range [${lo}, ${hi.name}] does not fit dimension ${i} of ${shapeStr(this.shape)}`);
+        return;
+      }
+      if (d instanceof Variable) {
+        if (lo !== 0 || hi !== d.max) invalid(call, `a variable dimension (${d.name}) can only be kept whole`);
+        return;
+      }
+      if (!Number.isInteger(lo) || !Number.isInteger(hi) || lo < 0 || hi > d || lo > hi)
+        invalid(call, `range [${lo}, ${hi}) is outside dimension ${i} of ${shapeStr(this.shape)}`);
+    });
+    const norm = full.map(([lo, hi], i): readonly [number, Dim] => (this.shape[i] instanceof Variable ? [0, this.shape[i]!] : [lo, hi]));
+    if (norm.every(([lo, hi], i) => lo === 0 && sameDim(hi, this.shape[i]!))) return this;
+    return this.#view((st) => st.shrink(norm));
+  }
+
+  /** Python-style slice per dim: [start, end) with negative indices from the end; null keeps. */
+  slice(ranges: readonly (readonly [number, number?] | number | null)[]): Tensor {
+    const call = "Tensor.slice";
+    if (ranges.length > this.ndim) invalid(call, `${ranges.length} ranges for shape ${shapeStr(this.shape)}`);
+    const arg = this.shape.map((d, i): readonly [number, number] | null => {
+      const r = ranges[i];
+      if (r === null || r === undefined) return null;
+      if (typeof d !== "number") invalid(call, `cannot slice variable dimension ${i} of ${shapeStr(this.shape)}; use shrink`);
+      const fix = (x: number) => Math.min(Math.max(x < 0 ? x + d : x, 0), d);
+      if (typeof r === "number") {
+        const s = r < 0 ? r + d : r;
+        if (s < 0 || s >= d) invalid(call, `index ${r} is outside dimension ${i} of ${shapeStr(this.shape)}`);
+        return [s, s + 1];
+      }
+      const s = fix(r[0]), e = fix(r[1] ?? d);
+      return [s, Math.max(s, e)];
+    });
+    return this.shrink(arg);
+  }
+
+  /** Pad each dim with [before, after] elements of `value` (default 0). */
+  pad(arg: readonly (readonly [number, number] | null)[], value = 0): Tensor {
+    const call = "Tensor.pad";
+    if (arg.length !== this.ndim) invalid(call, `${arg.length} pads for shape ${shapeStr(this.shape)}`);
+    const p = arg.map((r) => r ?? ([0, 0] as const));
+    p.forEach(([b, a], i) => {
+      if (!Number.isInteger(b) || !Number.isInteger(a) || b < 0 || a < 0) invalid(call, `pad [${b}, ${a}] must be non-negative integers`);
+      if ((b || a) && typeof this.shape[i] !== "number") invalid(call, `cannot pad variable dimension ${i} of ${shapeStr(this.shape)}`);
+    });
+    if (p.every(([b, a]) => !b && !a)) return this;
+    const padded = this.#view((st) => st.pad(p));
+    if (value === 0) return padded;
+    const inside = Tensor.ones(this.shape, { dtype: "int32" }).#view((st) => st.pad(p));
+    return inside.where(padded, value);
+  }
+
+  flip(axes: number | readonly number[]): Tensor {
+    const call = "Tensor.flip";
+    const list = (typeof axes === "number" ? [axes] : axes).map((a) => normAxis(call, a, this.ndim, this.shape));
+    for (const a of list) if (typeof this.shape[a] !== "number") invalid(call, `cannot flip variable dimension ${a}`);
+    return this.#view((st) => st.flip(list));
+  }
+
+  unsqueeze(axis: number): Tensor {
+    const nd = this.ndim + 1;
+    const a = normAxis("Tensor.unsqueeze", axis, nd, this.shape);
+    const sh = [...this.shape];
+    sh.splice(a, 0, 1);
+    return this.reshape(sh);
+  }
+
+  squeeze(axis?: number): Tensor {
+    if (axis === undefined) return this.reshape(this.shape.filter((d) => d !== 1));
+    const a = normAxis("Tensor.squeeze", axis, this.ndim, this.shape);
+    if (this.shape[a] !== 1) invalid("Tensor.squeeze", `dimension ${a} of ${shapeStr(this.shape)} is not 1`);
+    return this.reshape(this.shape.filter((_, i) => i !== a));
+  }
+
+  flatten(): Tensor {
+    return this.reshape([numelNumeric(this.shape)]);
+  }
+
+  // ---- reductions ------------------------------------------------------------------------------
+
+  #axes(call: string, axis: number | readonly number[] | undefined): number[] {
+    if (axis === undefined) return [...Array(this.ndim).keys()];
+    const list = (typeof axis === "number" ? [axis] : axis).map((a) => normAxis(call, a, this.ndim, this.shape));
+    if (new Set(list).size !== list.length) invalid(call, `repeated axis in [${list.join(", ")}]`);
+    return list.sort((a, b) => a - b);
+  }
+
+  #reduce(fn: ReduceOp, axis: number | readonly number[] | undefined, keepdim: boolean, call: string): Tensor {
+    const axes = this.#axes(call, axis);
+    const kshape = this.shape.map((d, i) => (axes.includes(i) ? 1 : d));
+    let r: Tensor = this;
+    if (axes.length && axes.some((a) => this.shape[a] !== 1))
+      r = new Tensor(new LazyNode({ op: "reduce", fn, axes }, this.dtype, kshape, [this.node]));
+    return keepdim ? r : r.reshape(this.shape.filter((_, i) => !axes.includes(i)));
+  }
+
+  sum(axis?: number | readonly number[], keepdim = false): Tensor {
+    return this.#reduce("sum", axis, keepdim, "Tensor.sum");
+  }
+  max(axis?: number | readonly number[], keepdim = false): Tensor {
+    return this.#reduce("max", axis, keepdim, "Tensor.max");
+  }
+  min(axis?: number | readonly number[], keepdim = false): Tensor {
+    return this.neg().#reduce("max", axis, keepdim, "Tensor.min").neg();
+  }
+  mean(axis?: number | readonly number[], keepdim = false): Tensor {
+    const axes = this.#axes("Tensor.mean", axis);
+    const dims = axes.map((a) => this.shape[a]!);
+    const s = this.float().sum(axes, keepdim);
+    if (dims.every((d) => typeof d === "number")) {
+      const n = dims.reduce<number>((p, q) => p * (q as number), 1);
+      return s.mul(1 / n);
+    }
+    return s.div(Tensor.fromDims(dims, "float32"));
+  }
+
+  // ---- matmul and composites ---------------------------------------------------------------------
+
+  /** numpy matmul: [..., M, K] @ [..., K, N], batch dims broadcast, 1-D operands promoted. */
+  matmul(o: Tensor): Tensor {
+    const call = "Tensor.matmul";
+    if (!(o instanceof Tensor)) invalid(call, "operand must be a Tensor");
+    if (this.ndim === 0 || o.ndim === 0) invalid(call, `matmul needs at least 1-D operands, got ${shapeStr(this.shape)} and ${shapeStr(o.shape)}`);
+    const a = this.ndim === 1 ? this.reshape([1, this.shape[0]!]) : this;
+    const b = o.ndim === 1 ? o.reshape([o.shape[0]!, 1]) : o;
+    const K = a.shape[a.ndim - 1]!, K2 = b.shape[b.ndim - 2]!;
+    if (!sameDim(K, K2)) invalid(call, `shapes ${shapeStr(this.shape)} and ${shapeStr(o.shape)} are not aligned (${String(K)} != ${String(K2)})`);
+    const M = a.shape[a.ndim - 2]!, N = b.shape[b.ndim - 1]!;
+    const batch = Tensor.broadcastShapes(call, a.shape.slice(0, -2), b.shape.slice(0, -2));
+    const a3 = a.reshape([...a.shape.slice(0, -1), 1, K]); // [..., M, 1, K]
+    const b3 = b.transpose(-1, -2).reshape([...b.shape.slice(0, -2), 1, N, K]); // [..., 1, N, K]
+    const full = [...batch, M, N, K];
+    let r = a3.broadcastTo(full).mul(b3.broadcastTo(full)).sum(-1);
+    if (this.ndim === 1) r = r.reshape([...r.shape.slice(0, -2), N]);
+    if (o.ndim === 1) r = r.reshape(r.shape.slice(0, -1));
+    return r;
+  }
+  dot(o: Tensor): Tensor {
+    return this.matmul(o);
+  }
+
+  softmax(axis = -1): Tensor {
+    const m = this.max(axis, true);
+    const e = this.sub(m).exp();
+    return e.div(e.sum(axis, true));
+  }
+
+  logSoftmax(axis = -1): Tensor {
+    const m = this.max(axis, true);
+    const s = this.sub(m);
+    return s.sub(s.exp().sum(axis, true).log());
+  }
+
+  /** Normalize over the last `axis` (default -1): (x - mean) / sqrt(var + eps) · weight + bias. */
+  layerNorm(opts: { axis?: number | readonly number[]; eps?: number; weight?: Tensor; bias?: Tensor } = {}): Tensor {
+    const axis = opts.axis ?? -1;
+    const mean = this.mean(axis, true);
+    const xc = this.sub(mean);
+    const v = xc.mul(xc).mean(axis, true);
+    let y = xc.mul(v.add(opts.eps ?? 1e-5).rsqrt());
+    if (opts.weight) y = y.mul(opts.weight);
+    if (opts.bias) y = y.add(opts.bias);
+    return y;
+  }
+}
+
+/** Row-major strides of a shape's max layout (exported for plan readers). */
+export { maxStrides, dimMax };
