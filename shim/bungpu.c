@@ -722,16 +722,8 @@ BG_API int32_t bg_graph_exec_set_kernel_args(void* x, uint32_t index, const void
 }
 
 /* ---- command buffers ----------------------------------------------------------------------- */
-static inline uint32_t rd32(const uint8_t* p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
-static inline uint64_t rd64(const uint8_t* p) {
-  uint64_t v;
-  memcpy(&v, p, 8);
-  return v;
-}
+#define rd32 bg_rd32
+#define rd64 bg_rd64
 
 /* Check every command before any runs. */
 static int32_t validate_cmds(void* s, const uint8_t* p, uint64_t len, uint64_t* bad) {
@@ -819,7 +811,7 @@ trunc:
 }
 
 /* Issue validated commands one by one through the vtable. */
-static int32_t issue_cmds(void* s, const uint8_t* p, uint64_t len) {
+int32_t bg_issue_cmds(void* s, const uint8_t* p, uint64_t len) {
   const bg_ops* ops = OPS(s);
   uint64_t off = 0;
   int32_t rc = BG_OK;
@@ -867,7 +859,7 @@ BG_API int32_t bg_submit_checked(void* s, const void* bytes, uint64_t len, uint6
   int32_t rc = validate_cmds(s, bytes, len, bad);
   if (rc) return rc;
   if (OPS(s)->submit) return OPS(s)->submit(s, bytes, len);
-  return issue_cmds(s, bytes, len);
+  return bg_issue_cmds(s, bytes, len);
 }
 
 BG_API int32_t bg_submit(void* s, const void* bytes, uint64_t len) {
@@ -1016,6 +1008,6 @@ BG_API int32_t bg_bench_launch_loop(void* k, void* s, uint32_t gx, uint32_t bx, 
 BG_API int32_t bg_bench_issue_loop(void* s, const void* bytes, uint64_t len, uint64_t iters) {
   CHECK(s, BG_KIND_STREAM, "bg_bench_issue_loop");
   int32_t rc = validate_cmds(s, bytes, len, NULL);
-  for (uint64_t i = 0; i < iters && rc == BG_OK; i++) rc = issue_cmds(s, bytes, len);
+  for (uint64_t i = 0; i < iters && rc == BG_OK; i++) rc = bg_issue_cmds(s, bytes, len);
   return rc;
 }

@@ -136,7 +136,23 @@ int32_t bg_rtc_make(bg_device* dev, const void* code, uint64_t code_len, const c
 /* Signals (bungpu.c): the stream operation that a backend runs to hand off to the host. */
 void bg_signal_run(void* sig); /* a bg_host_fn: mark reached, wait for release, reset */
 
-/* Command format decoding shared by backends. */
+/* Command format decoding shared by backends: little-endian reads of unaligned fields. */
+#include <string.h>
+static inline uint32_t bg_rd32(const uint8_t* p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+static inline uint64_t bg_rd64(const uint8_t* p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return v;
+}
+
+/* Issue validated commands one by one through the stream's vtable (bungpu.c). A backend's
+ * submit can fall back to it, e.g. while capturing. */
+int32_t bg_issue_cmds(void* stream, const uint8_t* bytes, uint64_t len);
+
 typedef struct bg_cmd_launch {
   uint64_t kernel;
   uint32_t grid[3];

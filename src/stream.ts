@@ -17,6 +17,12 @@ export interface StreamOptions {
   priority?: number;
 }
 
+export interface CopyOptions {
+  bytes?: number;
+  dstOffset?: number;
+  srcOffset?: number;
+}
+
 export class Stream {
   readonly device: Device;
   readonly isDefault: boolean;
@@ -137,31 +143,32 @@ export class Stream {
       });
   }
 
-  /** Device-to-device copy in stream order. */
-  copy(dst: Buffer, src: Buffer, opts: { bytes?: number; dstOffset?: number; srcOffset?: number } = {}): this {
-    const call = "Stream.copy";
-    if (!(dst instanceof Buffer) || !(src instanceof Buffer)) invalid(call, "dst and src must be Buffers");
+  /** Validate a copy's devices and ranges; returns [dstOffset, srcOffset, bytes]. */
+  #copyRange(call: string, dst: Buffer | HostBuffer, src: Buffer | HostBuffer, opts: CopyOptions): [number, number, number] {
     this.#sameDevice(call, dst);
     this.#sameDevice(call, src);
     const so = opts.srcOffset ?? 0, dO = opts.dstOffset ?? 0;
     const bytes = checkSize(call, "byte count", opts.bytes ?? src.byteLength - so);
     this.#range(call, "src", src.byteLength, so, bytes);
     this.#range(call, "dst", dst.byteLength, dO, bytes);
+    return [dO, so, bytes];
+  }
+
+  /** Device-to-device copy in stream order. */
+  copy(dst: Buffer, src: Buffer, opts: CopyOptions = {}): this {
+    const call = "Stream.copy";
+    if (!(dst instanceof Buffer) || !(src instanceof Buffer)) invalid(call, "dst and src must be Buffers");
+    const [dO, so, bytes] = this.#copyRange(call, dst, src, opts);
     if (bytes) check(N.bg_memcpy_dtod_async(this.handle, dst.address + dO, src.address + so, bytes), "bg_memcpy_dtod_async", this.device.backend);
     return this;
   }
 
   /** Host (pinned) to device in stream order, with no staging copy. */
-  upload(dst: Buffer, src: HostBuffer, opts: { bytes?: number; dstOffset?: number; srcOffset?: number } = {}): this {
+  upload(dst: Buffer, src: HostBuffer, opts: CopyOptions = {}): this {
     const call = "Stream.upload";
     if (!(dst instanceof Buffer)) invalid(call, "dst must be a Buffer");
     if (!(src instanceof HostBuffer)) invalid(call, "src must be a HostBuffer (pinned memory); use Buffer.write for a synchronous copy");
-    this.#sameDevice(call, dst);
-    this.#sameDevice(call, src);
-    const so = opts.srcOffset ?? 0, dO = opts.dstOffset ?? 0;
-    const bytes = checkSize(call, "byte count", opts.bytes ?? src.byteLength - so);
-    this.#range(call, "src", src.byteLength, so, bytes);
-    this.#range(call, "dst", dst.byteLength, dO, bytes);
+    const [dO, so, bytes] = this.#copyRange(call, dst, src, opts);
     if (bytes) {
       check(N.bg_memcpy_htod_async(this.handle, dst.address + dO, src.hostAddress + so, bytes), "bg_memcpy_htod_async", this.device.backend);
       this.#keep.push(src);
@@ -170,16 +177,11 @@ export class Stream {
   }
 
   /** Device to host (pinned) in stream order. */
-  download(dst: HostBuffer, src: Buffer, opts: { bytes?: number; dstOffset?: number; srcOffset?: number } = {}): this {
+  download(dst: HostBuffer, src: Buffer, opts: CopyOptions = {}): this {
     const call = "Stream.download";
     if (!(dst instanceof HostBuffer)) invalid(call, "dst must be a HostBuffer (pinned memory); use Buffer.read for a synchronous copy");
     if (!(src instanceof Buffer)) invalid(call, "src must be a Buffer");
-    this.#sameDevice(call, dst);
-    this.#sameDevice(call, src);
-    const so = opts.srcOffset ?? 0, dO = opts.dstOffset ?? 0;
-    const bytes = checkSize(call, "byte count", opts.bytes ?? src.byteLength - so);
-    this.#range(call, "src", src.byteLength, so, bytes);
-    this.#range(call, "dst", dst.byteLength, dO, bytes);
+    const [dO, so, bytes] = this.#copyRange(call, dst, src, opts);
     if (bytes) {
       check(N.bg_memcpy_dtoh_async(this.handle, dst.hostAddress + dO, src.address + so, bytes), "bg_memcpy_dtoh_async", this.device.backend);
       this.#keep.push(dst);

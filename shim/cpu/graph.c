@@ -720,57 +720,9 @@ int32_t cpu_graph_exec_set_kernel_args(void* xv, uint32_t index, const uint64_t*
 }
 
 /* ---- command buffers ---------------------------------------------------------------------- */
-static inline uint32_t rd32(const uint8_t* p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
-static inline uint64_t rd64(const uint8_t* p) {
-  uint64_t v;
-  memcpy(&v, p, 8);
-  return v;
-}
+#define rd32 bg_rd32
+#define rd64 bg_rd64
 
-/* Issue each command through the ordinary paths (capture, or events in an active capture). */
-static int32_t submit_one_by_one(cpu_stream* s, const uint8_t* p, uint64_t len) {
-  uint64_t off = 0;
-  int32_t rc = BG_OK;
-  while (off < len && rc == BG_OK) {
-    uint32_t op = rd32(p + off), size = rd32(p + off + 4);
-    const uint8_t* c = p + off + 8;
-    switch (op) {
-      case BG_CMD_LAUNCH: {
-        uint32_t g[3] = {rd32(c + 8), rd32(c + 12), rd32(c + 16)};
-        uint32_t b[3] = {rd32(c + 20), rd32(c + 24), rd32(c + 28)};
-        uint32_t nargs = rd32(c + 36);
-        uint64_t args[256];
-        if (nargs > 256) return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit: too many arguments");
-        memcpy(args, c + 40, 8ull * nargs);
-        rc = cpu_launch((void*)(uintptr_t)rd64(c), s, g, b, rd32(c + 32), args, nargs);
-        break;
-      }
-      case BG_CMD_COPY:
-        if (rd64(c + 16)) rc = cpu_memcpy_dtod_async(s, rd64(c), rd64(c + 8), rd64(c + 16));
-        break;
-      case BG_CMD_COPY_HTOD:
-        if (rd64(c + 16))
-          rc = cpu_memcpy_htod_async(s, rd64(c), (const void*)(uintptr_t)rd64(c + 8), rd64(c + 16));
-        break;
-      case BG_CMD_COPY_DTOH:
-        if (rd64(c + 16))
-          rc = cpu_memcpy_dtoh_async(s, (void*)(uintptr_t)rd64(c), rd64(c + 8), rd64(c + 16));
-        break;
-      case BG_CMD_MEMSET:
-        if (rd64(c + 16)) rc = cpu_memset_async(s, rd64(c), rd32(c + 8), rd32(c + 12), rd64(c + 16));
-        break;
-      case BG_CMD_BARRIER: break;
-      case BG_CMD_EVENT_RECORD: rc = cpu_event_record((void*)(uintptr_t)rd64(c), s); break;
-      case BG_CMD_EVENT_WAIT: rc = cpu_stream_wait_event(s, (void*)(uintptr_t)rd64(c)); break;
-    }
-    off += size;
-  }
-  return rc;
-}
 
 int32_t cpu_submit(void* sv, const uint8_t* p, uint64_t len) {
   cpu_stream* s = sv;
@@ -791,7 +743,7 @@ int32_t cpu_submit(void* sv, const uint8_t* p, uint64_t len) {
     }
     off += size;
   }
-  if (one_by_one) return submit_one_by_one(s, p, len);
+  if (one_by_one) return bg_issue_cmds(s, p, len); /* capture, or events in an active capture */
   cpu_op op = {.kind = OP_CMDS};
   op.u.cmd.bytes = malloc((size_t)len);
   if (nev) {

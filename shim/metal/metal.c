@@ -1555,16 +1555,8 @@ static int32_t m_launch(void* kv, void* sv, const uint32_t g[3], const uint32_t 
 }
 
 /* ---- command lists: one concurrent compute encoder, barriers where the list asks ------------ */
-static inline uint32_t rd32(const uint8_t* p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
-static inline uint64_t rd64(const uint8_t* p) {
-  uint64_t v;
-  memcpy(&v, p, 8);
-  return v;
-}
+#define rd32 bg_rd32
+#define rd64 bg_rd64
 
 /* Everything that can be refused is checked before anything is encoded. */
 static int32_t submit_check(mtl_stream* s, const uint8_t* p, uint64_t len) {
