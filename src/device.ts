@@ -36,6 +36,11 @@ export interface DeviceState {
   handle: number;
   open: boolean;
   backend: BackendName;
+  /**
+   * Long-lived users of the device (a running RingKernel) that must be stopped before it closes,
+   * held weakly so they can still be collected.
+   */
+  dependents: Set<WeakRef<{ dispose(): void }>>;
 }
 
 const BACKEND_NAMES: BackendName[] = ["cpu", "cuda", "metal"];
@@ -64,7 +69,7 @@ export class Device {
   #defaultStream: Stream | undefined;
 
   private constructor(handle: number, backend: BackendName, ordinal: number) {
-    this.state = { handle, open: true, backend };
+    this.state = { handle, open: true, backend, dependents: new Set() };
     this.ordinal = ordinal;
   }
 
@@ -191,9 +196,21 @@ export class Device {
     return factories.event!(this, opts);
   }
 
-  /** Close this handle. Buffers, streams and events of it throw afterwards. */
+  /**
+   * Close this handle. Its dependents (running ring kernels) are disposed first, so no persistent
+   * kernel is left holding a stream the device would wait on. Buffers, streams and events of it
+   * throw afterwards.
+   */
   dispose(): void {
     if (!this.state.open) return;
+    for (const ref of [...this.state.dependents]) {
+      try {
+        ref.deref()?.dispose();
+      } catch {
+        /* the device closes regardless; a dependent's failure must not keep it open */
+      }
+    }
+    this.state.dependents.clear();
     this.state.open = false;
     const rc = N.bg_device_close(this.state.handle);
     if (this === defaultDevice) defaultDevice = undefined;

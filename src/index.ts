@@ -80,3 +80,17 @@ export {
   type TensorLike,
   type Shape,
 } from "./tensor";
+export {
+  KernelMode,
+  Ring,
+  RingKernel,
+  ringKernelSource,
+  RING_KERNEL,
+  BATCH_KERNEL,
+  type KernelModeName,
+  type RingOptions,
+  type RingKernelOptions,
+  type RingSourceOptions,
+  type RingRunMode,
+  type HandlerSource,
+} from "./ring";
