@@ -66,3 +66,36 @@ test("the quick start, the capture and schedule example, and the encoder example
   s.dispose();
   mod.dispose();
 });
+
+test("the ring kernel and tensor examples", async () => {
+  const { KernelMode, RingKernel, ExecMode, Tensor, Variable } = await import("../src");
+  const dev = Device.open("cpu");
+  {
+    using rk = RingKernel.launch(dev, {
+      handler: `BG_RING_HANDLER(msg, resp, state) {      /* one handler, in the backend's language */
+    *(uint32_t*)resp = *(const uint32_t*)msg * 2;
+    *(uint64_t*)state += *(const uint32_t*)msg;      /* state persists across messages */
+  }`,
+      messageBytes: 4, responseBytes: 4, capacity: 1024, state: 8,
+      mode: KernelMode.Ring,
+    });
+    const answer = await rk.request(new Uint8Array(new Uint32Array([21]).buffer));
+    expect(new Uint32Array(answer.buffer, answer.byteOffset, 1)[0]).toBe(42);
+    await rk.stop();
+    expect(Number(new BigUint64Array(rk.stateAs(Uint8Array).slice().buffer)[0])).toBe(21);
+  }
+  const S = new Variable("S", 1, 128).bind(32);
+  const x = Tensor.randn([128, 64], { seed: 1 }).shrink([[0, S], null]);
+  const w = Tensor.randn([64, 64], { seed: 2 });
+  const y = x.matmul(w).gelu().softmax(-1);
+  using plan = y.prepare();
+  plan.execute({ mode: ExecMode.Graph });
+  plan.executeWithVars({ S: 100 });
+  const out = plan.readOutput(0);
+  expect(out.length).toBe(100 * 64);
+  for (let r = 0; r < 100; r++) {
+    let sum = 0;
+    for (let c = 0; c < 64; c++) sum += out[r * 64 + c]!;
+    expect(Math.abs(sum - 1)).toBeLessThan(1e-4); // each softmax row sums to 1
+  }
+});
