@@ -7,7 +7,7 @@ import { FFIType } from "bun:ffi";
 const { i32, u32, u64, f32, ptr, void: none } = FFIType;
 void f32;
 
-export const ABI_VERSION = 1;
+export const ABI_VERSION = 2;
 
 export const symbols = {
   // ---- library
@@ -187,7 +187,7 @@ export const StatusName: Record<number, string> = Object.fromEntries(
 export const Backend = { cpu: 0, cuda: 1, metal: 2 } as const;
 export type BackendName = keyof typeof Backend;
 
-export const ImageKind = { sharedLibrary: 0, ptx: 1, cubin: 2, mslSource: 3, metallib: 4 } as const;
+export const ImageKind = { sharedLibrary: 0, ptx: 1, cubin: 2, mslSource: 3, metallib: 4, symbols: 5 } as const;
 
 export const Cmd = {
   LAUNCH: 1,

@@ -598,7 +598,7 @@ BG_API int32_t bg_module_load(void* dev, int32_t kind, const void* data, uint64_
   CHECK(dev, BG_KIND_DEVICE, "bg_module_load");
   NONNULL(data, "bg_module_load", "data");
   NONNULL(out, "bg_module_load", "out");
-  if (kind < BG_IMAGE_SHARED_LIBRARY || kind > BG_IMAGE_METALLIB)
+  if (kind < BG_IMAGE_SHARED_LIBRARY || kind > BG_IMAGE_SYMBOLS)
     return bg_set_error(BG_ERR_INVALID_VALUE, "bg_module_load: unknown image kind %d", kind);
   return OPS(dev)->module_load(dev, kind, data, n, out);
 }

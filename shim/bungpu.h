@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 /* Bump on any change of a signature, a struct layout, a constant or the command format. */
-#define BG_ABI_VERSION 1
+#define BG_ABI_VERSION 2
 
 /* ---- status codes ------------------------------------------------------------------------ */
 enum {
@@ -92,7 +92,10 @@ enum {
   BG_IMAGE_PTX = 1,            /* CUDA: NUL-terminated PTX text */
   BG_IMAGE_CUBIN = 2,          /* CUDA: cubin / fatbin bytes */
   BG_IMAGE_MSL_SOURCE = 3,     /* Metal: Metal Shading Language source text */
-  BG_IMAGE_METALLIB = 4        /* Metal: a compiled metallib */
+  BG_IMAGE_METALLIB = 4,       /* Metal: a compiled metallib */
+  BG_IMAGE_SYMBOLS = 5         /* CPU: bytes/16 pairs {u64 name (char*), u64 function}: kernels
+                                  compiled in memory (Bun's TinyCC); the caller keeps the code
+                                  loaded for as long as the process may run them */
 };
 
 typedef uint64_t bg_devptr;

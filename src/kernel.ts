@@ -9,6 +9,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, w
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { findCompilers, type CCompiler } from "../ffi/compilers";
+import { tinyccCompile } from "../ffi/tinycc";
 import { cacheRoot } from "../ffi/load";
 import { N, check, cstr, slot, readPtr, readI32, readU64, addressOf, lastError } from "../ffi/native";
 import { SHIM_DIR } from "../ffi/shimsrc";
@@ -36,16 +37,12 @@ export const compileStats = { compilerRuns: 0, diskHits: 0, rebuiltCorrupt: 0 };
 
 // ---- compiler identity ---------------------------------------------------------------------
 
-let cpuCompiler: { cc: CCompiler; version: string } | undefined;
-function cpuCompilerInfo(): { cc: CCompiler; version: string } {
-  if (cpuCompiler) return cpuCompiler;
-  const { list, tried } = findCompilers();
-  const cc = list[0];
-  if (!cc)
-    throw new GpuError(Status.COMPILE, `no C compiler for CPU kernels; looked for ${tried.join(", ")}`, {
-      backend: "compiler",
-      call: "Program.compile",
-    });
+let cpuCompiler: { cc: CCompiler; version: string } | null | undefined;
+/** The C compiler for CPU kernels, or null when only Bun's TinyCC is left (BUNGPU_CC=tinycc forces it). */
+function cpuCompilerInfo(): { cc: CCompiler; version: string } | null {
+  if (cpuCompiler !== undefined) return cpuCompiler;
+  const cc = process.env.BUNGPU_CC === "tinycc" ? undefined : findCompilers().list[0];
+  if (!cc) return (cpuCompiler = null);
   const r = Bun.spawnSync([...cc.argv, "--version"], { stdout: "pipe", stderr: "pipe" });
   const version = new TextDecoder().decode(r.stdout).split("\n")[0]?.trim() || cc.label;
   cpuCompiler = { cc, version };
@@ -113,8 +110,55 @@ function store(dir: string, key: string, ext: string, tmpPath: string, compiler:
 
 // ---- per-backend compilation ----------------------------------------------------------------
 
+/** Which compiler CPU kernels use here: a label, e.g. "cc (/usr/bin/cc)" or "tinycc (bun:ffi)". */
+export function cpuCompilerLabel(): string {
+  return cpuCompilerInfo()?.cc.label ?? "tinycc (bun:ffi)";
+}
+
+/** The kernels a CPU source defines: every BG_KERNEL(name). */
+function kernelNames(source: string): string[] {
+  return [...new Set([...source.matchAll(/BG_KERNEL\s*\(\s*([A-Za-z_]\w*)\s*\)/g)].map((m) => m[1]!))];
+}
+
+/** Last resort: compile in memory with Bun's TinyCC and hand the shim a symbol table. */
+function loadTinyCC(device: Device, source: string, opts: CompileOptions): number {
+  const names = kernelNames(source);
+  if (names.length === 0) invalid("Program.compile", "no BG_KERNEL(name) in the source (TinyCC needs to know the kernels)");
+  const work = mkdtempSync(join(tmpdir(), "bungpu-tcc-"));
+  const file = join(work, `${(opts.name ?? "kernel").replace(/[^\w.-]/g, "_")}.c`);
+  let fns: Map<string, number>;
+  try {
+    writeFileSync(file, source);
+    compileStats.compilerRuns++;
+    try {
+      fns = tinyccCompile(file, [SHIM_DIR], names, opts.options ?? []);
+    } catch (e) {
+      const log = (e as Error).message.replaceAll(`${work}/`, "");
+      throw new GpuError(Status.COMPILE, `compiling with Bun's TinyCC (no C compiler found) failed:\n${log}`, { backend: "compiler", call: "Program.compile" });
+    }
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+  // One explicit buffer for the names and the table, so nothing moves during the call.
+  const enc = new TextEncoder();
+  const nameBytes = names.map((n) => enc.encode(`${n}\0`));
+  const total = 16 * names.length + nameBytes.reduce((a, b) => a + b.length, 0);
+  const ab = new ArrayBuffer(Math.max(8192, total));
+  const base = addressOf(ab);
+  const table = new BigUint64Array(ab, 0, 2 * names.length);
+  let at = 16 * names.length;
+  names.forEach((n, i) => {
+    new Uint8Array(ab, at, nameBytes[i]!.length).set(nameBytes[i]!);
+    table[2 * i] = BigInt(base + at);
+    table[2 * i + 1] = BigInt(fns.get(n)!);
+    at += nameBytes[i]!.length;
+  });
+  check(N.bg_module_load(device.handle, ImageKind.symbols, ab, 16 * names.length, slot(0)), "bg_module_load", "cpu");
+  return readPtr(0);
+}
+
 function compileCpu(source: string, opts: CompileOptions): string {
-  const { cc, version } = cpuCompilerInfo();
+  const { cc, version } = cpuCompilerInfo()!;
   const flags = ["-std=c11", "-O3", ...archFlags(cc), "-fPIC", "-shared", `-I${SHIM_DIR}`, ...(opts.options ?? [])];
   const key = sha256("cpu", process.platform, process.arch, version, flags.join(" "), source);
   const dir = cacheDir("cpu");
@@ -193,7 +237,9 @@ export class Program {
     let image: Uint8Array;
     let kind: number;
     let bytes: number;
-    if (device.backend === "cpu") {
+    if (device.backend === "cpu" && cpuCompilerInfo() === null) {
+      return new Module(device, loadTinyCC(device, src, opts), src);
+    } else if (device.backend === "cpu") {
       image = cstr(compileCpu(src, opts));
       kind = ImageKind.sharedLibrary;
       bytes = image.byteLength;

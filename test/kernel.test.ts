@@ -164,6 +164,23 @@ describe("the compile cache", () => {
   });
 });
 
+describe("the last resort: Bun's TinyCC", () => {
+  test("with no C compiler (BUNGPU_CC=tinycc), kernels compile in memory and compute the same results", () => {
+    const r = Bun.spawnSync(["bun", "run", join(import.meta.dir, "fixtures", "tinycc_kernels.ts")], {
+      env: { ...process.env, BUNGPU_CC: "tinycc" },
+      cwd: join(import.meta.dir, ".."),
+    });
+    expect(r.stderr.toString()).toBe("");
+    const out = JSON.parse(r.stdout.toString());
+    expect(out.compiler).toBe("tinycc (bun:ffi)");
+    expect(out.runs).toBe(1);
+    expect(out.vadd).toBe(true);
+    expect(out.reduce).toBe(true);
+    expect(out.matmul).toBe(true);
+    expect(out.error).toMatch(/^991 .*TinyCC.*\nbroken\.c:3: error/s);
+  }, 60_000);
+});
+
 const nvcc = Bun.which("nvcc") ?? (existsSync("/usr/local/cuda/bin/nvcc") ? "/usr/local/cuda/bin/nvcc" : null);
 describe("CUDA versions of the same kernels", () => {
   test.skipIf(!nvcc)("compile with nvcc --ptx", () => {

@@ -229,7 +229,10 @@ typedef struct cpu_kernel {
 
 struct cpu_module {
   bg_obj h;
-  void* lib;
+  void* lib;          /* dlopen handle (BG_IMAGE_SHARED_LIBRARY), or NULL */
+  char** sym_names;   /* BG_IMAGE_SYMBOLS: copied names and their functions */
+  void** sym_fns;
+  uint32_t nsyms;
   pthread_mutex_t mu;
   cpu_kernel* kernels;
 };

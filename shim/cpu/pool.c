@@ -183,11 +183,50 @@ static const char* image_name(int32_t kind) {
     case BG_IMAGE_CUBIN: return "CUBIN";
     case BG_IMAGE_MSL_SOURCE: return "MSL_SOURCE";
     case BG_IMAGE_METALLIB: return "METALLIB";
+    case BG_IMAGE_SYMBOLS: return "SYMBOLS";
   }
   return "unknown";
 }
 
+static void module_free(void* mv);
+
+/* A table of {name, function} pairs compiled in memory by the caller (Bun's TinyCC). */
+static int32_t load_symbols(bg_device* dev, const void* data, uint64_t n, void** out) {
+  if (n == 0 || n % 16 || n / 16 > 65536)
+    return bg_set_error(BG_ERR_INVALID_VALUE,
+                        "bg_module_load: a symbol table is 16-byte {name, function} pairs, got %llu bytes",
+                        (unsigned long long)n);
+  uint32_t count = (uint32_t)(n / 16);
+  const uint64_t* pairs = data;
+  for (uint32_t i = 0; i < count; i++)
+    if (!pairs[2 * i] || !pairs[2 * i + 1])
+      return bg_set_error(BG_ERR_INVALID_VALUE, "bg_module_load: symbol table entry %u has a NULL name or function", i);
+  cpu_module* m = calloc(1, sizeof *m);
+  if (!m) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_module_load: out of host memory");
+  m->sym_names = calloc(count, sizeof *m->sym_names);
+  m->sym_fns = calloc(count, sizeof *m->sym_fns);
+  pthread_mutex_init(&m->mu, NULL);
+  m->nsyms = count;
+  int ok = m->sym_names && m->sym_fns;
+  for (uint32_t i = 0; ok && i < count; i++) {
+    const char* name = (const char*)(uintptr_t)pairs[2 * i];
+    size_t len = strlen(name);
+    m->sym_names[i] = malloc(len + 1);
+    if (!m->sym_names[i]) ok = 0;
+    else memcpy(m->sym_names[i], name, len + 1);
+    m->sym_fns[i] = (void*)(uintptr_t)pairs[2 * i + 1];
+  }
+  if (!ok) {
+    module_free(m);
+    return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_module_load: out of host memory");
+  }
+  bg_obj_init(m, BG_KIND_MODULE, dev);
+  *out = m;
+  return BG_OK;
+}
+
 int32_t cpu_module_load(bg_device* dev, int32_t kind, const void* data, uint64_t n, void** out) {
+  if (kind == BG_IMAGE_SYMBOLS) return load_symbols(dev, data, n, out);
   if (kind != BG_IMAGE_SHARED_LIBRARY)
     return bg_set_error(BG_ERR_NOT_SUPPORTED,
                         "bg_module_load: image kind %s (%d) is not for the cpu backend",
@@ -232,7 +271,10 @@ static void module_free(void* mv) {
     free(k);
     k = nx;
   }
-  dlclose(m->lib);
+  if (m->lib) dlclose(m->lib);
+  for (uint32_t i = 0; m->sym_names && i < m->nsyms; i++) free(m->sym_names[i]);
+  free(m->sym_names);
+  free(m->sym_fns);
   pthread_mutex_destroy(&m->mu);
   free(m);
 }
@@ -258,8 +300,14 @@ int32_t cpu_module_get_kernel(void* mv, const char* name, void** out) {
       *out = k;
       return BG_OK;
     }
-  dlerror();
-  void* sym = dlsym(m->lib, name);
+  void* sym = NULL;
+  if (m->lib) {
+    dlerror();
+    sym = dlsym(m->lib, name);
+  } else {
+    for (uint32_t i = 0; i < m->nsyms && !sym; i++)
+      if (strcmp(m->sym_names[i], name) == 0) sym = m->sym_fns[i];
+  }
   if (!sym) {
     pthread_mutex_unlock(&m->mu);
     return bg_set_error(BG_ERR_NOT_FOUND, "bg_module_get_kernel: no kernel named \"%s\" in the module",
