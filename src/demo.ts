@@ -4,9 +4,17 @@
 //  3. a real multi-kernel workload, a two-headed MLP forward pass (a few dozen kernels a run),
 //     written once as a Schedule and run in every ExecMode; each mode's output is checked
 //     against a float64 TypeScript reference (max abs error, PASS/FAIL; exit 1 on FAIL), and
-//     the time per run and speed-up against Stream are printed.
-import { Device, Program, loadInfo, type Buffer } from "./index";
+//     the time per run and speed-up against Stream are printed;
+//  4. the same idea through the Tensor API: a two-layer MLP and a small transformer block
+//     (attention over a Variable sequence length), seeded weights, each prepared once into an
+//     ExecutionPlan and run in every ExecMode (the transformer at several sequence lengths with
+//     executeWithVars, counting recompiles: there must be none), checked against float64
+//     references, with per-mode latency and the top kernels from executeProfiled().
+import { Device, Program, compileStats, loadInfo, type Buffer } from "./index";
 import { ExecMode, Schedule, type Executable } from "./schedule";
+import { Tensor, Variable, tensorCompileStats, type ExecutionPlan, type KernelIR } from "./tensor";
+import { kdimStr, type Expr } from "./tensor/ir";
+import { Ref, seededRandom } from "./tensor/reference";
 
 const cpuSource = `
 #include "bungpu_cpu.h"
@@ -299,12 +307,246 @@ function main(): number {
         `${r.mode.padEnd(16)}${r.ms.toFixed(3).padStart(10)}${`${(base / r.ms).toFixed(2)}×`.padStart(11)}${r.err.toExponential(2).padStart(12)}  ${r.ok ? "PASS " : "FAIL "}  ${r.note}`,
       );
     console.log(`\n(reference: float64 in TypeScript; max |ref| ${refMax.toFixed(3)}, tolerance ${tol.toExponential(1)})`);
-    console.log(failed ? "\nFAIL" : "\nPASS: every ExecMode matches the reference");
-    return failed ? 1 : 0;
+    console.log(failed ? "\nFAIL: raw-kernel MLP" : "\nPASS: raw-kernel MLP, every ExecMode matches the reference");
+    if (failed) return 1;
   } finally {
     doneProgress();
     for (const b of owned) b.dispose();
     mod.dispose();
+  }
+
+  // 4. the Tensor API
+  const okMlp = tensorMlp(dev);
+  const okBlock = transformerBlock(dev);
+  const ok = okMlp && okBlock;
+  console.log(ok ? "\nPASS: all checks" : "\nFAIL");
+  return ok ? 0 : 1;
+}
+
+// ---- 4. the Tensor API -------------------------------------------------------------------------
+
+const MODES = [ExecMode.Stream, ExecMode.Graph, ExecMode.Eager, ExecMode.MultiStream(2)];
+const tensorBudgetMs = Number(process.env.BUNGPU_DEMO_TENSOR_MS ?? 150); // timing per mode (and length)
+
+/** Seeded uniform weights in [-scale, scale) as float32, and as a float64 Ref of the same values. */
+function weights(shape: number[], seed: number, scale: number, offset = 0): { t: Tensor; r: Ref } {
+  const rnd = seededRandom(seed);
+  const data = Float32Array.from({ length: shape.reduce((p, q) => p * q, 1) }, () => offset + (rnd() * 2 - 1) * scale);
+  return { t: Tensor.from(data, shape), r: new Ref(shape, data) };
+}
+
+const gelu = (x: number) => 0.5 * x * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (x + 0.044715 * x ** 3)));
+
+function maxErr(got: ArrayLike<number>, want: Ref): { err: number; refMax: number } {
+  let err = got.length === want.data.length ? 0 : Infinity, refMax = 0;
+  for (let i = 0; i < want.data.length; i++) {
+    err = Math.max(err, Math.abs(got[i]! - want.data[i]!));
+    refMax = Math.max(refMax, Math.abs(want.data[i]!));
+  }
+  return { err: Number.isNaN(err) ? Infinity : err, refMax };
+}
+
+/** "N kernels (D distinct; C new to this process, R C compiler runs)" since the counters c0, cc0. */
+function kernelSummary(plan: ExecutionPlan, c0: number, cc0: number): string {
+  const ks = plan.preparedKernels();
+  const distinct = new Set(ks.map((k) => k.entryPoint)).size;
+  const runs = compileStats.compilerRuns - cc0;
+  return `${ks.length} kernels (${distinct} distinct; ${tensorCompileStats.kernelsCompiled - c0} new to this process, ${runs} C compiler run${runs === 1 ? "" : "s"}${runs ? "" : ": all from the disk cache"})`;
+}
+
+/** Time `run` for about `budget` ms (at least `min` runs): ms per run. */
+function timeRuns(run: () => void, budget: number, min = 5): number {
+  run();
+  let runs = 0;
+  const t0 = performance.now();
+  while (runs < min || performance.now() - t0 < budget) {
+    run();
+    runs++;
+  }
+  return (performance.now() - t0) / runs;
+}
+
+/** One line about a kernel: its index space, its reduction and the notable ops in it. */
+function describeKernel(ir: KernelIR): string {
+  const ops = new Set<string>();
+  const seen = new Set<Expr>();
+  const walk = (e: Expr) => {
+    if (seen.has(e)) return;
+    seen.add(e);
+    if (["exp", "log", "tanh", "sqrt", "div", "max", "where", "sin", "cos", "pow"].includes(e.op)) ops.add(e.op);
+    e.srcs.forEach(walk);
+  };
+  if (ir.reduce) walk(ir.reduce.body);
+  walk(ir.value);
+  const space = ir.dims.map(kdimStr).join("×") || "scalar";
+  const red = ir.reduce ? `, ${ir.reduce.fn} over ${ir.reduce.dims.map(kdimStr).join("×")}` : "";
+  return `[${space}]${red}${ops.size ? `, uses ${[...ops].join(" ")}` : ""}`;
+}
+
+/** Profile a few runs and print the kernels that took longest (summed over their launches). */
+function printTopKernels(plan: ExecutionPlan, profile: () => readonly { entryPoint: string; elapsedMs: number }[], top = 5): void {
+  const runs = 5;
+  const byEntry = new Map<string, { ms: number; launches: number }>();
+  let total = 0;
+  for (let i = 0; i < runs; i++)
+    for (const p of profile()) {
+      const e = byEntry.get(p.entryPoint) ?? { ms: 0, launches: 0 };
+      e.ms += p.elapsedMs / runs;
+      e.launches += 1 / runs;
+      byEntry.set(p.entryPoint, e);
+      total += p.elapsedMs / runs;
+    }
+  const irOf = new Map(plan.preparedKernels().map((k) => [k.entryPoint, k.ir] as const));
+  console.log(`  top kernels (executeProfiled, mean of ${runs} runs; all kernels ${total.toFixed(3)} ms):`);
+  const list = [...byEntry].sort((a, b) => b[1].ms - a[1].ms).slice(0, top);
+  for (const [entry, e] of list)
+    console.log(
+      `    ${entry}  ${e.ms.toFixed(3).padStart(7)} ms ${`${((100 * e.ms) / total).toFixed(0)}%`.padStart(4)}${e.launches > 1 ? ` (${Math.round(e.launches)} launches)` : ""}  ${describeKernel(irOf.get(entry)!)}`,
+    );
+}
+
+function tensorMlp(dev: Device): boolean {
+  const B = 64, IN = 256, HID = 512, OUT = 256;
+  progress("tensor MLP: building and preparing…");
+  const x = weights([B, IN], 101, 1);
+  const w1 = weights([IN, HID], 102, 1 / Math.sqrt(IN)), b1 = weights([HID], 103, 0.1);
+  const w2 = weights([HID, OUT], 104, 1 / Math.sqrt(HID)), b2 = weights([OUT], 105, 0.1);
+  const y = x.t.matmul(w1.t).add(b1.t).gelu().matmul(w2.t).add(b2.t).relu();
+  const c0 = tensorCompileStats.kernelsCompiled, cc0 = compileStats.compilerRuns;
+  const t0 = performance.now();
+  const plan = y.prepare({ device: dev });
+  const prepMs = performance.now() - t0;
+  try {
+    const ref = x.r.matmul(w1.r).zip(b1.r, (a, b) => gelu(a + b)).matmul(w2.r).zip(b2.r, (a, b) => Math.max(a + b, 0));
+    console.log(
+      `\ntensor API 1: two-layer MLP y = relu(gelu(x·W1 + b1)·W2 + b2), batch ${B}, ${IN} → ${HID} → ${OUT}, seeded weights\n` +
+        `  prepared once: ${kernelSummary(plan, c0, cc0)} in ${prepMs.toFixed(0)} ms; ${(plan.peakBytes / 2 ** 20).toFixed(2)} MiB of device memory`,
+    );
+    let failed = false;
+    const rows: string[] = [];
+    let base = 0;
+    for (const mode of MODES) {
+      progress(`tensor MLP: ${String(mode)}…`);
+      plan.outputBuffer()!.fill(Number.NaN, { type: "f32" });
+      plan.execute({ mode });
+      const { err, refMax } = maxErr(plan.readOutput(0), ref);
+      const tol = 1e-4 * Math.max(1, refMax);
+      const ok = err <= tol;
+      if (!ok) failed = true;
+      const ms = timeRuns(() => plan.execute({ mode }), tensorBudgetMs);
+      base ||= ms;
+      rows.push(`  ${String(mode).padEnd(16)}${ms.toFixed(3).padStart(9)}${`${(base / ms).toFixed(2)}×`.padStart(11)}${err.toExponential(2).padStart(12)}  ${ok ? "PASS" : "FAIL"}  (tolerance ${tol.toExponential(1)})`);
+    }
+    doneProgress();
+    console.log(`  ${"mode".padEnd(16)}${"ms/run".padStart(9)}${"vs Stream".padStart(11)}${"max |err|".padStart(12)}  check`);
+    for (const r of rows) console.log(r);
+    const flops = 2 * B * (IN * HID + HID * OUT);
+    printTopKernels(plan, () => plan.executeProfiled());
+    console.log(`  (${(flops / 1e6).toFixed(1)} MFLOP a run; reference: float64 in TypeScript)`);
+    console.log(failed ? "FAIL: tensor MLP" : "PASS: tensor MLP, every ExecMode matches the reference");
+    return !failed;
+  } finally {
+    doneProgress();
+    plan.dispose();
+  }
+}
+
+function transformerBlock(dev: Device): boolean {
+  const D = 64, H = 2, DH = D / H, F = 4 * D, SMAX = 64;
+  const lengths = [SMAX, 9, 33];
+  progress("transformer block: building and preparing…");
+  const S = new Variable("S", 1, SMAX).bind(lengths[0]!);
+  const xIn = weights([SMAX, D], 201, 1);
+  const lin = (i: number, o: number, seed: number) => ({ w: weights([i, o], seed, 1 / Math.sqrt(i)), b: weights([o], seed + 50, 0.05) });
+  const q = lin(D, D, 210), k = lin(D, D, 211), v = lin(D, D, 212), o = lin(D, D, 213), f1 = lin(D, F, 214), f2 = lin(F, D, 215);
+  const g1 = weights([D], 220, 0.2, 1), be1 = weights([D], 221, 0.1), g2 = weights([D], 222, 0.2, 1), be2 = weights([D], 223, 0.1);
+
+  // the model: pre-norm block, causal multi-head self-attention, GELU MLP, two residuals
+  const x = xIn.t.shrink([[0, S], null]); // [S, D]
+  const proj = (t: Tensor, l: typeof q) => t.matmul(l.w.t).add(l.b.t);
+  const heads = (t: Tensor) => t.reshape([S, H, DH]).permute([1, 0, 2]); // [H, S, DH]
+  const h1 = x.layerNorm({ weight: g1.t, bias: be1.t });
+  const qh = heads(proj(h1, q)), kh = heads(proj(h1, k)), vh = heads(proj(h1, v));
+  const pos = Tensor.arange(S);
+  const future = pos.reshape([S, 1]).cmplt(pos.reshape([1, S])); // [S, S]: key after query
+  const scores = future.where(-1e9, qh.matmul(kh.transpose(-1, -2)).mul(1 / Math.sqrt(DH))); // [H, S, S]
+  const att = scores.softmax(-1);
+  const ctx = att.matmul(vh).permute([1, 0, 2]).reshape([S, D]);
+  const r1 = x.add(proj(ctx, o));
+  const out = r1.add(proj(proj(r1.layerNorm({ weight: g2.t, bias: be2.t }), f1).gelu(), f2));
+
+  const c0 = tensorCompileStats.kernelsCompiled, cc0 = compileStats.compilerRuns;
+  const t0 = performance.now();
+  const plan = out.prepare({ device: dev });
+  const prepMs = performance.now() - t0;
+
+  // float64 reference at length s
+  const reference = (s: number): Ref => {
+    const xs = xIn.r.shrink([[0, s], [0, D]]);
+    const ln = (t: Ref, g: Ref, b: Ref) => t.layerNorm(1, 1e-5).zip(g, (a, c) => a * c).zip(b, (a, c) => a + c);
+    const pr = (t: Ref, l: typeof q) => t.matmul(l.w.r).zip(l.b.r, (a, c) => a + c);
+    const hh = ln(xs, g1.r, be1.r);
+    const Q = pr(hh, q), K = pr(hh, k), V = pr(hh, v);
+    const ctxR = new Float64Array(s * D);
+    for (let h = 0; h < H; h++) {
+      const cols: [number, number] = [h * DH, (h + 1) * DH];
+      const qh = Q.shrink([[0, s], cols]), kh = K.shrink([[0, s], cols]), vh = V.shrink([[0, s], cols]);
+      const sc = qh.matmul(kh.permute([1, 0]));
+      const masked = Ref.fill([s, s], ([i, j]) => (j! > i! ? -1e9 : sc.at([i!, j!]) / Math.sqrt(DH)));
+      const oh = masked.softmax(1).matmul(vh);
+      for (let i = 0; i < s; i++) for (let j = 0; j < DH; j++) ctxR[i * D + h * DH + j] = oh.data[i * DH + j]!;
+    }
+    const r1R = xs.zip(pr(new Ref([s, D], ctxR), o), (a, c) => a + c);
+    const m = pr(pr(ln(r1R, g2.r, be2.r), f1).map(gelu), f2);
+    return r1R.zip(m, (a, c) => a + c);
+  };
+  try {
+    const refs = new Map(lengths.map((s) => [s, reference(s)] as const));
+    console.log(
+      `\ntensor API 2: transformer block, d_model ${D}, ${H} heads of ${DH}, MLP ${D} → ${F} → ${D}, causal attention over S = ${S} (a Variable)\n` +
+        `  layerNorm → Q/K/V → softmax(QKᵀ/√${DH} + mask)·V → out proj → residual → layerNorm → gelu MLP → residual\n` +
+        `  prepared once: ${kernelSummary(plan, c0, cc0)} in ${prepMs.toFixed(0)} ms; ${(plan.peakBytes / 2 ** 10).toFixed(0)} KiB of device memory (buffers sized for S = ${SMAX})`,
+    );
+    const compiles0 = tensorCompileStats.compiles, runs0 = compileStats.compilerRuns, kernels0 = tensorCompileStats.kernelsCompiled;
+    let failed = false;
+    let executions = 0;
+    let worst = { err: 0, tol: 0 };
+    const rows: string[] = [];
+    for (const mode of MODES) {
+      const cells: string[] = [];
+      let modeOk = true;
+      for (const s of lengths) {
+        progress(`transformer block: ${String(mode)}, S = ${s}…`);
+        plan.outputBuffer()!.fill(Number.NaN, { type: "f32" });
+        plan.executeWithVars({ S: s }, { mode });
+        executions++;
+        const got = plan.readOutput(0);
+        const { err, refMax } = maxErr(got, refs.get(s)!);
+        const tol = 1e-4 * Math.max(1, refMax);
+        if (err / tol >= worst.err / (worst.tol || 1)) worst = { err, tol };
+        if (!(err <= tol) || plan.outputShape(0).join() !== `${s},${D}`) modeOk = false;
+        const ms = timeRuns(() => plan.executeWithVars({ S: s }, { mode }), tensorBudgetMs / lengths.length);
+        cells.push(ms.toFixed(3));
+      }
+      if (!modeOk) failed = true;
+      rows.push(`  ${String(mode).padEnd(16)}${cells.map((c) => c.padStart(10)).join("")}  ${modeOk ? "PASS" : "FAIL"}`);
+    }
+    doneProgress();
+    console.log(`  ms/run by sequence length (executeWithVars({ S }, { mode })):\n  ${"mode".padEnd(16)}${lengths.map((s) => `S=${s}`.padStart(10)).join("")}  check`);
+    for (const r of rows) console.log(r);
+    const recompiles = tensorCompileStats.compiles - compiles0 + (compileStats.compilerRuns - runs0);
+    console.log(
+      `  recompiles over ${executions} checked executions (and every timed one) in ${MODES.length} modes at ${lengths.length} lengths: ${recompiles} ` +
+        `(tensor compiles +${tensorCompileStats.compiles - compiles0}, kernels +${tensorCompileStats.kernelsCompiled - kernels0}, C compiler runs +${compileStats.compilerRuns - runs0})`,
+    );
+    if (recompiles !== 0) failed = true;
+    console.log(`  worst max |err| ${worst.err.toExponential(2)} against a tolerance of ${worst.tol.toExponential(1)} (reference: float64 in TypeScript)`);
+    printTopKernels(plan, () => plan.executeWithVarsProfiled({ S: SMAX }));
+    console.log(failed ? "FAIL: transformer block" : "PASS: transformer block, every ExecMode and sequence length matches the reference, no recompiles");
+    return !failed;
+  } finally {
+    doneProgress();
+    plan.dispose();
   }
 }
 

@@ -109,12 +109,17 @@ class Emitter {
       case "sub": return `(${a} - ${b})`;
       case "mul": return `(${a} * ${b})`;
       case "div": return isF ? `(${a} / ${b})` : `bg_idiv(${a}, ${b})`;
-      case "max": return `(${a} > ${b} ? ${a} : ${b})`;
-      case "min": return `(${a} < ${b} ? ${a} : ${b})`;
+      // C, float: a branch-free select (same result as the ternary, NaN and -0 included), so
+      // that GCC does not turn a max against a constant into control flow and give up vectorizing
+      case "max": return lang === "c" && isF ? `bg_fmaxf(${a}, ${b})` : `(${a} > ${b} ? ${a} : ${b})`;
+      case "min": return lang === "c" && isF ? `bg_fminf(${a}, ${b})` : `(${a} < ${b} ? ${a} : ${b})`;
       case "neg": return isF ? `(-${a})` : `bg_ineg(${a})`;
       case "abs": return isF ? `${(lang === "metal" ? MATH_METAL : MATH_C).abs}(${a})` : `(${a} < 0 ? bg_ineg(${a}) : ${a})`;
       case "pow": return isF ? `${(lang === "metal" ? MATH_METAL : MATH_C).pow}(${a}, ${b})` : `bg_ipow(${a}, ${b})`;
-      case "exp": case "log": case "sqrt": case "sin": case "cos": case "tanh":
+      case "tanh":
+        if (lang === "c") return `bg_tanhf(${a})`;
+        return `${(lang === "metal" ? MATH_METAL : MATH_C)[e.op]}(${a})`;
+      case "exp": case "log": case "sqrt": case "sin": case "cos":
         return `${(lang === "metal" ? MATH_METAL : MATH_C)[e.op]}(${a})`;
       case "lt": return bool(`${a} < ${b}`);
       case "le": return bool(`${a} <= ${b}`);
@@ -177,7 +182,7 @@ export function prelude(lang: Lang): string {
     `${fn} float bg_rand(${u} mix, int i) { return (float)(bg_hash(bg_hash((${u})i) ^ mix) >> 8) * 5.9604644775390625e-8f; }`,
     `${fn} float bg_randn(${u} mix, int i) { ${u} c = (${u})i * 2u; float u1 = ((float)(bg_hash(bg_hash(c) ^ mix) >> 8) + 1.0f) * 5.9604644775390625e-8f; float u2 = (float)(bg_hash(bg_hash(c + 1u) ^ mix) >> 8) * 5.9604644775390625e-8f; return ${lang === "metal" ? "sqrt(-2.0f * log(u1)) * cos(6.2831855f * u2)" : "sqrtf(-2.0f * logf(u1)) * cosf(6.2831855f * u2)"}; }`,
   ];
-  if (lang === "c") return `#include "bungpu_cpu.h"\n#include <math.h>\n#include <stdint.h>\n${lines.join("\n")}\n${VEC_PRELUDE}`;
+  if (lang === "c") return `#include "bungpu_cpu.h"\n#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n${lines.join("\n")}\n${C_MATH_PRELUDE}${VEC_PRELUDE}`;
   if (lang === "cuda") return `${lines.join("\n")}\n`;
   return `#include <metal_stdlib>\nusing namespace metal;\n${lines.join("\n")}\n`;
 }
@@ -331,7 +336,14 @@ function colStride(e: Expr, last: number, memo: Map<Expr, number | null>): numbe
   return r;
 }
 
-function vecTile(ir: KernelIR, TR: number, H: number, last: number, reduceLoops: (inner: string[]) => string[]): string[] | null {
+/** A vector tile's lines, and the size of the column panel it packs (the kernel allocates it per call). */
+interface VecTile {
+  lines: string[];
+  /** Floats per reduce index in the packed panel (0: no packing). */
+  packFloats: number;
+}
+
+function vecTile(ir: KernelIR, TR: number, H: number, last: number, reduceLoops: (inner: string[]) => string[]): VecTile | null {
   const red = ir.reduce!;
   if (red.body.dtype !== "float32" || last < 0) return null;
   const colMemo = new Map<Expr, boolean>();
@@ -373,6 +385,27 @@ function vecTile(ir: KernelIR, TR: number, H: number, last: number, reduceLoops:
   check(red.body);
   if (!ok || !colDep(red.body)) return null;
 
+  // Packing: a contiguous, unmasked load that depends on the column but not on the row (B in
+  // A·B) is the same for every row tile of a column panel. With one reduce axis, such loads are
+  // copied once per panel into a contiguous scratch panel [R0][loads][16], which the tile then
+  // streams: no large strides (a B row apart is often a multiple of 4 KiB, which aliases in L1),
+  // and consecutive blocks of a worker's chunk (row tiles of one panel) reuse the copy.
+  const packed = new Map<Expr, number>();
+  if (red.dims.length === 1) {
+    const visit = new Set<Expr>();
+    const find = (e: Expr) => {
+      if (visit.has(e)) return;
+      visit.add(e);
+      if (e.op === "load") {
+        if (colDep(e) && !rowDep(e) && !e.srcs[1] && colStride(e.srcs[0]!, last, strideMemo) === 1) packed.set(e, packed.size);
+        return;
+      }
+      e.srcs.forEach(find);
+    };
+    find(red.body);
+  }
+  const P = packed.size * H; // vectors per reduce index
+
   const lines: string[] = [];
   const names = new Map<string, string>();
   let counter = 0;
@@ -404,6 +437,9 @@ function vecTile(ir: KernelIR, TR: number, H: number, last: number, reduceLoops:
         code = em.code(e, srcs);
         type = e.dtype === "float32" ? "float" : "int";
       }
+    } else if (e.op === "load" && packed.has(e)) {
+      code = `bg_ld8(&bg_pk[(r0 * ${P} + ${packed.get(e)! * H + h}) * 8])`;
+      type = "bg_f8";
     } else if (e.op === "load") {
       const b = `b${e.arg as number}`;
       if (colStride(e.srcs[0]!, last, strideMemo) === 1 && !(e.srcs[1] && colDep(e.srcs[1]))) {
@@ -447,11 +483,49 @@ function vecTile(ir: KernelIR, TR: number, H: number, last: number, reduceLoops:
     }
   const init = red.fn === "sum" ? "bg_bc8(0.0f)" : `bg_bc8(${floatLit(-Infinity, "c")})`;
   const out: string[] = [];
+  if (P) {
+    out.push(`if (bg_pk_c0 != c0) { /* pack this column panel */`);
+    out.push(`  for (int r0 = 0; r0 < R0; ++r0) {`);
+    for (const [e, slot] of packed)
+      for (let h = 0; h < H; h++) {
+        const em = new Emitter("c", { gidx: (i) => (i === last ? `(c0 + ${8 * h})` : "0"), ridx: (i) => `r${i}`, acc: "acc" }, new Map(), `p${slot}_${h}_`);
+        const idx = em.ref(e.srcs[0]!);
+        out.push(...em.lines.map((l) => `    ${l}`));
+        out.push(`    bg_st8(&bg_pk[(r0 * ${P} + ${slot * H + h}) * 8], bg_ld8(&b${e.arg as number}[${idx}]));`);
+      }
+    out.push(`  }`);
+    out.push(`  bg_pk_c0 = c0;`);
+    out.push(`}`);
+  }
   for (let r = 0; r < TR; r++) out.push(`bg_f8 ${Array.from({ length: H }, (_, h) => `a${r}_${h} = ${init}`).join(", ")};`);
   out.push(...reduceLoops(body));
   for (let r = 0; r < TR; r++) for (let h = 0; h < H; h++) out.push(`bg_st8(&acc[${r}][${8 * h}], a${r}_${h});`);
-  return out;
+  return { lines: out, packFloats: P * 8 };
 }
+
+// C helpers the compiler can vectorize: a float select written with integer masks (the ternary
+// `a > b ? a : b` exactly, NaN and signed zeros included), and tanhf as 1 - 2/(e^2x + 1) with
+// e^2x from a Cephes-style expf (range reduction by ln 2, degree-6 polynomial, exponent bits
+// set directly) over x clamped to [-10, 10] (tanh(±10) rounds to ±1 in float32), and its
+// odd series below |x| = 1/16; NaN stays NaN. Error against float64 tanh: below 2e-7 absolute,
+// exact ±1 at the ends. libm's tanhf is a call per element, which no loop vectorizes.
+const C_MATH_PRELUDE = `static inline float bg_fsel(int m, float a, float b) { int ia, ib, r; float f; memcpy(&ia, &a, 4); memcpy(&ib, &b, 4); r = (m & ia) | (~m & ib); memcpy(&f, &r, 4); return f; }
+static inline float bg_fmaxf(float a, float b) { return bg_fsel(-(a > b), a, b); }
+static inline float bg_fminf(float a, float b) { return bg_fsel(-(a < b), a, b); }
+static inline float bg_tanhf(float x0) {
+  float x = bg_fmaxf(-10.0f, bg_fminf(10.0f, x0));
+  float y = 2.0f * x;
+  float n = (y * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = (y - n * 0.693359375f) + n * 2.12194440e-4f;
+  float z = r * r;
+  float p = ((((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f) * z + r) + 1.0f;
+  int bits = ((int)n + 127) << 23;
+  float scale; memcpy(&scale, &bits, 4);
+  float x2 = x * x;
+  float small = x * (1.0f + x2 * (-0.333333333f + x2 * (0.133333333f + x2 * -0.0539682540f)));
+  return bg_fsel(-(x2 < 0.00390625f), small, 1.0f - 2.0f / (p * scale + 1.0f));
+}
+`;
 
 const VEC_PRELUDE = `#if (defined(__GNUC__) || defined(__clang__)) && !defined(__TINYC__)
 #define BG_VEC 1
@@ -490,6 +564,7 @@ function genC(ir: KernelIR): { source: string; tiles: CpuTiles } {
     return lines;
   };
   const body: string[] = [];
+  let packing = false;
   if (!ir.reduce) {
     o.push(`const int NCT = (COLS + ${TC - 1}) / ${TC};`);
     o.push(`const int NBLK = ((ROWS + ${TR - 1}) / ${TR}) * NCT;`);
@@ -580,11 +655,22 @@ function genC(ir: KernelIR): { source: string; tiles: CpuTiles } {
       body.push(`for (int r = 0; r < ${TR}; ++r) for (int c = 1; c < ${L}; ++c) acc[r][0] = ${combine(ir, "acc[r][0]", "acc[r][c]")};`);
     } else {
       const pad = "  ".repeat(nr + 1);
-      body.push(`if (cn == ${TC}) {`);
       const vt = TC === 16 ? vecTile(ir, TR, 2, last, (inner) => [...loopOpen(nr), ...inner.map((l) => `${"  ".repeat(nr)}${l}`), ...loopClose(nr)]) : null;
+      if (vt?.packFloats) {
+        // the panel scratch, per call (a worker's chunk of blocks); without it, the plain loops
+        packing = true;
+        o.push("#if BG_VEC");
+        o.push(`float* bg_pk = (float*)malloc(sizeof(float) * ${vt.packFloats} * (size_t)(R0 > 0 ? R0 : 1));`);
+        o.push("int bg_pk_c0 = -1;");
+        o.push("#define BG_PK_OK (bg_pk != NULL)");
+        o.push("#else");
+        o.push("#define BG_PK_OK 1");
+        o.push("#endif");
+      }
+      body.push(`if (cn == ${TC}${vt?.packFloats ? " && BG_PK_OK" : ""}) {`);
       if (vt) {
         body.push("#if BG_VEC");
-        body.push(...vt.map((l) => `  ${l}`));
+        body.push(...vt.lines.map((l) => `  ${l}`));
         body.push("#else");
       }
       body.push(...loopOpen(nr).map((l) => `  ${l}`));
@@ -609,9 +695,10 @@ function genC(ir: KernelIR): { source: string; tiles: CpuTiles } {
     body.push(`  }`);
     body.push(`}`);
   }
+  const tail = packing ? "#if BG_VEC\n  free(bg_pk);\n#endif\n#undef BG_PK_OK\n" : "";
   const src =
-    `BG_KERNEL(${ir.name}) {\n${o.map((l) => `  ${l}`).join("\n")}\n` +
-    `  BG_FOR_BLOCKS {\n${body.map((l) => `    ${l}`).join("\n")}\n  }\n}\n`;
+    `BG_KERNEL(${ir.name}) {\n${o.map((l) => (l.startsWith("#") ? l : `  ${l}`)).join("\n")}\n` +
+    `  BG_FOR_BLOCKS {\n${body.map((l) => (l.startsWith("#") ? l : `    ${l}`)).join("\n")}\n  }\n${tail}}\n`;
   return { source: src, tiles };
 }
 
