@@ -8,6 +8,7 @@ import { Status } from "../ffi/symbols";
 import { Device } from "./device";
 import { GpuError, invalid, disposed } from "./errors";
 import { packArgs, type ArgArea, type ArgValue, type Kernel } from "./kernel";
+import { track, untrack } from "./lifetime";
 import type { Stream } from "./stream";
 
 /**
@@ -63,6 +64,7 @@ export class Graph {
   constructor(device: Device, handle: number) {
     this.device = device;
     this.#handle = handle;
+    track(this, device.state, handle, "graph");
   }
 
   get handle(): number {
@@ -101,6 +103,7 @@ export class Graph {
   dispose(): void {
     if (!this.#live) return;
     this.#live = false;
+    untrack(this);
     if (this.device.state.open) check(N.bg_graph_destroy(this.#handle), "bg_graph_destroy", this.device.backend);
   }
 
@@ -178,6 +181,7 @@ export class GraphExec {
     this.device = device;
     this.#handle = handle;
     this.kernelNodeCount = kernelNodes;
+    track(this, device.state, handle, "exec");
   }
 
   get handle(): number {
@@ -246,6 +250,7 @@ export class GraphExec {
   dispose(): void {
     if (!this.#live) return;
     this.#live = false;
+    untrack(this);
     if (this.device.state.open) check(N.bg_graph_exec_destroy(this.#handle), "bg_graph_exec_destroy", this.device.backend);
   }
 

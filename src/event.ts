@@ -5,6 +5,7 @@ import { Status } from "../ffi/symbols";
 import { Device, factories } from "./device";
 import { invalid, disposed } from "./errors";
 import { blockUntil, hostFnsPending } from "./hostfn";
+import { track, untrack } from "./lifetime";
 import { pollUntil } from "./poll";
 import type { Stream } from "./stream";
 
@@ -25,6 +26,7 @@ export class Event {
     this.device = device;
     this.#handle = handle;
     this.timing = timing;
+    track(this, device.state, handle, "event");
   }
 
   static create(device: Device, opts: EventOptions = {}): Event {
@@ -86,6 +88,7 @@ export class Event {
   dispose(): void {
     if (!this.#live) return;
     this.#live = false;
+    untrack(this);
     if (this.device.state.open) check(N.bg_event_destroy(this.#handle), "bg_event_destroy", this.device.backend);
   }
 

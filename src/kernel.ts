@@ -17,6 +17,7 @@ import { ImageKind, Status } from "../ffi/symbols";
 import { Buffer } from "./buffer";
 import { Device } from "./device";
 import { GpuError, invalid, disposed } from "./errors";
+import { track, untrack } from "./lifetime";
 import type { Stream } from "./stream";
 
 export type ArgType = "buffer" | "i32" | "u32" | "i64" | "f32" | "f64";
@@ -268,6 +269,7 @@ export class Module {
     this.device = device;
     this.#handle = handle;
     this.source = source;
+    track(this, device.state, handle, "module");
   }
 
   get handle(): number {
@@ -300,6 +302,7 @@ export class Module {
   dispose(): void {
     if (!this.#live) return;
     this.#live = false;
+    untrack(this);
     if (this.device.state.open) check(N.bg_module_unload(this.#handle), "bg_module_unload", this.device.backend);
   }
 

@@ -8,6 +8,7 @@ import { GpuError, invalid, disposed } from "./errors";
 import { Event } from "./event";
 import { blockUntil, enqueueHostFn, hostFnsPending } from "./hostfn";
 import { CaptureMode, beginCapture as beginCaptureOn, endCapture as endCaptureOn, type Graph } from "./capture";
+import { track, untrack } from "./lifetime";
 import { pollUntil } from "./poll";
 
 export interface StreamOptions {
@@ -39,6 +40,7 @@ export class Stream {
     this.#handle = handle;
     this.isDefault = isDefault;
     this.priority = priority;
+    if (!isDefault) track(this, device.state, handle, "stream");
   }
 
   static create(device: Device, opts: StreamOptions = {}): Stream {
@@ -248,6 +250,7 @@ export class Stream {
     }
     if (hostFnsPending()) blockUntil(() => N.bg_stream_query(this.#handle) !== Status.NOT_READY, "Stream.dispose");
     this.#live = false;
+    untrack(this);
     for (const ev of this.#spare.splice(0)) ev.dispose();
     check(N.bg_stream_destroy(this.#handle), "bg_stream_destroy", this.device.backend);
     this.#idle();

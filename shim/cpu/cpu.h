@@ -28,6 +28,9 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+/* Name the calling thread (shows in debuggers, top -H and /proc/<pid>/task/<tid>/comm). */
+void cpu_name_thread(const char* name);
 #include <string.h>
 
 #define CPU_MAX_SHARED (48u * 1024u)

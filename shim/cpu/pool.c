@@ -41,7 +41,18 @@ static void run_chunks(cpu_pool* p, cpu_kfn fn, const bg_cpu_ctx* tmpl, uint64_t
   }
 }
 
+void cpu_name_thread(const char* name) {
+#if defined(__APPLE__)
+  pthread_setname_np(name);
+#elif defined(__linux__)
+  pthread_setname_np(pthread_self(), name);
+#else
+  (void)name;
+#endif
+}
+
 static void* pool_main(void* arg) {
+  cpu_name_thread("bg-pool");
   cpu_pool_thread* t = arg;
   cpu_pool* p = t->pool;
   uint64_t seen = 0;

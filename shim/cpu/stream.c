@@ -116,6 +116,7 @@ static void run_op(cpu_stream* s, cpu_op* op) {
 
 /* ---- the worker ------------------------------------------------------------------------------ */
 static void* worker_main(void* arg) {
+  cpu_name_thread("bg-stream");
   cpu_stream* s = arg;
   pthread_mutex_lock(&s->mu);
   for (;;) {
