@@ -7,18 +7,25 @@
 //  3. a two-layer MLP (batch 64, 256 → 512 → 256, gelu then relu; the demo's model) against
 //     onnxruntime-node on the CPU with the same weights; the ONNX model is written here as
 //     protobuf bytes (no Python onnx package);
-//  4. warm prepare() of a ~20-kernel plan from the disk cache in a fresh process (one process
-//     compiles into the cache, a second one times prepare()).
-// Run: bun run bench/tensor.bench.ts   (TENSOR_BENCH_QUICK=1 for a short run)
+//  4. warm prepare() of a ~20-kernel plan from the caches in a fresh process (one process
+//     compiles into the plan and kernel caches, fresh ones time prepare(); the same with the
+//     plan cache off; then a phase-by-phase breakdown).
+// Run: bun run bench/tensor.bench.ts   (TENSOR_BENCH_QUICK=1 for a short run;
+//      TENSOR_BENCH_PREPARE_ONLY=1 for part 4 alone)
 import { bench, do_not_optimize, group, run, summary } from "mitata";
 import { Device, compileStats } from "../src";
 import { ExecMode } from "../src/schedule";
 import { Program } from "../src/kernel";
 import { Tensor, generate, schedule, tensorCompileStats, type ExecutionPlan } from "../src/tensor";
+import { toposort } from "../src/tensor/ast";
 import { prelude } from "../src/tensor/codegen";
+import { planCacheContext } from "../src/tensor/plan";
+import { loadPlan, planFromCache, planKey } from "../src/tensor/plancache";
+import { collectVars } from "../src/tensor/scheduler";
 import { seededRandom } from "../src/tensor/reference";
 
 const quick = !!process.env.TENSOR_BENCH_QUICK;
+const note = (s: string) => process.stderr.write(`${s}\n`);
 
 // ---- 4 (child side): a fresh process that builds the ~20-kernel model and times prepare() ------
 
@@ -38,9 +45,10 @@ function prepModel(): Tensor {
 
 if (process.argv.includes("--prepare-child")) {
   const dev = Device.default(); // opening the device is not prepare()'s work
+  const planCache = !process.argv.includes("--no-plan-cache");
   const model = prepModel();
   const t0 = performance.now();
-  const plan = model.prepare({ device: dev });
+  const plan = model.prepare({ device: dev, planCache });
   const ms = performance.now() - t0;
   plan.execute();
   const out = {
@@ -48,8 +56,10 @@ if (process.argv.includes("--prepare-child")) {
     kernels: plan.preparedKernels().length,
     distinct: new Set(plan.preparedKernels().map((k) => k.entryPoint)).size,
     compilerRuns: compileStats.compilerRuns,
+    versionSpawns: compileStats.versionSpawns,
     diskHits: compileStats.diskHits,
     tensorCompiles: tensorCompileStats.compiles,
+    planCacheHits: tensorCompileStats.planCacheHits,
     sum: Array.from(plan.readOutput(0)).reduce((p, q) => p + q, 0),
   };
   plan.dispose();
@@ -58,35 +68,95 @@ if (process.argv.includes("--prepare-child")) {
 }
 
 if (process.argv.includes("--phases-child")) {
-  // where a warm prepare's time goes, phase by phase, in a fresh process (same cache)
+  // where a warm prepare's time goes, phase by phase, in a fresh process (same caches): the steps
+  // prepare() takes on a plan-cache hit, in its order
   const dev = Device.default();
+  const model = prepModel();
+  const t: Record<string, number> = {};
+  let t0 = performance.now();
+  const context = planCacheContext(dev);
+  t.compilerIdentity = performance.now() - t0; // the context of the key: mostly the compiler identity
+  t0 = performance.now();
+  const nodes = toposort([model.node]);
+  const vars = collectVars(nodes, "bench");
+  const pos = new Map(nodes.map((n, i) => [n, i] as const));
+  const key = planKey(nodes, pos, [model.node], context);
+  t.structureKey = performance.now() - t0; // one walk over the graph and its sha256
+  t0 = performance.now();
+  const cachedPlan = loadPlan(key);
+  t.planLoad = performance.now() - t0; // read, key + checksum verification, JSON.parse
+  if (!cachedPlan) throw new Error("--phases-child: the plan is not in the plan cache");
+  t0 = performance.now();
+  const { gens } = planFromCache(cachedPlan, nodes, [model.node], vars, "c");
+  t.planBind = performance.now() - t0; // positions → live nodes, launch functions
+  t0 = performance.now();
+  const source = prelude("c") + gens.map((g) => g.body).join("\n");
+  const mod = Program.compile(dev, source, { name: `tensor_${gens.length}k`, options: ["-ffp-contract=fast"] });
+  t.moduleFromDiskCache = performance.now() - t0; // source hash, artifact verification, dlopen
+  t0 = performance.now();
+  for (const g of gens) mod.kernel(g.name, g.signature);
+  t.kernelLookup = performance.now() - t0;
+  console.log(JSON.stringify({ ...t, compilerRuns: compileStats.compilerRuns, versionSpawns: compileStats.versionSpawns, diskHits: compileStats.diskHits }));
+  process.exit(0);
+}
+
+if (process.argv.includes("--cold-phases-child")) {
+  // what the plan cache skips: scheduling + lowering and code generation, run cold
   const model = prepModel();
   const t: Record<string, number> = {};
   let t0 = performance.now();
   const sched = schedule([model.node], {}, "bench");
   t.schedule = performance.now() - t0;
   t0 = performance.now();
-  const gens = sched.kernels.map((k) => generate(k.ir, "c"));
+  sched.kernels.map((k) => generate(k.ir, "c"));
   t.codegen = performance.now() - t0;
-  // the module prepare() compiles: one source of every distinct kernel
-  const uniq = [...new Map(gens.map((g) => [g.name, g])).values()];
-  const source = prelude("c") + uniq.map((g) => g.body).join("\n");
-  t0 = performance.now();
-  const h = new Bun.CryptoHasher("sha256");
-  h.update(source);
-  h.digest("hex");
-  t.hashSource = performance.now() - t0;
-  t0 = performance.now();
-  const mod = Program.compile(dev, source, { name: `tensor_${uniq.length}k`, options: ["-ffp-contract=fast"] });
-  t.compileFromCache = performance.now() - t0; // includes the compiler identity (`cc --version`), disk verification, dlopen
-  t0 = performance.now();
-  for (const g of uniq) mod.kernel(g.name, g.signature);
-  t.kernelLookup = performance.now() - t0;
   t0 = performance.now();
   const r = Bun.spawnSync(["cc", "--version"], { stdout: "pipe" });
   do_not_optimize(r);
-  t.ccVersionSpawn = performance.now() - t0;
-  console.log(JSON.stringify({ ...t, compilerRuns: compileStats.compilerRuns, diskHits: compileStats.diskHits }));
+  t.ccVersionSpawn = performance.now() - t0; // what the remembered compiler identity saves
+  console.log(JSON.stringify(t));
+  process.exit(0);
+}
+
+// ---- 4. warm prepare() in fresh processes -------------------------------------------------------
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
+
+function warmPrepare() {
+  note("warm prepare(): a warming process, then timed fresh processes…");
+  const child = (...flags: string[]) => {
+    const r = Bun.spawnSync(["bun", import.meta.path, ...flags], { stdout: "pipe", stderr: "pipe" });
+    if (r.exitCode !== 0) throw new Error(`${flags.join(" ")} failed: ${new TextDecoder().decode(r.stderr)}`);
+    return JSON.parse(new TextDecoder().decode(r.stdout).trim().split("\n").pop()!) as Record<string, number>;
+  };
+  const n = quick ? 3 : 7;
+  const warm = child("--prepare-child");
+  const prepRuns = Array.from({ length: n }, () => child("--prepare-child"));
+  // the same, with the plan cache off: scheduling, lowering and codegen in every process (kernels
+  // still from the kernel disk cache): the figure before the plan cache
+  const noPlanRuns = Array.from({ length: n }, () => child("--prepare-child", "--no-plan-cache"));
+  const phaseRuns = Array.from({ length: quick ? 1 : 3 }, () => child("--phases-child"));
+  const cold = child("--cold-phases-child");
+  return { warm, prepRuns, noPlanRuns, phaseRuns, cold };
+}
+
+function warmPrepareReport({ warm, prepRuns, noPlanRuns, phaseRuns, cold }: ReturnType<typeof warmPrepare>): void {
+  const pms = prepRuns.map((r) => r.ms!).sort((a, b) => a - b);
+  const nms = noPlanRuns.map((r) => r.ms!).sort((a, b) => a - b);
+  const med = pms[pms.length >> 1]!;
+  console.log(
+    `warm prepare(): ${warm.kernels} kernels (${warm.distinct} distinct), fresh process, from the plan cache (hits ${prepRuns.map((r) => r.planCacheHits).join("/")}) and the kernel disk cache (compiler runs ${prepRuns.map((r) => r.compilerRuns).join("/")}, \`cc --version\` spawns ${prepRuns.map((r) => r.versionSpawns).join("/")}): ` +
+      `median ${med.toFixed(2)} ms, best ${pms[0]!.toFixed(2)} ms, worst ${pms[pms.length - 1]!.toFixed(2)} ms over ${pms.length} processes (the warming process took ${warm.ms!.toFixed(0)} ms, ${warm.compilerRuns} compiler runs) ` +
+      `(aim < 10 ms: ${med < 10 ? "met" : "NOT met"})`,
+  );
+  console.log(`  without the plan cache (planCache: false; kernels from the disk cache): median ${nms[nms.length >> 1]!.toFixed(2)} ms, best ${nms[0]!.toFixed(2)} ms`);
+  const keys = Object.keys(phaseRuns[0]!).filter((k) => !["compilerRuns", "versionSpawns", "diskHits"].includes(k));
+  console.log(`  phases of a plan-cache hit in a fresh process (ms, median of ${phaseRuns.length}): ${keys.map((k) => `${k} ${median(phaseRuns.map((r) => r[k]!)).toFixed(2)}`).join(", ")}`);
+  console.log(`  what the caches skip, cold (ms): ${Object.entries(cold).map(([k, v]) => `${k} ${v.toFixed(2)}`).join(", ")}`);
+}
+
+if (process.env.TENSOR_BENCH_PREPARE_ONLY) {
+  warmPrepareReport(warmPrepare());
   process.exit(0);
 }
 
@@ -96,7 +166,6 @@ const dev = Device.default();
 const rnd = seededRandom(1234);
 const randArray = (n: number, scale = 1) => Float32Array.from({ length: n }, () => (rnd() * 2 - 1) * scale);
 const plans: ExecutionPlan[] = [];
-const note = (s: string) => process.stderr.write(`${s}\n`);
 
 // 1. fused elementwise chain vs copy bandwidth
 const EW_N = 16 << 20;
@@ -314,17 +383,6 @@ const get = (name: string) => stat.get(name) ?? { avg: NaN, p50: NaN, min: NaN }
 note("timing numpy…");
 const np = numpyMatmul();
 
-// 4. warm prepare in a fresh process
-note("warm prepare(): a warming process, then timed fresh processes…");
-const child = (flag: string) => {
-  const r = Bun.spawnSync(["bun", import.meta.path, flag], { stdout: "pipe", stderr: "pipe" });
-  if (r.exitCode !== 0) throw new Error(`${flag} failed: ${new TextDecoder().decode(r.stderr)}`);
-  return JSON.parse(new TextDecoder().decode(r.stdout).trim().split("\n").pop()!) as Record<string, number>;
-};
-const warm = child("--prepare-child");
-const prepRuns = Array.from({ length: quick ? 3 : 7 }, () => child("--prepare-child"));
-const phases = child("--phases-child");
-
 // ---- report -----------------------------------------------------------------------------------
 
 const bytes = 2 * EW_N * 4;
@@ -354,13 +412,7 @@ if (ort) {
       `onnxruntime-node ${(o.p50 / 1e3).toFixed(1)} µs: ${(o.p50 / mlpG.p50).toFixed(2)}× (aim: no slower: ${mlpG.p50 <= o.p50 ? "met" : "NOT met"})`,
   );
 } else console.log(`MLP: bungpu ${(mlpG.p50 / 1e3).toFixed(1)} µs (Graph); onnxruntime-node not compared: ${ortError}`);
-const pms = prepRuns.map((r) => r.ms!).sort((a, b) => a - b);
-console.log(
-  `warm prepare(): ${warm.kernels} kernels (${warm.distinct} distinct), fresh process, from the disk cache (compiler runs ${prepRuns.map((r) => r.compilerRuns).join("/")}): ` +
-    `median ${pms[pms.length >> 1]!.toFixed(2)} ms, best ${pms[0]!.toFixed(2)} ms over ${pms.length} processes (the warming process took ${warm.ms!.toFixed(0)} ms, ${warm.compilerRuns} compiler runs) ` +
-    `(aim < 10 ms: ${pms[pms.length >> 1]! < 10 ? "met" : "NOT met"})`,
-);
-console.log(`  phases in a fresh process (ms): ${Object.entries(phases).map(([k, v]) => `${k} ${Number.isInteger(v) ? v : v.toFixed(2)}`).join(", ")}`);
+warmPrepareReport(warmPrepare());
 
 for (const p of plans) p.dispose();
 copySrc.dispose();

@@ -5,7 +5,7 @@
 // One disk cache under the per-user cache folder, keyed by a hash of source, options, device and
 // compiler; artifacts are written atomically and checked against their recorded hash before use,
 // so a corrupt entry is rebuilt, never trusted.
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { findCompilers, type CCompiler } from "../ffi/compilers";
@@ -34,7 +34,13 @@ export interface CompileOptions {
 export type KernelSource = string | { cpu?: string; cuda?: string; metal?: string };
 
 /** What compilation did in this process: tests and benches read it. */
-export const compileStats = { compilerRuns: 0, diskHits: 0, rebuiltCorrupt: 0 };
+export const compileStats = {
+  compilerRuns: 0,
+  diskHits: 0,
+  rebuiltCorrupt: 0,
+  /** `cc --version` spawns to identify the C compiler (0 on a warm start: the identity is remembered on disk). */
+  versionSpawns: 0,
+};
 
 // ---- compiler identity ---------------------------------------------------------------------
 
@@ -44,10 +50,76 @@ function cpuCompilerInfo(): { cc: CCompiler; version: string } | null {
   if (cpuCompiler !== undefined) return cpuCompiler;
   const cc = process.env.BUNGPU_CC === "tinycc" ? undefined : findCompilers().list[0];
   if (!cc) return (cpuCompiler = null);
+  cpuCompiler = { cc, version: compilerVersion(cc) };
+  return cpuCompiler;
+}
+
+const VERSIONS_FILE = "compilers.json";
+const VERSIONS_MAX = 32;
+
+/**
+ * The first line of `cc --version`, remembered under the per-user cache folder by the compiler
+ * binary's resolved path, size, mtime and inode: a warm start skips the spawn (~1.3 ms). When the
+ * binary changes (an upgrade, another alternative behind the symlink), its stamp changes and the
+ * compiler is asked again. A missing or unreadable record only costs the spawn.
+ */
+function compilerVersion(cc: CCompiler): string {
+  let stamp: string | null = null;
+  try {
+    const real = realpathSync(cc.argv[0]!);
+    const st = statSync(real);
+    stamp = `${cc.argv.join(" ")}|${real}|${st.size}|${st.mtimeMs}|${st.ino}`;
+  } catch {
+    stamp = null;
+  }
+  const file = join(cacheRoot(), VERSIONS_FILE);
+  let known: Record<string, string> = {};
+  if (stamp) {
+    try {
+      const parsed = JSON.parse(readFileSync(file, "utf8")) as unknown;
+      if (parsed && typeof parsed === "object" && !Array.isArray(parsed)) known = parsed as Record<string, string>;
+      const v = known[stamp];
+      if (typeof v === "string" && v.length > 0) return v;
+    } catch {
+      known = {};
+    }
+  }
+  compileStats.versionSpawns++;
   const r = Bun.spawnSync([...cc.argv, "--version"], { stdout: "pipe", stderr: "pipe" });
   const version = new TextDecoder().decode(r.stdout).split("\n")[0]?.trim() || cc.label;
-  cpuCompiler = { cc, version };
-  return cpuCompiler;
+  if (stamp && r.exitCode === 0) {
+    try {
+      const keys = Object.keys(known).filter((k) => typeof known[k] === "string");
+      const next: Record<string, string> = {};
+      for (const k of keys.slice(Math.max(0, keys.length - (VERSIONS_MAX - 1)))) next[k] = known[k]!;
+      next[stamp] = version;
+      mkdirSync(cacheRoot(), { recursive: true });
+      const tmp = `${file}.${process.pid}.${Date.now()}.tmp`;
+      writeFileSync(tmp, JSON.stringify(next));
+      renameSync(tmp, file);
+    } catch {
+      /* a read-only cache folder: the next start spawns again */
+    }
+  }
+  return version;
+}
+
+/**
+ * What identifies the compiler of `device`'s kernels (the C compiler's version line, NVRTC's
+ * version and the GPU architecture, or Metal), for caches keyed by it.
+ */
+export function compilerIdentity(device: Device): string {
+  if (device.backend === "cpu") {
+    const info = cpuCompilerInfo();
+    return info ? `${info.cc.label}|${info.version}|${archFlags(info.cc).join(" ")}` : "tinycc (bun:ffi)";
+  }
+  if (device.backend === "cuda") {
+    const [major, minor] = device.props.computeCapability;
+    let rtc = "nvrtc";
+    if (N.bg_rtc_version(device.handle, slot(0), slot(1)) === 0) rtc = `nvrtc ${readI32(0)}.${readI32(1)}`;
+    return `${rtc}|sm_${major}${minor}`;
+  }
+  return device.backend;
 }
 
 function archFlags(cc: CCompiler): string[] {

@@ -23,8 +23,41 @@ export interface GeneratedKernel {
   readonly body: string;
   /** Argument types for Module.kernel. */
   readonly signature: readonly ("buffer" | "i32")[];
+  /** What launch() computes grids from (plain data: the plan cache stores it). */
+  readonly geometry: LaunchGeometry;
   /** Grid and block for given variable values. */
   launch(vals: ReadonlyMap<string, number>): { grid: number; block: number; elements: number };
+}
+
+/** The inputs of a kernel's grid computation: its index space and, on the CPU, its tiles. */
+export interface LaunchGeometry {
+  readonly lang: Lang;
+  readonly dims: readonly KDim[];
+  readonly reduce: boolean;
+  /** CPU tiles (TR rows × TC columns; L accumulator lanes); 1 on GPUs. */
+  readonly TR: number;
+  readonly TC: number;
+  readonly L: number;
+}
+
+/** The launch function of a kernel with geometry `g` (generate() uses it; so does the plan cache). */
+export function launcher(g: LaunchGeometry): (vals: ReadonlyMap<string, number>) => { grid: number; block: number; elements: number } {
+  const dims = g.dims, nd = dims.length;
+  if (g.lang === "c") {
+    const colTile = g.reduce && g.L === 1 ? g.TC : g.reduce ? 1 : g.TC;
+    return (vals) => {
+      const cols = nd ? kdimValue(dims[nd - 1]!, vals) : 1;
+      let rows = 1;
+      for (let i = 0; i < nd - 1; i++) rows *= kdimValue(dims[i]!, vals);
+      const elements = rows * cols;
+      const grid = elements === 0 ? 0 : Math.ceil(rows / g.TR) * Math.ceil(cols / colTile);
+      return { grid, block: 1, elements };
+    };
+  }
+  return (vals) => {
+    const elements = elementsOf(dims, vals);
+    return { grid: Math.ceil(elements / GPU_BLOCK), block: GPU_BLOCK, elements };
+  };
 }
 
 const CPU_ELEMS_PER_TILE = 4096;
@@ -169,7 +202,14 @@ function dimExpr(d: KDim): string {
 
 const HASH_BODY = `x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16; return x;`;
 
+const preludes = new Map<Lang, string>();
 export function prelude(lang: Lang): string {
+  let p = preludes.get(lang);
+  if (p === undefined) preludes.set(lang, (p = makePrelude(lang)));
+  return p;
+}
+
+function makePrelude(lang: Lang): string {
   const u = lang === "c" ? "uint32_t" : "unsigned int";
   const fn = lang === "c" ? "static inline" : lang === "cuda" ? "static __device__ __forceinline__" : "static inline";
   const lines = [
@@ -706,33 +746,10 @@ export function generate(ir: KernelIR, lang: Lang): GeneratedKernel {
   const signature = signatureOf(ir);
   if (lang === "c") {
     const { source: body, tiles } = genC(ir);
-    const nd = ir.dims.length;
-    return {
-      lang,
-      name: ir.name,
-      source: prelude(lang) + body,
-      body,
-      signature,
-      launch(vals) {
-        const cols = nd ? kdimValue(ir.dims[nd - 1]!, vals) : 1;
-        let rows = 1;
-        for (let i = 0; i < nd - 1; i++) rows *= kdimValue(ir.dims[i]!, vals);
-        const elements = rows * cols;
-        const grid = elements === 0 ? 0 : Math.ceil(rows / tiles.TR) * Math.ceil(cols / (ir.reduce && tiles.L === 1 ? tiles.TC : ir.reduce ? 1 : tiles.TC));
-        return { grid, block: 1, elements };
-      },
-    };
+    const geometry: LaunchGeometry = { lang, dims: ir.dims, reduce: ir.reduce !== null, TR: tiles.TR, TC: tiles.TC, L: tiles.L };
+    return { lang, name: ir.name, source: prelude(lang) + body, body, signature, geometry, launch: launcher(geometry) };
   }
   const body = lang === "cuda" ? genCuda(ir) : genMetal(ir);
-  return {
-    lang,
-    name: ir.name,
-    source: prelude(lang) + body,
-    body,
-    signature,
-    launch(vals) {
-      const elements = elementsOf(ir.dims, vals);
-      return { grid: Math.ceil(elements / GPU_BLOCK), block: GPU_BLOCK, elements };
-    },
-  };
+  const geometry: LaunchGeometry = { lang, dims: ir.dims, reduce: ir.reduce !== null, TR: 1, TC: 1, L: 1 };
+  return { lang, name: ir.name, source: prelude(lang) + body, body, signature, geometry, launch: launcher(geometry) };
 }

@@ -281,3 +281,80 @@ export function kdimValue(d: KDim, vals: ReadonlyMap<string, number>): number {
   if (v === undefined) throw new Error(`variable ${d.var} has no value`);
   return v;
 }
+
+// ---- serialisation (the plan cache stores lowered kernels as JSON) ----------------------------
+
+type EncArg = number | string | null;
+/** A number JSON cannot hold (NaN, ±Infinity) becomes "n:<text>"; a string "s:<text>". */
+function encArg(a: number | string | null): EncArg {
+  if (a === null) return null;
+  if (typeof a === "string") return `s:${a}`;
+  return Number.isFinite(a) ? a : `n:${String(a)}`;
+}
+function decArg(a: EncArg): number | string | null {
+  if (a === null || typeof a === "number") return a;
+  if (a.startsWith("s:")) return a.slice(2);
+  if (a.startsWith("n:")) return Number(a.slice(2));
+  throw new Error(`bad encoded argument ${a}`);
+}
+
+/** A kernel IR as plain JSON data: its reachable expression nodes (with their ids) and fields. */
+export function encodeIR(ir: KernelIR): unknown {
+  const roots = [ir.value, ir.store, ...(ir.reduce ? [ir.reduce.body] : [])];
+  const seen = new Set<Expr>();
+  const stack = [...roots];
+  while (stack.length) {
+    const e = stack.pop()!;
+    if (seen.has(e)) continue;
+    seen.add(e);
+    for (const s of e.srcs) stack.push(s);
+  }
+  const nodes = [...seen].sort((a, b) => a.id - b.id).map((e) => [e.id, e.op, e.dtype, encArg(e.arg), e.srcs.map((s) => s.id)]);
+  return {
+    name: ir.name,
+    dims: ir.dims,
+    reduce: ir.reduce ? { fn: ir.reduce.fn, dims: ir.reduce.dims, body: ir.reduce.body.id } : null,
+    value: ir.value.id,
+    store: ir.store.id,
+    outDtype: ir.outDtype,
+    bufs: ir.bufs,
+    vars: ir.vars,
+    text: ir.text,
+    nodes,
+  };
+}
+
+/** The inverse of encodeIR: equal expression nodes (ids, keys) and fields. Throws on bad data. */
+export function decodeIR(data: unknown): KernelIR {
+  const d = data as {
+    name: string; dims: KDim[]; reduce: { fn: ReduceOp; dims: KDim[]; body: number } | null; value: number; store: number;
+    outDtype: DType; bufs: { dtype: DType }[]; vars: string[]; text: string; nodes: [number, ExprOp, DType, EncArg, number[]][];
+  };
+  const byId = new Map<number, Expr>();
+  for (const [id, op, dtype, a, srcIds] of d.nodes) {
+    const srcs = srcIds.map((i) => {
+      const s = byId.get(i);
+      if (!s) throw new Error(`expression ${id} reads unknown node ${i}`);
+      return s;
+    });
+    const arg = decArg(a);
+    const key = `${op}:${dtype}:${arg === null ? "" : String(arg)}(${srcIds.join(",")})`;
+    byId.set(id, { id, op, dtype, srcs, arg, key });
+  }
+  const get = (i: number) => {
+    const e = byId.get(i);
+    if (!e) throw new Error(`unknown expression node ${i}`);
+    return e;
+  };
+  return {
+    name: d.name,
+    dims: d.dims,
+    reduce: d.reduce ? { fn: d.reduce.fn, dims: d.reduce.dims, body: get(d.reduce.body) } : null,
+    value: get(d.value),
+    store: get(d.store),
+    outDtype: d.outDtype,
+    bufs: d.bufs,
+    vars: d.vars,
+    text: d.text,
+  };
+}

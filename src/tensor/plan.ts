@@ -9,14 +9,15 @@ import "../stream";
 import { GpuError, illegalState, invalid } from "../errors";
 import { Status } from "../../ffi/symbols";
 import { Event } from "../event";
-import { Program, type Kernel, type Module } from "../kernel";
+import { Program, compilerIdentity, type Kernel, type Module } from "../kernel";
 import { ExecMode, Schedule, Step, type Executable } from "../schedule";
 import type { Buffer } from "../buffer";
 import type { Stream } from "../stream";
-import type { DType, LazyNode } from "./ast";
+import { toposort, type DType, type LazyNode } from "./ast";
 import { generate, prelude, type GeneratedKernel, type Lang } from "./codegen";
 import type { KernelIR } from "./ir";
-import { schedule, type Scheduled, type ScheduleOptions } from "./scheduler";
+import { discardPlan, loadPlan, planCacheCounters, planFromCache, planKey, planToCache, storePlan } from "./plancache";
+import { collectVars, schedule, type Scheduled, type ScheduleOptions } from "./scheduler";
 import type { Tensor } from "./tensor";
 import { dimValue, shapeStr, type Variable } from "./variable";
 import { maxNumel, maxStrides } from "./view";
@@ -26,6 +27,11 @@ export interface PrepareOptions extends ScheduleOptions {
   device?: Device;
   /** Disable the memory planner: every intermediate gets its own allocation. */
   noMemoryPlanning?: boolean;
+  /**
+   * Use the plan cache (default true): a program whose structure was prepared before (in this
+   * process or an earlier one) skips scheduling, lowering and code generation.
+   */
+  planCache?: boolean;
 }
 
 export interface ExecuteOptions {
@@ -91,9 +97,34 @@ export interface PlanBuffer {
 }
 
 /** What the tensor compiler did in this process (tests count compiles with it). */
-export const tensorCompileStats = { compiles: 0, kernelsCompiled: 0, cacheHits: 0 };
+export const tensorCompileStats = {
+  compiles: 0,
+  kernelsCompiled: 0,
+  cacheHits: 0,
+  /** Plans built from the plan cache (scheduling, lowering and codegen skipped). */
+  get planCacheHits(): number {
+    return planCacheCounters.hits;
+  },
+  /** Plans scheduled, lowered and generated (then stored in the plan cache). */
+  get planCacheMisses(): number {
+    return planCacheCounters.misses;
+  },
+  /** Plan-cache entries found corrupt or not fitting their program: removed and rebuilt. */
+  get planCacheRebuilt(): number {
+    return planCacheCounters.rebuilt;
+  },
+};
 
 const ALIGN = 256;
+
+/**
+ * What besides the graph a plan-cache entry depends on: the schedule options that change the
+ * kernels (fusion; memory planning is recomputed from the live options), the device by backend and
+ * ordinal, a GPU by name too (the C for the CPU does not depend on its model), and the compiler.
+ */
+export function planCacheContext(dev: Device, opts: ScheduleOptions = {}): string {
+  return `${(opts.fusion ?? true) ? "F" : "U"}|${dev.spec}|${dev.backend === "cpu" ? "" : dev.name}|${compilerIdentity(dev)}`;
+}
 
 function langOf(dev: Device): Lang {
   return dev.backend === "cpu" ? "c" : dev.backend === "cuda" ? "cuda" : "metal";
@@ -188,11 +219,37 @@ export class ExecutionPlan {
     if (!Array.isArray(tensors) || tensors.length === 0) invalid(call, "give at least one tensor");
     this.#device = opts.device ?? Device.default();
     this.#noPlanning = opts.noMemoryPlanning ?? false;
-    const sched = schedule(
-      tensors.map((t) => t.node),
-      opts,
-      call,
-    );
+    const outNodes = tensors.map((t) => t.node);
+    const lang = langOf(this.#device);
+    let sched: Scheduled | null = null;
+    let gens: GeneratedKernel[] = [];
+    let kvars: (readonly string[])[] = [];
+    let cacheKey: string | null = null;
+    let nodes: LazyNode[] = [];
+    if (opts.planCache ?? true) {
+      nodes = toposort(outNodes);
+      const vars = collectVars(nodes, call);
+      const pos = new Map<LazyNode, number>();
+      for (let i = 0; i < nodes.length; i++) pos.set(nodes[i]!, i);
+      cacheKey = planKey(nodes, pos, outNodes, planCacheContext(this.#device, opts));
+      const hit = loadPlan(cacheKey);
+      if (hit) {
+        try {
+          ({ sched, gens, kvars } = planFromCache(hit, nodes, outNodes, vars, lang));
+          planCacheCounters.hits++;
+        } catch {
+          discardPlan(cacheKey);
+          sched = null;
+        }
+      }
+    }
+    const fromPlanCache = sched !== null;
+    if (!sched) {
+      if (cacheKey) planCacheCounters.misses++;
+      sched = schedule(outNodes, opts, call);
+      gens = sched.kernels.map((k) => generateCached(k.ir, lang));
+      kvars = sched.kernels.map((k) => k.ir.vars);
+    }
     this.#sched = sched;
     for (const [name, v] of sched.vars) {
       this.#vars.set(name, v);
@@ -233,22 +290,27 @@ export class ExecutionPlan {
     this.#bufs = bufs;
     this.#outputNodes = [...sched.outputs];
     this.#outputs = sched.outputs.map((n) => this.#nodeToBuf.get(n)!);
-    // codegen + compile
-    const lang = langOf(this.#device);
-    this.#gens = sched.kernels.map((k) => generateCached(k.ir, lang));
+    // compile (codegen happened above, or came from the plan cache)
+    this.#gens = gens;
     this.#compiled = compileAll(this.#device, this.#gens);
+    if (cacheKey && !fromPlanCache) storePlan(cacheKey, planToCache(sched, gens, nodes, lang));
     const devName = this.#device.spec;
-    this.#kernels = sched.kernels.map((k, i) => ({
-      entryPoint: k.ir.name,
-      source: this.#gens[i]!.source,
-      lang,
-      device: devName,
-      ir: k.ir,
-      signature: this.#gens[i]!.signature,
-      bufferIndices: [this.#nodeToBuf.get(k.target)!, ...k.inputs.map((n) => this.#nodeToBuf.get(n)!)],
-      vars: k.ir.vars,
-      astId: k.target.id,
-    }));
+    this.#kernels = sched.kernels.map((k, i) => {
+      const g = gens[i]!;
+      return {
+        entryPoint: g.name,
+        source: g.source,
+        lang,
+        device: devName,
+        get ir(): KernelIR {
+          return k.ir;
+        },
+        signature: g.signature,
+        bufferIndices: [this.#nodeToBuf.get(k.target)!, ...k.inputs.map((n) => this.#nodeToBuf.get(n)!)],
+        vars: kvars[i]!,
+        astId: k.target.id,
+      };
+    });
     // allocate and upload
     this.#mem = bufs.map(() => null);
     try {

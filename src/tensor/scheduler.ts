@@ -57,7 +57,7 @@ function broadcasts(st: ShapeTracker): boolean {
   return st.views.some((v) => v.strides.some((s, i) => s === 0 && v.shape[i] !== 1));
 }
 
-function collectVars(nodes: readonly LazyNode[], call: string): Map<string, Variable> {
+export function collectVars(nodes: readonly LazyNode[], call: string): Map<string, Variable> {
   const vars = new Map<string, Variable>();
   const add = (d: Dim) => {
     if (!(d instanceof Variable)) return;

@@ -1,0 +1,285 @@
+// The plan cache: what prepare() derives from scheduling, lowering and code generation, stored on
+// disk under a hash of the program's structure, so a fresh process preparing a program it has seen
+// before skips all three (the kernels themselves come from the kernel cache of Program.compile).
+//
+// Key: sha256 of one walk over the graph reachable from the outputs (op, dtype, shape with
+// variable names and bounds, structural constants, view stacks, sources by position), the
+// outputs' positions, the schedule options, the device (backend, ordinal, name), the compiler
+// identity, PLAN_CACHE_VERSION and the size and mtime of the tensor compiler's own modules. Buffer
+// leaves contribute their dtype and shape only: the cache holds structure, never user data (the
+// plan copies the live tensors' data in, as always).
+//
+// Value: per kernel, in execution order, the node positions of its target and inputs, its name,
+// generated body, argument signature, variable names, launch geometry and its lowered IR (as a
+// JSON string, decoded only when someone reads PreparedKernel.ir). Buffers, their roles and sizes
+// and the memory plan follow from these and the live nodes (well under a millisecond) and are
+// recomputed, as are the variables (from the live graph) and the inputs' data (never stored).
+//
+// File: `<cacheRoot>/plans/<key>.json`: the key on the first line, the sha256 of the content on
+// the second, the content (JSON) after. Written atomically (temporary file, rename); on load the
+// key and checksum are verified, and an entry that fails (or whose content does not fit the
+// program) is counted, removed and rebuilt: never trusted.
+import { mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { cacheRoot } from "../../ffi/load";
+import type { LazyNode } from "./ast";
+import { launcher, prelude, type GeneratedKernel, type LaunchGeometry, type Lang } from "./codegen";
+import { decodeIR, encodeIR, type KernelIR } from "./ir";
+import type { Scheduled, ScheduledKernel } from "./scheduler";
+import type { Dim } from "./variable";
+
+/** Bump when the scheduler, the lowering, the IR or the code generators change their output. */
+export const PLAN_CACHE_VERSION = 1;
+
+// The modules whose behaviour a cached plan records. Their size and mtime are part of every key,
+// so an edited compiler (a forgotten version bump) misses instead of serving stale kernels.
+const COMPILER_MODULES = ["ast.ts", "ir.ts", "symbolic.ts", "view.ts", "scheduler.ts", "codegen.ts", "plancache.ts"];
+let modulesStamp: string | undefined;
+function compilerModulesStamp(): string {
+  if (modulesStamp !== undefined) return modulesStamp;
+  let s = "";
+  try {
+    for (const f of COMPILER_MODULES) {
+      const st = statSync(join(import.meta.dir, f));
+      s += `${f}:${st.size}:${st.mtimeMs};`;
+    }
+  } catch {
+    s = "unstamped"; // bundled or moved: PLAN_CACHE_VERSION alone tells versions apart
+  }
+  return (modulesStamp = s);
+}
+
+export interface CachedPlanKernel {
+  readonly target: number;
+  readonly inputs: readonly number[];
+  readonly name: string;
+  readonly body: string;
+  readonly signature: readonly ("buffer" | "i32")[];
+  readonly vars: readonly string[];
+  readonly geometry: LaunchGeometry;
+  /** JSON text of encodeIR(ir). */
+  readonly ir: string;
+}
+
+export interface CachedPlan {
+  readonly lang: Lang;
+  /** Number of nodes in the program (a sanity check of the positions). */
+  readonly nodes: number;
+  readonly kernels: readonly CachedPlanKernel[];
+}
+
+/** What the plan cache did in this process. */
+export const planCacheCounters = { hits: 0, misses: 0, rebuilt: 0 };
+
+function dimKey(d: Dim): string {
+  return typeof d === "number" ? String(d) : `${d.name}:${d.min}:${d.max}`;
+}
+
+function shapeKey(s: readonly Dim[]): string {
+  let out = "";
+  for (let i = 0; i < s.length; i++) out += (i ? "," : "") + dimKey(s[i]!);
+  return out;
+}
+
+function argKey(n: LazyNode): string {
+  const a = n.arg;
+  switch (a.op) {
+    case "buffer": return "buf"; // data is never part of the key
+    case "const": return `c${Object.is(a.value, -0) ? "-0" : String(a.value)}`;
+    case "arange": return `ar${a.start},${a.step}`;
+    case "rand": return `rn${a.seed},${a.normal ? 1 : 0}`;
+    case "varconst": return `vc${shapeKey(a.dims)}`;
+    case "unary": case "binary": return a.fn;
+    case "reduce": return `${a.fn}${a.axes.join(",")}`;
+    case "view":
+      return a.st.views
+        .map((v) => `[${shapeKey(v.shape)}]s${v.strides.join(",")}o${v.offset}m${v.mask ? JSON.stringify(v.mask) : ""}`)
+        .join("|");
+    case "where": case "cast": case "contiguous": return "";
+  }
+}
+
+/**
+ * The cache key of a program: `nodes` in topological order (toposort), `outputs` among them,
+ * `context` the rest (options, device, compiler, version). One walk, one hash.
+ */
+export function planKey(nodes: readonly LazyNode[], pos: ReadonlyMap<LazyNode, number>, outputs: readonly LazyNode[], context: string): string {
+  const h = new Bun.CryptoHasher("sha256");
+  h.update(`v${PLAN_CACHE_VERSION}|${compilerModulesStamp()}|${context}|outs=${outputs.map((o) => pos.get(o)).join(",")}\n`);
+  let chunk = "";
+  for (const n of nodes) {
+    let srcs = "";
+    for (let i = 0; i < n.srcs.length; i++) srcs += (i ? "," : "") + pos.get(n.srcs[i]!);
+    chunk += `${n.op}:${n.dtype}:${shapeKey(n.shape)}:${argKey(n)}(${srcs});`;
+    if (chunk.length > 16384) {
+      h.update(chunk);
+      chunk = "";
+    }
+  }
+  h.update(chunk);
+  return h.digest("hex");
+}
+
+// Entries this process has read or written, so that a program prepared again in the same process
+// does not go back to disk.
+const memory = new Map<string, CachedPlan>();
+const MEMORY_MAX = 256;
+
+function remember(key: string, plan: CachedPlan): void {
+  if (memory.size >= MEMORY_MAX) memory.delete(memory.keys().next().value!);
+  memory.set(key, plan);
+}
+
+/** Forget the entries held in memory (tests use it to make the next prepare read the disk). */
+export function forgetPlanCacheMemory(): void {
+  memory.clear();
+}
+
+function planDir(): string {
+  return join(cacheRoot(), "plans");
+}
+
+function sha256(s: string): string {
+  const h = new Bun.CryptoHasher("sha256");
+  h.update(s);
+  return h.digest("hex");
+}
+
+/** The cached plan for `key` (verified), or null: absent, or corrupt (then counted and removed). */
+export function loadPlan(key: string): CachedPlan | null {
+  const m = memory.get(key);
+  if (m) return m;
+  const file = join(planDir(), `${key}.json`);
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch {
+    return null;
+  }
+  try {
+    const a = text.indexOf("\n");
+    const b = a < 0 ? -1 : text.indexOf("\n", a + 1);
+    if (b < 0) throw new Error("truncated");
+    if (text.slice(0, a) !== key) throw new Error("key mismatch");
+    const content = text.slice(b + 1);
+    if (sha256(content) !== text.slice(a + 1, b)) throw new Error("checksum mismatch");
+    const plan = JSON.parse(content) as CachedPlan;
+    if (!plan || typeof plan !== "object" || !Array.isArray(plan.kernels)) throw new Error("bad content");
+    remember(key, plan);
+    return plan;
+  } catch {
+    discardPlan(key);
+    return null;
+  }
+}
+
+/** Count and remove a bad entry (unreadable, or not fitting the program it is keyed by). */
+export function discardPlan(key: string): void {
+  planCacheCounters.rebuilt++;
+  memory.delete(key);
+  rmSync(join(planDir(), `${key}.json`), { force: true });
+}
+
+/** Store `plan` under `key`, atomically; a cache folder that cannot be written is ignored. */
+export function storePlan(key: string, plan: CachedPlan): void {
+  remember(key, plan);
+  const dir = planDir();
+  const tmp = join(dir, `${key}.json.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`);
+  try {
+    mkdirSync(dir, { recursive: true });
+    const content = JSON.stringify(plan);
+    writeFileSync(tmp, `${key}\n${sha256(content)}\n${content}`);
+    renameSync(tmp, join(dir, `${key}.json`));
+  } catch {
+    // read-only or full: the plan is still prepared, only not cached
+    try {
+      rmSync(tmp, { force: true });
+    } catch {
+      /* nothing to clean */
+    }
+  }
+}
+
+// ---- to and from a prepared plan ---------------------------------------------------------------
+
+/** The cached description of a freshly scheduled and generated plan. */
+export function planToCache(sched: Scheduled, gens: readonly GeneratedKernel[], nodes: readonly LazyNode[], lang: Lang): CachedPlan {
+  const pos = new Map<LazyNode, number>();
+  for (let i = 0; i < nodes.length; i++) pos.set(nodes[i]!, i);
+  return {
+    lang,
+    nodes: nodes.length,
+    kernels: sched.kernels.map((k, i) => {
+      const g = gens[i]!;
+      return {
+        target: pos.get(k.target)!,
+        inputs: k.inputs.map((n) => pos.get(n)!),
+        name: g.name,
+        body: g.body,
+        signature: g.signature,
+        vars: k.ir.vars,
+        geometry: g.geometry,
+        ir: JSON.stringify(encodeIR(k.ir)),
+      };
+    }),
+  };
+}
+
+function fail(what: string): never {
+  throw new Error(`plan cache entry does not fit the program: ${what}`);
+}
+
+/**
+ * The schedule and generated kernels of a cached plan, bound to this program's live nodes. Checks
+ * that the entry fits the program (throws otherwise: the caller discards it and rebuilds). Each
+ * kernel's IR is decoded only when read.
+ */
+export function planFromCache(
+  c: CachedPlan,
+  nodes: readonly LazyNode[],
+  outputs: readonly LazyNode[],
+  vars: Scheduled["vars"],
+  lang: Lang,
+): { sched: Scheduled; gens: GeneratedKernel[]; kvars: (readonly string[])[] } {
+  if (c.lang !== lang) fail("language");
+  if (c.nodes !== nodes.length) fail("node count");
+  const realized = new Set<LazyNode>();
+  const inputs: LazyNode[] = [];
+  for (const n of nodes) if (n.op === "buffer") {
+    inputs.push(n);
+    realized.add(n);
+  }
+  const at = (p: unknown): LazyNode => {
+    if (typeof p !== "number" || !Number.isInteger(p) || p < 0 || p >= nodes.length) fail(`position ${String(p)}`);
+    return nodes[p]!;
+  };
+  const pre = prelude(lang);
+  const kernels: ScheduledKernel[] = [];
+  const gens: GeneratedKernel[] = [];
+  const kvars: (readonly string[])[] = [];
+  for (const k of c.kernels) {
+    const target = at(k.target);
+    if (target.op === "buffer" || realized.has(target)) fail("kernel target");
+    if (!Array.isArray(k.inputs) || !Array.isArray(k.signature) || !Array.isArray(k.vars)) fail("kernel fields");
+    const kin = k.inputs.map(at);
+    for (const n of kin) if (!realized.has(n)) fail("a kernel reads a value not yet computed");
+    for (const v of k.vars) if (!vars.has(v)) fail(`variable ${v}`);
+    if (k.signature.length !== 1 + kin.length + k.vars.length) fail("signature");
+    if (typeof k.name !== "string" || typeof k.body !== "string" || typeof k.ir !== "string" || !k.geometry || !Array.isArray(k.geometry.dims))
+      fail("kernel fields");
+    realized.add(target);
+    let ir: KernelIR | undefined;
+    const irText = k.ir;
+    kernels.push({
+      get ir(): KernelIR {
+        return (ir ??= decodeIR(JSON.parse(irText)));
+      },
+      target,
+      inputs: kin,
+    });
+    gens.push({ lang, name: k.name, source: pre + k.body, body: k.body, signature: k.signature, geometry: k.geometry, launch: launcher(k.geometry) });
+    kvars.push(k.vars);
+  }
+  for (const o of outputs) if (!realized.has(o)) fail("an output is not computed");
+  return { sched: { kernels, outputs: [...outputs], inputs, realized: [...inputs, ...kernels.map((k) => k.target)], vars }, gens, kvars };
+}
