@@ -29,8 +29,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Name the calling thread (shows in debuggers, top -H and /proc/<pid>/task/<tid>/comm). */
+/* Name a thread (shows in debuggers, top -H and /proc/<pid>/task/<tid>/comm). On Linux the
+ * creator names it as soon as it exists (cpu_name_started), so no one sees it unnamed; macOS can
+ * only name the calling thread, so there the thread names itself (cpu_name_thread). */
 void cpu_name_thread(const char* name);
+void cpu_name_started(pthread_t t, const char* name);
 #include <string.h>
 
 #define CPU_MAX_SHARED (48u * 1024u)

@@ -44,9 +44,16 @@ static void run_chunks(cpu_pool* p, cpu_kfn fn, const bg_cpu_ctx* tmpl, uint64_t
 void cpu_name_thread(const char* name) {
 #if defined(__APPLE__)
   pthread_setname_np(name);
-#elif defined(__linux__)
-  pthread_setname_np(pthread_self(), name);
 #else
+  (void)name;
+#endif
+}
+
+void cpu_name_started(pthread_t t, const char* name) {
+#if defined(__linux__)
+  pthread_setname_np(t, name);
+#else
+  (void)t;
   (void)name;
 #endif
 }
@@ -102,6 +109,7 @@ static void pool_start(cpu_pool* p) {
     p->targs[i].pool = p;
     p->targs[i].index = i + 1;
     if (pthread_create(&p->threads[i], NULL, pool_main, &p->targs[i])) break;
+    cpu_name_started(p->threads[i], "bg-pool");
     p->nthreads = i + 1;
   }
 }

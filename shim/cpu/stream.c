@@ -246,6 +246,7 @@ int32_t cpu_stream_new(cpu_device* d, uint32_t flags, int32_t prio, cpu_stream**
                         strerror(err));
   }
   s->thread_ok = 1;
+  cpu_name_started(s->thread, "bg-stream");
   *out = s;
   return BG_OK;
 }
