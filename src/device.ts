@@ -41,6 +41,8 @@ export interface DeviceState {
    * held weakly so they can still be collected.
    */
   dependents: Set<WeakRef<{ dispose(): void }>>;
+  /** Streams created on this device, held weakly: what device.done() waits for. */
+  streams: Set<WeakRef<{ done(): Promise<void>; readonly disposed: boolean }>>;
 }
 
 const BACKEND_NAMES: BackendName[] = ["cpu", "cuda", "metal"];
@@ -69,7 +71,7 @@ export class Device {
   #defaultStream: Stream | undefined;
 
   private constructor(handle: number, backend: BackendName, ordinal: number) {
-    this.state = { handle, open: true, backend, dependents: new Set() };
+    this.state = { handle, open: true, backend, dependents: new Set(), streams: new Set() };
     this.ordinal = ordinal;
   }
 
@@ -170,9 +172,23 @@ export class Device {
     return { free: readU64(0), total: readU64(1) };
   }
 
-  /** Wait for all work on the device. Blocking; see Stream.done() for the non-blocking form. */
+  /** Wait for all work on the device. Blocking; done() is the non-blocking twin. */
   synchronize(): void {
     check(N.bg_device_synchronize(this.handle), "bg_device_synchronize", this.backend);
+  }
+
+  /**
+   * Resolves when the work queued so far on every stream of this device (the default stream
+   * and each one created through bungpu) has finished; never blocks the event loop.
+   */
+  async done(): Promise<void> {
+    const waits: Promise<void>[] = [this.defaultStream.done()];
+    for (const ref of this.state.streams) {
+      const s = ref.deref();
+      if (!s || s.disposed) this.state.streams.delete(ref);
+      else waits.push(s.done());
+    }
+    await Promise.all(waits);
   }
 
   get defaultStream(): Stream {

@@ -40,7 +40,10 @@ export class Stream {
     this.#handle = handle;
     this.isDefault = isDefault;
     this.priority = priority;
-    if (!isDefault) track(this, device.state, handle, "stream");
+    if (!isDefault) {
+      track(this, device.state, handle, "stream");
+      device.state.streams.add(new WeakRef(this));
+    }
   }
 
   static create(device: Device, opts: StreamOptions = {}): Stream {

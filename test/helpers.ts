@@ -30,6 +30,14 @@ export function randomFloats(n: number, seed = 1, lo = -1, hi = 1): Float32Array
   return out;
 }
 
+function checkGpuError(caught: unknown, code: number, fragment?: string | RegExp): GpuError {
+  expect(caught).toBeInstanceOf(GpuError);
+  const g = caught as GpuError;
+  expect(g.code).toBe(code);
+  if (fragment) expect(g.message).toMatch(fragment);
+  return g;
+}
+
 /** Expect `fn` to throw a GpuError with `code` (and optionally a message fragment). */
 export function expectGpuError(fn: () => unknown, code: number, fragment?: string | RegExp): GpuError {
   let caught: unknown;
@@ -38,13 +46,10 @@ export function expectGpuError(fn: () => unknown, code: number, fragment?: strin
   } catch (e) {
     caught = e;
   }
-  expect(caught).toBeInstanceOf(GpuError);
-  const g = caught as GpuError;
-  expect(g.code).toBe(code);
-  if (fragment) expect(g.message).toMatch(fragment);
-  return g;
+  return checkGpuError(caught, code, fragment);
 }
 
+/** The same for a function whose promise must reject. */
 export async function expectGpuErrorAsync(fn: () => Promise<unknown>, code: number, fragment?: string | RegExp): Promise<GpuError> {
   let caught: unknown;
   try {
@@ -52,11 +57,7 @@ export async function expectGpuErrorAsync(fn: () => Promise<unknown>, code: numb
   } catch (e) {
     caught = e;
   }
-  expect(caught).toBeInstanceOf(GpuError);
-  const g = caught as GpuError;
-  expect(g.code).toBe(code);
-  if (fragment) expect(g.message).toMatch(fragment);
-  return g;
+  return checkGpuError(caught, code, fragment);
 }
 
 export function equalBytes(a: Uint8Array, b: Uint8Array): boolean {

@@ -51,6 +51,25 @@ describe("streams", () => {
     expect(st.query()).toBe(true);
   });
 
+  test("device.done() waits for every stream of the device without blocking the event loop", async () => {
+    using a = dev.createStream();
+    using b = dev.createStream();
+    spin.launch(a, { grid: 1, block: 1, args: [40] });
+    spin.launch(b, { grid: 1, block: 1, args: [20] });
+    using buf = dev.alloc(4).fill(0, { type: "f32" });
+    addScalar.launch(dev.defaultStream, { grid: 1, block: 1, args: [buf, 1, 1] });
+    let fired = 0;
+    const t = setInterval(() => fired++, 1);
+    expect(a.query() && b.query()).toBe(false);
+    await dev.done();
+    clearInterval(t);
+    expect(a.query()).toBe(true);
+    expect(b.query()).toBe(true);
+    expect(dev.defaultStream.query()).toBe(true);
+    expect(buf.read(Float32Array)[0]).toBe(1);
+    expect(fired).toBeGreaterThan(0);
+  });
+
   test("synchronize blocks until the work is done; query reports it", () => {
     using st = dev.createStream();
     using b = dev.alloc(4096 * 4).fill(0, { type: "f32" });
