@@ -196,3 +196,29 @@ extern "C" __global__ void add_scalar(float* x, float v, int n) {
 `;
 
 export const kernelSources = { cpu: cpuKernels, cuda: cudaKernels };
+
+// Metal versions of the simple kernels (scalars are `constant T&` at their argument index).
+// Not compilable here (no Mac): they run where the Metal backend is available.
+export const metalKernels = `
+#include <metal_stdlib>
+using namespace metal;
+
+kernel void vadd(device const float* a [[buffer(0)]], device const float* b [[buffer(1)]],
+                 device float* c [[buffer(2)]], constant int& n [[buffer(3)]],
+                 uint i [[thread_position_in_grid]]) {
+  if ((int)i < n) c[i] = a[i] + b[i];
+}
+
+kernel void saxpy(constant float& a [[buffer(0)]], device const float* x [[buffer(1)]],
+                  device float* y [[buffer(2)]], constant int& n [[buffer(3)]],
+                  uint i [[thread_position_in_grid]]) {
+  if ((int)i < n) y[i] = a * x[i] + y[i];
+}
+
+kernel void add_scalar(device float* x [[buffer(0)]], constant float& v [[buffer(1)]],
+                       constant int& n [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+  if ((int)i < n) x[i] += v;
+}
+`;
+
+export const allKernelSources = { cpu: cpuKernels, cuda: cudaKernels, metal: metalKernels };
