@@ -1,0 +1,47 @@
+// The zero-build promise, end to end: pack the package, install the tarball into a fresh
+// project, import it and use it there. No compiler runs for the library itself: the prebuilt
+// one for this platform must load.
+import { expect, test } from "bun:test";
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { TARGETS, hostTarget } from "../ffi/shimsrc";
+
+const root = join(import.meta.dir, "..");
+const hasPrebuilt = (TARGETS as string[]).includes(hostTarget());
+
+test.skipIf(!hasPrebuilt)("bun add <packed tarball> then import: the prebuilt library loads and kernels run", () => {
+  const dir = mkdtempSync(join(tmpdir(), "bungpu-consumer-"));
+  try {
+    const pack = Bun.spawnSync(["bun", "pm", "pack", "--destination", dir], { cwd: root, stdout: "pipe", stderr: "pipe" });
+    expect(pack.exitCode).toBe(0);
+    const tgz = readdirSync(dir).find((f) => f.endsWith(".tgz"))!;
+    const listing = Bun.spawnSync(["tar", "tzf", join(dir, tgz)]).stdout.toString();
+    expect(listing).toContain("package/ffi/prebuilt/manifest.json");
+    expect(listing).toContain("package/shim/bungpu.h");
+    expect(listing).not.toContain("package/shim/test/");
+    expect(listing).not.toContain("package/test/");
+    const app = join(dir, "app");
+    Bun.spawnSync(["mkdir", "-p", app]);
+    writeFileSync(join(app, "package.json"), JSON.stringify({ name: "consumer", type: "module" }));
+    const add = Bun.spawnSync(["bun", "add", join(dir, tgz)], { cwd: app, stdout: "pipe", stderr: "pipe" });
+    expect(add.exitCode).toBe(0);
+    writeFileSync(
+      join(app, "app.ts"),
+      `import { Device, Program, loadInfo } from "bungpu";
+const dev = Device.open("cpu");
+const mod = Program.compile(dev, '#include "bungpu_cpu.h"\\nBG_KERNEL(twice) { float* x = BG_ARG(0, float*); BG_FOR_BLOCKS { BG_FOR_THREADS { x[threadIdx.x] *= 2.0f; } } }');
+const b = dev.alloc(16).write(new Float32Array([1, 2, 3, 4]));
+const s = dev.createStream();
+mod.kernel("twice", ["buffer"]).launch(s, { grid: 1, block: 4, args: [b] });
+await s.done();
+console.log(JSON.stringify({ source: loadInfo.source, out: [...b.read(Float32Array)] }));
+`,
+    );
+    const run = Bun.spawnSync(["bun", "run", "app.ts"], { cwd: app, stdout: "pipe", stderr: "pipe" });
+    expect(run.stderr.toString()).toBe("");
+    expect(JSON.parse(run.stdout.toString())).toEqual({ source: "prebuilt", out: [2, 4, 6, 8] });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}, 120_000);
