@@ -38,6 +38,7 @@ const names = {
   c: "C loop: bg_bench_issue_loop (1000 bg_launch in C)",
   one: "TypeScript one by one: Kernel.launch ×1000",
   direct: "direct session: 1000 × dispatch + finish (1 bg_submit)",
+  flushed: "direct session, flushEvery 250: 1000 × dispatch + finish (4 bg_submit)",
   replay: "recorded graph replayed (1 bg_submit)",
   patched: "recorded graph: setArgs on one node + replay",
   encode: "encode only: 1000 × CommandEncoder.dispatch + reset",
@@ -55,6 +56,11 @@ group(`${ITER} tiny dispatches (empty kernel, grid 1, block 1, 2 args) + stream 
     });
     bench(names.direct, () => {
       const sess = ex.begin();
+      for (let i = 0; i < ITER; i++) sess.dispatch(empty, cfg);
+      sess.finish();
+    });
+    bench(names.flushed, () => {
+      const sess = ex.begin({ flushEvery: 250 });
       for (let i = 0; i < ITER; i++) sess.dispatch(empty, cfg);
       sess.finish();
     });

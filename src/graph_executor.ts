@@ -444,13 +444,22 @@ export class GraphSession {
   #graph: ComputeGraph | null;
   /** Record mode: nodes already committed. */
   #committed = 0;
+  /** Direct mode: commit by itself after this many ops (0: only when asked). */
+  readonly #flushEvery: number;
+  #sinceCommit = 0;
 
   /** @internal Use GraphExecutor.begin() / beginRecorded(). */
-  constructor(executor: GraphExecutor, mode: SessionMode, encoder: CommandEncoder) {
+  constructor(executor: GraphExecutor, mode: SessionMode, encoder: CommandEncoder, flushEvery = 0) {
     this.executor = executor;
     this.mode = mode;
     this.#enc = encoder;
     this.#graph = mode === "recorded" ? new ComputeGraph(executor.device) : null;
+    this.#flushEvery = flushEvery;
+  }
+
+  /** Direct mode with flushEvery: hand what is encoded to the stream every so many ops. */
+  #tick(): void {
+    if (this.#flushEvery && ++this.#sinceCommit >= this.#flushEvery) this.#submit();
   }
 
   get state(): SessionState {
@@ -483,6 +492,7 @@ export class GraphSession {
       this.#enc!.dispatch(kernel, cfg);
     }
     this.stats.dispatches++;
+    if (this.#flushEvery) this.#tick();
     return this;
   }
 
@@ -527,6 +537,7 @@ export class GraphSession {
       throw e;
     }
     if (g) this.#committed = upTo;
+    this.#sinceCommit = 0;
     this.stats.commits++;
     if (crossed) this.stats.ffiCrossings++;
   }
@@ -599,9 +610,16 @@ export class GraphExecutor {
     return this.#pool.pop() ?? new CommandEncoder(this.device);
   }
 
-  /** Begin a direct session: each op is encoded into one shared encoder as it is called. */
-  begin(): GraphSession {
-    return new GraphSession(this, "direct", this.#acquire("GraphExecutor.begin"));
+  /**
+   * Begin a direct session: each op is encoded into one shared encoder as it is called, and
+   * crosses to the shim at commit()/finish(). With `flushEvery: n` the session also commits by
+   * itself every n dispatches, so the device starts on the first ones while TypeScript encodes
+   * the rest (one crossing per commit still; on Metal, one command buffer per commit).
+   */
+  begin(opts: { flushEvery?: number } = {}): GraphSession {
+    const f = opts.flushEvery ?? 0;
+    if (!Number.isInteger(f) || f < 0) invalid("GraphExecutor.begin", `flushEvery must be a non-negative integer, got ${String(f)}`);
+    return new GraphSession(this, "direct", this.#acquire("GraphExecutor.begin"), f);
   }
 
   /** Begin a record session: ops become a ComputeGraph, encoded and submitted at commit/finish. */

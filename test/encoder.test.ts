@@ -490,6 +490,21 @@ describe("sessions: misuse, dropping, counters", () => {
   });
 });
 
+describe("sessions that flush by themselves", () => {
+  test("flushEvery commits every n dispatches, in order, one crossing each", () => {
+    using buf = dev.alloc(256 * 4).fill(0, { type: "f32" });
+    using session = ex.begin({ flushEvery: 100 });
+    for (let i = 0; i < 1000; i++) session.dispatch(addScalar, { grid: 1, block: 256, args: [buf, i % 2 ? 2 : -1, 256] });
+    expect(session.stats.commits).toBe(10); // ten chunks handed over while encoding
+    session.finish();
+    expect(session.stats.commits).toBe(11); // finish()'s own commit found nothing left…
+    expect(session.stats.ffiCrossings).toBe(10); // …so it did not cross
+    expect(buf.read(Float32Array).every((v) => v === 500)).toBe(true);
+    expectGpuError(() => ex.begin({ flushEvery: -1 }), Status.INVALID_VALUE, /flushEvery/);
+    expectGpuError(() => ex.begin({ flushEvery: 1.5 }), Status.INVALID_VALUE, /flushEvery/);
+  });
+});
+
 describe("CommandEncoder: validation, growth, events, bad offsets", () => {
   const A = dev.alloc(4096), B = dev.alloc(4096);
 
