@@ -5,7 +5,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { bench, do_not_optimize, group, run, summary } from "mitata";
-import { N } from "../ffi/native";
+import { N, nativeView, readPtr, slot } from "../ffi/native";
+import { Signal } from "../ffi/symbols";
 import { Device, Program } from "../src";
 import { cpuKernels } from "../test/kernels";
 
@@ -73,5 +74,47 @@ group("compile", () => {
 });
 
 await run({ format: process.env.BENCH_JSON ? "json" : "mitata" });
+
+// Issue cost alone, with the worker out of the way: the stream is parked on a host signal while
+// 1000 launches are issued into its queue (from C, then from TypeScript), so neither side races
+// the worker for the queue; then the signal is released and the stream drained (untimed).
+N.bg_signal_create(slot(0));
+const sig = readPtr(0);
+N.bg_signal_address(sig, slot(0));
+const word = new Uint32Array(nativeView(readPtr(0), 4));
+const parked = (issue: () => void): number => {
+  N.bg_stream_host_signal(s.handle, sig);
+  while (Atomics.load(word, 0) !== Signal.REACHED) {} // Atomics: a plain load could be hoisted out of the loop
+  const t0 = Bun.nanoseconds();
+  issue();
+  const t = Bun.nanoseconds() - t0;
+  N.bg_signal_release(sig);
+  s.synchronize();
+  return t;
+};
+/** Median ns per launch of each of two issuers, sampled alternately so drift hits both alike. */
+const paired = (c: () => void, ts: () => void): [number, number] => {
+  for (let w = 0; w < 100; w++) parked(c), parked(ts); // warm both paths and the JIT
+  const a: number[] = [], b: number[] = [];
+  for (let r = 0; r < 400; r++) a.push(parked(c)), b.push(parked(ts));
+  const mid = (xs: number[]) => xs.sort((x, y) => x - y)[xs.length >> 1]! / ITER;
+  return [mid(a), mid(b)];
+};
+const rows: [string, () => void, () => void][] = [
+  ["empty kernel, no arguments", () => N.bg_bench_launch_loop(empty.handle, s.handle, 1, 1, noArgs, 0, ITER), () => {
+    for (let i = 0; i < ITER; i++) empty.launch(s, { grid: 1, block: 1, args: [] });
+  }],
+  ["3 typed arguments (buffer, f32, i32)", () => N.bg_bench_launch_loop(addScalar.handle, s.handle, 1, 1, argBlock, 3, ITER), () => {
+    for (let i = 0; i < ITER; i++) addScalar.launch(s, { grid: 1, block: 1, args: [buf, 1, 1] });
+  }],
+];
+if (!process.env.BENCH_JSON) {
+  console.log("\nissue cost per launch, worker parked (median of 400 × 1000 launches):");
+  for (const [name, c, ts] of rows) {
+    const [cns, tns] = paired(c, ts);
+    console.log(`  ${name.padEnd(38)} C ${cns.toFixed(1).padStart(6)} ns   TypeScript ${tns.toFixed(1).padStart(6)} ns   ${(tns / cns).toFixed(2)}×`);
+  }
+}
+N.bg_signal_destroy(sig);
 rmSync(cacheDir, { recursive: true, force: true });
 do_not_optimize(dev);

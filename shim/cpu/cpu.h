@@ -41,6 +41,7 @@ void cpu_name_started(pthread_t t, const char* name);
 #define CPU_INLINE_ARGS 8
 #define CPU_SPIN_NS 30000ull      /* an idle worker spins this long before it sleeps */
 #define CPU_SYNC_SPIN_NS 50000ull /* a waiting host thread spins this long before it sleeps */
+#define CPU_POP_BATCH 32          /* ops a worker takes from its queue under one lock */
 #define CPU_QUEUE_MAX (1u << 16)  /* ops a stream queues before enqueue blocks (CUDA blocks too) */
 
 typedef void (*cpu_kfn)(const bg_cpu_ctx*);

@@ -137,17 +137,25 @@ static void* worker_main(void* arg) {
       }
       continue;
     }
-    cpu_op op = s->q[s->head & (s->qcap - 1)];
-    s->head++;
+    /* Take what is queued (up to a batch) under one lock: with a backlog, the worker and the
+     * threads enqueuing hand the lock over once per batch rather than once per op. */
+    cpu_op batch[CPU_POP_BATCH];
+    uint32_t nb = 0;
+    while (nb < CPU_POP_BATCH && s->head != s->tail) {
+      batch[nb++] = s->q[s->head & (s->qcap - 1)];
+      s->head++;
+    }
     if (s->space_waiters) pthread_cond_broadcast(&s->cv_space); /* a full queue has room */
     pthread_mutex_unlock(&s->mu);
-    run_op(s, &op);
-    cpu_op_release(&op);
-    atomic_fetch_add(&s->completed, 1);
-    if (atomic_load(&s->waiters) > 0) {
-      pthread_mutex_lock(&s->mu);
-      pthread_cond_broadcast(&s->cv_done);
-      pthread_mutex_unlock(&s->mu);
+    for (uint32_t i = 0; i < nb; i++) {
+      run_op(s, &batch[i]);
+      cpu_op_release(&batch[i]);
+      atomic_fetch_add(&s->completed, 1); /* per op: query and events see each one finish */
+      if (atomic_load(&s->waiters) > 0) {
+        pthread_mutex_lock(&s->mu);
+        pthread_cond_broadcast(&s->cv_done);
+        pthread_mutex_unlock(&s->mu);
+      }
     }
     pthread_mutex_lock(&s->mu);
   }
