@@ -3,6 +3,7 @@
 import { N, check, slot, readPtr, readI32, readU64, scratchU8, MSG_AREA, readMsg, SCRATCH } from "../ffi/native";
 import { Backend, PROPS_SIZE, Status, type BackendName } from "../ffi/symbols";
 import { GpuError, invalid, disposed } from "./errors";
+import { blockUntil, hostFnsPending } from "./hostfn";
 import type { Buffer, HostBuffer } from "./buffer";
 import type { Stream, StreamOptions } from "./stream";
 import type { Event, EventOptions } from "./event";
@@ -42,7 +43,7 @@ export interface DeviceState {
    */
   dependents: Set<WeakRef<{ dispose(): void }>>;
   /** Streams created on this device, held weakly: what device.done() waits for. */
-  streams: Set<WeakRef<{ done(): Promise<void>; readonly disposed: boolean }>>;
+  streams: Set<WeakRef<{ done(): Promise<void>; readonly disposed: boolean; readonly handle: number }>>;
 }
 
 const BACKEND_NAMES: BackendName[] = ["cpu", "cuda", "metal"];
@@ -172,9 +173,24 @@ export class Device {
     return { free: readU64(0), total: readU64(1) };
   }
 
-  /** Wait for all work on the device. Blocking; done() is the non-blocking twin. */
+  /**
+   * Wait for all work on the device. Blocking; done() is the non-blocking twin. TypeScript host
+   * functions queued on its streams run meanwhile (the streams wait on this thread for them).
+   */
   synchronize(): void {
-    check(N.bg_device_synchronize(this.handle), "bg_device_synchronize", this.backend);
+    const h = this.handle;
+    if (hostFnsPending()) blockUntil(() => this.#allIdle(), "Device.synchronize");
+    check(N.bg_device_synchronize(h), "bg_device_synchronize", this.backend);
+  }
+
+  /** Whether the default stream and every live stream of this device have finished. */
+  #allIdle(): boolean {
+    if (N.bg_stream_query(this.defaultStream.handle) === Status.NOT_READY) return false;
+    for (const ref of this.state.streams) {
+      const s = ref.deref();
+      if (s && !s.disposed && N.bg_stream_query(s.handle) === Status.NOT_READY) return false;
+    }
+    return true;
   }
 
   /**

@@ -186,6 +186,16 @@ describe("host functions in stream order", () => {
     expect(ran).toBe(5);
   });
 
+  test("device.synchronize() runs queued host functions instead of deadlocking (subprocess)", () => {
+    const r = Bun.spawnSync(["bun", "run", `${import.meta.dir}/fixtures/device_sync_hostfn.ts`], {
+      cwd: `${import.meta.dir}/..`,
+      timeout: 20_000,
+    });
+    expect(r.stderr.toString()).toBe("");
+    expect(r.stdout.toString().trim()).toBe('["a","b","default"]');
+    expect(r.exitCode).toBe(0);
+  }, 30_000);
+
   test("a throwing host function is reported by the next wait, and the stream goes on", async () => {
     using st = dev.createStream();
     using b = dev.alloc(4).fill(0, { type: "f32" });
