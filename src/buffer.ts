@@ -5,6 +5,7 @@ import { N, check, slot, readPtr, nativeView } from "../ffi/native";
 import { Status } from "../ffi/symbols";
 import { Device, factories, type DeviceState } from "./device";
 import { GpuError, invalid, disposed } from "./errors";
+import { hostFnsPending } from "./hostfn";
 
 type TypedArray =
   | Int8Array | Uint8Array | Uint8ClampedArray | Int16Array | Uint16Array | Int32Array | Uint32Array
@@ -125,6 +126,7 @@ export class Buffer {
   /** Copy host data into the buffer at `offset` (synchronous). */
   write(data: HostData, opts: { offset?: number } = {}): this {
     const h = this.#live("Buffer.write");
+    if (hostFnsPending()) this.device.beforeSyncCopy("Buffer.write");
     const src = bytesOf(data);
     const offset = opts.offset ?? 0;
     this.#range("Buffer.write", offset, src.byteLength);
@@ -142,6 +144,7 @@ export class Buffer {
   read(into: DataView | ArrayBuffer, opts?: { offset?: number }): DataView | ArrayBuffer;
   read(into?: unknown, opts: { offset?: number } = {}): unknown {
     const h = this.#live("Buffer.read");
+    if (hostFnsPending()) this.device.beforeSyncCopy("Buffer.read");
     const offset = opts.offset ?? 0;
     checkSize("Buffer.read", "offset", offset);
     if (offset > this.byteLength) this.#range("Buffer.read", offset, 0);
@@ -164,6 +167,7 @@ export class Buffer {
   /** Device-to-device copy into `dst` (synchronous). Defaults: whole of this buffer. */
   copyTo(dst: Buffer, opts: { srcOffset?: number; dstOffset?: number; bytes?: number } = {}): void {
     const h = this.#live("Buffer.copyTo");
+    if (hostFnsPending()) this.device.beforeSyncCopy("Buffer.copyTo");
     if (!(dst instanceof Buffer)) invalid("Buffer.copyTo", "dst must be a Buffer");
     dst.#live("Buffer.copyTo");
     if (dst.#alloc.dev.handle !== this.#alloc.dev.handle)
@@ -180,6 +184,7 @@ export class Buffer {
   /** Fill with `value` as elements of `type` (default "u8"), over [offset, offset+bytes). */
   fill(value: number, opts: { type?: FillType; offset?: number; bytes?: number } = {}): this {
     const h = this.#live("Buffer.fill");
+    if (hostFnsPending()) this.device.beforeSyncCopy("Buffer.fill");
     const { pattern, size } = fillPattern("Buffer.fill", value, opts.type ?? "u8");
     const offset = opts.offset ?? 0;
     const bytes = opts.bytes ?? this.byteLength - offset;

@@ -3,7 +3,7 @@
 import { N, check, slot, readPtr, readI32, readU64, scratchU8, MSG_AREA, readMsg, SCRATCH } from "../ffi/native";
 import { Backend, PROPS_SIZE, Status, type BackendName } from "../ffi/symbols";
 import { GpuError, invalid, disposed } from "./errors";
-import { blockUntil, hostFnsPending } from "./hostfn";
+import { blockUntil, hostFnsPending, refuseSelfWait } from "./hostfn";
 import type { Buffer, HostBuffer } from "./buffer";
 import type { Stream, StreamOptions } from "./stream";
 import type { Event, EventOptions } from "./event";
@@ -43,7 +43,7 @@ export interface DeviceState {
    */
   dependents: Set<WeakRef<{ dispose(): void }>>;
   /** Streams created on this device, held weakly: what device.done() waits for. */
-  streams: Set<WeakRef<{ done(): Promise<void>; readonly disposed: boolean; readonly handle: number }>>;
+  streams: Set<WeakRef<{ done(): Promise<void>; readonly disposed: boolean; readonly handle: number; readonly nonBlocking: boolean }>>;
 }
 
 const BACKEND_NAMES: BackendName[] = ["cpu", "cuda", "metal"];
@@ -179,8 +179,30 @@ export class Device {
    */
   synchronize(): void {
     const h = this.handle;
+    refuseSelfWait("Device.synchronize", (s) => this.#streamHandles(false).includes(s));
     if (hostFnsPending()) blockUntil(() => this.#allIdle(), "Device.synchronize");
     check(N.bg_device_synchronize(h), "bg_device_synchronize", this.backend);
+  }
+
+  /** Native handles of the default stream and the live streams (only blocking ones if asked). */
+  #streamHandles(blockingOnly: boolean): number[] {
+    const out = [this.defaultStream.handle];
+    for (const ref of this.state.streams) {
+      const s = ref.deref();
+      if (s && !s.disposed && !(blockingOnly && s.nonBlocking)) out.push(s.handle);
+    }
+    return out;
+  }
+
+  /**
+   * @internal Before a synchronous copy or memset: it is ordered after the default stream's work
+   * (on CUDA, the legacy default stream also waits for every blocking stream), so host functions
+   * queued there run first, and a call from inside one of them is refused instead of hanging.
+   */
+  beforeSyncCopy(call: string): void {
+    const waited = this.backend === "cuda" ? this.#streamHandles(true) : [this.defaultStream.handle];
+    refuseSelfWait(call, (s) => waited.includes(s));
+    if (hostFnsPending()) blockUntil(() => waited.every((h) => N.bg_stream_query(h) !== Status.NOT_READY), call);
   }
 
   /** Whether the default stream and every live stream of this device have finished. */

@@ -12,6 +12,26 @@ interface Pending {
   fn: () => unknown;
   running: boolean;
   onError: (e: unknown) => void;
+  /** The native handle of the stream the function belongs to. */
+  stream: number;
+}
+
+/** The stream whose host function is executing right now on this thread, or 0. */
+let runningOn = 0;
+
+/**
+ * Refuse a blocking wait made from inside a host function when the wait includes that
+ * function's own stream: the stream is parked until the function returns, so the wait could
+ * never end. (CUDA forbids driver calls in host functions outright; here waits on other streams
+ * and reads of their results stay allowed.)
+ */
+export function refuseSelfWait(call: string, waitsOn: (stream: number) => boolean): void {
+  if (runningOn !== 0 && waitsOn(runningOn))
+    throw new GpuError(
+      Status.ILLEGAL_STATE,
+      `${call}: called from a host function of a stream it would wait for; that stream is held until the function returns. Use the stream's async forms, or do this after the function`,
+      { backend: "typescript", call },
+    );
 }
 
 const pool: { sig: number; word: Uint32Array }[] = [];
@@ -41,13 +61,17 @@ function release(p: Pending): void {
 function runOne(p: Pending): void {
   p.running = true;
   let result: unknown;
+  const outer = runningOn;
+  runningOn = p.stream;
   try {
     result = p.fn();
   } catch (e) {
+    runningOn = outer;
     p.onError(e);
     release(p);
     return;
   }
+  runningOn = outer;
   if (result && typeof (result as Promise<unknown>).then === "function") {
     (result as Promise<unknown>).then(
       () => release(p),
@@ -78,7 +102,7 @@ export function enqueueHostFn(stream: number, fn: () => unknown, onError: (e: un
     pool.push(s);
     check(rc, "bg_stream_host_signal", backend);
   }
-  pending.add({ ...s, fn, running: false, onError });
+  pending.add({ ...s, fn, running: false, onError, stream });
   kick();
 }
 

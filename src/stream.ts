@@ -6,7 +6,7 @@ import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buf
 import { Device, factories } from "./device";
 import { GpuError, invalid, disposed } from "./errors";
 import { Event } from "./event";
-import { blockUntil, enqueueHostFn, hostFnsPending } from "./hostfn";
+import { blockUntil, enqueueHostFn, hostFnsPending, refuseSelfWait } from "./hostfn";
 import { CaptureMode, beginCapture as beginCaptureOn, endCapture as endCaptureOn, type Graph } from "./capture";
 import { track, untrack } from "./lifetime";
 import { pollUntil } from "./poll";
@@ -28,6 +28,8 @@ export class Stream {
   readonly device: Device;
   readonly isDefault: boolean;
   readonly priority: number;
+  /** Created with { nonBlocking: true }: does not synchronise with the default stream. */
+  readonly nonBlocking: boolean;
   #handle: number;
   #live = true;
   /** Host memory async work reads or writes, kept referenced until the stream is seen idle. */
@@ -35,8 +37,9 @@ export class Stream {
   /** A host function's failure, reported by the next wait. */
   #error: unknown;
 
-  private constructor(device: Device, handle: number, isDefault: boolean, priority: number) {
+  private constructor(device: Device, handle: number, isDefault: boolean, priority: number, nonBlocking = false) {
     this.device = device;
+    this.nonBlocking = nonBlocking;
     this.#handle = handle;
     this.isDefault = isDefault;
     this.priority = priority;
@@ -50,7 +53,7 @@ export class Stream {
     const priority = opts.priority ?? 0;
     if (!Number.isInteger(priority)) invalid("Stream.create", `priority must be an integer, got ${priority}`);
     check(N.bg_stream_create(device.handle, opts.nonBlocking ? 1 : 0, priority, slot(0)), "bg_stream_create", device.backend);
-    return new Stream(device, readPtr(0), false, priority);
+    return new Stream(device, readPtr(0), false, priority, opts.nonBlocking ?? false);
   }
 
   /** @internal */
@@ -87,6 +90,7 @@ export class Stream {
   /** Block until every operation queued so far has finished. */
   synchronize(): void {
     const h = this.handle;
+    refuseSelfWait("Stream.synchronize", (s) => s === h);
     if (hostFnsPending()) blockUntil(() => N.bg_stream_query(h) !== Status.NOT_READY, "Stream.synchronize");
     check(N.bg_stream_synchronize(h), "bg_stream_synchronize", this.device.backend);
     this.#idle();

@@ -196,6 +196,22 @@ describe("host functions in stream order", () => {
     expect(r.exitCode).toBe(0);
   }, 30_000);
 
+  test("blocking calls and host functions: serviced from outside, refused from inside (subprocess)", () => {
+    const r = Bun.spawnSync(["bun", "run", `${import.meta.dir}/fixtures/hostfn_blocking.ts`], {
+      cwd: `${import.meta.dir}/..`,
+      timeout: 20_000,
+    });
+    expect(r.stderr.toString()).toBe("");
+    expect(JSON.parse(r.stdout.toString())).toEqual({
+      order: ["host function", "write returned"], // a sync copy runs the default stream's host function first
+      afterWrite: 7,
+      reported: "719 true", // a sync read inside a default-stream host function: refused, then reported
+      readInOther: 9, // reading inside another stream's host function is fine
+      selfSync: "401 true", // synchronising your own stream from its host function: ILLEGAL_STATE
+    });
+    expect(r.exitCode).toBe(0);
+  }, 30_000);
+
   test("a throwing host function is reported by the next wait, and the stream goes on", async () => {
     using st = dev.createStream();
     using b = dev.alloc(4).fill(0, { type: "f32" });
