@@ -8,7 +8,8 @@ const IMMEDIATE_PHASE_MS = 2;
 const MAX_DELAY_MS = 4;
 
 export function pollUntil(ready: () => boolean): Promise<void> {
-  serviceHostFns();
+  // Host functions run only in the asynchronous turns below, never inside the call that
+  // started the wait: `stream.hostFn(fn)` must return before `fn` can run.
   if (ready()) return Promise.resolve();
   return new Promise<void>((resolve, reject) => {
     const start = performance.now();

@@ -166,6 +166,23 @@ describe("host functions in stream order", () => {
     expect(b.read(Float32Array)[0]).toBe(101);
   });
 
+  test("a host function never runs inside the hostFn() call that queued it", async () => {
+    using st = dev.createStream();
+    let early = 0, ran = 0;
+    for (let i = 0; i < 300; i++) {
+      let mine = false;
+      st.hostFn(() => {
+        mine = true;
+        ran++;
+      });
+      if (mine) early++; // the idle stream reaches the signal at once: still not run here
+      if (i % 50 === 49) await st.done();
+    }
+    await st.done();
+    expect(early).toBe(0);
+    expect(ran).toBe(300);
+  });
+
   test("an async host function holds the stream until it settles", async () => {
     using st = dev.createStream();
     using b = dev.alloc(4).fill(0, { type: "f32" });
@@ -208,6 +225,11 @@ describe("host functions in stream order", () => {
       reported: "719 true", // a sync read inside a default-stream host function: refused, then reported
       readInOther: 9, // reading inside another stream's host function is fine
       selfSync: "401 true", // synchronising your own stream from its host function: ILLEGAL_STATE
+      eventBefore: "returned", // an event recorded on it before the function has completed
+      eventAfter: "401 true", // so is waiting for an event recorded on it after the function…
+      disposeSelf: "401 true", // …disposing it…
+      disposeDevice: "401 true", // …or its device
+      stillLive: true,
     });
     expect(r.exitCode).toBe(0);
   }, 30_000);
