@@ -257,6 +257,7 @@ export class Device {
    */
   dispose(): void {
     if (!this.state.open) return;
+    refuseSelfWait("Device.dispose", (s) => this.#streamHandles(false).includes(s));
     for (const ref of [...this.state.dependents]) {
       try {
         ref.deref()?.dispose();

@@ -4,7 +4,7 @@ import { N, check, slot, readPtr, readF32 } from "../ffi/native";
 import { Status } from "../ffi/symbols";
 import { Device, factories } from "./device";
 import { invalid, disposed } from "./errors";
-import { blockUntil, hostFnsPending } from "./hostfn";
+import { blockUntil, hostFnsPending, refuseSelfWait } from "./hostfn";
 import { track, untrack } from "./lifetime";
 import { pollUntil } from "./poll";
 import type { Stream } from "./stream";
@@ -21,6 +21,8 @@ export class Event {
   readonly timing: boolean;
   #handle: number;
   #live = true;
+  /** The native stream of the latest record (0: never recorded), for the host-function guard. */
+  #recordedOn = 0;
 
   private constructor(device: Device, handle: number, timing: boolean) {
     this.device = device;
@@ -51,6 +53,7 @@ export class Event {
     const s = stream ?? this.device.defaultStream;
     if (s.device.handle !== this.device.handle) invalid("Event.record", "stream of another device");
     check(N.bg_event_record(this.handle, s.handle), "bg_event_record", this.device.backend);
+    this.#recordedOn = s.handle;
     return this;
   }
 
@@ -64,6 +67,9 @@ export class Event {
 
   synchronize(): void {
     const h = this.handle;
+    // Inside a host function: refused only if the record is on that function's stream and not
+    // yet reached (a record before the function has completed already and is fine to wait on).
+    refuseSelfWait("Event.synchronize", (s) => s === this.#recordedOn && N.bg_event_query(h) === Status.NOT_READY);
     if (hostFnsPending()) blockUntil(() => N.bg_event_query(h) !== Status.NOT_READY, "Event.synchronize");
     check(N.bg_event_synchronize(h), "bg_event_synchronize", this.device.backend);
   }

@@ -255,6 +255,7 @@ export class Stream {
       this.#live = false;
       return;
     }
+    refuseSelfWait("Stream.dispose", (s) => s === this.#handle);
     if (hostFnsPending()) blockUntil(() => N.bg_stream_query(this.#handle) !== Status.NOT_READY, "Stream.dispose");
     this.#live = false;
     untrack(this);
