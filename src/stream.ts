@@ -219,6 +219,13 @@ export class Stream {
    */
   hostFn(fn: () => unknown): this {
     if (typeof fn !== "function") invalid("Stream.hostFn", "expected a function");
+    // Captured, it would become a graph node replayed with no JS thread waiting to release it.
+    if (!this.isDefault && this.captureStatus() !== "None")
+      throw new GpuError(
+        Status.STREAM_CAPTURE_UNSUPPORTED,
+        "Stream.hostFn: a TypeScript host function cannot be captured into a graph (every replay would wait on the JS thread); run it after launching the graph",
+        { backend: "typescript", call: "Stream.hostFn" },
+      );
     enqueueHostFn(this.handle, fn, (e) => (this.#error ??= e), this.device.backend);
     return this;
   }

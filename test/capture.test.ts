@@ -93,6 +93,20 @@ describe("capture and replay", () => {
     expect(dev.defaultStream.captureStatus()).toBe("None");
   });
 
+  test("a TypeScript host function is refused during capture; the capture goes on", () => {
+    using st = dev.createStream();
+    using buf = dev.alloc(N_EL * 4).fill(0, { type: "f32" });
+    st.beginCapture();
+    add(st, buf, 1);
+    expectGpuError(() => st.hostFn(() => {}), Status.STREAM_CAPTURE_UNSUPPORTED, /cannot be captured/);
+    add(st, buf, 2);
+    using exec = st.endCapture().instantiate();
+    exec.launch(st);
+    exec.launch(st);
+    st.synchronize();
+    expect(all(buf, 6)).toBe(true);
+  });
+
   test("bad arguments throw before the FFI and change nothing", () => {
     using st = dev.createStream();
     expectGpuError(() => st.beginCapture(1 as never), Status.INVALID_VALUE, /CaptureMode/);
