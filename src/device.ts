@@ -1,6 +1,6 @@
 // Device: one opened backend device. Device.open("cpu" | "cuda[:N]" | "metal[:N]"),
 // Device.default() (CUDA, then Metal, then CPU; BUNGPU_DEVICE overrides), Device.list().
-import { N, check, slot, readPtr, readI32, readU64, scratchU8, MSG_AREA, readMsg, SCRATCH } from "../ffi/native";
+import { N, check, slot, readPtr, readI32, readU64, scratchU8, MSG_AREA, readMsg } from "../ffi/native";
 import { Backend, PROPS_SIZE, Status, type BackendName } from "../ffi/symbols";
 import { GpuError, invalid, disposed } from "./errors";
 import { blockUntil, hostFnsPending, refuseSelfWait } from "./hostfn";
@@ -179,18 +179,27 @@ export class Device {
    */
   synchronize(): void {
     const h = this.handle;
-    refuseSelfWait("Device.synchronize", (s) => this.#streamHandles(false).includes(s));
-    if (hostFnsPending()) blockUntil(() => this.#allIdle(), "Device.synchronize");
+    const all = this.#streamHandles(false);
+    refuseSelfWait("Device.synchronize", (s) => all.includes(s));
+    if (hostFnsPending()) blockUntil(() => idle(all), "Device.synchronize");
     check(N.bg_device_synchronize(h), "bg_device_synchronize", this.backend);
+  }
+
+  /** The live streams created on this device; forgets the ones collected or disposed. */
+  #liveStreams(): { done(): Promise<void>; readonly handle: number; readonly nonBlocking: boolean }[] {
+    const out = [];
+    for (const ref of this.state.streams) {
+      const s = ref.deref();
+      if (!s || s.disposed) this.state.streams.delete(ref);
+      else out.push(s);
+    }
+    return out;
   }
 
   /** Native handles of the default stream and the live streams (only blocking ones if asked). */
   #streamHandles(blockingOnly: boolean): number[] {
     const out = [this.defaultStream.handle];
-    for (const ref of this.state.streams) {
-      const s = ref.deref();
-      if (s && !s.disposed && !(blockingOnly && s.nonBlocking)) out.push(s.handle);
-    }
+    for (const s of this.#liveStreams()) if (!(blockingOnly && s.nonBlocking)) out.push(s.handle);
     return out;
   }
 
@@ -202,17 +211,7 @@ export class Device {
   beforeSyncCopy(call: string): void {
     const waited = this.backend === "cuda" ? this.#streamHandles(true) : [this.defaultStream.handle];
     refuseSelfWait(call, (s) => waited.includes(s));
-    if (hostFnsPending()) blockUntil(() => waited.every((h) => N.bg_stream_query(h) !== Status.NOT_READY), call);
-  }
-
-  /** Whether the default stream and every live stream of this device have finished. */
-  #allIdle(): boolean {
-    if (N.bg_stream_query(this.defaultStream.handle) === Status.NOT_READY) return false;
-    for (const ref of this.state.streams) {
-      const s = ref.deref();
-      if (s && !s.disposed && N.bg_stream_query(s.handle) === Status.NOT_READY) return false;
-    }
-    return true;
+    if (hostFnsPending()) blockUntil(() => idle(waited), call);
   }
 
   /**
@@ -220,13 +219,7 @@ export class Device {
    * and each one created through bungpu) has finished; never blocks the event loop.
    */
   async done(): Promise<void> {
-    const waits: Promise<void>[] = [this.defaultStream.done()];
-    for (const ref of this.state.streams) {
-      const s = ref.deref();
-      if (!s || s.disposed) this.state.streams.delete(ref);
-      else waits.push(s.done());
-    }
-    await Promise.all(waits);
+    await Promise.all([this.defaultStream, ...this.#liveStreams()].map((s) => s.done()));
   }
 
   get defaultStream(): Stream {
@@ -281,10 +274,7 @@ export class Device {
   }
 }
 
-/** Throw unless `d` is open; returns its handle. */
-export function liveHandle(d: DeviceState, call: string): number {
-  if (!d.open) disposed(call, "device");
-  return d.handle;
+/** Whether every one of these native streams has finished its work. */
+function idle(streams: number[]): boolean {
+  return streams.every((h) => N.bg_stream_query(h) !== Status.NOT_READY);
 }
-
-void SCRATCH;

@@ -34,6 +34,8 @@ export class Stream {
   #live = true;
   /** Host memory async work reads or writes, kept referenced until the stream is seen idle. */
   #keep: unknown[] = [];
+  /** This stream's entry in its device's stream set (what device.done() waits for). */
+  #registered: WeakRef<Stream> | undefined;
   /** A host function's failure, reported by the next wait. */
   #error: unknown;
 
@@ -45,7 +47,8 @@ export class Stream {
     this.priority = priority;
     if (!isDefault) {
       track(this, device.state, handle, "stream");
-      device.state.streams.add(new WeakRef(this));
+      this.#registered = new WeakRef(this);
+      device.state.streams.add(this.#registered);
     }
   }
 
@@ -266,6 +269,7 @@ export class Stream {
     if (hostFnsPending()) blockUntil(() => N.bg_stream_query(this.#handle) !== Status.NOT_READY, "Stream.dispose");
     this.#live = false;
     untrack(this);
+    if (this.#registered) this.device.state.streams.delete(this.#registered);
     for (const ev of this.#spare.splice(0)) ev.dispose();
     check(N.bg_stream_destroy(this.#handle), "bg_stream_destroy", this.device.backend);
     this.#idle();
