@@ -4,8 +4,7 @@
 // and CUDA unified addresses fit in 53 bits.
 import { FFIType } from "bun:ffi";
 
-const { i32, u32, u64, f32, ptr, void: none } = FFIType;
-void f32;
+const { i32, u32, u64, ptr } = FFIType;
 
 export const ABI_VERSION = 2;
 
@@ -138,7 +137,6 @@ export const symbols = {
   bg_bench_issue_loop: { args: [ptr /* stream */, ptr /* bytes */, u64 /* len */, u64 /* iters */], returns: i32 },
 } as const;
 
-void none;
 
 export type Symbols = typeof symbols;
 

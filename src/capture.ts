@@ -230,7 +230,7 @@ export class GraphExec {
    */
   setKernelArgs(index: number, kernel: Kernel, args: readonly ArgValue[]): this {
     const call = "GraphExec.setKernelArgs";
-    const x = this.handle;
+    this.handle; // throws first if the exec or its device is gone
     if (!Number.isInteger(index) || index < 0 || index >= this.kernelNodeCount)
       invalid(call, `kernel node ${index} out of range (the graph has ${this.kernelNodeCount})`);
     if (!kernel || typeof kernel !== "object" || !Array.isArray((kernel as Kernel).signature)) invalid(call, "expected a Kernel");

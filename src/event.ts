@@ -104,4 +104,3 @@ export class Event {
 }
 
 factories.event = (d, o) => Event.create(d, o);
-void readPtr;

@@ -194,7 +194,6 @@ function planArena(items: { bytes: number; life: readonly [number, number] }[]):
 
 export class ExecutionPlan {
   readonly #device: Device;
-  readonly #sched: Scheduled;
   readonly #kernels: PreparedKernel[];
   readonly #compiled: Kernel[];
   readonly #gens: GeneratedKernel[];
@@ -250,7 +249,6 @@ export class ExecutionPlan {
       gens = sched.kernels.map((k) => generateCached(k.ir, lang));
       kvars = sched.kernels.map((k) => k.ir.vars);
     }
-    this.#sched = sched;
     for (const [name, v] of sched.vars) {
       this.#vars.set(name, v);
       this.#vals.set(name, v.bound ? v.value : v.max);
