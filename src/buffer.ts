@@ -36,15 +36,20 @@ interface Allocation {
   live: boolean;
 }
 
-const registry = new FinalizationRegistry<Allocation>((a) => {
-  if (a.live && a.dev.open) {
-    a.live = false;
-    N.bg_mem_free(a.dev.handle, a.address);
-  }
-});
-
 /** Bytes currently allocated through Buffer.alloc (live allocations), per process. */
 export const memoryStats = { liveAllocations: 0, liveBytes: 0 };
+
+/** Free an allocation once, by dispose() or the finaliser alike; returns the shim's status. */
+function release(a: Allocation): number {
+  if (!a.live) return 0;
+  a.live = false;
+  if (a.bytes === 0) return 0;
+  memoryStats.liveAllocations--;
+  memoryStats.liveBytes -= a.bytes;
+  return a.dev.open ? N.bg_mem_free(a.dev.handle, a.address) : 0; // a closed device freed it
+}
+
+const registry = new FinalizationRegistry<Allocation>((a) => void release(a));
 
 export class Buffer {
   readonly device: Device;
@@ -199,14 +204,8 @@ export class Buffer {
   /** Free the allocation (a view only forgets itself). Idempotent. */
   dispose(): void {
     if (this.isView || !this.#alloc.live) return;
-    this.#alloc.live = false;
     registry.unregister(this.#alloc);
-    if (this.#alloc.bytes > 0) {
-      memoryStats.liveAllocations--;
-      memoryStats.liveBytes -= this.#alloc.bytes;
-      if (this.#alloc.dev.open)
-        check(N.bg_mem_free(this.#alloc.dev.handle, this.#alloc.address), "bg_mem_free", this.device.backend);
-    }
+    check(release(this.#alloc), "bg_mem_free", this.device.backend);
   }
 
   [Symbol.dispose](): void {

@@ -14,4 +14,5 @@ test.skipIf(process.platform !== "linux")("forgotten streams, events and modules
   expect(out.released.module).toBeGreaterThanOrEqual(1);
   expect(out.w2).toBe(out.w0); // and their threads are gone
   expect(out.afterDispose).toBe(16); // a disposed stream is not released twice
+  expect(out.buffers).toEqual([8 << 20, 0]); // forgotten buffers freed, and counted as freed
 }, 60_000);
