@@ -3,7 +3,7 @@
 import { N, check, slot, readPtr, readI32, readU64, scratchU8, MSG_AREA, readMsg } from "../ffi/native";
 import { Backend, PROPS_SIZE, Status, type BackendName } from "../ffi/symbols";
 import { GpuError, invalid, disposed } from "./errors";
-import { blockUntil, hostFnsPending, refuseSelfWait } from "./hostfn";
+import { beforeBlockingWait, refuseSelfWait } from "./hostfn";
 import type { Buffer, HostBuffer } from "./buffer";
 import type { Stream, StreamOptions } from "./stream";
 import type { Event, EventOptions } from "./event";
@@ -180,8 +180,7 @@ export class Device {
   synchronize(): void {
     const h = this.handle;
     const all = this.#streamHandles(false);
-    refuseSelfWait("Device.synchronize", (s) => all.includes(s));
-    if (hostFnsPending()) blockUntil(() => idle(all), "Device.synchronize");
+    beforeBlockingWait("Device.synchronize", (s) => all.includes(s), () => idle(all));
     check(N.bg_device_synchronize(h), "bg_device_synchronize", this.backend);
   }
 
@@ -210,8 +209,7 @@ export class Device {
    */
   beforeSyncCopy(call: string): void {
     const waited = this.backend === "cuda" ? this.#streamHandles(true) : [this.defaultStream.handle];
-    refuseSelfWait(call, (s) => waited.includes(s));
-    if (hostFnsPending()) blockUntil(() => idle(waited), call);
+    beforeBlockingWait(call, (s) => waited.includes(s), () => idle(waited));
   }
 
   /**

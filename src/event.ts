@@ -4,7 +4,7 @@ import { N, check, slot, readPtr, readF32 } from "../ffi/native";
 import { Status } from "../ffi/symbols";
 import { Device, factories } from "./device";
 import { invalid, disposed } from "./errors";
-import { blockUntil, hostFnsPending, refuseSelfWait } from "./hostfn";
+import { beforeBlockingWait } from "./hostfn";
 import { track, untrack } from "./lifetime";
 import { pollUntil } from "./poll";
 import type { Stream } from "./stream";
@@ -69,8 +69,8 @@ export class Event {
     const h = this.handle;
     // Inside a host function: refused only if the record is on that function's stream and not
     // yet reached (a record before the function has completed already and is fine to wait on).
-    refuseSelfWait("Event.synchronize", (s) => s === this.#recordedOn && N.bg_event_query(h) === Status.NOT_READY);
-    if (hostFnsPending()) blockUntil(() => N.bg_event_query(h) !== Status.NOT_READY, "Event.synchronize");
+    const reached = () => N.bg_event_query(h) !== Status.NOT_READY;
+    beforeBlockingWait("Event.synchronize", (s) => s === this.#recordedOn && !reached(), reached);
     check(N.bg_event_synchronize(h), "bg_event_synchronize", this.device.backend);
   }
 

@@ -116,6 +116,16 @@ function kick(): void {
 }
 
 /**
+ * Before a blocking native wait: refuse it if made from inside a host function of a stream it
+ * waits on (`waitsOn`), and otherwise run the queued host functions until `ready()`, so the
+ * native wait that follows cannot be held up by the JS thread.
+ */
+export function beforeBlockingWait(call: string, waitsOn: (stream: number) => boolean, ready: () => boolean): void {
+  refuseSelfWait(call, waitsOn);
+  if (pending.size) blockUntil(ready, call);
+}
+
+/**
  * Block the JS thread until `ready()` holds, running host functions meanwhile (a blocking wait
  * would otherwise deadlock on a stream held for the JS thread). An async host function cannot be
  * finished while the thread is blocked: that is refused with a GpuError instead of hanging.

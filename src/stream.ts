@@ -6,7 +6,7 @@ import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buf
 import { Device, factories } from "./device";
 import { GpuError, invalid, disposed } from "./errors";
 import { Event } from "./event";
-import { blockUntil, enqueueHostFn, hostFnsPending, refuseSelfWait } from "./hostfn";
+import { beforeBlockingWait, enqueueHostFn } from "./hostfn";
 import { CaptureMode, beginCapture as beginCaptureOn, endCapture as endCaptureOn, type Graph } from "./capture";
 import { track, untrack } from "./lifetime";
 import { pollUntil } from "./poll";
@@ -93,8 +93,7 @@ export class Stream {
   /** Block until every operation queued so far has finished. */
   synchronize(): void {
     const h = this.handle;
-    refuseSelfWait("Stream.synchronize", (s) => s === h);
-    if (hostFnsPending()) blockUntil(() => N.bg_stream_query(h) !== Status.NOT_READY, "Stream.synchronize");
+    beforeBlockingWait("Stream.synchronize", (s) => s === h, () => N.bg_stream_query(h) !== Status.NOT_READY);
     check(N.bg_stream_synchronize(h), "bg_stream_synchronize", this.device.backend);
     this.#idle();
     this.#raise("Stream.synchronize");
@@ -265,8 +264,8 @@ export class Stream {
       this.#live = false;
       return;
     }
-    refuseSelfWait("Stream.dispose", (s) => s === this.#handle);
-    if (hostFnsPending()) blockUntil(() => N.bg_stream_query(this.#handle) !== Status.NOT_READY, "Stream.dispose");
+    const h = this.#handle;
+    beforeBlockingWait("Stream.dispose", (s) => s === h, () => N.bg_stream_query(h) !== Status.NOT_READY);
     this.#live = false;
     untrack(this);
     if (this.#registered) this.device.state.streams.delete(this.#registered);
