@@ -3,7 +3,7 @@
 import { N, check, slot, readPtr, readI32, readU64, scratchU8, MSG_AREA, readMsg } from "../ffi/native";
 import { Backend, PROPS_SIZE, Status, type BackendName } from "../ffi/symbols";
 import { GpuError, invalid, disposed } from "./errors";
-import { beforeBlockingWait, refuseSelfWait } from "./hostfn";
+import { beforeBlockingWait } from "./hostfn";
 import type { Buffer, HostBuffer } from "./buffer";
 import type { Stream, StreamOptions } from "./stream";
 import type { Event, EventOptions } from "./event";
@@ -248,7 +248,9 @@ export class Device {
    */
   dispose(): void {
     if (!this.state.open) return;
-    refuseSelfWait("Device.dispose", (s) => this.#streamHandles(false).includes(s));
+    // Closing the device drains its streams: queued host functions must run first.
+    const all = this.#streamHandles(false);
+    beforeBlockingWait("Device.dispose", (s) => all.includes(s), () => idle(all));
     for (const ref of [...this.state.dependents]) {
       try {
         ref.deref()?.dispose();

@@ -203,13 +203,13 @@ describe("host functions in stream order", () => {
     expect(ran).toBe(5);
   });
 
-  test("device.synchronize() runs queued host functions instead of deadlocking (subprocess)", () => {
+  test("device.synchronize() and dispose() run queued host functions instead of deadlocking (subprocess)", () => {
     const r = Bun.spawnSync(["bun", "run", `${import.meta.dir}/fixtures/device_sync_hostfn.ts`], {
       cwd: `${import.meta.dir}/..`,
       timeout: 20_000,
     });
     expect(r.stderr.toString()).toBe("");
-    expect(r.stdout.toString().trim()).toBe('["a","b","default"]');
+    expect(r.stdout.toString().trim()).toBe('["a","b","before dispose","default"]');
     expect(r.exitCode).toBe(0);
   }, 30_000);
 
