@@ -1779,7 +1779,8 @@ static void finish_func(struct CUfunc_st* f) {
 }
 
 static int ptx_isa_supported(void) { /* newest PTX ISA (x10) the simulated driver JITs */
-  int v = g_driver_version, major = v / 1000, minor = (v % 1000) / 10;
+  const char* env = getenv("CUDASIM_DRIVER_VERSION");
+  int v = env && atoi(env) > 0 ? atoi(env) : g_driver_version, major = v / 1000, minor = (v % 1000) / 10;
   if (major >= 13) return 90 + minor;
   if (major == 12) return minor <= 5 ? 80 + minor : minor == 6 ? 85 : 79 + minor;
   if (major == 11) return 70 + minor;
@@ -2342,6 +2343,7 @@ EXPORT CUresult cuStreamEndCapture(bgcu_stream h, bgcu_graph* pg) {
   ENTER();
   STREAM(s, h);
   if (!pg) RETURN(failf(E_INVALID_VALUE, "NULL graph out-pointer"));
+  *pg = NULL;
   capture* c = s->cap;
   if (!c) RETURN(failf(E_ILLEGAL_STATE, "the stream is not capturing"));
   if (c->origin != s) {
