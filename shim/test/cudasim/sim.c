@@ -362,7 +362,7 @@ static int is_pinned_host(const void* p) {
 /* ---- kernels by name ----------------------------------------------------------------------- */
 typedef struct reg_kernel { char* name; sim_kernel_fn fn; struct reg_kernel* next; } reg_kernel;
 static reg_kernel* g_registered;
-typedef struct lib { char* path; void* h; struct lib* next; } lib;
+typedef struct lib { char* path; void* h; int prio; struct lib* next; } lib; /* by prio */
 static lib* g_libs;
 static pthread_mutex_t g_lib_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -378,23 +378,27 @@ EXPORT void cudasim_register_kernel(const char* name, sim_kernel_fn fn) {
   pthread_mutex_unlock(&g_lib_lock);
 }
 
-static void open_lib(const char* path) {
+/* Libraries are searched in the order of their BUNGPU_SIM_KERNELS entries (prio), then opening. */
+static void open_lib(const char* path, int prio) {
   for (lib* l = g_libs; l; l = l->next)
     if (!strcmp(l->path, path)) return;
   lib* l = calloc(1, sizeof *l);
   if (!l) return;
   l->path = strdup(path);
+  l->prio = prio;
   l->h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!l->h && getenv("CUDASIM_VERBOSE")) fprintf(stderr, "cudasim: dlopen %s: %s\n", path, dlerror());
-  l->next = g_libs;
-  g_libs = l;
+  lib** p = &g_libs;
+  while (*p && (*p)->prio <= prio) p = &(*p)->next;
+  l->next = *p;
+  *p = l;
 }
 
-static void scan_path(const char* path, int depth) {
+static void scan_path(const char* path, int depth, int prio) {
   struct stat st;
   if (depth > 8 || stat(path, &st) != 0) return;
   if (S_ISREG(st.st_mode)) {
-    open_lib(path);
+    open_lib(path, prio);
     return;
   }
   if (!S_ISDIR(st.st_mode)) return;
@@ -408,8 +412,8 @@ static void scan_path(const char* path, int depth) {
     size_t len = strlen(e->d_name);
     struct stat ss;
     if (stat(sub, &ss) != 0) continue;
-    if (S_ISDIR(ss.st_mode)) scan_path(sub, depth + 1);
-    else if (len > 3 && !strcmp(e->d_name + len - 3, ".so")) open_lib(sub);
+    if (S_ISDIR(ss.st_mode)) scan_path(sub, depth + 1, prio);
+    else if (len > 3 && !strcmp(e->d_name + len - 3, ".so")) open_lib(sub, prio);
   }
   closedir(d);
 }
@@ -432,17 +436,15 @@ static sim_kernel_fn find_host_twin(const char* name) {
   sim_kernel_fn fn = NULL;
   for (reg_kernel* r = g_registered; r && !fn; r = r->next)
     if (!strcmp(r->name, name)) fn = r->fn;
-  if (!fn) fn = lookup_in_libs(name);
-  if (!fn) { /* rescan: libraries may have been added since */
-    const char* env = getenv("BUNGPU_SIM_KERNELS");
-    if (env && *env) {
-      char* copy = strdup(env);
-      for (char* save = NULL, *p = strtok_r(copy, ":", &save); p; p = strtok_r(NULL, ":", &save))
-        scan_path(p, 0);
-      free(copy);
-      fn = lookup_in_libs(name);
-    }
+  const char* env = getenv("BUNGPU_SIM_KERNELS");
+  if (!fn && env && *env) { /* (re)scan: libraries may have been added since */
+    char* copy = strdup(env);
+    int prio = 0;
+    for (char* save = NULL, *p = copy ? strtok_r(copy, ":", &save) : NULL; p; p = strtok_r(NULL, ":", &save))
+      scan_path(p, 0, prio++);
+    free(copy);
   }
+  if (!fn) fn = lookup_in_libs(name);
   pthread_mutex_unlock(&g_lib_lock);
   return fn;
 }

@@ -5,6 +5,7 @@
  * vadd(const float*, const float*, float*, int)> adds the CUBIN case. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -159,6 +160,7 @@ static void test_async_and_legacy_rules(void) {
   OK(copy_int(NULL, x, seen));
   OK(cuStreamSynchronize(NULL));
   EQ(*seen, 2);
+  OK(cuStreamSynchronize(nonblocking));
   OK(slow_store(NULL, x, 4, 150));
   OK(copy_int(nonblocking, x, seen));
   OK(cuStreamSynchronize(nonblocking));
@@ -244,7 +246,7 @@ static void parked(void* arg) {
 }
 /* The child: a host function waits for this thread, which calls an implicitly synchronising API
  * first. The driver (and the simulator) never return from it. */
-static int deadlock_child(const char* what) {
+static int deadlock_child(const char* what, int fd) {
   alarm(20); /* never outlive the parent by much */
   bgcu_stream s;
   OK(cuStreamCreateWithPriority(&s, BGCU_STREAM_NON_BLOCKING, 0));
@@ -257,35 +259,49 @@ static int deadlock_child(const char* what) {
   int control = !strcmp(what, "control");
   if (!control) OK(cuLaunchHostFunc(s, parked, NULL));
   bgcu_result rc = 0;
+  if (write(fd, "c", 1) != 1) return 2; /* calling */
   if (!strcmp(what, "memfree") || control) rc = cuMemFree_v2(d);
   else if (!strcmp(what, "memfreehost")) rc = cuMemFreeHost(h);
   else if (!strcmp(what, "moduleunload")) rc = cuModuleUnload(m2);
   else if (!strcmp(what, "ctxsync")) rc = cuCtxSynchronize();
   __atomic_store_n(&released, 1, __ATOMIC_RELEASE); /* too late unless the call returned */
-  printf("returned %u\n", rc);
-  return fails ? 1 : 0;
+  if (write(fd, "r", 1) != 1) return 2; /* returned */
+  return fails || rc ? 1 : 0;
 }
 static void test_implicit_sync_deadlocks(const char* self) {
   const char* cases[] = {"control", "memfree", "memfreehost", "moduleunload", "ctxsync"};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int fds[2];
+    if (pipe(fds) != 0) return;
     pid_t pid = fork();
     if (pid == 0) {
-      execl(self, self, "deadlock", cases[i], (char*)NULL);
+      close(fds[0]);
+      char fd[16];
+      snprintf(fd, sizeof fd, "%d", fds[1]);
+      execl(self, self, "deadlock", cases[i], fd, (char*)NULL);
       _exit(127);
     }
-    int status = 0, done = 0;
-    for (int t = 0; t < (i == 0 ? 200 : 60) && !done; t++) { /* control: up to 10 s; others 3 s */
-      if (waitpid(pid, &status, WNOHANG) == pid) done = 1;
-      else sleep_ms(50);
+    close(fds[1]);
+    /* up to 30 s for the child to reach the call (a loaded machine), then 2 s for it to return */
+    char got[2] = {0, 0};
+    int n = 0;
+    struct pollfd pf = {fds[0], POLLIN, 0};
+    for (double deadline = now_ms() + 30000; n < 2 && now_ms() < deadline;) {
+      if (poll(&pf, 1, 50) > 0) {
+        ssize_t k = read(fds[0], got + n, 1);
+        if (k <= 0) break;
+        if (++n == 1) deadline = now_ms() + 2000;
+      }
     }
-    if (!done) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-    }
+    close(fds[0]);
+    int status = 0;
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    int reached = n >= 1 && got[0] == 'c', done = n == 2 && got[1] == 'r';
     checks++;
     int want_deadlock = i != 0;
-    if (want_deadlock ? done : !(done && WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-      printf("FAIL implicit sync %s: %s\n", cases[i], done ? "returned" : "deadlocked");
+    if (!reached || (want_deadlock ? done : !done)) {
+      printf("FAIL implicit sync %s: %s\n", cases[i], !reached ? "the child never reached the call" : done ? "returned" : "deadlocked");
       fails++;
     } else {
       printf("ok implicit sync %s: %s\n", cases[i], want_deadlock ? "deadlocks behind a parked host function (caught by timeout)" : "returns when no host function is parked");
@@ -723,9 +739,9 @@ int main(int argc, char** argv) {
   bgcu_context ctx;
   OK(cuDevicePrimaryCtxRetain(&ctx, 0));
   OK(cuCtxSetCurrent(ctx));
-  if (argc == 3 && !strcmp(argv[1], "deadlock")) {
+  if (argc >= 3 && !strcmp(argv[1], "deadlock")) {
     OK(cuModuleLoadDataEx(&mod, PTX, 0, NULL, NULL));
-    return deadlock_child(argv[2]);
+    return deadlock_child(argv[2], argc > 3 ? atoi(argv[3]) : 1);
   }
   OK(cuModuleLoadDataEx(&mod, PTX, 0, NULL, NULL));
   test_async_and_legacy_rules();

@@ -1,0 +1,115 @@
+// The CUDA driver simulator (shim/test/cudasim): its own tests of each driver rule it models, and
+// the cross-backend suite (test/backends.test.ts) run unchanged against it, in subprocesses.
+//
+// The suite's "on cuda:0" block runs the CUDA backend through the simulator: real NVRTC builds the
+// CUBINs, the simulator loads them and runs each kernel as a host twin: translated from the
+// kernel's own CUDA C when it has no shared memory or barriers (twins_preload.ts), else the CPU
+// kernel of the same name, which a first CPU-only run of the suite compiles into a fresh cache.
+import { describe, expect, test } from "bun:test";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { nvrtc } from "./nvrtc_env";
+
+const root = join(import.meta.dir, "..");
+const simDir = join(root, "shim/test/cudasim");
+const cc = Bun.which("cc") ?? Bun.which("gcc") ?? Bun.which("clang");
+const gcc = Bun.which("gcc");
+const linux = process.platform === "linux";
+const nvcc = Bun.which("nvcc") ?? (existsSync("/usr/local/cuda/bin/nvcc") ? "/usr/local/cuda/bin/nvcc" : null);
+
+/** The environment without any variable that would point the run at another driver or device. */
+function baseEnv(extra: Record<string, string>): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env))
+    if (v !== undefined && !/^(BUNGPU_LIBCUDA|BUNGPU_DEVICE|BUNGPU_SIM_KERNELS|BUNGPU_CACHE_DIR|CUDASIM_)/.test(k)) env[k] = v;
+  return { ...env, ...extra };
+}
+
+describe("CUDA driver simulator", () => {
+  test.skipIf(!gcc || !linux)("its own tests: each modelled driver rule, under ASan/UBSan", () => {
+    const work = mkdtempSync(join(tmpdir(), "bungpu-cudasim-"));
+    try {
+      const env: Record<string, string> = baseEnv({});
+      if (nvcc) {
+        // A real sm_90 CUBIN for the ELF path, when nvcc is here (NVRTC CUBINs are covered below).
+        writeFileSync(join(work, "vadd.cu"), 'extern "C" __global__ void vadd(const float* a, const float* b, float* c, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) c[i] = a[i] + b[i]; }\n');
+        const r = Bun.spawnSync([nvcc, "-cubin", "-arch=sm_90", "-o", join(work, "vadd.cubin"), join(work, "vadd.cu")], { stderr: "pipe", timeout: 60_000 });
+        if (r.exitCode === 0) env.CUDASIM_TEST_CUBIN = join(work, "vadd.cubin");
+      }
+      const r = Bun.spawnSync(["bash", join(simDir, "run.sh"), "sim_test"], { env, stdout: "pipe", stderr: "pipe", timeout: 150_000 });
+      const out = r.stdout.toString();
+      expect(r.stderr.toString()).not.toMatch(/ERROR: AddressSanitizer|runtime error:/);
+      expect(out).not.toContain("FAIL");
+      for (const want of [
+        "ok streams: asynchronous, legacy/blocking/non-blocking ordering",
+        "ok API synchronization behaviour",
+        "ok host functions: one serialized driver thread, CUDA calls from it give 800",
+        "ok implicit sync control: returns",
+        "ok implicit sync memfree: deadlocks",
+        "ok implicit sync memfreehost: deadlocks",
+        "ok implicit sync moduleunload: deadlocks",
+        "ok implicit sync ctxsync: deadlocks",
+        "ok capture legality: 900 901 902 903 904 905 906 907 908",
+        "ok graphs: memset/memcpy/kernel/host nodes",
+        "ok event timing: 400 unrecorded / no timing, 600 pending",
+        "ok launch limits",
+        "ok modules: PTX entries only (500 otherwise)",
+        "ok mapped pinned memory: same address, shared with a running kernel",
+        "ok sticky 700",
+      ])
+        expect(out).toContain(want);
+      if (env.CUDASIM_TEST_CUBIN) expect(out).toContain("ok CUBIN: kernels from .nv.info");
+      expect(out).toMatch(/sim_test: \d+ checks, 0 failures/);
+      expect(r.exitCode).toBe(0);
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  }, 180_000);
+
+  const nv = linux && cc ? nvrtc() : ({ ok: false, reason: "needs Linux and a C compiler" } as const);
+  test.skipIf(!nv.ok)(`backends.test.ts runs unchanged on the simulator${nv.ok ? "" : ` (skipped: ${nv.reason})`}`, () => {
+    if (!nv.ok || !cc) return;
+    const work = mkdtempSync(join(tmpdir(), "bungpu-cudasim-suite-"));
+    try {
+      const b = Bun.spawnSync(["sh", join(simDir, "build.sh"), work], { env: baseEnv({ CC: cc }), stdout: "pipe", stderr: "pipe" });
+      expect(b.stderr.toString()).toBe("");
+      const sim = join(work, "libcudasim.so");
+      const cache = join(work, "cache");
+      const twins = join(work, "twins");
+      // 1. CPU only, into a fresh cache: compiles the CPU kernels (the twins of last resort).
+      const cpu = Bun.spawnSync([process.execPath, "test", "test/backends.test.ts"], {
+        cwd: root,
+        env: baseEnv({ BUNGPU_CACHE_DIR: cache }),
+        stdout: "pipe",
+        stderr: "pipe",
+        timeout: 120_000,
+      });
+      expect(cpu.exitCode).toBe(0);
+      // 2. The same suite with the simulator as the CUDA driver.
+      const r = Bun.spawnSync([process.execPath, "test", "--preload", join(simDir, "twins_preload.ts"), "test/backends.test.ts"], {
+        cwd: root,
+        env: baseEnv({
+          BUNGPU_CACHE_DIR: cache,
+          BUNGPU_LIBCUDA: sim,
+          BUNGPU_NVRTC: nv.lib,
+          BUNGPU_SIM_KERNELS: `${twins}:${join(cache, "kernels", "cpu")}`,
+          CUDASIM_TWINS_DIR: twins,
+        }),
+        stdout: "pipe",
+        stderr: "pipe",
+        timeout: 150_000,
+      });
+      const out = r.stdout.toString() + r.stderr.toString();
+      const cudaPassed = out.match(/\(pass\) on cuda:0 > /g)?.length ?? 0;
+      const cpuPassed = out.match(/\(pass\) on cpu > /g)?.length ?? 0;
+      if (r.exitCode !== 0) console.error(out.slice(-4000));
+      expect(out).not.toContain("(fail)");
+      expect(cpuPassed).toBeGreaterThan(0);
+      expect(cudaPassed).toBe(cpuPassed); // every case of the suite ran on the simulated CUDA device
+      expect(r.exitCode).toBe(0);
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  }, 300_000);
+});
