@@ -46,7 +46,9 @@ enum {
   BG_ERR_INVALID_DEVICE = 101,
   BG_ERR_INVALID_IMAGE = 200,
   BG_ERR_INVALID_CONTEXT = 201,
+  BG_ERR_NO_BINARY_FOR_GPU = 209,       /* no code in the image for this GPU's architecture */
   BG_ERR_INVALID_PTX = 218,
+  BG_ERR_UNSUPPORTED_PTX_VERSION = 222, /* PTX newer than the driver: compile to CUBIN instead */
   BG_ERR_INVALID_SOURCE = 300,
   BG_ERR_FILE_NOT_FOUND = 301,
   BG_ERR_INVALID_HANDLE = 400,

@@ -77,7 +77,7 @@ BG_KERNEL(add2) {
 }
 `;
 
-const cudaSource = `
+export const demoCudaSource = `
 extern "C" __global__ void matmul(const float* A, const float* W, float* C, int M, int N, int K) {
   int row = blockIdx.y * blockDim.y + threadIdx.y, col = blockIdx.x * blockDim.x + threadIdx.x;
   if (row < M && col < N) {
@@ -159,7 +159,7 @@ function main(): number {
 
   // 3. the MLP
   progress("compiling kernels…");
-  const mod = Program.compile(dev, { cpu: cpuSource, cuda: cudaSource }, { name: "demo_mlp" });
+  const mod = Program.compile(dev, { cpu: cpuSource, cuda: demoCudaSource }, { name: "demo_mlp" });
   const matmul = mod.kernel("matmul", ["buffer", "buffer", "buffer", "i32", "i32", "i32"]);
   const biasAdd = mod.kernel("bias_add", ["buffer", "buffer", "i32", "i32"]);
   const relu = mod.kernel("relu", ["buffer", "i32"]);
@@ -405,13 +405,19 @@ function printTopKernels(plan: ExecutionPlan, profile: () => readonly { entryPoi
     );
 }
 
-function tensorMlp(dev: Device): boolean {
+/** The tensor MLP of the demo, built lazily (no device): its weights and its output y. */
+export function demoMlpModel() {
   const B = 64, IN = 256, HID = 512, OUT = 256;
-  progress("tensor MLP: building and preparing…");
   const x = weights([B, IN], 101, 1);
   const w1 = weights([IN, HID], 102, 1 / Math.sqrt(IN)), b1 = weights([HID], 103, 0.1);
   const w2 = weights([HID, OUT], 104, 1 / Math.sqrt(HID)), b2 = weights([OUT], 105, 0.1);
   const y = x.t.matmul(w1.t).add(b1.t).gelu().matmul(w2.t).add(b2.t).relu();
+  return { B, IN, HID, OUT, x, w1, b1, w2, b2, y };
+}
+
+function tensorMlp(dev: Device): boolean {
+  progress("tensor MLP: building and preparing…");
+  const { B, IN, HID, OUT, x, w1, b1, w2, b2, y } = demoMlpModel();
   const c0 = tensorCompileStats.kernelsCompiled, cc0 = compileStats.compilerRuns;
   const t0 = performance.now();
   const plan = y.prepare({ device: dev });
@@ -451,11 +457,10 @@ function tensorMlp(dev: Device): boolean {
   }
 }
 
-function transformerBlock(dev: Device): boolean {
+/** The demo's transformer block, built lazily (no device) with S bound to `s0`. */
+export function demoTransformerModel(s0 = 64) {
   const D = 64, H = 2, DH = D / H, F = 4 * D, SMAX = 64;
-  const lengths = [SMAX, 9, 33];
-  progress("transformer block: building and preparing…");
-  const S = new Variable("S", 1, SMAX).bind(lengths[0]!);
+  const S = new Variable("S", 1, SMAX).bind(s0);
   const xIn = weights([SMAX, D], 201, 1);
   const lin = (i: number, o: number, seed: number) => ({ w: weights([i, o], seed, 1 / Math.sqrt(i)), b: weights([o], seed + 50, 0.05) });
   const q = lin(D, D, 210), k = lin(D, D, 211), v = lin(D, D, 212), o = lin(D, D, 213), f1 = lin(D, F, 214), f2 = lin(F, D, 215);
@@ -474,6 +479,14 @@ function transformerBlock(dev: Device): boolean {
   const ctx = att.matmul(vh).permute([1, 0, 2]).reshape([S, D]);
   const r1 = x.add(proj(ctx, o));
   const out = r1.add(proj(proj(r1.layerNorm({ weight: g2.t, bias: be2.t }), f1).gelu(), f2));
+
+  return { D, H, DH, F, SMAX, S, xIn, q, k, v, o, f1, f2, g1, be1, g2, be2, out };
+}
+
+function transformerBlock(dev: Device): boolean {
+  const lengths = [64, 9, 33];
+  progress("transformer block: building and preparing…");
+  const { D, H, DH, F, SMAX, S, xIn, q, k, v, o, f1, f2, g1, be1, g2, be2, out } = demoTransformerModel(lengths[0]!);
 
   const c0 = tensorCompileStats.kernelsCompiled, cc0 = compileStats.compilerRuns;
   const t0 = performance.now();
@@ -550,4 +563,4 @@ function transformerBlock(dev: Device): boolean {
   }
 }
 
-process.exitCode = main();
+if (import.meta.main) process.exitCode = main();

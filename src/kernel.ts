@@ -1,6 +1,7 @@
 // Runtime-compiled kernels. Program.compile(device, source) → Module → Kernel by name.
 //  - CPU: C (with shim/bungpu_cpu.h) compiled to a shared library by the first C compiler found.
-//  - CUDA: CUDA C compiled by NVRTC to PTX, loaded with cuModuleLoadData.
+//  - CUDA: CUDA C compiled by NVRTC to a CUBIN for the device's sm_XY (PTX where NVRTC does not
+//    know the GPU), loaded with cuModuleLoadDataEx.
 //  - Metal: MSL compiled by the Metal framework when the module loads.
 // One disk cache under the per-user cache folder, keyed by a hash of source, options, device and
 // compiler; artifacts are written atomically and checked against their recorded hash before use,
@@ -262,20 +263,39 @@ function compileCpu(source: string, opts: CompileOptions): string {
   }
 }
 
-function compileCuda(device: Device, source: string, opts: CompileOptions): Uint8Array {
+/** A CUDA image: an ELF CUBIN (the usual) or NUL-terminated PTX (NVRTC older than the GPU). */
+export interface CudaImage {
+  kind: "cubin" | "ptx";
+  /** The bytes to load (PTX with its NUL). */
+  code: Uint8Array;
+  /** NVRTC's log (warnings). */
+  log: string;
+}
+
+function isElf(b: Uint8Array): boolean {
+  return b.length >= 4 && b[0] === 0x7f && b[1] === 0x45 && b[2] === 0x4c && b[3] === 0x46;
+}
+
+/**
+ * CUDA C → an image for `device`, through the shim's NVRTC path (bg_rtc_compile): a CUBIN for the
+ * device's own sm_XY, PTX only where this NVRTC does not know the GPU. Cached on disk unless
+ * `useCache` is false (tests that must see NVRTC run).
+ */
+export function compileCudaImage(device: Device, source: string, opts: CompileOptions = {}, useCache = true): CudaImage {
   const [major, minor] = device.props.computeCapability;
   let rtc = "nvrtc";
   if (N.bg_rtc_version(device.handle, slot(0), slot(1)) === 0) rtc = `nvrtc ${readI32(0)}.${readI32(1)}`;
   const options = opts.options ?? [];
-  const key = sha256("cuda", `sm_${major}${minor}`, rtc, options.join("\n"), source);
+  const key = sha256("cuda-image", `sm_${major}${minor}`, rtc, options.join("\n"), source);
   const dir = cacheDir("cuda");
-  const hit = cached(dir, key, "ptx");
+  const hit = useCache ? cached(dir, key, "img") : null;
   if (hit) {
     compileStats.diskHits++;
-    return new Uint8Array(readFileSync(hit));
+    const data = new Uint8Array(readFileSync(hit));
+    return isElf(data) ? { kind: "cubin", code: data, log: "" } : { kind: "ptx", code: cstr(new TextDecoder().decode(data)), log: "" };
   }
   compileStats.compilerRuns++;
-  const rc = N.bg_rtc_compile(device.handle, cstr(source), cstr(opts.name ?? "kernel.cu"), cstr(options.join("\n")), 0, slot(0));
+  const rc = N.bg_rtc_compile(device.handle, cstr(source), cstr(opts.name ?? "kernel.cu"), cstr(options.join("\n")), 1, slot(0));
   const result = readPtr(0);
   const msg = rc !== 0 ? lastError() : "";
   if (!result) check(rc, "bg_rtc_compile", "cuda");
@@ -285,14 +305,16 @@ function compileCuda(device: Device, source: string, opts: CompileOptions): Uint
     const code = new Uint8Array(codeLen + 1);
     const log = new Uint8Array(logLen + 1);
     check(N.bg_rtc_copy(result, code, log), "bg_rtc_copy", "cuda");
-    if (rc !== 0) {
-      const text = new TextDecoder().decode(log.subarray(0, logLen));
-      throw new GpuError(rc, `${msg}\n${text}`, { backend: "cuda", call: "bg_rtc_compile" });
+    const text = new TextDecoder().decode(log.subarray(0, logLen));
+    if (rc !== 0) throw new GpuError(rc, `${msg}\n${text}`, { backend: "cuda", call: "bg_rtc_compile" });
+    const bytes = code.subarray(0, codeLen);
+    if (useCache) {
+      const tmp = join(dir, `${key}.${process.pid}.tmp`);
+      writeFileSync(tmp, bytes);
+      store(dir, key, "img", tmp, rtc);
     }
-    const tmp = join(dir, `${key}.${process.pid}.tmp`);
-    writeFileSync(tmp, code.subarray(0, codeLen));
-    store(dir, key, "ptx", tmp, rtc);
-    return code; // NUL-terminated PTX
+    // PTX keeps its NUL terminator (code has one extra zero byte); a CUBIN is passed as is.
+    return isElf(bytes) ? { kind: "cubin", code: bytes, log: text } : { kind: "ptx", code, log: text };
   } finally {
     N.bg_rtc_free(result);
   }
@@ -317,8 +339,9 @@ export class Program {
       kind = ImageKind.sharedLibrary;
       bytes = image.byteLength;
     } else if (device.backend === "cuda") {
-      image = compileCuda(device, src, opts);
-      kind = ImageKind.ptx;
+      const img = compileCudaImage(device, src, opts);
+      image = img.code;
+      kind = img.kind === "cubin" ? ImageKind.cubin : ImageKind.ptx;
       bytes = image.byteLength;
     } else {
       image = cstr(src);

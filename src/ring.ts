@@ -511,7 +511,21 @@ typedef int int32_t; typedef unsigned int uint32_t; typedef long long int64_t; t
 #else
 #include <stdint.h>
 #endif
-${defines(o)}#define BG_RING_HANDLER(msg, resp, state) __device__ __forceinline__ void bg_ring_handler(const void* msg, void* resp, void* state)
+/* Handlers are C, compiled here as CUDA C++ (NVRTC runs with -default-device, so helpers need
+ * no __device__). BG_RING_HANDLER's parameters convert implicitly to any object pointer, as
+ * void* does in C (const Msg* m = msg;). Not covered: arithmetic on msg/resp/state (a GNU C
+ * extension anyway), and the parameters of a handler named with \`entry\`, which are its own. */
+struct bg_ring_cptr {
+  const void* p;
+  __device__ bg_ring_cptr(const void* q) : p(q) {}
+  template <class T> __device__ operator const T*() const { return (const T*)p; }
+};
+struct bg_ring_ptr {
+  void* p;
+  __device__ bg_ring_ptr(void* q) : p(q) {}
+  template <class T> __device__ operator T*() const { return (T*)p; }
+};
+${defines(o)}#define BG_RING_HANDLER(msg, resp, state) __device__ __forceinline__ void bg_ring_handler(bg_ring_cptr msg, bg_ring_ptr resp, bg_ring_ptr state)
 #line 1 "handler"
 ${handler}
 #line 1 "ring_kernel.cu"

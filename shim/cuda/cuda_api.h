@@ -79,6 +79,9 @@ typedef struct bgcu_kernel_node_params {
   X(CUDA_SUCCESS, 0)                                                                               \
   X(CUDA_ERROR_NOT_READY, 600)                                                                     \
   X(CUDA_ERROR_NO_DEVICE, 100)                                                                     \
+  X(CUDA_ERROR_NO_BINARY_FOR_GPU, 209)                                                             \
+  X(CUDA_ERROR_INVALID_PTX, 218)                                                                   \
+  X(CUDA_ERROR_UNSUPPORTED_PTX_VERSION, 222)                                                       \
   X(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1)                                                  \
   X(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, 8)                                            \
   X(CU_DEVICE_ATTRIBUTE_WARP_SIZE, 10)                                                             \
@@ -89,7 +92,14 @@ typedef struct bgcu_kernel_node_params {
   X(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 41)                                                    \
   X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 75)                                              \
   X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 76)                                              \
+  X(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 97)                                     \
+  X(CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR, 123)                                        \
   X(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 0)                                                    \
+  X(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, 1)                                                        \
+  X(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 8)                                            \
+  X(CU_STREAM_WAIT_VALUE_GEQ, 0)                                                                   \
+  X(CU_STREAM_WAIT_VALUE_EQ, 1)                                                                    \
+  X(CU_STREAM_WRITE_VALUE_DEFAULT, 0)                                                              \
   X(CU_STREAM_DEFAULT, 0)                                                                          \
   X(CU_STREAM_NON_BLOCKING, 1)                                                                     \
   X(CU_EVENT_DEFAULT, 0)                                                                           \
@@ -113,7 +123,8 @@ typedef struct bgcu_kernel_node_params {
   X(NVRTC_ERROR_INVALID_INPUT, 3)                                                                  \
   X(NVRTC_ERROR_INVALID_PROGRAM, 4)                                                                \
   X(NVRTC_ERROR_INVALID_OPTION, 5)                                                                 \
-  X(NVRTC_ERROR_COMPILATION, 6)
+  X(NVRTC_ERROR_COMPILATION, 6)                                                                    \
+  X(NVRTC_ERROR_BUILTIN_OPERATION_FAILURE, 7)
 
 #define BGCU_DECLARE_CONSTANT(name, value) BG##name = (value),
 enum { BGCU_CONSTANTS(BGCU_DECLARE_CONSTANT) BGNVRTC_CONSTANTS(BGCU_DECLARE_CONSTANT) };
@@ -191,7 +202,11 @@ enum { BGCU_CONSTANTS(BGCU_DECLARE_CONSTANT) BGNVRTC_CONSTANTS(BGCU_DECLARE_CONS
 
 /* Newer entry points, each with a fallback or a feature that reports NOT_SUPPORTED without it:
  *   cuEventElapsedTime_v2 (12.8; else cuEventElapsedTime), cuStreamGetCaptureInfo_v3 (12.3; else
- *   _v2), the kernel-node parameter calls (12.0; else bg_graph_exec_set_kernel_args is refused). */
+ *   _v2), the kernel-node parameter calls (12.0; else bg_graph_exec_set_kernel_args is refused),
+ *   cuFuncSetAttribute (9.0; else more than 48 KiB of dynamic shared memory is refused),
+ *   cuCtxPushCurrent_v2 / cuCtxPopCurrent_v2 (else the context is made current with
+ *   cuCtxSetCurrent and left current), the stream memory operations (12.0 as _v2; else
+ *   TypeScript host functions use cuLaunchHostFunc). */
 #define BGCU_DRIVER_OPTIONAL(X)                                                                    \
   X(bgcu_result, cuEventElapsedTime_v2, (float* ms, bgcu_event start, bgcu_event end))            \
   X(bgcu_result, cuStreamGetCaptureInfo_v3,                                                        \
@@ -199,7 +214,14 @@ enum { BGCU_CONSTANTS(BGCU_DECLARE_CONSTANT) BGNVRTC_CONSTANTS(BGCU_DECLARE_CONS
      const bgcu_graph_node** deps, const struct CUgraphEdgeData_st** edges, size_t* ndeps))        \
   X(bgcu_result, cuGraphKernelNodeGetParams_v2, (bgcu_graph_node node, BGCU_KNP * params))         \
   X(bgcu_result, cuGraphExecKernelNodeSetParams_v2,                                                \
-    (bgcu_graph_exec x, bgcu_graph_node node, const BGCU_KNP* params))
+    (bgcu_graph_exec x, bgcu_graph_node node, const BGCU_KNP* params))                             \
+  X(bgcu_result, cuFuncSetAttribute, (bgcu_function f, bgcu_enum attrib, int value))              \
+  X(bgcu_result, cuCtxPushCurrent_v2, (bgcu_context ctx))                                          \
+  X(bgcu_result, cuCtxPopCurrent_v2, (bgcu_context * pctx))                                        \
+  X(bgcu_result, cuStreamWaitValue32_v2,                                                           \
+    (bgcu_stream s, bgcu_deviceptr addr, uint32_t value, unsigned int flags))                      \
+  X(bgcu_result, cuStreamWriteValue32_v2,                                                          \
+    (bgcu_stream s, bgcu_deviceptr addr, uint32_t value, unsigned int flags))
 
 /* Fallbacks for older drivers. Their real declarations are hidden by cuda.h's versioning macros,
  * so the check compares these with cudaTypedefs.h's PFN_<name>_v<version>: X(..., real PFN). */
@@ -228,6 +250,11 @@ enum { BGCU_CONSTANTS(BGCU_DECLARE_CONSTANT) BGNVRTC_CONSTANTS(BGCU_DECLARE_CONS
   X(bgnvrtc_result, nvrtcGetProgramLogSize, (bgnvrtc_program prog, size_t * n))                    \
   X(bgnvrtc_result, nvrtcGetProgramLog, (bgnvrtc_program prog, char* log))
 
+/* NVRTC, optional: the architectures it can target (11.2), for the PTX fallback. */
+#define BGNVRTC_FUNCS_OPTIONAL(X)                                                                  \
+  X(bgnvrtc_result, nvrtcGetNumSupportedArchs, (int* n))                                           \
+  X(bgnvrtc_result, nvrtcGetSupportedArchs, (int* archs))
+
 /* ---- function pointer types: PFN_bg_<exported symbol> ---------------------------------------- */
 #define BGCU_DECLARE_PFN(ret, name, params) typedef ret(*PFN_bg_##name) params;
 #define BGCU_DECLARE_PFN_LEGACY(ret, name, params, real) typedef ret(*PFN_bg_##name) params;
@@ -235,6 +262,7 @@ BGCU_DRIVER_REQUIRED(BGCU_DECLARE_PFN)
 BGCU_DRIVER_OPTIONAL(BGCU_DECLARE_PFN)
 BGCU_DRIVER_LEGACY(BGCU_DECLARE_PFN_LEGACY)
 BGNVRTC_FUNCS(BGCU_DECLARE_PFN)
+BGNVRTC_FUNCS_OPTIONAL(BGCU_DECLARE_PFN)
 #undef BGCU_DECLARE_PFN
 #undef BGCU_DECLARE_PFN_LEGACY
 

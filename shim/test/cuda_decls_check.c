@@ -44,6 +44,7 @@ BGCU_DRIVER_REQUIRED(CHECK_FN)
 BGCU_DRIVER_OPTIONAL(CHECK_FN)
 #ifdef BG_HAVE_NVRTC_H
 BGNVRTC_FUNCS(CHECK_FN)
+BGNVRTC_FUNCS_OPTIONAL(CHECK_FN)
 #endif
 
 #define CHECK_LEGACY(ret, name, params, real)                                                      \
@@ -72,6 +73,8 @@ CHECK_EQ(BG_ERR_INVALID_DEVICE, CUDA_ERROR_INVALID_DEVICE)
 CHECK_EQ(BG_ERR_INVALID_IMAGE, CUDA_ERROR_INVALID_IMAGE)
 CHECK_EQ(BG_ERR_INVALID_CONTEXT, CUDA_ERROR_INVALID_CONTEXT)
 CHECK_EQ(BG_ERR_INVALID_PTX, CUDA_ERROR_INVALID_PTX)
+CHECK_EQ(BG_ERR_NO_BINARY_FOR_GPU, CUDA_ERROR_NO_BINARY_FOR_GPU)
+CHECK_EQ(BG_ERR_UNSUPPORTED_PTX_VERSION, CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
 CHECK_EQ(BG_ERR_INVALID_SOURCE, CUDA_ERROR_INVALID_SOURCE)
 CHECK_EQ(BG_ERR_FILE_NOT_FOUND, CUDA_ERROR_FILE_NOT_FOUND)
 CHECK_EQ(BG_ERR_INVALID_HANDLE, CUDA_ERROR_INVALID_HANDLE)
@@ -110,6 +113,7 @@ _Static_assert(SAME(bgcu_enum, CUstreamCaptureStatus), "bgcu_enum as CUstreamCap
 _Static_assert(SAME(bgcu_enum, CUfunction_attribute), "bgcu_enum as CUfunction_attribute");
 _Static_assert(SAME(bgcu_enum, CUgraphNodeType), "bgcu_enum as CUgraphNodeType");
 _Static_assert(SAME(bgcu_enum, CUjit_option), "bgcu_enum as CUjit_option");
+_Static_assert(SAME(bgcu_enum, CUstreamWaitValue_flags), "bgcu_enum as CUstreamWaitValue_flags");
 _Static_assert(SAME(bgcu_device, CUdevice), "bgcu_device is CUdevice");
 _Static_assert(SAME(bgcu_deviceptr, CUdeviceptr), "bgcu_deviceptr is CUdeviceptr");
 _Static_assert(SAME(bgcu_context, CUcontext), "bgcu_context is CUcontext");

@@ -1,0 +1,127 @@
+// Every kernel source bungpu ships or generates, per language, for the checks that compile them
+// all (test/nvrtc.test.ts: CUDA C through real NVRTC; test/msl.test.ts: MSL through a C++
+// syntax check). Sources are built without a device: the tensor kernels come from the codegen
+// for the demo's models, joined into one module per model as ExecutionPlan does.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { demoCudaSource, demoMlpModel, demoTransformerModel } from "../src/demo";
+import { ringKernelSource } from "../src/ring";
+import { Tensor, generate, schedule, type Lang } from "../src/tensor";
+import { prelude } from "../src/tensor/codegen";
+import { cudaKernels, metalKernels } from "./kernels";
+
+export interface NamedSource {
+  name: string;
+  source: string;
+  /** Kernels the source defines (the ones a check can look for in the output). */
+  kernels: string[];
+}
+
+/** Ring handlers written once in C for the CPU and CUDA (the C++ subset of src/ring.ts). */
+export const RING_HANDLERS: Record<string, string> = {
+  // explicit casts, as test/ring.test.ts writes them
+  seq: `
+typedef struct { uint32_t seq, val; } Msg;
+typedef struct { uint32_t seq, ok, count, sum_lo; } Resp;
+typedef struct { uint32_t next, errors, count, pad; uint64_t sum; } State;
+BG_RING_HANDLER(msg, resp, state) {
+  const Msg* m = (const Msg*)msg;
+  Resp* r = (Resp*)resp;
+  State* s = (State*)state;
+  r->ok = m->seq == s->next;
+  if (!r->ok) s->errors++;
+  s->next = m->seq + 1;
+  s->count++;
+  s->sum += m->val;
+  r->seq = m->seq;
+  r->count = s->count;
+  r->sum_lo = (uint32_t)s->sum;
+}
+`,
+  // plain C: a helper without __device__ and implicit conversions from void*
+  plainC: `
+typedef struct { uint32_t a, b; } Pair;
+static uint32_t mix32(uint32_t x) { x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; return x; }
+static inline void put2(uint32_t* r, uint32_t x, uint32_t y) { r[0] = x; r[1] = y; }
+BG_RING_HANDLER(msg, resp, state) {
+  const Pair* m = msg;
+  uint32_t* r = resp;
+  uint64_t* s = state;
+  const uint8_t* bytes = msg;
+  s[0] += m->a;
+  put2(r, mix32(m->a) + m->b, bytes[0]);
+  r[2] = (uint32_t)s[0];
+}
+`,
+};
+
+function ringSources(backend: "cuda" | "metal"): NamedSource[] {
+  const kernels = backend === "cuda" ? ["bg_ring_persistent", "bg_ring_batch"] : ["bg_ring_batch"];
+  if (backend === "metal") {
+    const handler = `BG_RING_HANDLER(m, r, s) { for (uint i = 0; i < 8; i++) r[i] = m[i] ^ s[i]; }`;
+    return [{ name: "ring (msl)", source: ringKernelSource("metal", { handler: { metal: handler }, messageBytes: 8, responseBytes: 16, stateBytes: 8 }), kernels }];
+  }
+  return Object.entries(RING_HANDLERS).map(([name, handler]) => ({
+    name: `ring ${name}`,
+    source: ringKernelSource("cuda", { handler, messageBytes: 8, responseBytes: 16, stateBytes: 24 }),
+    kernels,
+  }));
+}
+
+/** One module per demo model, as ExecutionPlan.prepare builds it: prelude + every kernel body. */
+function tensorSources(lang: Lang): NamedSource[] {
+  const models: [string, Tensor[]][] = [
+    ["tensor MLP", [demoMlpModel().y]],
+    ["transformer block", [demoTransformerModel().out]],
+    // kernels over 2^32 elements, which the codegen indexes with 64-bit integers
+    ["64-bit indexing", [Tensor.full([65536, 65536], 3).add(Tensor.arange(65536)), Tensor.rand([65536, 65536]).mul(2).sum(1)]],
+  ];
+  return models.map(([name, outs]) => {
+    const gens = schedule(outs.map((o) => o.node)).kernels.map((k) => generate(k.ir, lang));
+    const seen = new Set<string>();
+    const unique = gens.filter((g) => (seen.has(g.name) ? false : (seen.add(g.name), true)));
+    return { name: `${name} (${unique.length} kernels)`, source: prelude(lang) + unique.map((g) => g.body).join("\n"), kernels: unique.map((g) => g.name) };
+  });
+}
+
+function cudaNames(src: string): string[] {
+  return [...src.matchAll(/extern "C" __global__ void (\w+)/g)].map((m) => m[1]!);
+}
+
+function mslNames(src: string): string[] {
+  return [...src.matchAll(/kernel void (\w+)/g)].map((m) => m[1]!);
+}
+
+/** Every CUDA C source: test kernels, the demo's raw kernels, ring kernels, demo tensor kernels. */
+export function cudaSources(): NamedSource[] {
+  return [
+    { name: "test kernels", source: cudaKernels, kernels: cudaNames(cudaKernels) },
+    { name: "demo raw MLP", source: demoCudaSource, kernels: cudaNames(demoCudaSource) },
+    ...ringSources("cuda"),
+    ...tensorSources("cuda"),
+  ];
+}
+
+/** The built-in MSL of the Metal backend (a C string literal in shim/metal/metal.c). */
+export function metalBuiltinSource(): string {
+  const c = readFileSync(join(import.meta.dir, "..", "shim", "metal", "metal.c"), "utf8");
+  const start = c.indexOf("static const char BI_SRC[] =");
+  if (start < 0) throw new Error("BI_SRC not found in shim/metal/metal.c");
+  // the string literals after "=", up to the first ';' outside a literal
+  const out: string[] = [];
+  const lit = /\s*"((?:[^"\\]|\\.)*)"/y;
+  lit.lastIndex = c.indexOf("=", start) + 1;
+  for (let m = lit.exec(c); m; m = lit.exec(c)) out.push(JSON.parse(`"${m[1]!}"`) as string);
+  return out.join("");
+}
+
+/** Every MSL source: the backend's built-ins, test kernels, the ring batch kernel, demo tensor kernels. */
+export function mslSources(): NamedSource[] {
+  const builtin = metalBuiltinSource();
+  return [
+    { name: "metal backend built-ins", source: builtin, kernels: mslNames(builtin) },
+    { name: "test kernels", source: metalKernels, kernels: mslNames(metalKernels) },
+    ...ringSources("metal"),
+    ...tensorSources("metal"),
+  ];
+}
