@@ -145,7 +145,15 @@ BG_API int32_t bg_mem_free(void* dev, bg_devptr ptr);
 BG_API int32_t bg_host_alloc(void* dev, uint64_t bytes, uint32_t flags, void** out_host,
                              bg_devptr* out_dev);
 BG_API int32_t bg_host_free(void* dev, void* host);
-/* Synchronous copies (ordered after all work on the device's default stream, like cuMemcpy). */
+/* Synchronous copies and memset. Each is an operation of the device's default stream, which is
+ * CUDA's legacy stream: it starts after all work queued before the call on the default stream
+ * and on every blocking stream (one created without BG_STREAM_NON_BLOCKING), but not on
+ * non-blocking streams. Each returns only when its data is in place, so work queued afterwards on
+ * any stream, non-blocking ones included, sees it (stronger than cuMemsetD* and device-to-device
+ * or pageable cuMemcpy, which may return before the data lands: the CUDA backend waits for them).
+ * During capture: refused per CaptureMode (BG_ERR_STREAM_CAPTURE_UNSUPPORTED), and whenever a
+ * blocking stream is capturing (BG_ERR_STREAM_CAPTURE_IMPLICIT); either invalidates the capture.
+ * Not to be called from a host function of a stream they wait for (it would wait for itself). */
 BG_API int32_t bg_memcpy_htod(void* dev, bg_devptr dst, const void* src, uint64_t bytes);
 BG_API int32_t bg_memcpy_dtoh(void* dev, void* dst, bg_devptr src, uint64_t bytes);
 BG_API int32_t bg_memcpy_dtod(void* dev, bg_devptr dst, bg_devptr src, uint64_t bytes);
@@ -153,7 +161,12 @@ BG_API int32_t bg_memcpy_dtod(void* dev, bg_devptr dst, bg_devptr src, uint64_t 
 BG_API int32_t bg_memset(void* dev, bg_devptr dst, uint32_t pattern, uint32_t elem_size,
                          uint64_t count);
 
-/* ---- streams ----------------------------------------------------------------------------- */
+/* ---- streams -----------------------------------------------------------------------------
+ * The device's default stream is CUDA's legacy default stream: work queued on it waits for the
+ * work queued before it on every blocking stream, and work queued on a blocking stream waits for
+ * the work queued before it on the default stream. Streams created with BG_STREAM_NON_BLOCKING
+ * take no part, either way. While a blocking stream captures, any use of the default stream
+ * returns BG_ERR_STREAM_CAPTURE_IMPLICIT and invalidates that capture. */
 BG_API int32_t bg_stream_create(void* dev, uint32_t flags, int32_t priority, void** out);
 BG_API int32_t bg_stream_default(void* dev, void** out);  /* owned by the device */
 BG_API int32_t bg_stream_destroy(void* stream);           /* waits for its work first */

@@ -9,9 +9,16 @@
  *  graph.c   stream capture (fork/join through events, invalidation by CaptureMode), graphs,
  *            graph execs and bg_submit command buffers.
  *
- * Streams behave as CU_STREAM_NON_BLOCKING relative to the default stream: there is no legacy
- * implicit synchronisation between the default stream and the others. Synchronous copies and
- * memsets are ordered after the default stream's queued work only.
+ * Synchronisation follows CUDA's legacy default stream (stream.c, "legacy"): work queued on the
+ * device's default stream waits for the work queued before it on every blocking stream (created
+ * without BG_STREAM_NON_BLOCKING), and work queued on a blocking stream waits for the work queued
+ * before it on the default stream; non-blocking streams are exempt both ways. The waits are
+ * OP_WAIT_STREAM ops put in front of the op at enqueue, and only where the other stream still
+ * has work pending. Synchronous copies and memsets (device.c) are default-stream operations run
+ * on the calling thread: they wait for the default stream and every blocking stream as of the
+ * call, and return with the data in place, so work queued afterwards on any stream sees it.
+ * While a blocking stream is capturing, the default stream is unusable (an implicit dependency
+ * on the capture): BG_ERR_STREAM_CAPTURE_IMPLICIT, and the capture is invalidated.
  */
 #ifndef BUNGPU_CPU_BACKEND_H
 #define BUNGPU_CPU_BACKEND_H
@@ -63,7 +70,8 @@ enum {
   OP_WAIT,
   OP_GRAPH,
   OP_CMDS,
-  OP_RELEASE /* drops a reference on a cpu_deferred when the stream reaches it */
+  OP_RELEASE,   /* drops a reference on a cpu_deferred when the stream reaches it */
+  OP_WAIT_STREAM /* legacy implicit sync: waits until another stream has completed `target` ops */
 };
 
 /* Something freed once every stream has finished the work queued before the free. */
@@ -120,6 +128,10 @@ typedef struct cpu_op {
     struct {
       cpu_deferred* def;
     } rel;
+    struct {
+      struct cpu_stream* s; /* referenced (cpu_stream_retain) */
+      uint64_t target;
+    } ws;
   } u;
 } cpu_op;
 
@@ -175,6 +187,7 @@ typedef struct cpu_device {
   cpu_table dmem, hmem;
   pthread_mutex_t streams_mu;
   struct cpu_stream* streams; /* user streams, a list */
+  _Atomic int32_t nblocking;  /* user streams created without BG_STREAM_NON_BLOCKING */
   pthread_mutex_t cap_mu;
   struct cpu_capture* caps; /* active captures */
   _Atomic int32_t ncaps;
@@ -186,6 +199,9 @@ typedef struct cpu_stream {
   bg_obj h;
   cpu_device* dev;
   uint32_t flags;
+  /* the handle plus each pending OP_WAIT_STREAM (or host wait) naming this stream: the counters,
+   * mutex and condition variables outlive bg_stream_destroy until the last reference goes */
+  _Atomic int32_t refs;
   int32_t prio;
   pthread_t thread;
   int thread_ok;
@@ -309,6 +325,33 @@ void cpu_deferred_release(cpu_deferred* df);
 int32_t cpu_stream_new(cpu_device* d, uint32_t flags, int32_t prio, cpu_stream** out);
 void cpu_stream_free(cpu_stream* s); /* waits, stops, joins, frees */
 void cpu_stream_wait_idle(cpu_stream* s);
+void cpu_stream_wait_count(cpu_stream* s, uint64_t target); /* until `target` ops completed */
+void cpu_stream_retain(cpu_stream* s);
+void cpu_stream_release(cpu_stream* s);
+static inline int cpu_stream_is_default(const cpu_stream* s) {
+  return (const void*)s == s->dev->base.default_stream;
+}
+static inline int cpu_stream_blocking(const cpu_stream* s) {
+  return !cpu_stream_is_default(s) && !(s->flags & BG_STREAM_NON_BLOCKING);
+}
+/* A snapshot of streams and the enqueued count of each, taken at one moment; each referenced. */
+typedef struct cpu_snap {
+  cpu_stream* s;
+  uint64_t target;
+} cpu_snap;
+typedef struct cpu_snaps {
+  cpu_snap* v;
+  uint32_t n, cap;
+  cpu_snap local[8];
+} cpu_snaps;
+/* Streams of `d` with work pending: the default stream when `with_default`, the blocking user
+ * streams, and the non-blocking ones too when `all`. 0, or -1 when out of memory. */
+int cpu_snap_streams(cpu_device* d, cpu_snaps* out, int with_default, int all);
+void cpu_snaps_wait(cpu_snaps* sn); /* waits for each (skipping the calling worker's own stream) */
+void cpu_snaps_free(cpu_snaps* sn);
+/* The host-side half of a legacy (default-stream) synchronous operation: wait for the default
+ * stream and every blocking stream as of now. */
+void cpu_legacy_wait_host(cpu_device* d);
 int32_t cpu_enqueue(cpu_stream* s, cpu_op* op, const char* fn); /* releases op on failure */
 int32_t cpu_submit_op(cpu_stream* s, cpu_op* op, const char* fn); /* capture or enqueue */
 void cpu_op_release(cpu_op* op);
@@ -353,6 +396,8 @@ int32_t cpu_launch(void* k, void* s, const uint32_t grid[3], const uint32_t bloc
 int32_t cpu_capture_guard(cpu_device* d, const char* fn);
 int32_t cpu_capture_guard_stream(cpu_stream* s, const char* fn);
 int32_t cpu_capture_guard_event(cpu_event* e, const char* fn);
+/* Default-stream use while a blocking stream captures: BG_ERR_STREAM_CAPTURE_IMPLICIT. */
+int32_t cpu_capture_implicit(cpu_device* d, const char* fn);
 int32_t cpu_capture_add(cpu_stream* s, cpu_op* op, const char* fn, int* handled);
 int32_t cpu_capture_record(cpu_stream* s, cpu_event* e, int* handled);
 int32_t cpu_capture_wait(cpu_stream* s, cpu_event* e, int* handled);

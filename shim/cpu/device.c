@@ -180,6 +180,7 @@ static int32_t cpu_open(int32_t ordinal, bg_device** out) {
   pthread_mutex_init(&d->streams_mu, NULL);
   pthread_mutex_init(&d->cap_mu, NULL);
   atomic_init(&d->ncaps, 0);
+  atomic_init(&d->nblocking, 0);
   int32_t rc = cpu_pool_init(&d->pool, (uint32_t)d->ncores);
   if (rc == BG_OK) {
     cpu_stream* s = NULL;
@@ -257,7 +258,15 @@ static int32_t cpu_device_mem_info(bg_device* dev, uint64_t* free_b, uint64_t* t
 }
 
 void cpu_device_wait_all(cpu_device* d) {
-  pthread_t self = pthread_self();
+  /* Wait on a snapshot, not under streams_mu: a host function on a stream waited for may
+   * enqueue on the default stream, which takes streams_mu. */
+  cpu_snaps sn;
+  if (cpu_snap_streams(d, &sn, 1, 1) == 0) {
+    cpu_snaps_wait(&sn);
+    cpu_snaps_free(&sn);
+    return;
+  }
+  pthread_t self = pthread_self(); /* out of memory: the old way, under the lock */
   cpu_stream* ds = (cpu_stream*)d->base.default_stream;
   if (!(ds->thread_ok && pthread_equal(ds->thread, self))) cpu_stream_wait_idle(ds);
   pthread_mutex_lock(&d->streams_mu);
@@ -384,12 +393,19 @@ static int32_t cpu_host_free(bg_device* dev, void* host) {
   return BG_OK;
 }
 
-/* Synchronous copies: ordered after the default stream's queued work, run on this thread. */
+/* Synchronous copies and memsets are operations of the legacy default stream run on the
+ * calling thread: they start once the work queued before the call on the default stream and on
+ * every blocking stream has finished (not non-blocking streams), and they return with the data in
+ * place, so work queued afterwards on any stream, non-blocking ones included, sees it. Later
+ * blocking-stream work is ordered after them trivially: they are complete before it is queued.
+ * Refused by CaptureMode like any illegal call during capture, and while a blocking stream
+ * captures (the default stream would depend on the capture). */
 static int32_t sync_prologue(cpu_device* d, const char* fn) {
   int32_t rc = cpu_capture_guard(d, fn);
   if (rc) return rc;
-  cpu_stream* ds = (cpu_stream*)d->base.default_stream;
-  if (!(ds->thread_ok && pthread_equal(ds->thread, pthread_self()))) cpu_stream_wait_idle(ds);
+  rc = cpu_capture_implicit(d, fn);
+  if (rc) return rc;
+  cpu_legacy_wait_host(d);
   return BG_OK;
 }
 

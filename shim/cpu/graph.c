@@ -166,6 +166,29 @@ int32_t cpu_capture_guard_event(cpu_event* e, const char* fn) {
   return rc;
 }
 
+/* The legacy default stream cannot be used while a blocking stream captures: its work would
+ * depend on the capture (CUDA: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT). Whatever the mode and the
+ * thread, the capture is invalidated. A capture made only of non-blocking streams is untouched. */
+int32_t cpu_capture_implicit(cpu_device* d, const char* fn) {
+  if (atomic_load_explicit(&d->ncaps, memory_order_acquire) == 0) return BG_OK;
+  int hit = 0;
+  pthread_mutex_lock(&d->cap_mu);
+  for (cpu_capture* c = d->caps; c; c = c->next)
+    for (uint32_t i = 0; i < c->nstreams; i++)
+      if (cpu_stream_blocking(c->streams[i])) {
+        invalidate(c, fn, ", the default stream used while a blocking stream captures");
+        hit = 1;
+        break;
+      }
+  pthread_mutex_unlock(&d->cap_mu);
+  if (!hit) return BG_OK;
+  return bg_set_error(BG_ERR_STREAM_CAPTURE_IMPLICIT,
+                      "%s: the device's default stream cannot be used while a blocking stream "
+                      "(one created without the non-blocking flag) is capturing: it would depend "
+                      "on the capture; the capture is invalidated",
+                      fn);
+}
+
 /* ---- building the node list (under cap_mu) -------------------------------------------------- */
 static int set_push(uint32_t** a, uint32_t* n, uint32_t* cap, uint32_t v) {
   for (uint32_t i = 0; i < *n; i++)

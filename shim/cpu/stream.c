@@ -11,6 +11,14 @@
  * record is reached (the highest wins). Complete means done_seq >= rec_seq, so an event never
  * recorded is complete. A wait captures the rec_seq of its call and waits for done_seq to
  * reach it. Ops hold references to the events they name, so destroying a pending event is fine.
+ *
+ * Legacy synchronisation (CUDA's legacy default stream). An op enqueued on the default stream
+ * is preceded by an OP_WAIT_STREAM for each blocking stream that has work pending, waiting until
+ * that stream has completed what it had enqueued at that moment; an op enqueued on a blocking
+ * stream is preceded by one OP_WAIT_STREAM on the default stream, when it has work pending.
+ * A wait names work enqueued before the op it guards, so these waits never form a cycle.
+ * Non-blocking streams take no part. A wait op references the stream it waits on, so a stream
+ * destroyed meanwhile keeps its counters until the wait has run.
  */
 #include "cpu.h"
 
@@ -63,6 +71,10 @@ void cpu_op_release(cpu_op* op) {
       if (op->u.rel.def) cpu_deferred_release(op->u.rel.def);
       op->u.rel.def = NULL;
       break;
+    case OP_WAIT_STREAM:
+      if (op->u.ws.s) cpu_stream_release(op->u.ws.s);
+      op->u.ws.s = NULL;
+      break;
     default: break;
   }
 }
@@ -110,6 +122,7 @@ static void run_op(cpu_stream* s, cpu_op* op) {
     case OP_WAIT: cpu_event_wait_seq(op->u.ev.e, op->u.ev.seq); break;
     case OP_GRAPH: cpu_exec_run(s, op->u.g.x, op->u.g.a, op->u.g.seqs); break;
     case OP_CMDS: cpu_cmds_run(s, op); break;
+    case OP_WAIT_STREAM: cpu_stream_wait_count(op->u.ws.s, op->u.ws.target); break;
     default: break;
   }
 }
@@ -163,7 +176,7 @@ static void* worker_main(void* arg) {
   return NULL;
 }
 
-int32_t cpu_enqueue(cpu_stream* s, cpu_op* op, const char* fn) {
+static int32_t enqueue_raw(cpu_stream* s, cpu_op* op, const char* fn) {
   pthread_mutex_lock(&s->mu);
   while (s->tail - s->head == s->qcap) {
     if (s->qcap >= CPU_QUEUE_MAX) {
@@ -192,6 +205,53 @@ int32_t cpu_enqueue(cpu_stream* s, cpu_op* op, const char* fn) {
   return BG_OK;
 }
 
+/* Queue an OP_WAIT_STREAM on `s` for `on` reaching `target` completed ops; takes over the
+ * caller's reference on `on`. */
+static int32_t enqueue_wait_stream(cpu_stream* s, cpu_stream* on, uint64_t target, const char* fn) {
+  cpu_op w = {.kind = OP_WAIT_STREAM};
+  w.u.ws.s = on;
+  w.u.ws.target = target;
+  return enqueue_raw(s, &w, fn);
+}
+
+/* The implicit waits of the legacy default stream, queued on `s` ahead of an op. */
+static int32_t legacy_deps(cpu_stream* s, const char* fn) {
+  cpu_device* d = s->dev;
+  if (cpu_stream_is_default(s)) {
+    int32_t rc = cpu_capture_implicit(d, fn);
+    if (rc) return rc;
+    if (atomic_load_explicit(&d->nblocking, memory_order_acquire) == 0) return BG_OK;
+    cpu_snaps sn;
+    if (cpu_snap_streams(d, &sn, 0, 0))
+      return bg_set_error(BG_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    for (uint32_t i = 0; i < sn.n; i++) {
+      rc = enqueue_wait_stream(s, sn.v[i].s, sn.v[i].target, fn);
+      sn.v[i].s = NULL; /* the op owns the reference (or released it on failure) */
+      if (rc) break;
+    }
+    cpu_snaps_free(&sn);
+    return rc;
+  }
+  if (s->flags & BG_STREAM_NON_BLOCKING) return BG_OK;
+  cpu_stream* ds = (cpu_stream*)d->base.default_stream;
+  uint64_t target = atomic_load_explicit(&ds->enqueued, memory_order_acquire);
+  if (atomic_load_explicit(&ds->completed, memory_order_acquire) >= target) return BG_OK;
+  cpu_stream_retain(ds);
+  return enqueue_wait_stream(s, ds, target, fn);
+}
+
+int32_t cpu_enqueue(cpu_stream* s, cpu_op* op, const char* fn) {
+  /* OP_RELEASE is bookkeeping (and cpu_defer queues it holding streams_mu): no implicit waits */
+  if (op->kind != OP_RELEASE) {
+    int32_t rc = legacy_deps(s, fn);
+    if (rc) {
+      op_abandon(op);
+      return rc;
+    }
+  }
+  return enqueue_raw(s, op, fn);
+}
+
 int32_t cpu_submit_op(cpu_stream* s, cpu_op* op, const char* fn) {
   if (atomic_load_explicit(&s->cap, memory_order_acquire)) {
     int handled = 0;
@@ -201,8 +261,9 @@ int32_t cpu_submit_op(cpu_stream* s, cpu_op* op, const char* fn) {
   return cpu_enqueue(s, op, fn);
 }
 
-void cpu_stream_wait_idle(cpu_stream* s) {
-  uint64_t target = atomic_load(&s->enqueued);
+void cpu_stream_wait_idle(cpu_stream* s) { cpu_stream_wait_count(s, atomic_load(&s->enqueued)); }
+
+void cpu_stream_wait_count(cpu_stream* s, uint64_t target) {
   if (atomic_load(&s->completed) >= target) return;
   uint64_t t0 = bg_now_ns();
   for (unsigned i = 1; atomic_load(&s->completed) < target; i++) {
@@ -215,6 +276,84 @@ void cpu_stream_wait_idle(cpu_stream* s) {
   while (atomic_load(&s->completed) < target) pthread_cond_wait(&s->cv_done, &s->mu);
   atomic_fetch_sub(&s->waiters, 1);
   pthread_mutex_unlock(&s->mu);
+}
+
+void cpu_stream_retain(cpu_stream* s) { atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed); }
+
+void cpu_stream_release(cpu_stream* s) {
+  if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1) return;
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv_work);
+  pthread_cond_destroy(&s->cv_done);
+  pthread_cond_destroy(&s->cv_space);
+  free(s);
+}
+
+static int snap_push(cpu_snaps* sn, cpu_stream* s, uint64_t target) {
+  if (sn->n == sn->cap) {
+    uint32_t nc = sn->cap * 2;
+    cpu_snap* nv = malloc(nc * sizeof(cpu_snap));
+    if (!nv) return -1;
+    memcpy(nv, sn->v, sn->n * sizeof(cpu_snap));
+    if (sn->v != sn->local) free(sn->v);
+    sn->v = nv;
+    sn->cap = nc;
+  }
+  cpu_stream_retain(s);
+  sn->v[sn->n].s = s;
+  sn->v[sn->n].target = target;
+  sn->n++;
+  return 0;
+}
+
+/* Adds `s` when it has work pending. */
+static int snap_add(cpu_snaps* sn, cpu_stream* s) {
+  uint64_t target = atomic_load_explicit(&s->enqueued, memory_order_acquire);
+  if (atomic_load_explicit(&s->completed, memory_order_acquire) >= target) return 0;
+  return snap_push(sn, s, target);
+}
+
+int cpu_snap_streams(cpu_device* d, cpu_snaps* sn, int with_default, int all) {
+  sn->v = sn->local;
+  sn->n = 0;
+  sn->cap = (uint32_t)(sizeof sn->local / sizeof sn->local[0]);
+  if (with_default && snap_add(sn, (cpu_stream*)d->base.default_stream)) return -1;
+  int bad = 0;
+  pthread_mutex_lock(&d->streams_mu);
+  for (cpu_stream* s = d->streams; s && !bad; s = s->next)
+    if (all || !(s->flags & BG_STREAM_NON_BLOCKING)) bad = snap_add(sn, s);
+  pthread_mutex_unlock(&d->streams_mu);
+  if (bad) {
+    cpu_snaps_free(sn);
+    return -1;
+  }
+  return 0;
+}
+
+void cpu_snaps_wait(cpu_snaps* sn) {
+  pthread_t self = pthread_self();
+  for (uint32_t i = 0; i < sn->n; i++) {
+    cpu_stream* s = sn->v[i].s;
+    if (s && !(s->thread_ok && pthread_equal(s->thread, self))) cpu_stream_wait_count(s, sn->v[i].target);
+  }
+}
+
+void cpu_snaps_free(cpu_snaps* sn) {
+  for (uint32_t i = 0; i < sn->n; i++)
+    if (sn->v[i].s) cpu_stream_release(sn->v[i].s);
+  if (sn->v != sn->local) free(sn->v);
+  sn->v = sn->local;
+  sn->n = 0;
+}
+
+void cpu_legacy_wait_host(cpu_device* d) {
+  cpu_snaps sn;
+  if (cpu_snap_streams(d, &sn, 1, 0)) { /* out of memory: wait stream by stream instead */
+    cpu_device_wait_all(d);
+    return;
+  }
+  cpu_snaps_wait(&sn);
+  cpu_snaps_free(&sn);
 }
 
 /* ---- streams ------------------------------------------------------------------------------- */
@@ -232,6 +371,7 @@ int32_t cpu_stream_new(cpu_device* d, uint32_t flags, int32_t prio, cpu_stream**
   s->dev = d;
   s->flags = flags;
   s->prio = prio;
+  atomic_init(&s->refs, 1);
   atomic_init(&s->enqueued, 0);
   atomic_init(&s->completed, 0);
   atomic_init(&s->waiters, 0);
@@ -273,14 +413,13 @@ void cpu_stream_free(cpu_stream* s) {
   }
   /* nothing is left queued, but be thorough */
   for (uint64_t i = s->head; i < s->tail; i++) cpu_op_release(&s->q[i & (s->qcap - 1)]);
-  pthread_mutex_destroy(&s->mu);
-  pthread_cond_destroy(&s->cv_work);
-  pthread_cond_destroy(&s->cv_done);
-  pthread_cond_destroy(&s->cv_space);
   free(s->q);
   free(s->D);
   free(s->scratch);
-  free(s);
+  s->q = NULL;
+  s->D = NULL;
+  s->scratch = NULL;
+  cpu_stream_release(s); /* the struct itself goes with the last wait that names it */
 }
 
 int32_t cpu_stream_create(bg_device* dev, uint32_t flags, int32_t prio, void** out) {
@@ -288,6 +427,7 @@ int32_t cpu_stream_create(bg_device* dev, uint32_t flags, int32_t prio, void** o
   cpu_stream* s = NULL;
   int32_t rc = cpu_stream_new(d, flags, prio, &s);
   if (rc) return rc;
+  if (!(flags & BG_STREAM_NON_BLOCKING)) atomic_fetch_add(&d->nblocking, 1);
   pthread_mutex_lock(&d->streams_mu);
   s->next = d->streams;
   if (d->streams) d->streams->prev = s;
@@ -308,6 +448,7 @@ int32_t cpu_stream_destroy(void* sv) {
   else d->streams = s->next;
   if (s->next) s->next->prev = s->prev;
   pthread_mutex_unlock(&d->streams_mu);
+  if (!(s->flags & BG_STREAM_NON_BLOCKING)) atomic_fetch_sub(&d->nblocking, 1);
   cpu_stream_free(s);
   return BG_OK;
 }

@@ -663,12 +663,17 @@ static void test_kernels(void* dev, kernels* K) {
   for (int i = 0; i < 1000; i++) ok &= h1[i] == 200 && h2[i] == 400;
   CHECK(ok);
 
-  /* a long-running (persistent) kernel on one stream does not stall launches on another */
+  /* a long-running (persistent) kernel on one stream does not stall launches on another. It
+   * runs on non-blocking streams, as on CUDA: the synchronous copies below are default-stream
+   * operations and would wait for a blocking stream's persistent kernel forever. */
   static int spin_flag;
   __atomic_store_n(&spin_flag, 0, __ATOMIC_RELEASE);
   uint64_t spargs[1] = {(uint64_t)(uintptr_t)&spin_flag};
-  OK(bg_launch(K->spin, s, 4, 1, 1, 1, 1, 1, 0, spargs, 1));
-  OK(bg_launch(K->spin, s2, 1, 1, 1, 1, 1, 1, 0, spargs, 1));
+  void *p1, *p2;
+  OK(bg_stream_create(dev, BG_STREAM_NON_BLOCKING, 0, &p1));
+  OK(bg_stream_create(dev, BG_STREAM_NON_BLOCKING, 0, &p2));
+  OK(bg_launch(K->spin, p1, 4, 1, 1, 1, 1, 1, 0, spargs, 1));
+  OK(bg_launch(K->spin, p2, 1, 1, 1, 1, 1, 1, 0, spargs, 1));
   void* s3;
   OK(bg_stream_create(dev, 0, 0, &s3));
   OK(bg_memset(dev, x1, 0, 4, 1000));
@@ -676,10 +681,12 @@ static void test_kernels(void* dev, kernels* K) {
   OK(bg_stream_synchronize(s3));
   OK(bg_memcpy_dtoh(dev, h1, x1, sizeof h1));
   CHECK(all_eq_i(h1, 1000, 20));
-  ERR(bg_stream_query(s), BG_ERR_NOT_READY);
+  ERR(bg_stream_query(p1), BG_ERR_NOT_READY);
   __atomic_store_n(&spin_flag, 1, __ATOMIC_RELEASE);
-  OK(bg_stream_synchronize(s));
-  OK(bg_stream_synchronize(s2));
+  OK(bg_stream_synchronize(p1));
+  OK(bg_stream_synchronize(p2));
+  OK(bg_stream_destroy(p1));
+  OK(bg_stream_destroy(p2));
 
   /* freeing memory and unloading a module with work queued that uses them does not wait and
    * does not pull them from under that work */
@@ -1114,6 +1121,176 @@ static void test_rings(void* dev) {
   OK(bg_ring_destroy(r));
 }
 
+/* ---- the legacy default stream -------------------------------------------------------------- */
+static int32_t peek(bg_devptr x) { return __atomic_load_n((int32_t*)(uintptr_t)x, __ATOMIC_ACQUIRE); }
+
+/* CUDA's legacy default stream: default-stream work waits for prior work on every blocking
+ * stream and blocking streams wait for prior default-stream work; non-blocking streams are
+ * exempt. A `spin` kernel holds a stream until the flag is set, so "has not run" is certain. */
+static void test_legacy(void* dev, kernels* K) {
+  void *ds, *b1, *b2, *nb;
+  OK(bg_stream_default(dev, &ds));
+  OK(bg_stream_create(dev, 0, 0, &b1));
+  OK(bg_stream_create(dev, 0, 0, &b2));
+  OK(bg_stream_create(dev, BG_STREAM_NON_BLOCKING, 0, &nb));
+  static int flag;
+  uint64_t sp[1] = {(uint64_t)(uintptr_t)&flag};
+  bg_devptr x;
+  OK(bg_mem_alloc(dev, 64, &x));
+  OK(bg_memset(dev, x, 0, 4, 16));
+  uint64_t inc[3] = {x, 1, 1};
+  int32_t v = -1;
+#define HOLD(st)                                             \
+  do {                                                       \
+    __atomic_store_n(&flag, 0, __ATOMIC_RELEASE);            \
+    OK(bg_launch(K->spin, st, 1, 1, 1, 1, 1, 1, 0, sp, 1));  \
+  } while (0)
+#define RELEASE() __atomic_store_n(&flag, 1, __ATOMIC_RELEASE)
+
+  /* (a) default-stream work waits for a blocking stream's prior work */
+  HOLD(b1);
+  OK(bg_launch(K->addk, ds, 1, 1, 1, 1, 1, 1, 0, inc, 3));
+  sleep_ms(20);
+  ERR(bg_stream_query(ds), BG_ERR_NOT_READY);
+  CHECK(peek(x) == 0);
+  RELEASE();
+  OK(bg_stream_synchronize(ds));
+  CHECK(peek(x) == 1);
+
+  /* (b) a blocking stream's work waits for prior default-stream work */
+  HOLD(ds);
+  OK(bg_launch(K->addk, b1, 1, 1, 1, 1, 1, 1, 0, inc, 3));
+  sleep_ms(20);
+  ERR(bg_stream_query(b1), BG_ERR_NOT_READY);
+  CHECK(peek(x) == 1);
+  RELEASE();
+  OK(bg_stream_synchronize(b1));
+  CHECK(peek(x) == 2);
+
+  /* (c) a non-blocking stream overtakes a held default stream, and the default stream (and a
+   * blocking stream behind it) overtake a held non-blocking stream */
+  HOLD(ds);
+  OK(bg_launch(K->addk, nb, 1, 1, 1, 1, 1, 1, 0, inc, 3));
+  OK(bg_stream_synchronize(nb));
+  CHECK(peek(x) == 3);
+  ERR(bg_stream_query(ds), BG_ERR_NOT_READY);
+  RELEASE();
+  OK(bg_stream_synchronize(ds));
+  HOLD(nb);
+  OK(bg_launch(K->addk, ds, 1, 1, 1, 1, 1, 1, 0, inc, 3));
+  OK(bg_launch(K->addk, b1, 1, 1, 1, 1, 1, 1, 0, inc, 3));
+  OK(bg_stream_synchronize(b1));
+  CHECK(peek(x) == 5);
+  /* a synchronous copy does not wait for a non-blocking stream either */
+  OK(bg_memcpy_dtoh(dev, &v, x, 4));
+  CHECK(v == 5);
+  ERR(bg_stream_query(nb), BG_ERR_NOT_READY);
+  RELEASE();
+  OK(bg_stream_synchronize(nb));
+
+  /* blocking streams do not wait for each other, only through the default stream */
+  HOLD(b1);
+  OK(bg_launch(K->addk, b2, 1, 1, 1, 1, 1, 1, 0, inc, 3));
+  OK(bg_stream_synchronize(b2));
+  CHECK(peek(x) == 6);
+  static order_log log;
+  static order_item it[2];
+  log.n = 0;
+  it[0].log = it[1].log = &log;
+  it[0].v = 1;
+  it[1].v = 2;
+  OK(bg_launch_host_func(ds, hf_append, &it[0])); /* waits for b1 */
+  OK(bg_launch_host_func(b2, hf_append, &it[1])); /* waits for that, so for b1 too */
+  sleep_ms(20);
+  ERR(bg_stream_query(b2), BG_ERR_NOT_READY);
+  CHECK(log.n == 0);
+  RELEASE();
+  OK(bg_stream_synchronize(b2));
+  CHECK(log.n == 2 && log.vals[0] == 1 && log.vals[1] == 2);
+
+  /* (d) a synchronous copy waits for work queued before it on a blocking stream */
+  OK(bg_launch_host_func(b1, hf_sleep20, NULL));
+  OK(bg_memset_async(b1, x + 4, 0x5a5a5a5au, 4, 1));
+  OK(bg_memcpy_dtoh(dev, &v, x + 4, 4));
+  CHECK(v == 0x5a5a5a5a);
+  OK(bg_launch_host_func(b1, hf_sleep20, NULL));
+  OK(bg_memset_async(b1, x + 4, 0x11111111u, 4, 1));
+  OK(bg_memset(dev, x + 4, 0x22222222u, 4, 1)); /* after b1's memset, not before */
+  CHECK(peek(x + 4) == 0x22222222);
+  /* (e) and it is complete when it returns: a non-blocking stream queued next sees it */
+  OK(bg_memset(dev, x + 8, 7, 4, 1));
+  uint64_t inc8[3] = {x + 8, 1, 1};
+  OK(bg_launch(K->addk, nb, 1, 1, 1, 1, 1, 1, 0, inc8, 3));
+  OK(bg_stream_synchronize(nb));
+  CHECK(peek(x + 8) == 8);
+  OK(bg_memcpy_dtod(dev, x + 12, x + 8, 4));
+  uint64_t inc12[3] = {x + 12, 1, 1};
+  OK(bg_launch(K->addk, nb, 1, 1, 1, 1, 1, 1, 0, inc12, 3));
+  OK(bg_stream_synchronize(nb));
+  CHECK(peek(x + 12) == 9);
+
+  /* events recorded on the default stream include the blocking streams' prior work */
+  void* e;
+  OK(bg_event_create(dev, BG_EVENT_DISABLE_TIMING, &e));
+  HOLD(b1);
+  OK(bg_event_record(e, ds));
+  sleep_ms(10);
+  ERR(bg_event_query(e), BG_ERR_NOT_READY);
+  RELEASE();
+  OK(bg_event_synchronize(e));
+  OK(bg_event_destroy(e));
+
+  /* a blocking stream destroyed while the default stream still has to wait for it */
+  void* bx;
+  OK(bg_stream_create(dev, 0, 0, &bx));
+  OK(bg_launch_host_func(ds, hf_sleep20, NULL));
+  OK(bg_launch_host_func(bx, hf_sleep20, NULL));
+  OK(bg_launch(K->addk, ds, 1, 1, 1, 1, 1, 1, 0, inc, 3)); /* waits for bx */
+  OK(bg_stream_destroy(bx));
+  OK(bg_stream_synchronize(ds));
+  CHECK(peek(x) == 7);
+
+  /* capture: the default stream is unusable while a blocking stream captures (any mode) */
+  int32_t st = -1;
+  void* g = NULL;
+  OK(bg_stream_begin_capture(b1, BG_CAPTURE_MODE_RELAXED));
+  ERR(bg_launch(K->addk, ds, 1, 1, 1, 1, 1, 1, 0, inc, 3), BG_ERR_STREAM_CAPTURE_IMPLICIT);
+  CHECK(last_error_has("bg_launch") && last_error_has("blocking stream"));
+  OK(bg_stream_capture_status(b1, &st));
+  CHECK(st == BG_CAPTURE_INVALIDATED);
+  ERR(bg_stream_end_capture(b1, &g), BG_ERR_STREAM_CAPTURE_INVALIDATED);
+  OK(bg_stream_begin_capture(b1, BG_CAPTURE_MODE_RELAXED));
+  ERR(bg_memcpy_dtoh(dev, &v, x, 4), BG_ERR_STREAM_CAPTURE_IMPLICIT);
+  ERR(bg_stream_end_capture(b1, &g), BG_ERR_STREAM_CAPTURE_INVALIDATED);
+  /* a capture of non-blocking streams only is untouched, and captured work takes no implicit
+   * dependency */
+  OK(bg_stream_begin_capture(nb, BG_CAPTURE_MODE_RELAXED));
+  HOLD(ds);
+  OK(bg_launch(K->addk, nb, 1, 1, 1, 1, 1, 1, 0, inc, 3));
+  OK(bg_stream_end_capture(nb, &g));
+  RELEASE();
+  OK(bg_stream_synchronize(ds));
+  void* xg;
+  OK(bg_graph_instantiate(g, &xg));
+  OK(bg_graph_destroy(g));
+  HOLD(ds);
+  OK(bg_graph_launch(xg, b1)); /* a launch on a blocking stream waits for the default stream */
+  sleep_ms(10);
+  ERR(bg_stream_query(b1), BG_ERR_NOT_READY);
+  CHECK(peek(x) == 7);
+  RELEASE();
+  OK(bg_stream_synchronize(b1));
+  CHECK(peek(x) == 8);
+  OK(bg_graph_exec_destroy(xg));
+#undef HOLD
+#undef RELEASE
+
+  OK(bg_mem_free(dev, x));
+  OK(bg_stream_destroy(b1));
+  OK(bg_stream_destroy(b2));
+  OK(bg_stream_destroy(nb));
+}
+
 int main(void) {
   void* dev = NULL;
   find_shim_dir();
@@ -1129,6 +1306,7 @@ int main(void) {
     test_kernels(dev, &K);
     test_capture(dev, &K);
     test_submit(dev, &K);
+    test_legacy(dev, &K);
     OK(bg_module_unload(K.mod));
   } else {
     printf("cpu_test: no C compiler (cc): kernel, capture and submit tests skipped\n");
