@@ -101,11 +101,14 @@ class Emitter {
   readonly lang: Lang;
   readonly names: Names;
   readonly prefix: string;
-  constructor(lang: Lang, names: Names, known: Map<Expr, string>, prefix: string) {
+  /** Integer nodes computed in 64 bits (index arithmetic of a kernel whose indices can pass 2³¹-1). */
+  readonly wide: ReadonlySet<Expr>;
+  constructor(lang: Lang, names: Names, known: Map<Expr, string>, prefix: string, wide: ReadonlySet<Expr> = NO_WIDE) {
     this.lang = lang;
     this.names = names;
     this.known = known;
     this.prefix = prefix;
+    this.wide = wide;
   }
 
   ref(e: Expr): string {
@@ -121,7 +124,8 @@ class Emitter {
     const s = e.srcs.map((x) => this.ref(x));
     const code = this.code(e, s);
     const name = `${this.prefix}${e.id}`;
-    this.lines.push(`const ${ctype(e.dtype, this.lang)} ${name} = ${code};`);
+    const type = this.wide.has(e) ? indexType(this.lang) : ctype(e.dtype, this.lang);
+    this.lines.push(`const ${type} ${name} = ${code};`);
     this.known.set(e, name);
     return name;
   }
@@ -131,6 +135,16 @@ class Emitter {
     const [a, b, c] = s;
     const isF = e.dtype === "float32";
     const bool = (x: string) => (lang === "metal" ? `((int)(${x}))` : `(${x})`);
+    if (this.wide.has(e)) {
+      // 64-bit forms of the int helpers (the int32 ones would truncate an index)
+      switch (e.op) {
+        case "div": return `bg_idiv64(${a}, ${b})`;
+        case "neg": return `(-${a})`;
+        case "abs": return `(${a} < 0 ? -${a} : ${a})`;
+        case "floordiv": return `bg_floordiv64(${a}, ${b})`;
+        case "floormod": return `bg_floormod64(${a}, ${b})`;
+      }
+    }
     switch (e.op) {
       case "load": {
         const ld = `b${e.arg as number}[${a}]`;
@@ -198,6 +212,91 @@ function dimExpr(d: KDim): string {
   return typeof d === "number" ? String(d) : `v_${d.var}`;
 }
 
+// ---- 64-bit indexing on GPUs ---------------------------------------------------------------------
+// A GPU kernel indexes with int unless an element count or an index can reach 2³¹: then the thread
+// id, the index space (D, total, rem, g, r) and every integer node of the index arithmetic (what
+// feeds a load's or the store's index) are 64-bit. Bounds come from interval arithmetic over the
+// index expressions, with dims and variables at their maxima; a loaded value counts as any int32.
+
+const NO_WIDE: ReadonlySet<Expr> = new Set();
+const INT32_MAX = 2 ** 31 - 1;
+
+function indexType(lang: Lang): string {
+  return lang === "cuda" ? "long long" : lang === "metal" ? "long" : "int64_t";
+}
+
+type Interval = readonly [number, number];
+
+/** The integer nodes of `ir`'s index arithmetic, and whether any can leave the int32 range. */
+function indexNodes(ir: KernelIR): { nodes: Set<Expr>; overflow: boolean } {
+  const varMax = new Map<string, number>();
+  for (const d of [...ir.dims, ...(ir.reduce?.dims ?? [])]) if (typeof d !== "number") varMax.set(d.var, Math.max(varMax.get(d.var) ?? 0, d.max));
+  const range = new Map<Expr, Interval>();
+  const full: Interval = [-(2 ** 31), INT32_MAX];
+  const bound = (e: Expr): Interval => {
+    let r = range.get(e);
+    if (r) return r;
+    const s = e.srcs.map(bound);
+    const [a, b] = [s[0] ?? full, s[1] ?? full];
+    const corners = (f: (x: number, y: number) => number): Interval => {
+      const v = [f(a[0], b[0]), f(a[0], b[1]), f(a[1], b[0]), f(a[1], b[1])];
+      return [Math.min(...v), Math.max(...v)];
+    };
+    switch (e.op) {
+      case "const": r = [constVal(e), constVal(e)]; break;
+      case "gidx": r = [0, Math.max(0, kdimMax(ir.dims[e.arg as number]!) - 1)]; break;
+      case "ridx": r = [0, Math.max(0, kdimMax(ir.reduce!.dims[e.arg as number]!) - 1)]; break;
+      case "var": r = [0, varMax.get(e.arg as string) ?? INT32_MAX]; break;
+      case "add": r = [a[0] + b[0], a[1] + b[1]]; break;
+      case "sub": r = [a[0] - b[1], a[1] - b[0]]; break;
+      case "mul": r = corners((x, y) => x * y); break;
+      case "idiv": case "floordiv": case "div": r = [Math.min(a[0], 0, -a[1]), Math.max(a[1], 0, -a[0])]; break;
+      case "mod": case "floormod": { const m = Math.max(Math.abs(b[0]), Math.abs(b[1])); r = [-m, m]; break; }
+      case "max": r = [Math.max(a[0], b[0]), Math.max(a[1], b[1])]; break;
+      case "min": r = [Math.min(a[0], b[0]), Math.min(a[1], b[1])]; break;
+      case "neg": r = [-a[1], -a[0]]; break;
+      case "abs": r = [0, Math.max(Math.abs(a[0]), Math.abs(a[1]))]; break;
+      case "where": r = [Math.min(s[1]![0], s[2]![0]), Math.max(s[1]![1], s[2]![1])]; break;
+      case "lt": case "le": case "eq": case "ne": case "and": r = [0, 1]; break;
+      default: r = full; // load, cast, pow, acc: any int32
+    }
+    range.set(e, r);
+    return r;
+  };
+  const nodes = new Set<Expr>();
+  let overflow = false;
+  const visit = (e: Expr) => {
+    if (e.dtype !== "int32" || nodes.has(e)) return;
+    nodes.add(e);
+    const [lo, hi] = bound(e);
+    if (lo < -(2 ** 31) || hi > INT32_MAX) overflow = true;
+    if (e.op === "load") return; // its own index is a root of its own
+    for (const x of e.srcs) visit(x);
+  };
+  const roots: Expr[] = [ir.store];
+  const seen = new Set<Expr>();
+  const findLoads = (e: Expr) => {
+    if (seen.has(e)) return;
+    seen.add(e);
+    if (e.op === "load") roots.push(e.srcs[0]!);
+    e.srcs.forEach(findLoads);
+  };
+  findLoads(ir.value);
+  findLoads(ir.store);
+  if (ir.reduce) findLoads(ir.reduce.body);
+  roots.forEach(visit);
+  return { nodes, overflow };
+}
+
+/** The nodes to compute in 64 bits for `lang` (none on the CPU, none when int32 cannot overflow). */
+export function wideIndexNodes(ir: KernelIR, lang: Lang): ReadonlySet<Expr> | null {
+  if (lang === "c") return null;
+  let elements = 1;
+  for (const d of [...ir.dims, ...(ir.reduce?.dims ?? [])]) elements *= kdimMax(d);
+  const { nodes, overflow } = indexNodes(ir);
+  return overflow || elements > INT32_MAX ? nodes : null;
+}
+
 // ---- preludes ----------------------------------------------------------------------------------
 
 const HASH_BODY = `x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16; return x;`;
@@ -222,6 +321,14 @@ function makePrelude(lang: Lang): string {
     `${fn} float bg_rand(${u} mix, int i) { return (float)(bg_hash(bg_hash((${u})i) ^ mix) >> 8) * 5.9604644775390625e-8f; }`,
     `${fn} float bg_randn(${u} mix, int i) { ${u} c = (${u})i * 2u; float u1 = ((float)(bg_hash(bg_hash(c) ^ mix) >> 8) + 1.0f) * 5.9604644775390625e-8f; float u2 = (float)(bg_hash(bg_hash(c + 1u) ^ mix) >> 8) * 5.9604644775390625e-8f; return ${lang === "metal" ? "sqrt(-2.0f * log(u1)) * cos(6.2831855f * u2)" : "sqrtf(-2.0f * logf(u1)) * cosf(6.2831855f * u2)"}; }`,
   ];
+  if (lang !== "c") {
+    const L = indexType(lang);
+    lines.push(
+      `${fn} ${L} bg_idiv64(${L} a, ${L} b) { return b == 0 ? 0 : a / b; }`,
+      `${fn} ${L} bg_floordiv64(${L} a, ${L} b) { ${L} q = a / b; return ((a % b) != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }`,
+      `${fn} ${L} bg_floormod64(${L} a, ${L} b) { ${L} m = a % b; return (m != 0 && ((m < 0) != (b < 0))) ? m + b : m; }`,
+    );
+  }
   if (lang === "c") return `#include "bungpu_cpu.h"\n#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n${lines.join("\n")}\n${C_MATH_PRELUDE}${VEC_PRELUDE}`;
   if (lang === "cuda") return `${lines.join("\n")}\n`;
   return `#include <metal_stdlib>\nusing namespace metal;\n${lines.join("\n")}\n`;
@@ -251,37 +358,39 @@ function elementsOf(dims: readonly KDim[], vals: ReadonlyMap<string, number>): n
 
 const GPU_BLOCK = 256;
 
-function gpuBody(ir: KernelIR, lang: Lang): string[] {
+function gpuBody(ir: KernelIR, lang: Lang, wide: ReadonlySet<Expr> | null): string[] {
   const out: string[] = [];
   const nd = ir.dims.length;
-  ir.dims.forEach((d, i) => out.push(`const int D${i} = ${dimExpr(d)};`));
-  out.push(`const int total = ${nd ? ir.dims.map((_, i) => `D${i}`).join(" * ") : "1"};`);
+  const it = wide ? indexType(lang) : "int";
+  ir.dims.forEach((d, i) => out.push(`const ${it} D${i} = ${dimExpr(d)};`));
+  out.push(`const ${it} total = ${nd ? ir.dims.map((_, i) => `D${i}`).join(" * ") : "1"};`);
   out.push(`if (gid >= total) return;`);
-  out.push(`int rem = gid;`);
+  out.push(`${it} rem = gid;`);
   for (let i = nd - 1; i >= 0; i--) {
-    if (i === 0) out.push(`const int g0 = rem;`);
-    else out.push(`const int g${i} = rem % D${i}; rem /= D${i};`);
+    if (i === 0) out.push(`const ${it} g0 = rem;`);
+    else out.push(`const ${it} g${i} = rem % D${i}; rem /= D${i};`);
   }
   const known = new Map<Expr, string>();
   const names: Names = { gidx: (i) => `g${i}`, ridx: (i) => `r${i}`, acc: "acc" };
+  const w = wide ?? NO_WIDE;
   if (ir.reduce) {
-    const pre = new Emitter(lang, names, known, "p");
+    const pre = new Emitter(lang, names, known, "p", w);
     hoist(pre, [ir.reduce.body], new Set(["ridx", "acc"]));
     out.push(...pre.lines);
     const t = ctype(ir.reduce.body.dtype, lang);
     out.push(`${t} acc = ${reduceInit(ir, lang)};`);
     let indent = "";
     ir.reduce.dims.forEach((d, i) => {
-      out.push(`${indent}for (int r${i} = 0; r${i} < ${dimExpr(d)}; ++r${i}) {`);
+      out.push(`${indent}for (${it} r${i} = 0; r${i} < ${dimExpr(d)}; ++r${i}) {`);
       indent += "  ";
     });
-    const inner = new Emitter(lang, names, new Map(known), "t");
+    const inner = new Emitter(lang, names, new Map(known), "t", w);
     const v = inner.ref(ir.reduce.body);
     out.push(...inner.lines.map((l) => indent + l));
     out.push(`${indent}acc = ${combine(ir, "acc", v)};`);
     for (let i = ir.reduce.dims.length - 1; i >= 0; i--) out.push(`${"  ".repeat(i)}}`);
   }
-  const post = new Emitter(lang, names, known, "e");
+  const post = new Emitter(lang, names, known, "e", w);
   const v = post.ref(ir.value);
   const st = post.ref(ir.store);
   out.push(...post.lines);
@@ -294,8 +403,10 @@ function genCuda(ir: KernelIR): string {
     ...ir.bufs.map((b, i) => `${i === 0 ? "" : "const "}${ctype(b.dtype, "cuda")}* __restrict__ b${i}`),
     ...ir.vars.map((v) => `int v_${v}`),
   ];
-  const body = gpuBody(ir, "cuda");
-  return `extern "C" __global__ void ${ir.name}(${params.join(", ")}) {\n  const int gid = (int)(blockIdx.x * blockDim.x + threadIdx.x);\n${body.map((l) => `  ${l}`).join("\n")}\n}\n`;
+  const wide = wideIndexNodes(ir, "cuda");
+  const body = gpuBody(ir, "cuda", wide);
+  const gid = wide ? "const long long gid = (long long)blockIdx.x * blockDim.x + threadIdx.x;" : "const int gid = (int)(blockIdx.x * blockDim.x + threadIdx.x);";
+  return `extern "C" __global__ void ${ir.name}(${params.join(", ")}) {\n  ${gid}\n${body.map((l) => `  ${l}`).join("\n")}\n}\n`;
 }
 
 function genMetal(ir: KernelIR): string {
@@ -306,8 +417,10 @@ function genMetal(ir: KernelIR): string {
     "uint3 bg_tid [[thread_position_in_threadgroup]]",
     "uint3 bg_tpg [[threads_per_threadgroup]]",
   ];
-  const body = gpuBody(ir, "metal");
-  return `kernel void ${ir.name}(${params.join(",\n    ")}) {\n  const int gid = (int)(bg_tgid.x * bg_tpg.x + bg_tid.x);\n${body.map((l) => `  ${l}`).join("\n")}\n}\n`;
+  const wide = wideIndexNodes(ir, "metal");
+  const body = gpuBody(ir, "metal", wide);
+  const gid = wide ? "const long gid = (long)bg_tgid.x * bg_tpg.x + bg_tid.x;" : "const int gid = (int)(bg_tgid.x * bg_tpg.x + bg_tid.x);";
+  return `kernel void ${ir.name}(${params.join(",\n    ")}) {\n  ${gid}\n${body.map((l) => `  ${l}`).join("\n")}\n}\n`;
 }
 
 // ---- CPU ------------------------------------------------------------------------------------------
