@@ -204,11 +204,11 @@ export class Device {
 
   /**
    * @internal Before a synchronous copy or memset: it is ordered after the default stream's work
-   * (on CUDA, the legacy default stream also waits for every blocking stream), so host functions
+   * and (CUDA and CPU: the legacy default stream) every blocking stream's, so host functions
    * queued there run first, and a call from inside one of them is refused instead of hanging.
    */
   beforeSyncCopy(call: string): void {
-    const waited = this.backend === "cuda" ? this.#streamHandles(true) : [this.defaultStream.handle];
+    const waited = this.backend === "metal" ? [this.defaultStream.handle] : this.#streamHandles(true);
     beforeBlockingWait(call, (s) => waited.includes(s), () => idle(waited));
   }
 

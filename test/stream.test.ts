@@ -54,9 +54,9 @@ describe("streams", () => {
   test("device.done() waits for every stream of the device without blocking the event loop", async () => {
     using a = dev.createStream();
     using b = dev.createStream();
+    using buf = dev.alloc(4).fill(0, { type: "f32" }); // before: a sync fill waits for blocking streams
     spin.launch(a, { grid: 1, block: 1, args: [40] });
     spin.launch(b, { grid: 1, block: 1, args: [20] });
-    using buf = dev.alloc(4).fill(0, { type: "f32" });
     addScalar.launch(dev.defaultStream, { grid: 1, block: 1, args: [buf, 1, 1] });
     let fired = 0;
     const t = setInterval(() => fired++, 1);
@@ -151,7 +151,9 @@ describe("events", () => {
 
 describe("host functions in stream order", () => {
   test("a TypeScript host function runs after the work before it and before the work after it", async () => {
-    using st = dev.createStream();
+    // non-blocking: a synchronous read or write inside a blocking stream's host function would
+    // wait for that stream (the legacy default stream's rule), so it is refused there
+    using st = dev.createStream({ nonBlocking: true });
     using b = dev.alloc(4).fill(0, { type: "f32" });
     const seen: number[] = [];
     spin.launch(st, { grid: 1, block: 1, args: [10] });
@@ -184,7 +186,7 @@ describe("host functions in stream order", () => {
   });
 
   test("an async host function holds the stream until it settles", async () => {
-    using st = dev.createStream();
+    using st = dev.createStream({ nonBlocking: true }); // it writes synchronously: see above
     using b = dev.alloc(4).fill(0, { type: "f32" });
     st.hostFn(async () => {
       await Bun.sleep(20);
