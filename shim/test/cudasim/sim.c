@@ -36,8 +36,8 @@
  *    no zero dimension (CUDA_ERROR_INVALID_VALUE); a kernel's .maxntid (701); dynamic shared memory
  *    above 48 KiB minus the kernel's static shared memory only after
  *    cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), up to 227 KiB (1).
- *  - Sticky errors: a kernel calls cudasim_trap(700) (a host twin's illegal address) and the
- *    context returns CUDA_ERROR_ILLEGAL_ADDRESS from that point on, from nearly every call, until
+ *  - Sticky errors: a kernel faults (a host twin's SIGSEGV/SIGBUS is caught on the stream's thread)
+ *    or calls cudasim_trap(700), and the context returns CUDA_ERROR_ILLEGAL_ADDRESS from that point on, from nearly every call, until
  *    the primary context is reset (cuDevicePrimaryCtxReset_v2) or released for the last time.
  *  - Memory: device memory is host memory, so host kernels use it directly; cuMemAlloc pointers
  *    are checked by cuMemFree and the copies (an unknown or out-of-range pointer is
@@ -58,7 +58,7 @@
  * What it does not model: more than one device or context, per-thread default streams, real
  * timing or concurrency limits, memory pools and virtual memory, textures, cooperative launches,
  * child-graph nodes (a graph launch during capture is refused with 900), fatbins (200), device
- * side faults other than cudasim_trap (a host twin's wild pointer crashes the process), and most
+ * side faults that do not fault on the host (a small overrun stays silent), and most
  * of the API beyond what bungpu uses. CUDASIM_DRIVER_VERSION (default 13000) sets the reported
  * driver version and the newest PTX ISA accepted.
  */
@@ -66,6 +66,8 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -516,6 +518,36 @@ static void set_sticky_locked(unsigned code, const char* what) {
   pthread_cond_broadcast(&GCV);
 }
 
+/* A fault (SIGSEGV/SIGBUS) inside a host twin is the kernel's illegal address: the handler jumps
+ * back to run_kernel, which makes it the context's sticky 700. Faults elsewhere go to the handler
+ * that was installed before (ASan's, or the default action). CUDASIM_NO_SEGV=1 turns this off. */
+static _Thread_local sigjmp_buf* t_kernel_jmp;
+static _Thread_local void* t_fault_addr;
+static struct sigaction g_old_segv, g_old_bus;
+
+static void fault_handler(int sig, siginfo_t* si, void* uc) {
+  if (t_kernel_jmp) {
+    t_fault_addr = si ? si->si_addr : NULL;
+    siglongjmp(*t_kernel_jmp, sig);
+  }
+  struct sigaction* old = sig == SIGSEGV ? &g_old_segv : &g_old_bus;
+  if (old->sa_flags & SA_SIGINFO) old->sa_sigaction(sig, si, uc);
+  else if (old->sa_handler == SIG_IGN) return;
+  else if (old->sa_handler != SIG_DFL) old->sa_handler(sig);
+  else signal(sig, SIG_DFL); /* the faulting instruction runs again, with the default action */
+}
+
+static void install_fault_handler(void) {
+  if (getenv("CUDASIM_NO_SEGV")) return;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = fault_handler;
+  sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, &g_old_segv);
+  sigaction(SIGBUS, &sa, &g_old_bus);
+}
+
 /* Run a kernel's host twin over the whole grid (G not held). */
 static void run_kernel(const kparams* k) {
   bg_cpu_ctx c;
@@ -530,11 +562,23 @@ static void run_kernel(const kparams* k) {
   c.shared = sh;
   c.worker = 0;
   t_trap = 0;
-  if (sh) k->f->host(&c);
+  sigjmp_buf jb;
+  int faulted = 0;
+  if (sh) {
+    if (sigsetjmp(jb, 1) == 0) {
+      t_kernel_jmp = &jb;
+      k->f->host(&c);
+    } else {
+      faulted = 1;
+      t_trap = E_ILLEGAL_ADDRESS;
+    }
+    t_kernel_jmp = NULL;
+  }
   free(sh);
   if (t_trap) {
     char what[300];
-    snprintf(what, sizeof what, "kernel %s trapped with %u", k->f->name, t_trap);
+    if (faulted) snprintf(what, sizeof what, "kernel %s: illegal address %p", k->f->name, t_fault_addr);
+    else snprintf(what, sizeof what, "kernel %s trapped with %u", k->f->name, t_trap);
     pthread_mutex_lock(&G);
     set_sticky_locked(t_trap, what);
     pthread_mutex_unlock(&G);
@@ -922,6 +966,7 @@ EXPORT CUresult cuInit(unsigned int flags) {
     int ok = start_worker(&g_legacy) && pthread_create(&g_host_th, &a, host_thread, NULL) == 0;
     pthread_attr_destroy(&a);
     if (!ok) RETURN(failf(E_UNKNOWN, "could not start the simulator's threads"));
+    install_fault_handler();
     g_init = 1;
   }
   RETURN(SUCCESS);
@@ -1064,7 +1109,10 @@ EXPORT CUresult cuDevicePrimaryCtxRelease_v2(bgcu_device d) {
   if (d != 0) return E_INVALID_DEVICE;
   pthread_mutex_lock(&G);
   if (g_ctx.refs <= 0) RETURN(failf(E_INVALID_CONTEXT, "the primary context is not retained"));
-  if (--g_ctx.refs == 0) reset_context_locked();
+  if (--g_ctx.refs == 0) { /* destroyed: its sticky error goes with it (work still queued runs on) */
+    g_ctx.sticky = 0;
+    g_ctx.sticky_msg[0] = 0;
+  }
   RETURN(SUCCESS);
 }
 

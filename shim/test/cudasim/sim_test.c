@@ -64,6 +64,7 @@ BG_KERNEL(slow_store_k) {
 BG_KERNEL(copy_int_k) { *BG_ARG(1, int*) = __atomic_load_n(BG_ARG(0, int*), __ATOMIC_ACQUIRE); }
 BG_KERNEL(empty) { (void)bg__ctx; }
 BG_KERNEL(faulty) { (void)bg__ctx; trap(700); }
+BG_KERNEL(wild) { *(volatile int*)(uintptr_t)BG_ARG(0, unsigned long long) = 1; } /* a real fault */
 /* ping(volatile int* flag, int* out): waits for the host to set *flag, answers *flag * 2 */
 BG_KERNEL(ping) {
   int* flag = BG_ARG(0, int*);
@@ -102,6 +103,7 @@ static const char PTX[] =
     ".visible .entry copy_int(.param .u64 a, .param .u64 b) { ret; }\n"
     ".visible .entry empty() { ret; }\n"
     ".visible .entry faulty() { ret; }\n"
+    ".visible .entry wild(.param .u64 p) { ret; }\n"
     ".visible .entry ping(.param .u64 f, .param .u64 o) { ret; }\n"
     ".visible .entry args(\n\t.param .u8 args_param_0,\n\t.param .f32 args_param_1,\n\t.param .align 8 .b8 args_param_2[16],\n"
     "\t.param .u64 .ptr .global .align 8 args_param_3,\n\t.param .u64 args_param_4,\n\t.param .u64 args_param_5\n)\n{ ret; }\n"
@@ -704,7 +706,16 @@ static void test_sticky_error(void) {
   OK(cuDevicePrimaryCtxReset_v2(0));
   OK(cuMemAlloc_v2(&d, 16));
   OK(cuMemFree_v2(d));
-  printf("ok sticky 700: every later call fails until the primary context is reset\n");
+  /* a host twin that really faults: the same sticky error, the process lives on */
+  unsigned long long bad = 64;
+  void* p[] = {&bad};
+  OK(launch(F("wild"), s, p));
+  EQ(cuStreamSynchronize(s), 700);
+  EQ(cuMemAlloc_v2(&d, 16), 700);
+  OK(cuDevicePrimaryCtxReset_v2(0));
+  OK(cuStreamSynchronize(s));
+  OK(cuStreamDestroy_v2(s));
+  printf("ok sticky 700: every later call fails until the primary context is reset; a faulting kernel gives it too\n");
 }
 
 int main(int argc, char** argv) {
@@ -732,6 +743,7 @@ int main(int argc, char** argv) {
   register_kernel("big_static", empty);
   register_kernel("bounded", empty);
   register_kernel("faulty", faulty);
+  register_kernel("wild", wild);
   register_kernel("ping", ping);
   register_kernel("args", args);
   register_kernel("vadd", vadd);
