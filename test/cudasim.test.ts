@@ -68,8 +68,10 @@ describe("CUDA driver simulator", () => {
   }, 180_000);
 
   const nv = linux && cc ? nvrtc() : ({ ok: false, reason: "needs Linux and a C compiler" } as const);
-  test.skipIf(!nv.ok)(`backends.test.ts runs unchanged on the simulator${nv.ok ? "" : ` (skipped: ${nv.reason})`}`, () => {
-    if (!nv.ok || !cc) return;
+
+  /** Run backends.test.ts CPU-only into a fresh cache, then against the simulator; its output. */
+  function suiteOnSimulator(extraEnv: Record<string, string>): { out: string; exitCode: number | null } {
+    if (!nv.ok || !cc) throw new Error("unreachable");
     const work = mkdtempSync(join(tmpdir(), "bungpu-cudasim-suite-"));
     try {
       const b = Bun.spawnSync(["sh", join(simDir, "build.sh"), work], { env: baseEnv({ CC: cc }), stdout: "pipe", stderr: "pipe" });
@@ -95,21 +97,38 @@ describe("CUDA driver simulator", () => {
           BUNGPU_NVRTC: nv.lib,
           BUNGPU_SIM_KERNELS: `${twins}:${join(cache, "kernels", "cpu")}`,
           CUDASIM_TWINS_DIR: twins,
+          ...extraEnv,
         }),
         stdout: "pipe",
         stderr: "pipe",
         timeout: 150_000,
       });
-      const out = r.stdout.toString() + r.stderr.toString();
-      const cudaPassed = out.match(/\(pass\) on cuda:0 > /g)?.length ?? 0;
-      const cpuPassed = out.match(/\(pass\) on cpu > /g)?.length ?? 0;
-      if (r.exitCode !== 0) console.error(out.slice(-4000));
-      expect(out).not.toContain("(fail)");
-      expect(cpuPassed).toBeGreaterThan(0);
-      expect(cudaPassed).toBe(cpuPassed); // every case of the suite ran on the simulated CUDA device
-      expect(r.exitCode).toBe(0);
+      return { out: r.stdout.toString() + r.stderr.toString(), exitCode: r.exitCode };
     } finally {
       rmSync(work, { recursive: true, force: true });
     }
+  }
+
+  function expectAllPassed(r: { out: string; exitCode: number | null }) {
+    const cudaPassed = r.out.match(/\(pass\) on cuda:0 > /g)?.length ?? 0;
+    const cpuPassed = r.out.match(/\(pass\) on cpu > /g)?.length ?? 0;
+    if (r.exitCode !== 0) console.error(r.out.slice(-4000));
+    expect(r.out).not.toContain("(fail)");
+    expect(cpuPassed).toBeGreaterThan(0);
+    expect(cudaPassed).toBe(cpuPassed); // every case of the suite ran on the simulated CUDA device
+    expect(r.exitCode).toBe(0);
+  }
+
+  test.skipIf(!nv.ok)(`backends.test.ts runs unchanged on the simulator${nv.ok ? "" : ` (skipped: ${nv.reason})`}`, () => {
+    expectAllPassed(suiteOnSimulator({}));
+  }, 300_000);
+
+  // Every queued copy and memset 3 ms late: work that is not ordered after a synchronous copy or
+  // fill reads stale bytes. Fails today (the ring's state fill and the tensor plan's input upload
+  // race the non-blocking streams; see shim/test/cudasim/sim.c on the synchronous calls): a todo
+  // until the CUDA backend makes its synchronous copies and memsets complete before returning.
+  test.todo("backends.test.ts on the simulator with delayed copies and memsets", () => {
+    if (!nv.ok) return;
+    expectAllPassed(suiteOnSimulator({ CUDASIM_DELAY_US: "3000" }));
   }, 300_000);
 });
