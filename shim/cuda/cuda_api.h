@@ -78,6 +78,7 @@ typedef struct bgcu_kernel_node_params {
 #define BGCU_CONSTANTS(X)                                                                          \
   X(CUDA_SUCCESS, 0)                                                                               \
   X(CUDA_ERROR_NOT_READY, 600)                                                                     \
+  X(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, 901)                                                    \
   X(CUDA_ERROR_NO_DEVICE, 100)                                                                     \
   X(CUDA_ERROR_NO_BINARY_FOR_GPU, 209)                                                             \
   X(CUDA_ERROR_INVALID_PTX, 218)                                                                   \

@@ -103,12 +103,16 @@ static const char* cu_err_text(bgcu_result rc) {
   return "no description";
 }
 
+static void note_capture_failure(bgcu_result rc, const char* call);
+
 /* The one place a failed driver call becomes a bg status and message. */
 static int32_t cu_fail(bgcu_result rc, const char* call) {
+  note_capture_failure(rc, call);
   return bg_set_error(map_cu(rc), "%s: %s (%u): %s", call, cu_err_name(rc), rc, cu_err_text(rc));
 }
 
 static int32_t cu_fail_at(bgcu_result rc, const char* call, const char* what) {
+  note_capture_failure(rc, call);
   return bg_set_error(map_cu(rc), "%s(%s): %s (%u): %s", call, what, cu_err_name(rc), rc,
                       cu_err_text(rc));
 }
@@ -204,6 +208,12 @@ static int32_t load_driver_locked(void) {
     return BG_ERR_BACKEND_UNAVAILABLE;
   }
 
+  /* Before cuInit, unless the user chose otherwise: modules load eagerly (lazy loading would load
+   * a kernel at its first launch, which waits behind a resident persistent kernel: a deadlock),
+   * and enough hardware queues that streams do not queue behind a resident kernel (the default
+   * is 8 connections shared by every stream). */
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   bgcu_result rc = cu.cuInit(0);
   if (rc != BGCUDA_SUCCESS) {
     /* The library stays loaded: cuInit may have started threads. */
@@ -324,6 +334,8 @@ static int32_t load_nvrtc(void) {
 /* ---- objects ---------------------------------------------------------------------------------- */
 typedef struct cu_capture {
   uint64_t id;                /* the driver's capture sequence id */
+  bgcu_stream origin;         /* the stream that began it */
+  char why[192];              /* the first failed call seen to invalidate it, for end_capture */
   bgcu_graph_node* nodes;     /* kernel nodes in capture order */
   uint32_t* nargs;            /* argument count of each */
   uint32_t n, cap;
@@ -354,6 +366,8 @@ typedef struct cu_event {
 typedef struct cu_kernel {
   bg_obj h;
   bgcu_function f;
+  int static_shared;     /* its static shared memory (bytes) */
+  _Atomic int dyn_limit; /* dynamic shared memory it may use, as last set with cuFuncSetAttribute */
   struct cu_kernel* next;
 } cu_kernel;
 
@@ -387,19 +401,64 @@ typedef struct cu_exec {
 
 static const bg_ops cu_ops;
 
-/* Make the device's primary context current on this thread. */
-static int32_t cu_enter(cu_device* d) {
+/* Every entry that touches the driver makes the device's primary context current for the length
+ * of the call only: pushed when another context (or none) is current, popped on return, so another
+ * CUDA user of the same thread finds its own context as it left it. Without the push/pop entry
+ * points (never the case since CUDA 4) the context is set and left current. The entry's device is
+ * remembered for the thread meanwhile (cur_dev), so a failed call can note what invalidated a
+ * capture. ENTER relies on the cleanup attribute of GCC and Clang. */
+typedef struct cu_guard {
+  int pushed;
+  struct cu_device* prev;
+} cu_guard;
+
+static _Thread_local struct cu_device* cur_dev;
+
+static void cu_leave(cu_guard* g) {
+  if (g->pushed) {
+    bgcu_context popped = NULL;
+    cu.cuCtxPopCurrent_v2(&popped);
+  }
+  cur_dev = g->prev;
+}
+
+static int32_t cu_enter(cu_device* d, cu_guard* g) {
+  g->prev = cur_dev;
+  cur_dev = d;
   bgcu_context cur = NULL;
   if (cu.cuCtxGetCurrent(&cur) == BGCUDA_SUCCESS && cur == d->ctx) return BG_OK;
+  if (cu.cuCtxPushCurrent_v2 && cu.cuCtxPopCurrent_v2) {
+    CALL(cuCtxPushCurrent_v2, (d->ctx));
+    g->pushed = 1;
+    return BG_OK;
+  }
   CALL(cuCtxSetCurrent, (d->ctx));
   return BG_OK;
 }
 
 #define ENTER(d)                                                                                   \
+  cu_guard enter_guard_ __attribute__((cleanup(cu_leave))) = {0, NULL};                            \
   do {                                                                                             \
-    int32_t e_ = cu_enter(d);                                                                      \
+    int32_t e_ = cu_enter(d, &enter_guard_);                                                       \
     if (e_) return e_;                                                                             \
   } while (0)
+
+/* A failed call with a stream-capture error: every live capture of the entry's device that is now
+ * invalidated and has no cause yet records this call as its cause. */
+static void note_capture_failure(bgcu_result rc, const char* call) {
+  cu_device* d = cur_dev;
+  if (!d || rc < 900 || rc > 908 || rc == 901 || !atomic_load_explicit(&d->ncaps, memory_order_relaxed))
+    return;
+  pthread_mutex_lock(&d->cap_lock);
+  for (cu_capture* c = d->caps; c; c = c->next) {
+    if (c->why[0]) continue;
+    bgcu_enum st = BGCU_STREAM_CAPTURE_STATUS_NONE;
+    if (cu.cuStreamIsCapturing(c->origin, &st) == BGCUDA_SUCCESS &&
+        st == BGCU_STREAM_CAPTURE_STATUS_INVALIDATED)
+      snprintf(c->why, sizeof c->why, "%s (%s)", call, cu_err_name(rc));
+  }
+  pthread_mutex_unlock(&d->cap_lock);
+}
 
 /* ---- backend entry points --------------------------------------------------------------------- */
 static int32_t cu_probe(int32_t* count, char* msg, uint64_t cap) {
@@ -536,6 +595,14 @@ static int32_t cu_device_props(bg_device* dev, bg_device_props* out) {
     int32_t v32 = v;
     memcpy((char*)out + attrs[i].off, &v32, sizeof v32);
   }
+  /* The most shared memory a block can have: the opt-in limit, which launches reach through
+   * cuFuncSetAttribute (cu_launch), rather than the 48 KiB default. */
+  int optin = 0;
+  if (cu.cuFuncSetAttribute &&
+      cu.cuDeviceGetAttribute(&optin, BGCU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                              d->cudev) == BGCUDA_SUCCESS &&
+      optin > out->max_shared_bytes_per_block)
+    out->max_shared_bytes_per_block = optin;
   size_t total = 0;
   CALL(cuDeviceTotalMem_v2, (&total, d->cudev));
   out->total_mem = total;
@@ -600,10 +667,21 @@ static int32_t cu_host_free(bg_device* dev, void* host) {
   return BG_OK;
 }
 
+/* The synchronous copies and memsets return when the data is in place, visible to work queued
+ * afterwards on any stream (non-blocking ones included). The driver's own do not promise that:
+ * cuMemsetD*, cuMemcpyDtoD and cuMemcpyHtoD from pageable memory may return before the device
+ * has written (CUDA's "API synchronization behavior"), so each is followed by a wait on the legacy
+ * stream they ran on. Created non-blocking streams (rings run on those) are not waited for. */
+static int32_t legacy_done(const char* after) {
+  bgcu_result r = cu.cuStreamSynchronize(NULL);
+  if (r != BGCUDA_SUCCESS) return cu_fail_at(r, "cuStreamSynchronize", after);
+  return BG_OK;
+}
+
 static int32_t cu_memcpy_htod(bg_device* dev, bg_devptr dst, const void* src, uint64_t n) {
   ENTER((cu_device*)dev);
   CALL(cuMemcpyHtoD_v2, (dst, src, (size_t)n));
-  return BG_OK;
+  return legacy_done("after cuMemcpyHtoD_v2");
 }
 
 static int32_t cu_memcpy_dtoh(bg_device* dev, void* dst, bg_devptr src, uint64_t n) {
@@ -615,7 +693,7 @@ static int32_t cu_memcpy_dtoh(bg_device* dev, void* dst, bg_devptr src, uint64_t
 static int32_t cu_memcpy_dtod(bg_device* dev, bg_devptr dst, bg_devptr src, uint64_t n) {
   ENTER((cu_device*)dev);
   CALL(cuMemcpyDtoD_v2, (dst, src, (size_t)n));
-  return BG_OK;
+  return legacy_done("after cuMemcpyDtoD_v2");
 }
 
 static int32_t cu_memset(bg_device* dev, bg_devptr dst, uint32_t pattern, uint32_t esz,
@@ -626,7 +704,7 @@ static int32_t cu_memset(bg_device* dev, bg_devptr dst, uint32_t pattern, uint32
     case 2: CALL(cuMemsetD16_v2, (dst, (unsigned short)pattern, (size_t)count)); break;
     default: CALL(cuMemsetD32_v2, (dst, pattern, (size_t)count)); break;
   }
-  return BG_OK;
+  return legacy_done("after cuMemsetD*_v2");
 }
 
 /* ---- streams ---------------------------------------------------------------------------------- */
@@ -1125,6 +1203,10 @@ static int32_t cu_module_get_kernel(void* mp, const char* name, void** out) {
       return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_module_get_kernel: out of host memory");
     }
     k->f = f;
+    int st = 0;
+    if (cu.cuFuncGetAttribute(&st, BGCU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f) == BGCUDA_SUCCESS)
+      k->static_shared = st;
+    atomic_init(&k->dyn_limit, 0);
     bg_obj_init(k, BG_KIND_KERNEL, m->h.dev);
     k->next = m->kernels;
     m->kernels = k;
@@ -1202,6 +1284,14 @@ static int32_t cu_launch(void* kp, void* sp, const uint32_t grid[3], const uint3
   if (nargs > 256)
     return bg_set_error(BG_ERR_INVALID_VALUE, "bg_launch: %u arguments (max 256)", nargs);
   fill_params(params, args, nargs);
+  /* More than 48 KiB of shared memory (static + dynamic) must be opted into per function. */
+  if ((int)shared > atomic_load_explicit(&k->dyn_limit, memory_order_relaxed) &&
+      (uint64_t)shared + (uint64_t)k->static_shared > 48u * 1024u && cu.cuFuncSetAttribute) {
+    bgcu_result r = cu.cuFuncSetAttribute(k->f, BGCU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                          (int)shared);
+    if (r != BGCUDA_SUCCESS) return cu_fail_at(r, "cuFuncSetAttribute", "MAX_DYNAMIC_SHARED_SIZE_BYTES");
+    atomic_store_explicit(&k->dyn_limit, (int)shared, memory_order_relaxed);
+  }
   CALL(cuLaunchKernel, (k->f, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared,
                         s->s, nargs ? params : NULL, NULL));
   if (s->s && atomic_load_explicit(&d->ncaps, memory_order_relaxed) > 0)
@@ -1233,6 +1323,7 @@ static int32_t cu_begin_capture(void* sp, int32_t mode) {
     return rc;
   }
   c->id = id;
+  c->origin = s->s;
   pthread_mutex_lock(&d->cap_lock);
   c->next = d->caps;
   d->caps = c;
@@ -1248,6 +1339,13 @@ static int32_t cu_end_capture(void* sp, void** out) {
   ENTER(d);
   cu_capture* c = s->cap;
   bgcu_graph g = NULL;
+  char why[sizeof c->why];
+  why[0] = 0;
+  if (c) {
+    pthread_mutex_lock(&d->cap_lock);
+    memcpy(why, c->why, sizeof why);
+    pthread_mutex_unlock(&d->cap_lock);
+  }
   bgcu_result r = cu.cuStreamEndCapture(s->s, &g);
   if (r != BGCUDA_SUCCESS) {
     /* A capture that failed to end is over too (invalidated) unless this stream never began it. */
@@ -1260,6 +1358,10 @@ static int32_t cu_end_capture(void* sp, void** out) {
         s->cap = NULL;
       }
     }
+    /* Name the call that invalidated the capture, as the CPU backend does. */
+    if (r == BGCUDA_ERROR_STREAM_CAPTURE_INVALIDATED && why[0])
+      return bg_set_error(map_cu(r), "cuStreamEndCapture: %s (%u): capture invalidated by %s",
+                          cu_err_name(r), r, why);
     return cu_fail(r, "cuStreamEndCapture");
   }
   if (c) {
