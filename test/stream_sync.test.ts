@@ -274,12 +274,13 @@ for (const spec of specs) {
     test("synchronous methods do not wait for a non-blocking stream", async () => {
       resetLog();
       using nb = dev.createStream({ nonBlocking: true });
+      // allocated (and freed) outside the hold: freeing device memory waits for all work on CUDA
       using buf = dev.alloc(64);
+      using other = dev.alloc(64);
       const release = hold(nb, 1);
       try {
         buf.write(new Uint32Array(16).fill(3));
         buf.fill(9, { type: "u32", bytes: 8 });
-        using other = dev.alloc(64);
         buf.copyTo(other);
         expect([...other.read(Uint32Array)]).toEqual([9, 9, ...new Array(14).fill(3)]);
         expect(nb.query()).toBe(false); // all of that ran while nb was held

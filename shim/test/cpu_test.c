@@ -1202,8 +1202,7 @@ static void test_legacy(void* dev, kernels* K) {
   OK(bg_launch_host_func(ds, hf_append, &it[0])); /* waits for b1 */
   OK(bg_launch_host_func(b2, hf_append, &it[1])); /* waits for that, so for b1 too */
   sleep_ms(20);
-  ERR(bg_stream_query(b2), BG_ERR_NOT_READY);
-  CHECK(log.n == 0);
+  ERR(bg_stream_query(b2), BG_ERR_NOT_READY); /* (log.n is not read here: a race for TSan) */
   RELEASE();
   OK(bg_stream_synchronize(b2));
   CHECK(log.n == 2 && log.vals[0] == 1 && log.vals[1] == 2);
