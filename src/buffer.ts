@@ -128,7 +128,13 @@ export class Buffer {
     return new Buffer(this.device, this.#alloc, this.byteOffset + byteOffset, byteLength, this.#root ?? this);
   }
 
-  /** Copy host data into the buffer at `offset` (synchronous). */
+  /**
+   * Copy host data into the buffer at `offset` (synchronous). Like every synchronous method
+   * (`write`, `read`, `fill`, `copyTo`), it is an operation of the device's default stream: it
+   * starts after the work queued before it on the default stream and on every blocking stream
+   * (not on `nonBlocking` streams), and returns only when the data is in place, so work queued
+   * afterwards on any stream, non-blocking ones included, sees it. On every backend.
+   */
   write(data: HostData, opts: { offset?: number } = {}): this {
     const h = this.#live("Buffer.write");
     if (hostFnsPending()) this.device.beforeSyncCopy("Buffer.write");
@@ -142,7 +148,9 @@ export class Buffer {
 
   /**
    * Copy out (synchronous). `read()` → a new Uint8Array of the whole buffer; `read(Float32Array)`
-   * → a new Float32Array of it; `read(array)` → fills `array` and returns it.
+   * → a new Float32Array of it; `read(array)` → fills `array` and returns it. It waits for the
+   * work queued before it on the default stream and every blocking stream, not for `nonBlocking`
+   * streams: synchronize those (or wait on an event) first. See `write` for the full rule.
    */
   read(): Uint8Array;
   read<T extends TypedArray>(into: T | TypedArrayCtor<T>, opts?: { offset?: number }): T;
@@ -169,7 +177,10 @@ export class Buffer {
     return out;
   }
 
-  /** Device-to-device copy into `dst` (synchronous). Defaults: whole of this buffer. */
+  /**
+   * Device-to-device copy into `dst` (synchronous). Defaults: whole of this buffer. Complete on
+   * return, so a launch queued next on any stream reads the copied bytes (see `write`).
+   */
   copyTo(dst: Buffer, opts: { srcOffset?: number; dstOffset?: number; bytes?: number } = {}): void {
     const h = this.#live("Buffer.copyTo");
     if (hostFnsPending()) this.device.beforeSyncCopy("Buffer.copyTo");
@@ -186,7 +197,11 @@ export class Buffer {
       check(N.bg_memcpy_dtod(h, dst.address + dstOffset, this.address + srcOffset, bytes), "bg_memcpy_dtod", this.device.backend);
   }
 
-  /** Fill with `value` as elements of `type` (default "u8"), over [offset, offset+bytes). */
+  /**
+   * Fill with `value` as elements of `type` (default "u8"), over [offset, offset+bytes)
+   * (synchronous). Complete on return, so a launch queued next on any stream sees the filled
+   * bytes (see `write`).
+   */
   fill(value: number, opts: { type?: FillType; offset?: number; bytes?: number } = {}): this {
     const h = this.#live("Buffer.fill");
     if (hostFnsPending()) this.device.beforeSyncCopy("Buffer.fill");

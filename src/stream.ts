@@ -12,7 +12,13 @@ import { track, untrack } from "./lifetime";
 import { pollUntil } from "./poll";
 
 export interface StreamOptions {
-  /** Do not synchronise with the device's default stream (CU_STREAM_NON_BLOCKING). */
+  /**
+   * Do not synchronise with the device's default stream (CU_STREAM_NON_BLOCKING). By default a
+   * created stream is blocking, as in CUDA: its work waits for the work queued before it on the
+   * default stream, and work queued on the default stream (including the synchronous Buffer
+   * methods) waits for the work queued before it on every blocking stream. A non-blocking stream
+   * takes no part either way: order it with events. Persistent kernels belong on one.
+   */
   nonBlocking?: boolean;
   /** Lower numbers are higher priority, as in CUDA. Stored; the CPU backend ignores it. */
   priority?: number;
@@ -28,7 +34,7 @@ export class Stream {
   readonly device: Device;
   readonly isDefault: boolean;
   readonly priority: number;
-  /** Created with { nonBlocking: true }: does not synchronise with the default stream. */
+  /** Created with { nonBlocking: true }: neither waits for the default stream nor is waited for by it. */
   readonly nonBlocking: boolean;
   #handle: number;
   #live = true;
