@@ -1,5 +1,6 @@
 // The CUDA driver simulator (shim/test/cudasim): its own tests of each driver rule it models, and
-// the cross-backend suite (test/backends.test.ts) run unchanged against it, in subprocesses.
+// the cross-backend suites (test/backends.test.ts, test/stream_sync.test.ts) run unchanged against
+// it, in subprocesses.
 //
 // The suite's "on cuda:0" block runs the CUDA backend through the simulator: real NVRTC builds the
 // CUBINs, the simulator loads them and runs each kernel as a host twin: translated from the
@@ -69,7 +70,9 @@ describe("CUDA driver simulator", () => {
 
   const nv = linux && cc ? nvrtc() : ({ ok: false, reason: "needs Linux and a C compiler" } as const);
 
-  /** Run backends.test.ts CPU-only into a fresh cache, then against the simulator; its output. */
+  const suites = ["test/backends.test.ts", "test/stream_sync.test.ts"];
+
+  /** Run the suites CPU-only into a fresh cache, then against the simulator; their output. */
   function suiteOnSimulator(extraEnv: Record<string, string>): { out: string; exitCode: number | null } {
     if (!nv.ok || !cc) throw new Error("unreachable");
     const work = mkdtempSync(join(tmpdir(), "bungpu-cudasim-suite-"));
@@ -80,7 +83,7 @@ describe("CUDA driver simulator", () => {
       const cache = join(work, "cache");
       const twins = join(work, "twins");
       // 1. CPU only, into a fresh cache: compiles the CPU kernels (the twins of last resort).
-      const cpu = Bun.spawnSync([process.execPath, "test", "test/backends.test.ts"], {
+      const cpu = Bun.spawnSync([process.execPath, "test", ...suites], {
         cwd: root,
         env: baseEnv({ BUNGPU_CACHE_DIR: cache }),
         stdout: "pipe",
@@ -89,7 +92,7 @@ describe("CUDA driver simulator", () => {
       });
       expect(cpu.exitCode).toBe(0);
       // 2. The same suite with the simulator as the CUDA driver.
-      const r = Bun.spawnSync([process.execPath, "test", "--preload", join(simDir, "twins_preload.ts"), "test/backends.test.ts"], {
+      const r = Bun.spawnSync([process.execPath, "test", "--preload", join(simDir, "twins_preload.ts"), ...suites], {
         cwd: root,
         env: baseEnv({
           BUNGPU_CACHE_DIR: cache,
@@ -110,16 +113,16 @@ describe("CUDA driver simulator", () => {
   }
 
   function expectAllPassed(r: { out: string; exitCode: number | null }) {
-    const cudaPassed = r.out.match(/\(pass\) on cuda:0 > /g)?.length ?? 0;
-    const cpuPassed = r.out.match(/\(pass\) on cpu > /g)?.length ?? 0;
+    const cudaPassed = r.out.match(/^\(pass\) [^\n]*\bon cuda:0 > /gm)?.length ?? 0;
+    const cpuPassed = r.out.match(/^\(pass\) [^\n]*\bon cpu > /gm)?.length ?? 0;
     if (r.exitCode !== 0) console.error(r.out.slice(-4000));
     expect(r.out).not.toContain("(fail)");
-    expect(cpuPassed).toBeGreaterThan(0);
+    expect(cpuPassed).toBeGreaterThanOrEqual(15); // 8 + 9 cases when this was written
     expect(cudaPassed).toBe(cpuPassed); // every case of the suite ran on the simulated CUDA device
     expect(r.exitCode).toBe(0);
   }
 
-  test.skipIf(!nv.ok)(`backends.test.ts runs unchanged on the simulator${nv.ok ? "" : ` (skipped: ${nv.reason})`}`, () => {
+  test.skipIf(!nv.ok)(`backends.test.ts and stream_sync.test.ts run unchanged on the simulator${nv.ok ? "" : ` (skipped: ${nv.reason})`}`, () => {
     expectAllPassed(suiteOnSimulator({}));
   }, 300_000);
 
@@ -127,7 +130,7 @@ describe("CUDA driver simulator", () => {
   // fill would read stale bytes (before ad2a0c0 the ring's state fill and the tensor plan's input
   // upload raced their non-blocking streams this way; the driver queues cuMemsetD* and pageable
   // cuMemcpyHtoD on the legacy stream and returns early).
-  test.skipIf(!nv.ok)("backends.test.ts on the simulator with every copy and memset delayed", () => {
+  test.skipIf(!nv.ok)("the same suites on the simulator with every copy and memset delayed", () => {
     expectAllPassed(suiteOnSimulator({ CUDASIM_DELAY_US: "3000" }));
   }, 300_000);
 });
