@@ -165,8 +165,10 @@ BG_API int32_t bg_memset(void* dev, bg_devptr dst, uint32_t pattern, uint32_t el
  * The device's default stream is CUDA's legacy default stream: work queued on it waits for the
  * work queued before it on every blocking stream, and work queued on a blocking stream waits for
  * the work queued before it on the default stream. Streams created with BG_STREAM_NON_BLOCKING
- * take no part, either way. While a blocking stream captures, any use of the default stream
- * returns BG_ERR_STREAM_CAPTURE_IMPLICIT and invalidates that capture. */
+ * take no part, either way. Synchronizing or querying the default stream therefore covers the
+ * blocking streams' work queued so far. While a blocking stream captures, any use of the default
+ * stream returns BG_ERR_STREAM_CAPTURE_IMPLICIT and invalidates that capture; the default stream
+ * never joins a capture (waiting on a captured event: the same). */
 BG_API int32_t bg_stream_create(void* dev, uint32_t flags, int32_t priority, void** out);
 BG_API int32_t bg_stream_default(void* dev, void** out);  /* owned by the device */
 BG_API int32_t bg_stream_destroy(void* stream);           /* waits for its work first */

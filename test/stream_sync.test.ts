@@ -249,6 +249,27 @@ for (const spec of specs) {
       expect(readLog()).toEqual([2, 1, 4, 5, 3]);
     }, TEST_MS);
 
+    test("synchronizing the default stream covers the blocking streams, not the non-blocking ones", () => {
+      resetLog();
+      using b = dev.createStream();
+      using nb = dev.createStream({ nonBlocking: true });
+      hold(b, 1, 300); // nobody releases it: the synchronize below returns once it timed out
+      expect(dev.defaultStream.query()).toBe(false);
+      dev.defaultStream.synchronize();
+      expect(b.query()).toBe(true);
+      expect(readLog()).toEqual([1 | TIMED_OUT]);
+      const release = hold(nb, 2);
+      try {
+        expect(dev.defaultStream.query()).toBe(true);
+        dev.defaultStream.synchronize();
+        expect(nb.query()).toBe(false);
+      } finally {
+        release();
+      }
+      nb.synchronize();
+      expect(readLog()).toEqual([1 | TIMED_OUT, 2]);
+    }, TEST_MS);
+
     test("(d) synchronous read and write wait for work queued before them on a blocking stream", () => {
       resetLog();
       const n = 1024;

@@ -17,8 +17,10 @@
  * has work pending. Synchronous copies and memsets (device.c) are default-stream operations run
  * on the calling thread: they wait for the default stream and every blocking stream as of the
  * call, and return with the data in place, so work queued afterwards on any stream sees it.
- * While a blocking stream is capturing, the default stream is unusable (an implicit dependency
- * on the capture): BG_ERR_STREAM_CAPTURE_IMPLICIT, and the capture is invalidated.
+ * Synchronizing or querying the default stream covers the blocking streams' work too. While a
+ * blocking stream is capturing, the default stream is unusable (an implicit dependency on the
+ * capture): BG_ERR_STREAM_CAPTURE_IMPLICIT, and the capture is invalidated; it cannot join a
+ * capture through an event either.
  */
 #ifndef BUNGPU_CPU_BACKEND_H
 #define BUNGPU_CPU_BACKEND_H

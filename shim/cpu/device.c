@@ -401,9 +401,9 @@ static int32_t cpu_host_free(bg_device* dev, void* host) {
  * Refused by CaptureMode like any illegal call during capture, and while a blocking stream
  * captures (the default stream would depend on the capture). */
 static int32_t sync_prologue(cpu_device* d, const char* fn) {
-  int32_t rc = cpu_capture_guard(d, fn);
+  int32_t rc = cpu_capture_implicit(d, fn); /* first, as the driver checks it */
   if (rc) return rc;
-  rc = cpu_capture_implicit(d, fn);
+  rc = cpu_capture_guard(d, fn);
   if (rc) return rc;
   cpu_legacy_wait_host(d);
   return BG_OK;

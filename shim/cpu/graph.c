@@ -329,6 +329,13 @@ int32_t cpu_capture_wait(cpu_stream* s, cpu_event* e, int* handled) {
   int32_t rc = BG_OK;
   *handled = 1;
   if (ce) {
+    if (cpu_stream_is_default(s)) {
+      invalidate(ce, "bg_stream_wait_event", ", the default stream waited on a captured event");
+      rc = bg_set_error(BG_ERR_STREAM_CAPTURE_IMPLICIT,
+                        "bg_stream_wait_event: the device's default stream cannot join a capture "
+                        "(the capture is invalidated)");
+      goto out;
+    }
     if (cs && cs != ce) {
       rc = bg_set_error(BG_ERR_STREAM_CAPTURE_ISOLATION,
                         "bg_stream_wait_event: the event belongs to a different capture than the "

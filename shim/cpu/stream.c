@@ -453,23 +453,44 @@ int32_t cpu_stream_destroy(void* sv) {
   return BG_OK;
 }
 
+/* Synchronizing or querying the default stream covers what an op queued on it now would wait
+ * for: its own work and every blocking stream's (CUDA's legacy stream behaves so). */
 int32_t cpu_stream_synchronize(void* sv) {
   cpu_stream* s = sv;
-  int32_t rc = cpu_capture_guard_stream(s, "bg_stream_synchronize");
+  int legacy = cpu_stream_is_default(s);
+  int32_t rc = legacy ? cpu_capture_implicit(s->dev, "bg_stream_synchronize")
+                      : cpu_capture_guard_stream(s, "bg_stream_synchronize");
   if (rc) return rc;
   if (s->thread_ok && pthread_equal(s->thread, pthread_self()))
     return bg_set_error(BG_ERR_ILLEGAL_STATE,
                         "bg_stream_synchronize: called from the stream's own host function");
-  cpu_stream_wait_idle(s);
+  if (legacy) cpu_legacy_wait_host(s->dev);
+  else cpu_stream_wait_idle(s);
   return BG_OK;
+}
+
+static int stream_busy(cpu_stream* s) {
+  return atomic_load(&s->completed) < atomic_load(&s->enqueued);
 }
 
 int32_t cpu_stream_query(void* sv) {
   cpu_stream* s = sv;
-  int32_t rc = cpu_capture_guard_stream(s, "bg_stream_query");
+  int legacy = cpu_stream_is_default(s);
+  int32_t rc = legacy ? cpu_capture_implicit(s->dev, "bg_stream_query")
+                      : cpu_capture_guard_stream(s, "bg_stream_query");
   if (rc) return rc;
-  if (atomic_load(&s->completed) >= atomic_load(&s->enqueued)) return BG_OK;
-  return bg_set_error(BG_ERR_NOT_READY, "bg_stream_query: work is still queued");
+  int busy = stream_busy(s);
+  if (!busy && legacy && atomic_load(&s->dev->nblocking) > 0) {
+    cpu_device* d = s->dev;
+    pthread_mutex_lock(&d->streams_mu);
+    for (cpu_stream* u = d->streams; u && !busy; u = u->next)
+      busy = !(u->flags & BG_STREAM_NON_BLOCKING) && stream_busy(u);
+    pthread_mutex_unlock(&d->streams_mu);
+  }
+  if (!busy) return BG_OK;
+  return bg_set_error(BG_ERR_NOT_READY, legacy ? "bg_stream_query: work is still queued on the "
+                                                 "default stream or a blocking stream"
+                                               : "bg_stream_query: work is still queued");
 }
 
 int32_t cpu_memcpy_htod_async(void* s, bg_devptr dst, const void* src, uint64_t n) {
