@@ -22,6 +22,12 @@ const CHECKS = [
   "cuMemAlloc during a global capture is refused",
   "end_capture names the call that invalidated the capture",
   "a later capture on the stream ends cleanly",
+  "the persistent kernel runs",
+  "free, free host, module unload return while a persistent kernel is resident",
+  "a device-wide wait is refused, not hung",
+  "other streams work beside the resident kernel",
+  "the put-off free happened once the kernel had finished",
+  "an exec runs a kernel of a module unloaded after capture",
 ];
 
 describe("CUDA backend against the driver simulator", () => {

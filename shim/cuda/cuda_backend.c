@@ -338,6 +338,7 @@ typedef struct cu_capture {
   char why[192];              /* the first failed call seen to invalidate it, for end_capture */
   bgcu_graph_node* nodes;     /* kernel nodes in capture order */
   uint32_t* nargs;            /* argument count of each */
+  struct cu_module** mods;    /* the module of each (one reference each) */
   uint32_t n, cap;
   struct cu_capture* next;
 } cu_capture;
@@ -350,7 +351,20 @@ typedef struct cu_device {
   pthread_mutex_t cap_lock;
   cu_capture* caps;     /* live captures begun through bg */
   _Atomic int ncaps;    /* their count: launches skip the capture query when 0 */
+  _Atomic int resident; /* persistent ring kernels launched and not yet finished */
+  pthread_mutex_t def_lock;
+  struct cu_deferred* deferred; /* releases that would wait for a resident kernel */
+  _Atomic int ndeferred;
 } cu_device;
+
+/* A release put off while a persistent kernel is resident: cuMemFree, cuMemFreeHost and
+ * cuModuleUnload wait for all work on the device, which would never come. */
+typedef struct cu_deferred {
+  int kind; /* 0 device memory, 1 pinned host memory, 2 module */
+  bg_devptr dptr;
+  void* ptr;
+  struct cu_deferred* next;
+} cu_deferred;
 
 typedef struct cu_stream {
   bg_obj h;
@@ -366,6 +380,8 @@ typedef struct cu_event {
 typedef struct cu_kernel {
   bg_obj h;
   bgcu_function f;
+  struct cu_module* mod;
+  int persistent;        /* bungpu's persistent ring kernel (bg_ring_persistent): never ends alone */
   int static_shared;     /* its static shared memory (bytes) */
   _Atomic int dyn_limit; /* dynamic shared memory it may use, as last set with cuFuncSetAttribute */
   struct cu_kernel* next;
@@ -374,6 +390,8 @@ typedef struct cu_kernel {
 typedef struct cu_module {
   bg_obj h;
   bgcu_module m;
+  struct cu_device* dev;
+  _Atomic int refs;   /* the handle, plus one per captured kernel node of a live capture or graph */
   pthread_mutex_t lock;
   cu_kernel* kernels; /* module-owned, freed at unload */
 } cu_module;
@@ -385,6 +403,7 @@ typedef struct cu_graph {
   uint32_t nk;        /* kernel nodes recorded during capture, in capture order */
   bgcu_graph_node* knodes;
   uint32_t* knargs;
+  struct cu_module** kmods; /* their modules, kept loaded while the graph (or an exec) lives */
 } cu_graph;
 
 typedef struct cu_exec {
@@ -422,17 +441,25 @@ static void cu_leave(cu_guard* g) {
   cur_dev = g->prev;
 }
 
+static void flush_deferred(struct cu_device* d);
+static int is_resident(struct cu_device* d);
+
 static int32_t cu_enter(cu_device* d, cu_guard* g) {
   g->prev = cur_dev;
   cur_dev = d;
   bgcu_context cur = NULL;
-  if (cu.cuCtxGetCurrent(&cur) == BGCUDA_SUCCESS && cur == d->ctx) return BG_OK;
-  if (cu.cuCtxPushCurrent_v2 && cu.cuCtxPopCurrent_v2) {
-    CALL(cuCtxPushCurrent_v2, (d->ctx));
-    g->pushed = 1;
-    return BG_OK;
+  if (cu.cuCtxGetCurrent(&cur) != BGCUDA_SUCCESS || cur != d->ctx) {
+    if (cu.cuCtxPushCurrent_v2 && cu.cuCtxPopCurrent_v2) {
+      CALL(cuCtxPushCurrent_v2, (d->ctx));
+      g->pushed = 1;
+    } else {
+      CALL(cuCtxSetCurrent, (d->ctx));
+    }
   }
-  CALL(cuCtxSetCurrent, (d->ctx));
+  /* releases put off while a persistent kernel was resident (see flush_deferred) */
+  if (atomic_load_explicit(&d->ndeferred, memory_order_acquire) && !is_resident(d) &&
+      !atomic_load_explicit(&d->ncaps, memory_order_relaxed))
+    flush_deferred(d);
   return BG_OK;
 }
 
@@ -521,6 +548,9 @@ static int32_t cu_open(int32_t ordinal, bg_device** out) {
   }
   pthread_mutex_init(&d->cap_lock, NULL);
   atomic_init(&d->ncaps, 0);
+  atomic_init(&d->resident, 0);
+  pthread_mutex_init(&d->def_lock, NULL);
+  atomic_init(&d->ndeferred, 0);
   bg_obj_init(d, BG_KIND_DEVICE, &d->base);
   d->base.ops = &cu_ops;
   d->base.ordinal = ordinal;
@@ -539,15 +569,113 @@ fail:
 const bg_backend bg_cuda_backend = {cu_probe, cu_open};
 
 /* ---- device ----------------------------------------------------------------------------------- */
+/* ---- releases put off while a persistent kernel is resident -------------------------------------
+ * cuMemFree, cuMemFreeHost and cuModuleUnload wait for all work on the device; a persistent ring
+ * kernel (bungpu's bg_ring_persistent, counted in cu_launch until a host function queued behind it
+ * runs) never finishes on its own, so those calls would never return. While one is resident they
+ * are queued on the device and done at the first call after it has finished (cu_enter). A module
+ * is also kept loaded while a capture record, graph or exec holds one of its kernel nodes, and its
+ * unload is put off during a capture begun through bg (cuModuleUnload would invalidate it). */
+static void module_release_now(cu_module* m) {
+  cu.cuModuleUnload(m->m);
+  for (cu_kernel* k = m->kernels; k;) {
+    cu_kernel* next = k->next;
+    free(k);
+    k = next;
+  }
+  pthread_mutex_destroy(&m->lock);
+  free(m);
+}
+
+static int defer_release(cu_device* d, int kind, bg_devptr dptr, void* ptr) {
+  cu_deferred* e = calloc(1, sizeof *e);
+  if (!e) return 0;
+  e->kind = kind;
+  e->dptr = dptr;
+  e->ptr = ptr;
+  pthread_mutex_lock(&d->def_lock);
+  e->next = d->deferred;
+  d->deferred = e;
+  atomic_fetch_add_explicit(&d->ndeferred, 1, memory_order_release);
+  pthread_mutex_unlock(&d->def_lock);
+  return 1;
+}
+
+/* With the device's context current. Failures have no caller left to report to. */
+static void flush_deferred(cu_device* d) {
+  pthread_mutex_lock(&d->def_lock);
+  cu_deferred* e = d->deferred;
+  d->deferred = NULL;
+  atomic_store_explicit(&d->ndeferred, 0, memory_order_relaxed);
+  pthread_mutex_unlock(&d->def_lock);
+  while (e) {
+    cu_deferred* next = e->next;
+    if (e->kind == 0) cu.cuMemFree_v2(e->dptr);
+    else if (e->kind == 1) cu.cuMemFreeHost(e->ptr);
+    else module_release_now(e->ptr);
+    free(e);
+    e = next;
+  }
+}
+
+static int is_resident(cu_device* d) {
+  return atomic_load_explicit(&d->resident, memory_order_acquire) > 0;
+}
+
+/* Drop a reference; the last one unloads (now, or once no kernel is resident and no capture is
+ * open). Returns the unload's status when it happened now. */
+static bgcu_result module_unref(cu_module* m) {
+  if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return BGCUDA_SUCCESS;
+  cu_device* d = m->dev;
+  if ((is_resident(d) || atomic_load_explicit(&d->ncaps, memory_order_relaxed) > 0) &&
+      defer_release(d, 2, 0, m))
+    return BGCUDA_SUCCESS;
+  bgcu_result r = cu.cuModuleUnload(m->m);
+  m->m = NULL;
+  for (cu_kernel* k = m->kernels; k;) {
+    cu_kernel* next = k->next;
+    free(k);
+    k = next;
+  }
+  pthread_mutex_destroy(&m->lock);
+  free(m);
+  return r;
+}
+
+static void resident_end(void* p) {
+  /* a driver thread: no CUDA calls here */
+  atomic_fetch_sub_explicit(&((cu_device*)p)->resident, 1, memory_order_release);
+}
+
 static void free_capture(cu_capture* c) {
   if (!c) return;
+  for (uint32_t i = 0; i < c->n; i++) module_unref(c->mods[i]);
   free(c->nodes);
   free(c->nargs);
+  free(c->mods);
   free(c);
+}
+
+static int32_t close_flush(cu_device* d) {
+  ENTER(d);
+  pthread_mutex_lock(&d->cap_lock);
+  cu_capture* c = d->caps;
+  d->caps = NULL;
+  atomic_store_explicit(&d->ncaps, 0, memory_order_relaxed);
+  pthread_mutex_unlock(&d->cap_lock);
+  while (c) {
+    cu_capture* next = c->next;
+    free_capture(c);
+    c = next;
+  }
+  flush_deferred(d);
+  return BG_OK;
 }
 
 static int32_t cu_device_close(bg_device* dev) {
   cu_device* d = (cu_device*)dev;
+  close_flush(d);
+  pthread_mutex_destroy(&d->def_lock);
   cu_stream* ds = dev->default_stream;
   bg_obj_kill(ds);
   free(ds);
@@ -620,6 +748,11 @@ static int32_t cu_device_mem_info(bg_device* dev, uint64_t* free_b, uint64_t* to
 
 static int32_t cu_device_synchronize(bg_device* dev) {
   ENTER((cu_device*)dev);
+  if (is_resident((cu_device*)dev))
+    return bg_set_error(BG_ERR_ILLEGAL_STATE,
+                        "bg_device_synchronize: a persistent ring kernel is resident on the device "
+                        "and never finishes on its own (cuCtxSynchronize would not return); "
+                        "synchronize the other streams instead");
   CALL(cuCtxSynchronize, ());
   return BG_OK;
 }
@@ -635,6 +768,7 @@ static int32_t cu_mem_alloc(bg_device* dev, uint64_t bytes, bg_devptr* out) {
 
 static int32_t cu_mem_free(bg_device* dev, bg_devptr p) {
   ENTER((cu_device*)dev);
+  if (is_resident((cu_device*)dev) && defer_release((cu_device*)dev, 0, p, NULL)) return BG_OK;
   CALL(cuMemFree_v2, (p));
   return BG_OK;
 }
@@ -663,6 +797,7 @@ static int32_t cu_host_alloc(bg_device* dev, uint64_t bytes, uint32_t flags, voi
 
 static int32_t cu_host_free(bg_device* dev, void* host) {
   ENTER((cu_device*)dev);
+  if (is_resident((cu_device*)dev) && defer_release((cu_device*)dev, 1, 0, host)) return BG_OK;
   CALL(cuMemFreeHost, (host));
   return BG_OK;
 }
@@ -1165,6 +1300,8 @@ static int32_t cu_module_load(bg_device* dev, int32_t kind, const void* data, ui
                         cu_err_text(r), log[0] ? ": " : "", log_head(log, strlen(log)), log);
   }
   pthread_mutex_init(&m->lock, NULL);
+  m->dev = (cu_device*)dev;
+  atomic_init(&m->refs, 1);
   bg_obj_init(m, BG_KIND_MODULE, dev);
   *out = m;
   return BG_OK;
@@ -1173,16 +1310,12 @@ static int32_t cu_module_load(bg_device* dev, int32_t kind, const void* data, ui
 static int32_t cu_module_unload(void* mp) {
   cu_module* m = mp;
   ENTER(CUDEV(m));
-  bgcu_result r = cu.cuModuleUnload(m->m);
-  for (cu_kernel* k = m->kernels; k;) {
-    cu_kernel* next = k->next;
-    bg_obj_kill(k);
-    free(k);
-    k = next;
-  }
-  pthread_mutex_destroy(&m->lock);
+  /* The handles die now; the module itself when its last reference goes (module_unref). */
+  pthread_mutex_lock(&m->lock);
+  for (cu_kernel* k = m->kernels; k; k = k->next) bg_obj_kill(k);
+  pthread_mutex_unlock(&m->lock);
   bg_obj_kill(m);
-  free(m);
+  bgcu_result r = module_unref(m);
   if (r != BGCUDA_SUCCESS) return cu_fail(r, "cuModuleUnload");
   return BG_OK;
 }
@@ -1203,6 +1336,8 @@ static int32_t cu_module_get_kernel(void* mp, const char* name, void** out) {
       return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_module_get_kernel: out of host memory");
     }
     k->f = f;
+    k->mod = m;
+    k->persistent = strcmp(name, "bg_ring_persistent") == 0;
     int st = 0;
     if (cu.cuFuncGetAttribute(&st, BGCU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f) == BGCUDA_SUCCESS)
       k->static_shared = st;
@@ -1236,7 +1371,7 @@ static bgcu_result capture_info(bgcu_stream s, bgcu_enum* st, uint64_t* id,
 }
 
 /* After a launch on a capturing stream: append the new kernel node to its capture's record. */
-static int32_t record_kernel_node(cu_device* d, cu_stream* s, uint32_t nargs) {
+static int32_t record_kernel_node(cu_device* d, cu_stream* s, cu_kernel* k, uint32_t nargs) {
   bgcu_enum st = BGCU_STREAM_CAPTURE_STATUS_NONE;
   uint64_t id = 0;
   const bgcu_graph_node* deps = NULL;
@@ -1256,13 +1391,17 @@ static int32_t record_kernel_node(cu_device* d, cu_stream* s, uint32_t nargs) {
       if (nn) c->nodes = nn;
       uint32_t* na = nn ? realloc(c->nargs, ncap * sizeof *na) : NULL;
       if (na) c->nargs = na;
-      if (nn && na) c->cap = ncap;
+      cu_module** nm = na ? realloc(c->mods, ncap * sizeof *nm) : NULL;
+      if (nm) c->mods = nm;
+      if (nn && na && nm) c->cap = ncap;
       else rc = bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_launch: out of host memory recording a "
                              "captured kernel node");
     }
     if (rc == BG_OK) {
       c->nodes[c->n] = deps[0];
       c->nargs[c->n] = nargs;
+      c->mods[c->n] = k->mod;
+      atomic_fetch_add_explicit(&k->mod->refs, 1, memory_order_relaxed);
       c->n++;
     }
   }
@@ -1294,8 +1433,19 @@ static int32_t cu_launch(void* kp, void* sp, const uint32_t grid[3], const uint3
   }
   CALL(cuLaunchKernel, (k->f, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared,
                         s->s, nargs ? params : NULL, NULL));
-  if (s->s && atomic_load_explicit(&d->ncaps, memory_order_relaxed) > 0)
-    return record_kernel_node(d, s, nargs);
+  int capturing = 0;
+  if (s->s && atomic_load_explicit(&d->ncaps, memory_order_relaxed) > 0) {
+    bgcu_enum st = BGCU_STREAM_CAPTURE_STATUS_NONE;
+    capturing = cu.cuStreamIsCapturing(s->s, &st) != BGCUDA_SUCCESS ||
+                st != BGCU_STREAM_CAPTURE_STATUS_NONE;
+    if (capturing) return record_kernel_node(d, s, k, nargs);
+  }
+  /* A persistent kernel is resident until the host function queued behind it runs. */
+  if (k->persistent) {
+    atomic_fetch_add_explicit(&d->resident, 1, memory_order_acq_rel);
+    if (cu.cuLaunchHostFunc(s->s, resident_end, d) != BGCUDA_SUCCESS)
+      atomic_fetch_sub_explicit(&d->resident, 1, memory_order_acq_rel);
+  }
   return BG_OK;
 }
 
@@ -1380,6 +1530,7 @@ static int32_t cu_end_capture(void* sp, void** out) {
     gr->nk = c->n;
     gr->knodes = c->nodes;
     gr->knargs = c->nargs;
+    gr->kmods = c->mods;
     free(c);
   }
   bg_obj_init(gr, BG_KIND_GRAPH, &d->base);
@@ -1399,8 +1550,10 @@ static int32_t cu_capture_status(void* sp, int32_t* out) {
 static int32_t graph_unref(cu_graph* g) {
   if (atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1) return BG_OK;
   bgcu_result r = g->g ? cu.cuGraphDestroy(g->g) : BGCUDA_SUCCESS;
+  for (uint32_t i = 0; i < g->nk; i++) module_unref(g->kmods[i]);
   free(g->knodes);
   free(g->knargs);
+  free(g->kmods);
   free(g);
   if (r != BGCUDA_SUCCESS) return cu_fail(r, "cuGraphDestroy");
   return BG_OK;
@@ -1566,6 +1719,7 @@ static int32_t cu_ring_alloc(bg_device* dev, uint64_t bytes, void** host, bg_dev
 
 static int32_t cu_ring_free(bg_device* dev, void* host) {
   ENTER((cu_device*)dev);
+  if (is_resident((cu_device*)dev) && defer_release((cu_device*)dev, 1, 0, host)) return BG_OK;
   CALL(cuMemFreeHost, (host));
   return BG_OK;
 }

@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <time.h>
+#include <unistd.h>
 
 static int fails;
 static void report(int ok, const char* name, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -36,11 +38,34 @@ static ctx_get_fn sim_ctx_get;
 static _Atomic unsigned seen_word;
 BG_KERNEL(readword) { seen_word = BG_ARG(0, const unsigned*)[0]; }
 BG_KERNEL(noop) { (void)bg__ctx; }
+static _Atomic int counted;
+BG_KERNEL(count) { (void)bg__ctx; counted++; }
+/* Stands for RingKernel's persistent kernel: resident until the test lets it go. */
+static _Atomic int ring_go, ring_running;
+BG_KERNEL(bg_ring_persistent) {
+  (void)bg__ctx;
+  ring_running = 1;
+  while (!ring_go) {
+    struct timespec t = {0, 1000 * 1000};
+    nanosleep(&t, NULL);
+  }
+  ring_running = 0;
+}
 
 static const char ptx[] =
     ".version 8.0\n.target sm_90\n.address_size 64\n"
     ".visible .entry readword(.param .u64 p) { ret; }\n"
-    ".visible .entry noop() { ret; }\n";
+    ".visible .entry noop() { ret; }\n"
+    ".visible .entry bg_ring_persistent() { ret; }\n";
+static const char ptx2[] =
+    ".version 8.0\n.target sm_90\n.address_size 64\n"
+    ".visible .entry count() { ret; }\n";
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
 
 static void* mod;
 static void *k_read, *k_noop, *s_nb;
@@ -140,6 +165,71 @@ static void context_push_pop(void) {
   report(cur == NULL, "still none after alloc, memset, free", "current context %p", cur);
 }
 
+/* 6. A resident persistent kernel: cuMemFree, cuMemFreeHost and cuModuleUnload wait for all work,
+ * so freeing while a RingKernel runs never returned; bg_device_synchronize (cuCtxSynchronize) never
+ * returned either. Frees and unloads are put off until the kernel has finished; a device-wide
+ * wait is refused; other streams keep working. (A watchdog turns a deadlock into a failure.) */
+static void resident_kernel(void) {
+  void *kring, *s2, *m2, *kcount;
+  TRY(bg_module_get_kernel(mod, "bg_ring_persistent", &kring));
+  TRY(bg_stream_create(dev, BG_STREAM_NON_BLOCKING, 0, &s2));
+  TRY(bg_module_load(dev, BG_IMAGE_PTX, ptx2, sizeof ptx2 - 1, &m2));
+  TRY(bg_module_get_kernel(m2, "count", &kcount));
+  bg_devptr p = 0;
+  TRY(bg_mem_alloc(dev, 4096, &p));
+  void* host = NULL;
+  bg_devptr hostd = 0;
+  TRY(bg_host_alloc(dev, 4096, BG_HOST_ALLOC_MAPPED, &host, &hostd));
+  ring_go = 0;
+  TRY(bg_launch(kring, s_nb, 1, 1, 1, 1, 1, 1, 0, NULL, 0));
+  for (int i = 0; i < 2000 && !ring_running; i++) {
+    struct timespec t = {0, 1000 * 1000};
+    nanosleep(&t, NULL);
+  }
+  report(ring_running, "the persistent kernel runs", "it never started");
+  double t0 = now_ms();
+  int32_t a = bg_mem_free(dev, p), b = bg_host_free(dev, host), c = bg_module_unload(m2);
+  report(a == 0 && b == 0 && c == 0 && now_ms() - t0 < 1000,
+         "free, free host, module unload return while a persistent kernel is resident",
+         "-> %d %d %d in %.0f ms", a, b, c, now_ms() - t0);
+  int32_t rc = bg_device_synchronize(dev);
+  bg_last_error(err, sizeof err);
+  report(rc == BG_ERR_ILLEGAL_STATE && strstr(err, "persistent"), "a device-wide wait is refused, not hung",
+         "-> %d: %s", rc, err);
+  TRY(bg_launch(k_noop, s2, 1, 1, 1, 1, 1, 1, 0, NULL, 0));
+  rc = bg_stream_synchronize(s2);
+  report(rc == 0 && ring_running, "other streams work beside the resident kernel", "-> %d", rc);
+  ring_go = 1;
+  TRY(bg_stream_synchronize(s_nb));
+  unsigned word = 0;
+  rc = bg_memcpy_dtoh(dev, &word, p, 4); /* the first call after the kernel ended releases */
+  report(rc == BG_ERR_INVALID_VALUE, "the put-off free happened once the kernel had finished",
+         "reading the freed memory -> %d", rc);
+  TRY(bg_device_synchronize(dev));
+  TRY(bg_stream_destroy(s2));
+}
+
+/* 7. A module stays loaded while a graph or exec holds one of its kernel nodes (unloading it
+ * left the exec launching a function of an unloaded module). */
+static void module_outlives_unload_in_exec(void) {
+  void *m3, *kcount, *g = NULL, *x = NULL;
+  TRY(bg_module_load(dev, BG_IMAGE_PTX, ptx2, sizeof ptx2 - 1, &m3));
+  TRY(bg_module_get_kernel(m3, "count", &kcount));
+  TRY(bg_stream_begin_capture(s_nb, BG_CAPTURE_MODE_RELAXED));
+  TRY(bg_launch(kcount, s_nb, 1, 1, 1, 1, 1, 1, 0, NULL, 0));
+  TRY(bg_stream_end_capture(s_nb, &g));
+  TRY(bg_graph_instantiate(g, &x));
+  TRY(bg_graph_destroy(g));
+  TRY(bg_module_unload(m3));
+  counted = 0;
+  int32_t rc = bg_graph_launch(x, s_nb);
+  bg_last_error(err, sizeof err);
+  int32_t rc2 = rc ? rc : bg_stream_synchronize(s_nb);
+  report(rc == 0 && rc2 == 0 && counted == 1, "an exec runs a kernel of a module unloaded after capture",
+         "-> %d / %d, ran %d: %s", rc, rc2, (int)counted, err);
+  TRY(bg_graph_exec_destroy(x));
+}
+
 /* 5. Before cuInit: eager module loading and enough hardware queues, unless the user chose. */
 static void init_env(const char* want_loading, const char* want_conn) {
   const char* a = getenv("CUDA_MODULE_LOADING");
@@ -148,8 +238,17 @@ static void init_env(const char* want_loading, const char* want_conn) {
   report(b && !strcmp(b, want_conn), "CUDA_DEVICE_MAX_CONNECTIONS", "is %s, want %s", b ? b : "(unset)", want_conn);
 }
 
+static void watchdog(int sig) {
+  (void)sig;
+  static const char msg[] = "FAIL watchdog: the test hung for 30 s (a deadlock)\n";
+  (void)!write(1, msg, sizeof msg - 1);
+  _exit(3);
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
+  signal(SIGALRM, watchdog);
+  alarm(30);
   if (!cudasim_open(&sim)) {
     printf("FAIL cannot open the simulator through BUNGPU_LIBCUDA\n");
     return 1;
@@ -159,6 +258,8 @@ int main(int argc, char** argv) {
   memcpy(&sim_ctx_get, &sym, sizeof sym);
   sim.register_kernel("readword", readword);
   sim.register_kernel("noop", noop);
+  sim.register_kernel("count", count);
+  sim.register_kernel("bg_ring_persistent", bg_ring_persistent);
   const int env_only = argc > 1 && !strcmp(argv[1], "env");
   const char* user_loading = getenv("CUDA_MODULE_LOADING");
   char keep_loading[64] = "", keep_conn[64] = "";
@@ -184,6 +285,8 @@ int main(int argc, char** argv) {
     sync_ops_visible();
     dynamic_shared();
     capture_names_cause();
+    resident_kernel();
+    module_outlives_unload_in_exec();
     bg_stream_destroy(s_nb);
     bg_module_unload(mod);
   }
