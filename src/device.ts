@@ -44,6 +44,11 @@ export interface DeviceState {
   dependents: Set<WeakRef<{ dispose(): void }>>;
   /** Streams created on this device, held weakly: what device.done() waits for. */
   streams: Set<WeakRef<{ done(): Promise<void>; readonly disposed: boolean; readonly handle: number; readonly nonBlocking: boolean }>>;
+  /**
+   * Native handles of streams running a persistent ring kernel, which never finishes on its own:
+   * device-wide waits leave them out (a RingKernel is stopped with stop(), not waited for).
+   */
+  residentStreams: Set<number>;
 }
 
 const BACKEND_NAMES: BackendName[] = ["cpu", "cuda", "metal"];
@@ -72,7 +77,7 @@ export class Device {
   #defaultStream: Stream | undefined;
 
   private constructor(handle: number, backend: BackendName, ordinal: number) {
-    this.state = { handle, open: true, backend, dependents: new Set(), streams: new Set() };
+    this.state = { handle, open: true, backend, dependents: new Set(), streams: new Set(), residentStreams: new Set() };
     this.ordinal = ordinal;
   }
 
@@ -176,12 +181,16 @@ export class Device {
   /**
    * Wait for all work on the device. Blocking; done() is the non-blocking twin. TypeScript host
    * functions queued on its streams run meanwhile (the streams wait on this thread for them).
+   * The stream of a running persistent RingKernel is left out (its kernel ends only when the
+   * ring is stopped): then each other stream is synchronized in turn instead of the device.
    */
   synchronize(): void {
     const h = this.handle;
-    const all = this.#streamHandles(false);
+    const resident = this.state.residentStreams;
+    const all = this.#streamHandles(false).filter((s) => !resident.has(s));
     beforeBlockingWait("Device.synchronize", (s) => all.includes(s), () => idle(all));
-    check(N.bg_device_synchronize(h), "bg_device_synchronize", this.backend);
+    if (resident.size === 0) check(N.bg_device_synchronize(h), "bg_device_synchronize", this.backend);
+    else for (const s of all) check(N.bg_stream_synchronize(s), "bg_stream_synchronize", this.backend);
   }
 
   /** The live streams created on this device; forgets the ones collected or disposed. */
@@ -214,10 +223,12 @@ export class Device {
 
   /**
    * Resolves when the work queued so far on every stream of this device (the default stream
-   * and each one created through bungpu) has finished; never blocks the event loop.
+   * and each one created through bungpu) has finished; never blocks the event loop. As with
+   * synchronize(), the stream of a running persistent RingKernel is left out.
    */
   async done(): Promise<void> {
-    await Promise.all([this.defaultStream, ...this.#liveStreams()].map((s) => s.done()));
+    const resident = this.state.residentStreams;
+    await Promise.all([this.defaultStream, ...this.#liveStreams().filter((s) => !resident.has(s.handle))].map((s) => s.done()));
   }
 
   get defaultStream(): Stream {

@@ -515,6 +515,7 @@ typedef int int32_t; typedef unsigned int uint32_t; typedef long long int64_t; t
  * no __device__). BG_RING_HANDLER's parameters convert implicitly to any object pointer, as
  * void* does in C (const Msg* m = msg;). Not covered: arithmetic on msg/resp/state (a GNU C
  * extension anyway), and the parameters of a handler named with \`entry\`, which are its own. */
+${defines(o)}#if defined(__cplusplus)
 struct bg_ring_cptr {
   const void* p;
   __device__ bg_ring_cptr(const void* q) : p(q) {}
@@ -525,7 +526,10 @@ struct bg_ring_ptr {
   __device__ bg_ring_ptr(void* q) : p(q) {}
   template <class T> __device__ operator T*() const { return (T*)p; }
 };
-${defines(o)}#define BG_RING_HANDLER(msg, resp, state) __device__ __forceinline__ void bg_ring_handler(bg_ring_cptr msg, bg_ring_ptr resp, bg_ring_ptr state)
+#define BG_RING_HANDLER(msg, resp, state) __device__ __forceinline__ void bg_ring_handler(bg_ring_cptr msg, bg_ring_ptr resp, bg_ring_ptr state)
+#else /* C (the simulator's host twins) */
+#define BG_RING_HANDLER(msg, resp, state) __device__ __forceinline__ void bg_ring_handler(const void* msg, void* resp, void* state)
+#endif
 #line 1 "handler"
 ${handler}
 #line 1 "ring_kernel.cu"
@@ -683,6 +687,8 @@ class RingTransport implements Transport {
   readonly #rb: number;
   readonly #stream: Stream;
   #launched = false;
+  #resident: Set<number> | null = null;
+  #residentHandle = 0;
 
   constructor(device: Device, kernel: Kernel, stream: Stream, state: Buffer, mb: number, rb: number, cap: number) {
     this.#stream = stream;
@@ -699,6 +705,10 @@ class RingTransport implements Transport {
     try {
       kernel.launch(stream, { grid: 1, block: 1, args: [this.inRing.deviceAddress, this.outRing.deviceAddress, state] });
       this.#launched = true;
+      // resident until it exits: device-wide waits leave its stream out
+      this.#resident = device.state.residentStreams;
+      this.#residentHandle = stream.handle;
+      this.#resident.add(this.#residentHandle);
     } catch (e) {
       this.inRing.dispose();
       this.outRing.dispose();
@@ -731,7 +741,14 @@ class RingTransport implements Transport {
   }
 
   finished(): boolean {
-    return this.outRing.closedFast() === 1 && this.#stream.query();
+    const done = this.outRing.closedFast() === 1 && this.#stream.query();
+    if (done) this.#notResident();
+    return done;
+  }
+
+  #notResident(): void {
+    this.#resident?.delete(this.#residentHandle);
+    this.#resident = null;
   }
 
   abort(): void {
@@ -739,9 +756,11 @@ class RingTransport implements Transport {
       this.inRing.closed = 2;
       this.#stream.synchronize();
     }
+    this.#notResident();
   }
 
   dispose(): void {
+    this.#notResident();
     this.inRing.dispose();
     this.outRing.dispose();
   }
