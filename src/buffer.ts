@@ -3,7 +3,7 @@
 // FFI; a bad call throws GpuError and changes nothing.
 import { N, check, slot, readPtr, nativeView } from "../ffi/native";
 import { Status } from "../ffi/symbols";
-import { Device, factories, type DeviceState } from "./device";
+import { Device, factories, releaseOutsideCapture, type DeviceState } from "./device";
 import { GpuError, invalid, disposed } from "./errors";
 import { hostFnsPending } from "./hostfn";
 
@@ -49,7 +49,8 @@ function release(a: Allocation): number {
   return a.dev.open ? N.bg_mem_free(a.dev.handle, a.address) : 0; // a closed device freed it
 }
 
-const registry = new FinalizationRegistry<Allocation>((a) => void release(a));
+// never inside an open capture: bg_mem_free there is illegal and would invalidate it
+const registry = new FinalizationRegistry<Allocation>((a) => releaseOutsideCapture(a.dev, () => void release(a)));
 
 export class Buffer {
   readonly device: Device;

@@ -3,9 +3,9 @@
 // GraphExec that replays the whole of it with one launch. A kernel node's arguments can be
 // replaced in the exec without capturing again (cuGraphExecKernelNodeSetParams on CUDA; the same
 // in the CPU shim, which replays an exec in one C loop).
-import { N, check, slot, readPtr, readU32, addressOf } from "../ffi/native";
+import { N, check, slot, readPtr, readI32, readU32, addressOf } from "../ffi/native";
 import { Status } from "../ffi/symbols";
-import { Device } from "./device";
+import { Device, captureEnded } from "./device";
 import { GpuError, invalid, disposed } from "./errors";
 import { packArgs, type ArgArea, type ArgValue, type Kernel } from "./kernel";
 import { track, untrack } from "./lifetime";
@@ -271,11 +271,16 @@ export function beginCapture(stream: Stream, mode: CaptureMode): void {
       { backend: "typescript", call },
     );
   check(N.bg_stream_begin_capture(s, mode.toCuda()), "bg_stream_begin_capture", stream.device.backend);
+  stream.device.state.captures++;
 }
 
 /** @internal End the capture begun on `stream` and return its Graph. */
 export function endCapture(stream: Stream): Graph {
   const s = stream.handle;
-  check(N.bg_stream_end_capture(s, slot(0)), "bg_stream_end_capture", stream.device.backend);
-  return new Graph(stream.device, readPtr(0));
+  const rc = N.bg_stream_end_capture(s, slot(0));
+  const graph = rc === 0 ? readPtr(0) : 0;
+  // The capture is over unless the stream is still capturing (a refused end from another thread).
+  if (rc === 0 || N.bg_stream_capture_status(s, slot(1)) !== 0 || readI32(1) === 0) captureEnded(stream.device.state);
+  check(rc, "bg_stream_end_capture", stream.device.backend);
+  return new Graph(stream.device, graph);
 }

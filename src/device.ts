@@ -49,6 +49,33 @@ export interface DeviceState {
    * device-wide waits leave them out (a RingKernel is stopped with stop(), not waited for).
    */
   residentStreams: Set<number>;
+  /** Captures begun through Stream.beginCapture and not yet ended, on any stream of this device. */
+  captures: number;
+  /**
+   * Releases by finalisers that ran while a capture was open: freeing then is illegal in a capture
+   * (it would invalidate it), so they wait here and run when the last capture ends.
+   */
+  deferredReleases: (() => void)[];
+}
+
+/** A finaliser's release: now, or when the device's open captures have ended. */
+export function releaseOutsideCapture(state: DeviceState, release: () => void): void {
+  if (state.captures > 0) state.deferredReleases.push(release);
+  else release();
+}
+
+/** A capture on the device ended: run the finalisers' releases it held back. */
+export function captureEnded(state: DeviceState): void {
+  if (state.captures > 0) state.captures--;
+  if (state.captures > 0 || state.deferredReleases.length === 0) return;
+  const list = state.deferredReleases.splice(0);
+  for (const f of list) {
+    try {
+      f();
+    } catch {
+      /* a finaliser's release has no caller to report to */
+    }
+  }
 }
 
 const BACKEND_NAMES: BackendName[] = ["cpu", "cuda", "metal"];
@@ -77,7 +104,7 @@ export class Device {
   #defaultStream: Stream | undefined;
 
   private constructor(handle: number, backend: BackendName, ordinal: number) {
-    this.state = { handle, open: true, backend, dependents: new Set(), streams: new Set(), residentStreams: new Set() };
+    this.state = { handle, open: true, backend, dependents: new Set(), streams: new Set(), residentStreams: new Set(), captures: 0, deferredReleases: [] };
     this.ordinal = ordinal;
   }
 

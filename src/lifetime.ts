@@ -3,7 +3,7 @@
 // never a source of errors: a finaliser has no caller to report to. Buffers have their own
 // registry (buffer.ts), which also counts live bytes.
 import { N } from "../ffi/native";
-import type { DeviceState } from "./device";
+import { releaseOutsideCapture, type DeviceState } from "./device";
 
 type Kind = "stream" | "event" | "module" | "graph" | "exec";
 
@@ -26,8 +26,12 @@ export const finalized: Record<Kind, number> = { stream: 0, event: 0, module: 0,
 
 const registry = new FinalizationRegistry<Held>((h) => {
   if (!h.state.open) return; // closing the device released it already
-  release[h.kind](h.handle);
-  finalized[h.kind]++;
+  // never inside an open capture: a release there is illegal and would invalidate it
+  releaseOutsideCapture(h.state, () => {
+    if (!h.state.open) return;
+    release[h.kind](h.handle);
+    finalized[h.kind]++;
+  });
 });
 
 /** Release `handle` if `owner` is collected before untrack(owner). */
