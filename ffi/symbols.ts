@@ -66,6 +66,8 @@ export const symbols = {
   bg_signal_address: { args: [ptr /* sig */, ptr /* void** out_word */], returns: i32 },
   bg_signal_release: { args: [ptr /* sig */], returns: i32 },
   bg_stream_host_signal: { args: [ptr /* stream */, ptr /* sig */], returns: i32 },
+  bg_stream_wait_value32: { args: [ptr /* stream */, u64 /* addr */, u32 /* value */], returns: i32 },
+  bg_stream_write_value32: { args: [ptr /* stream */, u64 /* addr */, u32 /* value */], returns: i32 },
 
   // ---- events
   bg_event_create: { args: [ptr /* dev */, u32 /* flags */, ptr /* void** out */], returns: i32 },

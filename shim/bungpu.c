@@ -475,6 +475,22 @@ BG_API int32_t bg_stream_host_signal(void* stream, void* sig) {
   return rc;
 }
 
+BG_API int32_t bg_stream_wait_value32(void* stream, bg_devptr addr, uint32_t value) {
+  CHECK(stream, BG_KIND_STREAM, "bg_stream_wait_value32");
+  NONNULL(addr, "bg_stream_wait_value32", "addr");
+  if (addr & 3) return bg_set_error(BG_ERR_INVALID_VALUE, "bg_stream_wait_value32: address not 4-byte aligned");
+  NEED(stream, stream_wait_value32, "bg_stream_wait_value32");
+  return OPS(stream)->stream_wait_value32(stream, addr, value);
+}
+
+BG_API int32_t bg_stream_write_value32(void* stream, bg_devptr addr, uint32_t value) {
+  CHECK(stream, BG_KIND_STREAM, "bg_stream_write_value32");
+  NONNULL(addr, "bg_stream_write_value32", "addr");
+  if (addr & 3) return bg_set_error(BG_ERR_INVALID_VALUE, "bg_stream_write_value32: address not 4-byte aligned");
+  NEED(stream, stream_write_value32, "bg_stream_write_value32");
+  return OPS(stream)->stream_write_value32(stream, addr, value);
+}
+
 /* ---- events -------------------------------------------------------------------------------- */
 BG_API int32_t bg_event_create(void* dev, uint32_t flags, void** out) {
   CHECK(dev, BG_KIND_DEVICE, "bg_event_create");

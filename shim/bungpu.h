@@ -195,6 +195,13 @@ BG_API int32_t bg_signal_destroy(void* sig);
 BG_API int32_t bg_signal_address(void* sig, void** out_word);
 BG_API int32_t bg_signal_release(void* sig);
 BG_API int32_t bg_stream_host_signal(void* stream, void* sig);
+/* Stream memory operations on a 32-bit word of mapped host memory (bg_host_alloc with
+ * BG_HOST_ALLOC_MAPPED, the device address): the stream waits until the word equals `value`, or
+ * writes `value` to it, with no host thread involved. CUDA only (cuStreamWaitValue32 /
+ * cuStreamWriteValue32); BG_ERR_NOT_SUPPORTED elsewhere. TypeScript host functions on CUDA use
+ * them so that no driver thread is parked while JavaScript runs. */
+BG_API int32_t bg_stream_wait_value32(void* stream, bg_devptr addr, uint32_t value);
+BG_API int32_t bg_stream_write_value32(void* stream, bg_devptr addr, uint32_t value);
 
 /* ---- events ------------------------------------------------------------------------------ */
 BG_API int32_t bg_event_create(void* dev, uint32_t flags, void** out);

@@ -76,6 +76,9 @@ struct bg_ops {
   int32_t (*memcpy_dtod_async)(void* s, bg_devptr dst, bg_devptr src, uint64_t n);
   int32_t (*memset_async)(void* s, bg_devptr dst, uint32_t pattern, uint32_t esz, uint64_t count);
   int32_t (*launch_host_func)(void* s, bg_host_fn fn, void* user);
+  /* NULL where streams cannot wait on / write memory (then BG_ERR_NOT_SUPPORTED). */
+  int32_t (*stream_wait_value32)(void* s, bg_devptr addr, uint32_t value);
+  int32_t (*stream_write_value32)(void* s, bg_devptr addr, uint32_t value);
 
   int32_t (*event_create)(bg_device* dev, uint32_t flags, void** out);
   int32_t (*event_destroy)(void* e);

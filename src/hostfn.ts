@@ -1,19 +1,29 @@
 // TypeScript functions run in stream order. A JavaScript function is never called from a native
-// thread: the stream reaches a shim signal, stores REACHED in its state word and waits; this
-// module, polling that word from the JS thread, runs the function and releases the stream.
+// thread: the stream reaches a hand-off point and waits; this module, polling from the JS thread,
+// runs the function and releases the stream. Two hand-offs:
+//  - CUDA: the stream records an event, then waits with cuStreamWaitValue32 on a word of mapped
+//    pinned memory until TypeScript writes RELEASED there, then writes IDLE back
+//    (cuStreamWriteValue32). TypeScript polls the event. No driver thread is held meanwhile:
+//    CUDA runs every stream's cuLaunchHostFunc callbacks on one thread, so a parked callback
+//    stalled the host functions of all other streams, and a wait across streams could deadlock.
+//  - Elsewhere (and on a CUDA driver without stream memory operations): a shim signal, a host
+//    function that stores REACHED in its state word and waits for RELEASED.
 import { N, check, slot, readPtr, nativeView } from "../ffi/native";
 import { Signal, Status } from "../ffi/symbols";
+import type { DeviceState } from "./device";
 import { GpuError } from "./errors";
 import { pollUntil } from "./poll";
 
 interface Pending {
-  sig: number;
-  word: Uint32Array;
   fn: () => unknown;
   running: boolean;
   onError: (e: unknown) => void;
   /** The native handle of the stream the function belongs to. */
   stream: number;
+  /** Has the stream reached the function? */
+  reached(): boolean;
+  /** Let the stream go on (the function has finished). */
+  release(): void;
 }
 
 /** The stream whose host function is executing right now on this thread, or 0. */
@@ -47,15 +57,111 @@ function takeSignal(): { sig: number; word: Uint32Array } {
   return { sig, word: new Uint32Array(nativeView(readPtr(0), 4)) };
 }
 
-function release(p: Pending): void {
-  pending.delete(p);
-  check(N.bg_signal_release(p.sig), "bg_signal_release");
+function releaseSignal(s: { sig: number; word: Uint32Array }): void {
+  check(N.bg_signal_release(s.sig), "bg_signal_release");
   // The stream resets the word to IDLE after it wakes; only then may the signal be reused.
   const reuse = () => {
-    if (p.word[0] === Signal.IDLE) pool.push({ sig: p.sig, word: p.word });
+    if (s.word[0] === Signal.IDLE) pool.push({ sig: s.sig, word: s.word });
     else setTimeout(reuse, 1);
   };
   reuse();
+}
+
+// ---- CUDA: stream memory operations on mapped words --------------------------------------------
+
+const WORD_IDLE = 0;
+const WORD_RELEASED = 2;
+const CHUNK_WORDS = 1024;
+const EVENT_DISABLE_TIMING = 2;
+
+/** Per device: mapped pinned words (chunks of 4 KiB) and events, reused. */
+class WordPool {
+  readonly #state: DeviceState;
+  readonly #chunks: { view: Uint32Array; dptr: number }[] = [];
+  readonly #free: { view: Uint32Array; i: number; dptr: number }[] = [];
+  /** Released words waiting for their stream to write IDLE back. */
+  readonly #settling: { view: Uint32Array; i: number; dptr: number }[] = [];
+  readonly #events: number[] = [];
+  constructor(state: DeviceState) {
+    this.#state = state;
+  }
+
+  #word(): { view: Uint32Array; i: number; dptr: number } {
+    for (let k = this.#settling.length - 1; k >= 0; k--) {
+      const w = this.#settling[k]!;
+      if (w.view[w.i] === WORD_IDLE) {
+        this.#settling.splice(k, 1);
+        this.#free.push(w);
+      }
+    }
+    const w = this.#free.pop();
+    if (w) return w;
+    check(N.bg_host_alloc(this.#state.handle, CHUNK_WORDS * 4, 1, slot(0), slot(1)), "bg_host_alloc", "cuda");
+    const view = new Uint32Array(nativeView(readPtr(0), CHUNK_WORDS * 4));
+    const dptr = readPtr(1);
+    view.fill(WORD_IDLE);
+    this.#chunks.push({ view, dptr });
+    for (let i = CHUNK_WORDS - 1; i > 0; i--) this.#free.push({ view, i, dptr: dptr + 4 * i });
+    return { view, i: 0, dptr };
+  }
+
+  #event(): number {
+    const e = this.#events.pop();
+    if (e !== undefined) return e;
+    check(N.bg_event_create(this.#state.handle, EVENT_DISABLE_TIMING, slot(0)), "bg_event_create", "cuda");
+    return readPtr(0);
+  }
+
+  /**
+   * Queue the hand-off on `stream`: record an event, wait for the word to read RELEASED, write
+   * IDLE. Returns how to see it reached and how to release it.
+   */
+  enqueue(stream: number): { reached(): boolean; release(): void } {
+    const w = this.#word();
+    const ev = this.#event();
+    w.view[w.i] = WORD_IDLE;
+    let rc = N.bg_event_record(ev, stream);
+    if (rc === 0) {
+      rc = N.bg_stream_wait_value32(stream, w.dptr, WORD_RELEASED);
+      if (rc !== 0) this.#events.push(ev); // recorded, harmless; nothing waits
+    } else this.#events.push(ev);
+    if (rc !== 0) {
+      this.#free.push(w);
+      check(rc, "bg_stream_wait_value32", "cuda");
+    }
+    // After the wait: the word back to IDLE, so it can be reused. Without it the word is never
+    // reused (the stream still goes on once released).
+    const reset = N.bg_stream_write_value32(stream, w.dptr, WORD_IDLE) === 0;
+    let done = false;
+    return {
+      reached: () => {
+        if (done) return true;
+        if (!this.#state.open) return (done = true);
+        const q = N.bg_event_query(ev);
+        // NOT_READY: not yet. Any other failure (a sticky device error) counts as reached, so
+        // the function runs and the stream is released rather than held forever.
+        return (done = q !== Status.NOT_READY);
+      },
+      release: () => {
+        w.view[w.i] = WORD_RELEASED;
+        if (!this.#state.open) return;
+        this.#events.push(ev);
+        if (reset) this.#settling.push(w);
+      },
+    };
+  }
+}
+
+const wordPools = new WeakMap<DeviceState, WordPool | null>();
+
+/** The word pool of a CUDA device, or null when its driver lacks stream memory operations. */
+function wordPool(state: DeviceState): WordPool | null {
+  let p = wordPools.get(state);
+  if (p === undefined) {
+    p = state.backend === "cuda" && !process.env.BUNGPU_HOSTFN_SIGNALS ? new WordPool(state) : null;
+    wordPools.set(state, p);
+  }
+  return p;
 }
 
 function runOne(p: Pending): void {
@@ -68,25 +174,30 @@ function runOne(p: Pending): void {
   } catch (e) {
     runningOn = outer;
     p.onError(e);
-    release(p);
+    finish(p);
     return;
   }
   runningOn = outer;
   if (result && typeof (result as Promise<unknown>).then === "function") {
     (result as Promise<unknown>).then(
-      () => release(p),
+      () => finish(p),
       (e) => {
         p.onError(e);
-        release(p);
+        finish(p);
       },
     );
-  } else release(p);
+  } else finish(p);
+}
+
+function finish(p: Pending): void {
+  pending.delete(p);
+  p.release();
 }
 
 /** Run every host function whose stream has reached it. Returns how many are still pending. */
 export function serviceHostFns(): number {
   if (pending.size === 0) return 0;
-  for (const p of pending) if (!p.running && p.word[0] === Signal.REACHED) runOne(p);
+  for (const p of pending) if (!p.running && p.reached()) runOne(p);
   return pending.size;
 }
 
@@ -94,15 +205,31 @@ export function hostFnsPending(): number {
   return pending.size;
 }
 
-/** Enqueue `fn` on `stream` (a native stream handle). */
-export function enqueueHostFn(stream: number, fn: () => unknown, onError: (e: unknown) => void, backend?: "cpu" | "cuda" | "metal"): void {
+/** Enqueue `fn` on `stream` (a native stream handle) of the device whose state is `state`. */
+export function enqueueHostFn(stream: number, fn: () => unknown, onError: (e: unknown) => void, backend?: "cpu" | "cuda" | "metal", state?: DeviceState): void {
+  const words = state ? wordPool(state) : null;
+  if (words) {
+    let handoff: { reached(): boolean; release(): void } | null = null;
+    try {
+      handoff = words.enqueue(stream);
+    } catch (e) {
+      // A driver without stream memory operations: signals from now on, for this device.
+      if (!(e instanceof GpuError && e.code === Status.NOT_SUPPORTED)) throw e;
+      wordPools.set(state!, null);
+    }
+    if (handoff) {
+      pending.add({ fn, running: false, onError, stream, reached: handoff.reached, release: handoff.release });
+      kick();
+      return;
+    }
+  }
   const s = takeSignal();
   const rc = N.bg_stream_host_signal(stream, s.sig);
   if (rc !== 0) {
     pool.push(s);
     check(rc, "bg_stream_host_signal", backend);
   }
-  pending.add({ ...s, fn, running: false, onError, stream });
+  pending.add({ fn, running: false, onError, stream, reached: () => s.word[0] === Signal.REACHED, release: () => releaseSignal(s) });
   kick();
 }
 

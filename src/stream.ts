@@ -234,7 +234,7 @@ export class Stream {
         "Stream.hostFn: a TypeScript host function cannot be captured into a graph (every replay would wait on the JS thread); run it after launching the graph",
         { backend: "typescript", call: "Stream.hostFn" },
       );
-    enqueueHostFn(this.handle, fn, (e) => (this.#error ??= e), this.device.backend);
+    enqueueHostFn(this.handle, fn, (e) => (this.#error ??= e), this.device.backend, this.device.state);
     return this;
   }
 

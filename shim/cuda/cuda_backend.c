@@ -959,6 +959,29 @@ static int32_t cu_launch_host_func(void* sp, bg_host_fn fn, void* user) {
   return BG_OK;
 }
 
+/* Stream memory operations on mapped host memory: how TypeScript host functions hold a stream
+ * without parking the driver's one host-function thread (a parked thread stalled every other
+ * stream's host functions, so a wait across streams could deadlock). */
+static int32_t cu_stream_wait_value32(void* sp, bg_devptr addr, uint32_t value) {
+  cu_stream* s = sp;
+  if (!cu.cuStreamWaitValue32_v2)
+    return bg_set_error(BG_ERR_NOT_SUPPORTED, "bg_stream_wait_value32: the CUDA driver lacks "
+                        "cuStreamWaitValue32_v2 (CUDA 12.0 or newer)");
+  ENTER(CUDEV(s));
+  CALL(cuStreamWaitValue32_v2, (s->s, addr, value, BGCU_STREAM_WAIT_VALUE_EQ));
+  return BG_OK;
+}
+
+static int32_t cu_stream_write_value32(void* sp, bg_devptr addr, uint32_t value) {
+  cu_stream* s = sp;
+  if (!cu.cuStreamWriteValue32_v2)
+    return bg_set_error(BG_ERR_NOT_SUPPORTED, "bg_stream_write_value32: the CUDA driver lacks "
+                        "cuStreamWriteValue32_v2 (CUDA 12.0 or newer)");
+  ENTER(CUDEV(s));
+  CALL(cuStreamWriteValue32_v2, (s->s, addr, value, BGCU_STREAM_WRITE_VALUE_DEFAULT));
+  return BG_OK;
+}
+
 /* ---- events ----------------------------------------------------------------------------------- */
 static int32_t cu_event_create(bg_device* dev, uint32_t flags, void** out) {
   ENTER((cu_device*)dev);
@@ -1749,6 +1772,8 @@ static const bg_ops cu_ops = {
     .memcpy_dtod_async = cu_memcpy_dtod_async,
     .memset_async = cu_memset_async,
     .launch_host_func = cu_launch_host_func,
+    .stream_wait_value32 = cu_stream_wait_value32,
+    .stream_write_value32 = cu_stream_write_value32,
     .event_create = cu_event_create,
     .event_destroy = cu_event_destroy,
     .event_record = cu_event_record,
