@@ -97,6 +97,17 @@ describe("real NVRTC", () => {
     expect(r.code).toBe(0);
   }, 240_000);
 
+  test.skipIf(skip)("a GPU newer than NVRTC knows gets PTX for the newest architecture NVRTC has", () => {
+    // sm_99 is unknown to NVRTC 13: its sm_99 CUBIN request fails with an invalid option
+    const r = runFixture("nvrtc_driver.ts", { CUDASIM_SM: "99" });
+    const rows = Object.fromEntries(lines(r.out).map((x) => [x.case as string, x]));
+    expect(rows.image).toMatchObject({ ok: true, kind: "ptx", cc: "9.9" });
+    expect(String((rows.image as Record<string, unknown>).target)).toMatch(/^sm_\d+$/);
+    expect(rows.program).toMatchObject({ ok: true });
+    const plain = Object.fromEntries(lines(runFixture("nvrtc_driver.ts", { CUDASIM_SM: "90" }).out).map((x) => [x.case as string, x]));
+    expect(plain.image).toMatchObject({ ok: true, kind: "cubin", cc: "9.0" });
+  }, 240_000);
+
   test.skipIf(skip || process.platform !== "linux")("the NVRTC whose major is the driver's is preferred", () => {
     // A folder on the loader path with libnvrtc.so (the real NVRTC 13) and a stand-in
     // libnvrtc.so.12 reporting 12.99: a 12.x driver must get the latter, a 13.x driver the former.
