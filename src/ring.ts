@@ -316,7 +316,10 @@ export type HandlerSource = string | { cpu?: string; cuda?: string; metal?: stri
 export interface RingSourceOptions {
   /** The handler, in the backend's kernel language: defines `BG_RING_HANDLER(msg, resp, state) { ... }`,
    * or a function named by `entry` with the signature `void f(const void* msg, void* resp, void* state)`
-   * (MSL: `device` pointers to uchar). */
+   * (MSL: `device` pointers to uchar). One C text can serve the CPU and CUDA: on CUDA it is
+   * compiled as CUDA C++ where helper functions need no `__device__` and BG_RING_HANDLER's
+   * parameters convert implicitly to any pointer, as `void*` does in C; an `entry` function's own
+   * `void*` parameters need explicit casts there, and `void*` arithmetic is not accepted. */
   handler: HandlerSource;
   /** Name of a handler function to call instead of BG_RING_HANDLER's. */
   entry?: string;
