@@ -4,7 +4,7 @@
 import { N, check, slot, readPtr, nativeView } from "../ffi/native";
 import { Status } from "../ffi/symbols";
 import { Device, factories, releaseOutsideCapture, type DeviceState } from "./device";
-import { GpuError, invalid, disposed } from "./errors";
+import { GpuError, invalid, disposed, options } from "./errors";
 import { hostFnsPending } from "./hostfn";
 
 type TypedArray =
@@ -70,6 +70,7 @@ export class Buffer {
   }
 
   static alloc(device: Device, bytes: number): Buffer {
+    if (!(device instanceof Device)) invalid("Buffer.alloc", "device must be a Device");
     checkSize("Buffer.alloc", "size", bytes);
     const dev = device.state;
     if (!dev.open) disposed("Buffer.alloc", "device");
@@ -137,6 +138,7 @@ export class Buffer {
    * afterwards on any stream, non-blocking ones included, sees it. On every backend.
    */
   write(data: HostData, opts: { offset?: number } = {}): this {
+    opts = options("Buffer.write", opts);
     const h = this.#live("Buffer.write");
     if (hostFnsPending()) this.device.beforeSyncCopy("Buffer.write");
     const src = bytesOf(data);
@@ -157,6 +159,7 @@ export class Buffer {
   read<T extends TypedArray>(into: T | TypedArrayCtor<T>, opts?: { offset?: number }): T;
   read(into: DataView | ArrayBuffer, opts?: { offset?: number }): DataView | ArrayBuffer;
   read(into?: unknown, opts: { offset?: number } = {}): unknown {
+    opts = options("Buffer.read", opts);
     const h = this.#live("Buffer.read");
     if (hostFnsPending()) this.device.beforeSyncCopy("Buffer.read");
     const offset = opts.offset ?? 0;
@@ -183,6 +186,7 @@ export class Buffer {
    * return, so a launch queued next on any stream reads the copied bytes (see `write`).
    */
   copyTo(dst: Buffer, opts: { srcOffset?: number; dstOffset?: number; bytes?: number } = {}): void {
+    opts = options("Buffer.copyTo", opts);
     const h = this.#live("Buffer.copyTo");
     if (hostFnsPending()) this.device.beforeSyncCopy("Buffer.copyTo");
     if (!(dst instanceof Buffer)) invalid("Buffer.copyTo", "dst must be a Buffer");
@@ -204,6 +208,7 @@ export class Buffer {
    * bytes (see `write`).
    */
   fill(value: number, opts: { type?: FillType; offset?: number; bytes?: number } = {}): this {
+    opts = options("Buffer.fill", opts);
     const h = this.#live("Buffer.fill");
     if (hostFnsPending()) this.device.beforeSyncCopy("Buffer.fill");
     const { pattern, size } = fillPattern("Buffer.fill", value, opts.type ?? "u8");
@@ -269,6 +274,7 @@ export class HostBuffer {
   }
 
   static alloc(device: Device, bytes: number, mapped = false): HostBuffer {
+    if (!(device instanceof Device)) invalid("HostBuffer.alloc", "device must be a Device");
     checkSize("HostBuffer.alloc", "size", bytes);
     if (bytes === 0) invalid("HostBuffer.alloc", "size must be at least 1 byte");
     const h = device.handle;

@@ -18,7 +18,7 @@ import { N, addressOf, lastError, readU64, scratchU8, slot } from "../ffi/native
 import { Cmd } from "../ffi/symbols";
 import { Buffer, checkSize, fillPattern, type FillType } from "./buffer";
 import type { Device, DeviceState } from "./device";
-import { GpuError, disposed, invalid, type BackendLabel } from "./errors";
+import { GpuError, disposed, invalid, type BackendLabel, options } from "./errors";
 import { Event } from "./event";
 import { Kernel, dim3, packArgs, type ArgArea, type ArgValue, type Dim3 } from "./kernel";
 import { Stream } from "./stream";
@@ -114,6 +114,7 @@ export class CommandEncoder {
   #submits = 0;
 
   constructor(device: Device, opts: { initialBytes?: number } = {}) {
+    opts = options("new CommandEncoder", opts);
     if (!device || typeof device !== "object" || !("state" in device)) invalid("CommandEncoder", "expected a Device");
     if (device.disposed) disposed("CommandEncoder", "device");
     this.device = device;
@@ -218,7 +219,7 @@ export class CommandEncoder {
   dispatch(kernel: Kernel, cfg: DispatchOptions): this {
     const call = "CommandEncoder.dispatch";
     const dev = this.#dev;
-    if (kernel !== this.#kernel) this.#useKernel(call, kernel);
+    if (kernel !== this.#kernel || this.#kernel === null) this.#useKernel(call, kernel);
     const m = this.#module!;
     if (m.disposed) kernel.handle; // throws: its module or device is gone
     const k = this.#khandle;
@@ -269,6 +270,7 @@ export class CommandEncoder {
 
   /** Append a device-to-device copy (Stream.copy's rules). */
   copy(dst: Buffer, src: Buffer, opts: CopyOptions = {}): this {
+    opts = options("CommandEncoder.copy", opts);
     const call = "CommandEncoder.copy";
     this.#live(call);
     this.#buffer(call, "dst", dst);
@@ -295,6 +297,7 @@ export class CommandEncoder {
 
   /** Append a fill of `value` as elements of `type` (Stream.fill's rules). */
   fill(buf: Buffer, value: number, opts: FillOptions = {}): this {
+    opts = options("CommandEncoder.fill", opts);
     const call = "CommandEncoder.fill";
     this.#live(call);
     this.#buffer(call, "buffer", buf);
@@ -364,6 +367,7 @@ export class CommandEncoder {
    * Returns true when a crossing was made.
    */
   commit(stream: Stream, opts: { keep?: boolean } = {}): boolean {
+    opts = options("CommandEncoder.commit", opts);
     const call = "CommandEncoder.commit";
     if (!(stream instanceof Stream)) invalid(call, "expected a Stream");
     const s = stream.handle; // throws if disposed

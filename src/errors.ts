@@ -42,3 +42,43 @@ export function disposed(call: string, what: string): never {
     call,
   });
 }
+
+/**
+ * An options argument: `{}` when omitted (undefined), the object itself when it is one, else
+ * INVALID_VALUE (null, a string, a number, an array).
+ */
+export function options<T extends object>(call: string, o: T | undefined): T {
+  if (o === undefined) return {} as T;
+  if (o === null || typeof o !== "object" || Array.isArray(o)) invalid(call, `options must be an object, got ${describeValue(o)}`);
+  return o;
+}
+
+/** A short description of a value for an error message ("null", "a string", "NaN", "[object]"). */
+export function describeValue(v: unknown): string {
+  if (v === null) return "null";
+  if (v === undefined) return "undefined";
+  if (typeof v === "number" || typeof v === "boolean" || typeof v === "bigint") return String(v);
+  if (typeof v === "string") return JSON.stringify(v.length > 40 ? `${v.slice(0, 40)}…` : v);
+  if (Array.isArray(v)) return "an array";
+  if (typeof v === "function") return "a function";
+  return (v as object).constructor?.name ? `a ${(v as object).constructor.name}` : "an object";
+}
+
+/** A finite number (any sign, fractions allowed), else INVALID_VALUE naming `what`. */
+export function finiteNumber(call: string, what: string, v: unknown): number {
+  if (typeof v !== "number" || !Number.isFinite(v)) invalid(call, `${what} must be a finite number, got ${describeValue(v)}`);
+  return v;
+}
+
+/** An integer in [lo, hi] (a safe integer), else INVALID_VALUE naming `what`. */
+export function integerIn(call: string, what: string, v: unknown, lo: number, hi: number): number {
+  if (typeof v !== "number" || !Number.isSafeInteger(v) || v < lo || v > hi)
+    invalid(call, `${what} must be an integer in [${lo}, ${hi}], got ${describeValue(v)}`);
+  return v;
+}
+
+/** A list (an Array), else INVALID_VALUE naming `what`. */
+export function list<T>(call: string, what: string, v: readonly T[] | unknown): readonly T[] {
+  if (!Array.isArray(v)) invalid(call, `${what} must be an array, got ${describeValue(v)}`);
+  return v as readonly T[];
+}

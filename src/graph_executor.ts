@@ -17,7 +17,7 @@
 //    the same bytes to the shim again: a replay costs one crossing and no re-encoding.
 import { Buffer, checkSize, type FillType } from "./buffer";
 import type { Device, DeviceState } from "./device";
-import { disposed, illegalState, invalid } from "./errors";
+import { disposed, illegalState, invalid, options } from "./errors";
 import { CommandEncoder, type CopyOptions, type DispatchOptions, type EncoderMark, type FillOptions } from "./encoder";
 import { Kernel, dim3, packArgs, type ArgArea, type ArgValue } from "./kernel";
 import { Stream } from "./stream";
@@ -211,6 +211,7 @@ export class ComputeGraph {
 
   /** Record a device-to-device copy; returns its node index. */
   copy(dst: Buffer, src: Buffer, opts: CopyOptions = {}): number {
+    opts = options("ComputeGraph.copy", opts);
     const n = this.#begin("copy");
     this.#seq.copy(dst, src, opts);
     const so = opts.srcOffset ?? 0, dO = opts.dstOffset ?? 0;
@@ -225,6 +226,7 @@ export class ComputeGraph {
 
   /** Record a fill; returns its node index. */
   fill(buf: Buffer, value: number, opts: FillOptions = {}): number {
+    opts = options("ComputeGraph.fill", opts);
     const n = this.#begin("fill");
     this.#seq.fill(buf, value, opts);
     const off = opts.offset ?? 0;
@@ -342,6 +344,7 @@ export class ComputeGraph {
    * re-encoding). Returns true when a crossing was made (false for an empty graph).
    */
   submit(stream: Stream, opts: { barriers?: BarrierMode } = {}): boolean {
+    opts = options("ComputeGraph.submit", opts);
     const call = "ComputeGraph.submit";
     const mode = opts.barriers ?? "recorded";
     if (mode !== "recorded" && mode !== "computed") invalid(call, `barriers must be "recorded" or "computed", got ${String(mode)}`);
@@ -497,6 +500,7 @@ export class GraphSession {
   }
 
   copy(dst: Buffer, src: Buffer, opts: CopyOptions = {}): this {
+    opts = options("GraphSession.copy", opts);
     if (this.#state !== "open") this.#closed("GraphSession.copy");
     if (this.#graph) this.#graph.copy(dst, src, opts);
     else this.#enc!.copy(dst, src, opts);
@@ -505,6 +509,7 @@ export class GraphSession {
   }
 
   fill(buf: Buffer, value: number, opts: { type?: FillType; offset?: number; bytes?: number } = {}): this {
+    opts = options("GraphSession.fill", opts);
     if (this.#state !== "open") this.#closed("GraphSession.fill");
     if (this.#graph) this.#graph.fill(buf, value, opts);
     else this.#enc!.fill(buf, value, opts);
@@ -595,6 +600,7 @@ export class GraphExecutor {
   #pool: CommandEncoder[] = [];
 
   constructor(device: Device, opts: { stream?: Stream } = {}) {
+    opts = options("new GraphExecutor", opts);
     if (!device || typeof device !== "object" || !("state" in device)) invalid("GraphExecutor", "expected a Device");
     if (device.disposed) disposed("GraphExecutor", "device");
     const s = opts.stream ?? device.defaultStream;
@@ -617,6 +623,7 @@ export class GraphExecutor {
    * the rest (one crossing per commit still; on Metal, one command buffer per commit).
    */
   begin(opts: { flushEvery?: number } = {}): GraphSession {
+    opts = options("GraphExecutor.begin", opts);
     const f = opts.flushEvery ?? 0;
     if (!Number.isInteger(f) || f < 0) invalid("GraphExecutor.begin", `flushEvery must be a non-negative integer, got ${String(f)}`);
     return new GraphSession(this, "direct", this.#acquire("GraphExecutor.begin"), f);
@@ -642,11 +649,13 @@ export class GraphExecutor {
 
   /** Submit a recorded graph (one crossing, no re-encoding) and wait for it. */
   replay(graph: ComputeGraph, opts: { barriers?: BarrierMode } = {}): void {
+    opts = options("GraphExecutor.replay", opts);
     this.#replay("GraphExecutor.replay", graph, opts.barriers);
     this.stream.synchronize();
   }
 
   async replayAsync(graph: ComputeGraph, opts: { barriers?: BarrierMode } = {}): Promise<void> {
+    opts = options("GraphExecutor.replayAsync", opts);
     this.#replay("GraphExecutor.replayAsync", graph, opts.barriers);
     await this.stream.done();
   }

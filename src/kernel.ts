@@ -380,6 +380,7 @@ export class Module {
   /** The kernel `name`, with the types of its arguments in order. */
   kernel(name: string, signature: readonly ArgType[]): Kernel {
     if (typeof name !== "string" || !name) invalid("Module.kernel", "name must be a non-empty string");
+    if (name.includes("\0")) invalid("Module.kernel", `name ${JSON.stringify(name)} contains a NUL character`);
     if (!Array.isArray(signature)) invalid("Module.kernel", "signature must be an array of argument types");
     for (const t of signature)
       if (!ARG_TYPES.has(t)) invalid("Module.kernel", `unknown argument type ${String(t)} (want buffer, i32, u32, i64, f32 or f64)`);

@@ -11,7 +11,7 @@ import { N, check, addressOf } from "../ffi/native";
 import { Status } from "../ffi/symbols";
 import { Buffer, HostBuffer, checkSize, fillPattern, type FillType, type HostData } from "./buffer";
 import { Device } from "./device";
-import { GpuError, invalid, disposed, illegalState } from "./errors";
+import { GpuError, describeValue, invalid, disposed, illegalState, options } from "./errors";
 import { Event } from "./event";
 import { CaptureMode, GraphExec } from "./capture";
 import { Kernel, dim3, packArgs, type ArgArea, type ArgValue, type Dim3 } from "./kernel";
@@ -164,6 +164,7 @@ export class Step {
 
   /** A device-to-device copy (the ranges may not overlap). Reads src's range, writes dst's. */
   static copy(dst: Buffer, src: Buffer, opts: CopyStepOptions = {}): Step {
+    opts = options("Step.copy", opts);
     const call = "Step.copy";
     if (!isBuffer(dst) || !isBuffer(src)) invalid(call, "dst and src must be Buffers");
     if (dst.device.state.handle !== src.device.state.handle) invalid(call, `dst is on ${dst.device.spec}, src on ${src.device.spec}`);
@@ -180,6 +181,7 @@ export class Step {
 
   /** A memset of `value` as elements of `type` (default "u8"). Writes its range. */
   static fill(buffer: Buffer, value: number, opts: FillStepOptions = {}): Step {
+    opts = options("Step.fill", opts);
     const call = "Step.fill";
     if (!isBuffer(buffer)) invalid(call, "expected a Buffer");
     if (buffer.disposed) disposed(call, "buffer");
@@ -266,6 +268,8 @@ export class Schedule {
   #steps: Step[] = [];
 
   constructor(steps: Iterable<Step> = []) {
+    if (steps === null || typeof steps !== "object" || typeof (steps as Iterable<Step>)[Symbol.iterator] !== "function")
+      invalid("new Schedule", `steps must be an iterable of Steps, got ${describeValue(steps)}`);
     for (const s of steps) this.add(s);
   }
 
@@ -302,11 +306,13 @@ export class Schedule {
 
   /** Prepare the schedule to run on `device` in `mode`. */
   compile(device: Device, mode: ExecMode = ExecMode.Stream, opts: ScheduleCompileOptions = {}): Executable {
+    opts = options("Schedule.compile", opts);
     return new Executable(device, [...this.#steps], mode, opts);
   }
 
   /** Compile in Eager mode, run once, and resolve when the run is done and everything is freed. */
   static async runEager(device: Device, steps: Schedule | Iterable<Step>, opts: RunOptions = {}): Promise<void> {
+    opts = options("Schedule.runEager", opts);
     const s = steps instanceof Schedule ? steps : new Schedule(steps);
     const exec = s.compile(device, ExecMode.Eager);
     exec.run(opts);
@@ -755,6 +761,7 @@ export class Executable {
 
   /** Enqueue one run of the schedule. Returns at once; see done() and synchronize(). */
   run(opts: RunOptions = {}): this {
+    opts = options("Executable.run", opts);
     const call = "Executable.run";
     this.#alive(call);
     if (this.mode.kind === "Eager" && this.stats.runs > 0) illegalState(call, "an Eager executable runs once");
@@ -831,6 +838,7 @@ export class Executable {
 
   /** Enqueue a run and resolve when it is done. */
   runAsync(opts: RunOptions = {}): Promise<void> {
+    opts = options("Executable.runAsync", opts);
     this.run(opts);
     return this.done();
   }

@@ -6,13 +6,13 @@ import { Device } from "../device";
 // side effects: these modules register the device factories (alloc, streams)
 import "../buffer";
 import "../stream";
-import { GpuError, illegalState, invalid } from "../errors";
+import { GpuError, describeValue, illegalState, invalid, options } from "../errors";
 import { Status } from "../../ffi/symbols";
 import { Event } from "../event";
 import { Program, compilerIdentity, type Kernel, type Module } from "../kernel";
 import { ExecMode, Schedule, Step, type Executable } from "../schedule";
 import type { Buffer } from "../buffer";
-import type { Stream } from "../stream";
+import { Stream } from "../stream";
 import { toposort, type DType, type LazyNode } from "./ast";
 import { generate, prelude, type GeneratedKernel, type Lang } from "./codegen";
 import type { KernelIR } from "./ir";
@@ -216,6 +216,10 @@ export class ExecutionPlan {
   constructor(tensors: readonly Tensor[], opts: PrepareOptions = {}) {
     const call = "Tensor.prepare";
     if (!Array.isArray(tensors) || tensors.length === 0) invalid(call, "give at least one tensor");
+    opts = options(call, opts);
+    for (const t of tensors)
+      if (!t || typeof t !== "object" || !((t as { node?: unknown }).node instanceof Object)) invalid(call, `not a Tensor: ${describeValue(t)}`);
+    if (opts.device !== undefined && !(opts.device instanceof Device)) invalid(call, `device must be a Device, got ${describeValue(opts.device)}`);
     this.#device = opts.device ?? Device.default();
     this.#noPlanning = opts.noMemoryPlanning ?? false;
     const outNodes = tensors.map((t) => t.node);
@@ -339,6 +343,19 @@ export class ExecutionPlan {
     for (const b of inter) this.#mem[b.index] = this.#arena.view(b.offset, Math.max(b.bytes, 0));
   }
 
+  /** An index argument: a non-negative integer (out of range is the caller's undefined). */
+  #index(call: string, what: string, i: unknown): void {
+    if (typeof i !== "number" || !Number.isSafeInteger(i) || i < 0) invalid(call, `${what} must be a non-negative integer, got ${describeValue(i)}`);
+  }
+
+  /** ExecuteOptions: an object; its stream a Stream of the plan's device, its mode checked later. */
+  #execOpts<T extends ExecuteOptions>(call: string, opts: T | undefined): T {
+    const o = options(call, opts);
+    if (o.stream !== undefined && !(o.stream instanceof Stream)) invalid(call, `stream must be a Stream, got ${describeValue(o.stream)}`);
+    if (o.mode !== undefined && !(o.mode instanceof ExecMode)) invalid(call, `mode must be an ExecMode, got ${describeValue(o.mode)}`);
+    return o;
+  }
+
   #live(call: string): void {
     if (this.#disposed) illegalState(call, "the plan was disposed");
     if (this.#released) illegalState(call, "the plan's buffers were released (releaseAllBuffers)");
@@ -383,6 +400,7 @@ export class ExecutionPlan {
     return this.outputBufferAt(0);
   }
   outputBufferAt(position: number): Buffer | undefined {
+    this.#index("ExecutionPlan.outputBufferAt", "position", position);
     this.#live("ExecutionPlan.outputBufferAt");
     const i = this.#outputs[position];
     return i === undefined ? undefined : this.#mem[i] ?? undefined;
@@ -406,6 +424,7 @@ export class ExecutionPlan {
     return this.#mem.filter((b): b is Buffer => b !== null);
   }
   bufferAt(index: number): Buffer | undefined {
+    this.#index("ExecutionPlan.bufferAt", "index", index);
     this.#live("ExecutionPlan.bufferAt");
     return this.#mem[index] ?? undefined;
   }
@@ -539,6 +558,7 @@ export class ExecutionPlan {
   /** Run every kernel in order and wait for them (opts.async: only enqueue). */
   execute(opts: ExecuteOptions = {}): void {
     const call = "ExecutionPlan.execute";
+    opts = this.#execOpts(call, opts);
     this.#ensureBuffers(call);
     if (opts.mode === undefined && opts.stream) {
       this.#launchAll(opts.stream, false);
@@ -553,6 +573,7 @@ export class ExecutionPlan {
   /** execute() and resolve when done, without blocking the event loop. */
   async executeAsync(opts: Omit<ExecuteOptions, "async"> = {}): Promise<void> {
     const call = "ExecutionPlan.executeAsync";
+    opts = this.#execOpts(call, opts);
     this.#ensureBuffers(call);
     if (opts.mode === undefined && opts.stream) {
       this.#launchAll(opts.stream, false);
@@ -566,13 +587,22 @@ export class ExecutionPlan {
 
   /** Run with a timing pair of events around each kernel; one KernelProfile per kernel. */
   executeProfiled(opts: Omit<ExecuteOptions, "async"> = {}): KernelProfile[] {
+    opts = this.#execOpts("ExecutionPlan.executeProfiled", opts);
     this.#ensureBuffers("ExecutionPlan.executeProfiled");
     return this.#launchAll(opts.stream ?? this.#device.defaultStream, true);
   }
 
   /** Check and apply variable values; throws GpuError before changing anything. */
   #setVars(call: string, vals: Readonly<Record<string, number>> | readonly (readonly [string, number])[]): void {
-    const entries: [string, number][] = Array.isArray(vals) ? vals.map(([k, v]) => [k, v]) : Object.entries(vals);
+    if (vals === null || typeof vals !== "object") invalid(call, `variable values must be an object or [name, value] pairs, got ${describeValue(vals)}`);
+    const entries: [string, number][] = [];
+    if (Array.isArray(vals)) {
+      vals.forEach((pair, i) => {
+        if (!Array.isArray(pair) || pair.length !== 2 || typeof pair[0] !== "string")
+          invalid(call, `variable value ${i} must be a [name, value] pair, got ${describeValue(pair)}`);
+        entries.push([pair[0], pair[1]]);
+      });
+    } else entries.push(...Object.entries(vals));
     for (const [name, v] of entries) {
       const vr = this.#vars.get(name);
       if (!vr) invalid(call, `the plan has no variable ${name} (it has ${[...this.#vars.keys()].join(", ") || "none"})`);
@@ -584,18 +614,21 @@ export class ExecutionPlan {
   /** Re-run with new variable values (unlisted ones keep theirs); no recompilation. */
   executeWithVars(vals: Readonly<Record<string, number>> | readonly (readonly [string, number])[], opts: ExecuteOptions = {}): void {
     this.#live("ExecutionPlan.executeWithVars");
+    opts = this.#execOpts("ExecutionPlan.executeWithVars", opts);
     this.#setVars("ExecutionPlan.executeWithVars", vals);
     this.execute(opts);
   }
 
   executeWithVarsProfiled(vals: Readonly<Record<string, number>> | readonly (readonly [string, number])[], opts: Omit<ExecuteOptions, "async"> = {}): KernelProfile[] {
     this.#live("ExecutionPlan.executeWithVarsProfiled");
+    opts = this.#execOpts("ExecutionPlan.executeWithVarsProfiled", opts);
     this.#setVars("ExecutionPlan.executeWithVarsProfiled", vals);
     return this.executeProfiled(opts);
   }
 
   /** Shape of output `position` under the current variable values. */
   outputShape(position = 0): number[] {
+    this.#index("ExecutionPlan.outputShape", "position", position);
     const n = this.#outputNodes[position];
     if (!n) invalid("ExecutionPlan.outputShape", `no output ${position} (the plan has ${this.numOutputs})`);
     return n.shape.map((d) => dimValue(d, this.#vals));
@@ -604,6 +637,7 @@ export class ExecutionPlan {
   /** Read output `position` in its actual shape (the buffer holds the max layout). */
   readOutput(position = 0): Float32Array | Int32Array {
     this.#live("ExecutionPlan.readOutput");
+    this.#index("ExecutionPlan.readOutput", "position", position);
     const n = this.#outputNodes[position];
     if (!n) invalid("ExecutionPlan.readOutput", `no output ${position} (the plan has ${this.numOutputs})`);
     const buf = this.#mem[this.#outputs[position]!]!;

@@ -3,7 +3,8 @@
 //
 // dtypes: float32 and int32. Mixed operands promote to float32. Comparisons give int32 0/1.
 // Integer division truncates toward zero (x / 0 gives 0). Broadcasting follows numpy.
-import { invalid } from "../errors";
+import { Device } from "../device";
+import { describeValue, finiteNumber, invalid, options } from "../errors";
 import { LazyNode, type BinaryOp, type DType, type ReduceOp, type UnaryOp } from "./ast";
 import { seedMix } from "./ir";
 import { Variable, type Dim, dimMax, dimValue, shapeStr } from "./variable";
@@ -30,6 +31,47 @@ function numelNumeric(shape: Shape): number {
   let n = 1;
   for (const d of shape) if (typeof d === "number") n *= d;
   return n;
+}
+
+const DTYPES: readonly DType[] = ["float32", "int32"];
+
+/** A dtype option: undefined (the default applies) or one of DTYPES; "int8" and the like refuse. */
+function dtypeOf(call: string, dt: unknown): DType | undefined {
+  if (dt === undefined) return undefined;
+  if (typeof dt !== "string" || !DTYPES.includes(dt as DType))
+    invalid(call, `dtype must be one of ${DTYPES.join(", ")}, got ${describeValue(dt)}`);
+  return dt as DType;
+}
+
+/** A Tensor argument, else INVALID_VALUE. */
+function tensorArg(call: string, what: string, t: unknown): Tensor {
+  if (!(t instanceof Tensor)) invalid(call, `${what} must be a Tensor, got ${describeValue(t)}`);
+  return t;
+}
+
+/** A Tensor or a finite-or-not number (NaN and ±Infinity are values), else INVALID_VALUE. */
+function tensorLike(call: string, what: string, t: unknown): TensorLike {
+  if (typeof t === "number" || t instanceof Tensor) return t;
+  invalid(call, `${what} must be a Tensor or a number, got ${describeValue(t)}`);
+}
+
+/** An axis list argument: undefined, a number or an array of numbers (range checked later). */
+function axesArg(call: string, axis: unknown): number | readonly number[] | undefined {
+  if (axis === undefined || typeof axis === "number") return axis;
+  if (Array.isArray(axis)) return axis as number[];
+  invalid(call, `axis must be a number or an array of numbers, got ${describeValue(axis)}`);
+}
+
+function boolArg(call: string, what: string, v: unknown): boolean {
+  if (typeof v !== "boolean") invalid(call, `${what} must be a boolean, got ${describeValue(v)}`);
+  return v;
+}
+
+/** PrepareOptions: an object whose device, when given, is a Device. */
+function prepareOpts(call: string, opts: PrepareOptions | undefined): PrepareOptions {
+  const o = options(call, opts);
+  if (o.device !== undefined && !(o.device instanceof Device)) invalid(call, `device must be a Device, got ${describeValue(o.device)}`);
+  return o;
 }
 
 function varsOf(shape: Shape): string[] {
@@ -72,16 +114,22 @@ export class Tensor {
   /** A tensor from host data (copied at prepare time). `shape` defaults to [data.length]. */
   static from(data: Float32Array | Int32Array | readonly number[] | number, shape?: readonly number[], opts: { dtype?: DType } = {}): Tensor {
     const call = "Tensor.from";
+    opts = options(call, opts);
+    const dtype = dtypeOf(call, opts.dtype);
+    if (shape !== undefined && shape !== null) checkShapeDims(call, shape);
+    else shape = undefined;
     let arr: Float32Array | Int32Array;
     if (typeof data === "number") {
-      const dt = opts.dtype ?? "float32";
+      const dt = dtype ?? "float32";
       return Tensor.full(shape ?? [], data, { dtype: dt });
     }
     if (data instanceof Float32Array || data instanceof Int32Array) {
-      const want = opts.dtype ?? (data instanceof Float32Array ? "float32" : "int32");
+      const want = dtype ?? (data instanceof Float32Array ? "float32" : "int32");
       arr = want === "float32" ? (data instanceof Float32Array ? data.slice() : Float32Array.from(data)) : data instanceof Int32Array ? data.slice() : Int32Array.from(data, (x) => Math.trunc(x));
     } else if (Array.isArray(data)) {
-      const dt = opts.dtype ?? "float32";
+      const dt = dtype ?? "float32";
+      for (let i = 0; i < data.length; i++)
+        if (typeof data[i] !== "number") invalid(call, `data[${i}] must be a number, got ${describeValue(data[i])}`);
       arr = dt === "float32" ? Float32Array.from(data) : Int32Array.from(data, (x) => Math.trunc(x));
     } else invalid(call, "data must be a Float32Array, Int32Array, number[] or number");
     const sh = shape ? [...shape] : [arr.length];
@@ -92,8 +140,10 @@ export class Tensor {
   }
 
   static full(shape: Shape, value: number, opts: { dtype?: DType } = {}): Tensor {
-    checkShapeDims("Tensor.full", shape);
-    const dt = opts.dtype ?? "float32";
+    const call = "Tensor.full";
+    checkShapeDims(call, shape);
+    if (typeof value !== "number") invalid(call, `value must be a number, got ${describeValue(value)}`);
+    const dt = dtypeOf(call, options(call, opts).dtype) ?? "float32";
     const c = new Tensor(new LazyNode({ op: "const", value: dt === "int32" ? Math.trunc(value) | 0 : value }, dt, []));
     if (shape.length === 0) return c;
     return c.reshape(shape.map(() => 1)).expand(shape);
@@ -108,19 +158,24 @@ export class Tensor {
   /** arange(stop) | arange(start, stop, step?): numbers start, start+step, … below stop. */
   static arange(start: number | Variable, stop?: number, step = 1, opts: { dtype?: DType } = {}): Tensor {
     const call = "Tensor.arange";
+    const dtype = dtypeOf(call, options(call, opts).dtype);
     if (start instanceof Variable) {
-      return new Tensor(new LazyNode({ op: "arange", start: 0, step: 1 }, opts.dtype ?? "int32", [start]));
+      return new Tensor(new LazyNode({ op: "arange", start: 0, step: 1 }, dtype ?? "int32", [start]));
     }
     if (stop === undefined) [start, stop] = [0, start];
-    if (step === 0 || !Number.isFinite(step)) invalid(call, "step must be a non-zero number");
+    finiteNumber(call, "start", start);
+    finiteNumber(call, "stop", stop);
+    if (typeof step !== "number" || step === 0 || !Number.isFinite(step)) invalid(call, `step must be a finite non-zero number, got ${describeValue(step)}`);
     const n = Math.max(0, Math.ceil((stop - start) / step));
+    checkShapeDims(call, [n]);
     const allInt = Number.isInteger(start) && Number.isInteger(step);
-    const dt = opts.dtype ?? (allInt ? "int32" : "float32");
+    const dt = dtype ?? (allInt ? "int32" : "float32");
     return new Tensor(new LazyNode({ op: "arange", start, step }, dt, [n]));
   }
 
   /** Set the seed used by rand/randn calls that give none. */
   static manualSeed(seed: number): void {
+    finiteNumber("Tensor.manualSeed", "seed", seed);
     globalSeed = seed >>> 0;
     randCounter = 0;
   }
@@ -132,39 +187,51 @@ export class Tensor {
    * call counter.
    */
   static rand(shape: Shape, opts: { seed?: number } = {}): Tensor {
-    checkShapeDims("Tensor.rand", shape);
-    const seed = opts.seed ?? (globalSeed * 1000003 + randCounter++) >>> 0;
+    const call = "Tensor.rand";
+    checkShapeDims(call, shape);
+    const o = options(call, opts);
+    if (o.seed !== undefined) finiteNumber(call, "seed", o.seed);
+    const seed = o.seed ?? (globalSeed * 1000003 + randCounter++) >>> 0;
     return new Tensor(new LazyNode({ op: "rand", seed: seedMix(seed), normal: false }, "float32", [...shape]));
   }
 
   /** Standard normal float32 by Box-Muller over counters 2i and 2i+1 (see rand). */
   static randn(shape: Shape, opts: { seed?: number } = {}): Tensor {
-    checkShapeDims("Tensor.randn", shape);
-    const seed = opts.seed ?? (globalSeed * 1000003 + randCounter++) >>> 0;
+    const call = "Tensor.randn";
+    checkShapeDims(call, shape);
+    const o = options(call, opts);
+    if (o.seed !== undefined) finiteNumber(call, "seed", o.seed);
+    const seed = o.seed ?? (globalSeed * 1000003 + randCounter++) >>> 0;
     return new Tensor(new LazyNode({ op: "rand", seed: seedMix(seed), normal: true }, "float32", [...shape]));
   }
 
   /** The value of a variable (or a product of dims) as a scalar tensor. */
   static fromDims(dims: readonly Dim[], dtype: DType = "int32"): Tensor {
+    checkShapeDims("Tensor.fromDims", dims);
+    dtypeOf("Tensor.fromDims", dtype);
     return new Tensor(new LazyNode({ op: "varconst", dims: [...dims] }, dtype, []));
   }
 
   static where(cond: Tensor, a: TensorLike, b: TensorLike): Tensor {
-    return cond.where(a, b);
+    return tensorArg("Tensor.where", "cond", cond).where(a, b);
   }
 
   // ---- plans -----------------------------------------------------------------------------------
 
   prepare(opts: PrepareOptions = {}): ExecutionPlan {
-    return Tensor.prepareBatch([this], opts);
+    return Tensor.prepareBatch([this], prepareOpts("Tensor.prepare", opts));
   }
 
   static prepareBatch(tensors: readonly Tensor[], opts: PrepareOptions = {}): ExecutionPlan {
-    return new ExecutionPlan(tensors, opts);
+    const call = "Tensor.prepareBatch";
+    if (!Array.isArray(tensors)) invalid(call, `tensors must be an array of Tensors, got ${describeValue(tensors)}`);
+    tensors.forEach((t, i) => tensorArg(call, `tensors[${i}]`, t));
+    return new ExecutionPlan(tensors, prepareOpts(call, opts));
   }
 
   /** Realize and read this tensor (variables at their bound values), in its actual shape. */
   toArray(opts: PrepareOptions = {}): Float32Array | Int32Array {
+    opts = prepareOpts("Tensor.toArray", opts);
     if (this.#cache && !varsOf(this.shape).length && !opts.device) return this.#cache.slice();
     const plan = this.prepare(opts);
     try {
@@ -227,6 +294,7 @@ export class Tensor {
 
   /** This tensor broadcast to `shape` (leading dims added, size-1 dims expanded). */
   broadcastTo(shape: Shape): Tensor {
+    checkShapeDims("Tensor.broadcastTo", shape);
     if (this.shape.length === shape.length && this.shape.every((d, i) => sameDim(d, shape[i]!))) return this;
     if (this.shape.length > shape.length) invalid("Tensor.broadcastTo", `cannot broadcast ${shapeStr(this.shape)} to ${shapeStr(shape)}`);
     const padded = [...shape.slice(0, shape.length - this.shape.length).map(() => 1), ...this.shape];
@@ -264,6 +332,8 @@ export class Tensor {
   /** Elementwise select: this != 0 ? a : b (broadcast). */
   where(a: TensorLike, b: TensorLike): Tensor {
     const call = "Tensor.where";
+    tensorLike(call, "a", a);
+    tensorLike(call, "b", b);
     const dtA = typeof a === "number" ? (Number.isInteger(a) ? "int32" : "float32") : a.dtype;
     const dtB = typeof b === "number" ? (Number.isInteger(b) ? "int32" : "float32") : b.dtype;
     const dt: DType = dtA === "float32" || dtB === "float32" ? "float32" : "int32";
@@ -277,6 +347,7 @@ export class Tensor {
   }
 
   cast(dtype: DType): Tensor {
+    if (typeof dtype !== "string" || !DTYPES.includes(dtype)) invalid("Tensor.cast", `unknown dtype ${describeValue(dtype)}`);
     if (dtype !== "float32" && dtype !== "int32") invalid("Tensor.cast", `unknown dtype ${String(dtype)}`);
     if (dtype === this.dtype) return this;
     return new Tensor(new LazyNode({ op: "cast" }, dtype, this.shape, [this.node]));
@@ -303,6 +374,7 @@ export class Tensor {
 
   reshape(shape: readonly Dim[]): Tensor {
     const call = "Tensor.reshape";
+    if (!Array.isArray(shape)) invalid(call, `shape must be an array of dimensions, got ${describeValue(shape)}`);
     const sh = [...shape];
     const neg = sh.filter((d) => d === -1).length;
     if (neg > 1) invalid(call, `at most one -1 in ${shapeStr(sh)}`);
@@ -322,6 +394,7 @@ export class Tensor {
   permute(order: readonly number[]): Tensor {
     const call = "Tensor.permute";
     const nd = this.ndim;
+    if (!Array.isArray(order)) invalid(call, `order must be an array of axes, got ${describeValue(order)}`);
     const o = order.map((a) => normAxis(call, a, nd, this.shape));
     if (o.length !== nd || new Set(o).size !== nd) invalid(call, `[${order.join(", ")}] is not a permutation of the axes of ${shapeStr(this.shape)}`);
     return this.#view((st) => st.permute(o));
@@ -344,6 +417,7 @@ export class Tensor {
   /** Broadcast size-1 dims to `shape` (-1 keeps a dim; extra leading dims are added). */
   expand(shape: readonly Dim[]): Tensor {
     const call = "Tensor.expand";
+    if (!Array.isArray(shape)) invalid(call, `shape must be an array of dimensions, got ${describeValue(shape)}`);
     if (shape.length < this.ndim) invalid(call, `cannot expand ${shapeStr(this.shape)} to ${shapeStr(shape)}`);
     const lead = shape.length - this.ndim;
     const src = lead ? this.reshape([...Array(lead).fill(1), ...this.shape]) : this;
@@ -359,6 +433,10 @@ export class Tensor {
   /** Keep [lo, hi) of each dim (null keeps the dim); hi may be a Variable when lo is 0. */
   shrink(arg: readonly (readonly [number, Dim] | null)[]): Tensor {
     const call = "Tensor.shrink";
+    if (!Array.isArray(arg)) invalid(call, `ranges must be an array, got ${describeValue(arg)}`);
+    arg.forEach((r, i) => {
+      if (r !== null && (!Array.isArray(r) || r.length !== 2)) invalid(call, `range ${i} must be [lo, hi] or null, got ${describeValue(r)}`);
+    });
     if (arg.length !== this.ndim) invalid(call, `${arg.length} ranges for shape ${shapeStr(this.shape)}`);
     const full = arg.map((r, i): readonly [number, Dim] => r ?? [0, this.shape[i]!]);
     full.forEach(([lo, hi], i) => {
@@ -383,6 +461,15 @@ export class Tensor {
   /** Python-style slice per dim: [start, end) with negative indices from the end; null keeps. */
   slice(ranges: readonly (readonly [number, number?] | number | null)[]): Tensor {
     const call = "Tensor.slice";
+    if (!Array.isArray(ranges)) invalid(call, `ranges must be an array, got ${describeValue(ranges)}`);
+    ranges.forEach((r, i) => {
+      const ok =
+        r === null ||
+        r === undefined ||
+        (typeof r === "number" && Number.isInteger(r)) ||
+        (Array.isArray(r) && r.length >= 1 && r.length <= 2 && Number.isInteger(r[0]) && (r[1] === undefined || Number.isInteger(r[1])));
+      if (!ok) invalid(call, `range ${i} must be an integer index, [start, end?] of integers or null, got ${describeValue(r)}`);
+    });
     if (ranges.length > this.ndim) invalid(call, `${ranges.length} ranges for shape ${shapeStr(this.shape)}`);
     const arg = this.shape.map((d, i): readonly [number, number] | null => {
       const r = ranges[i];
@@ -403,12 +490,18 @@ export class Tensor {
   /** Pad each dim with [before, after] elements of `value` (default 0). */
   pad(arg: readonly (readonly [number, number] | null)[], value = 0): Tensor {
     const call = "Tensor.pad";
+    if (!Array.isArray(arg)) invalid(call, `pads must be an array, got ${describeValue(arg)}`);
+    arg.forEach((r, i) => {
+      if (r !== null && (!Array.isArray(r) || r.length !== 2)) invalid(call, `pad ${i} must be [before, after] or null, got ${describeValue(r)}`);
+    });
+    if (typeof value !== "number") invalid(call, `value must be a number, got ${describeValue(value)}`);
     if (arg.length !== this.ndim) invalid(call, `${arg.length} pads for shape ${shapeStr(this.shape)}`);
     const p = arg.map((r) => r ?? ([0, 0] as const));
     p.forEach(([b, a], i) => {
       if (!Number.isInteger(b) || !Number.isInteger(a) || b < 0 || a < 0) invalid(call, `pad [${b}, ${a}] must be non-negative integers`);
       if ((b || a) && typeof this.shape[i] !== "number") invalid(call, `cannot pad variable dimension ${i} of ${shapeStr(this.shape)}`);
     });
+    checkShapeDims(call, this.shape.map((d, i) => (typeof d === "number" ? d + p[i]![0] + p[i]![1] : d)));
     if (p.every(([b, a]) => !b && !a)) return this;
     const padded = this.#view((st) => st.pad(p));
     if (value === 0) return padded;
@@ -418,6 +511,7 @@ export class Tensor {
 
   flip(axes: number | readonly number[]): Tensor {
     const call = "Tensor.flip";
+    if (typeof axes !== "number" && !Array.isArray(axes)) invalid(call, `axes must be a number or an array of numbers, got ${describeValue(axes)}`);
     const list = (typeof axes === "number" ? [axes] : axes).map((a) => normAxis(call, a, this.ndim, this.shape));
     for (const a of list) if (typeof this.shape[a] !== "number") invalid(call, `cannot flip variable dimension ${a}`);
     return this.#view((st) => st.flip(list));
@@ -445,6 +539,7 @@ export class Tensor {
   // ---- reductions ------------------------------------------------------------------------------
 
   #axes(call: string, axis: number | readonly number[] | undefined): number[] {
+    axis = axesArg(call, axis);
     if (axis === undefined) return [...Array(this.ndim).keys()];
     const list = (typeof axis === "number" ? [axis] : axis).map((a) => normAxis(call, a, this.ndim, this.shape));
     if (new Set(list).size !== list.length) invalid(call, `repeated axis in [${list.join(", ")}]`);
@@ -452,6 +547,7 @@ export class Tensor {
   }
 
   #reduce(fn: ReduceOp, axis: number | readonly number[] | undefined, keepdim: boolean, call: string): Tensor {
+    boolArg(call, "keepdim", keepdim);
     const axes = this.#axes(call, axis);
     const kshape = this.shape.map((d, i) => (axes.includes(i) ? 1 : d));
     let r: Tensor = this;
@@ -470,6 +566,7 @@ export class Tensor {
     return this.neg().#reduce("max", axis, keepdim, "Tensor.min").neg();
   }
   mean(axis?: number | readonly number[], keepdim = false): Tensor {
+    boolArg("Tensor.mean", "keepdim", keepdim);
     const axes = this.#axes("Tensor.mean", axis);
     const dims = axes.map((a) => this.shape[a]!);
     const s = this.float().sum(axes, keepdim);
@@ -519,6 +616,12 @@ export class Tensor {
 
   /** Normalize over the last `axis` (default -1): (x - mean) / sqrt(var + eps) · weight + bias. */
   layerNorm(opts: { axis?: number | readonly number[]; eps?: number; weight?: Tensor; bias?: Tensor } = {}): Tensor {
+    const call = "Tensor.layerNorm";
+    opts = options(call, opts);
+    axesArg(call, opts.axis);
+    if (opts.eps !== undefined) finiteNumber(call, "eps", opts.eps);
+    if (opts.weight !== undefined) tensorArg(call, "weight", opts.weight);
+    if (opts.bias !== undefined) tensorArg(call, "bias", opts.bias);
     const axis = opts.axis ?? -1;
     const mean = this.mean(axis, true);
     const xc = this.sub(mean);

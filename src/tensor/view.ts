@@ -8,7 +8,7 @@
 // Dimensions may be a Variable (a bound integer). Layout always uses the variable's maximum
 // ("max layout"), so strides are plain numbers and a buffer allocated for the maximum holds any
 // value; only loop bounds change with the variable.
-import { invalid } from "../errors";
+import { describeValue, invalid } from "../errors";
 import { Sym, Valid } from "./symbolic";
 import { Variable, type Dim, dimMax, dimStr, shapeStr } from "./variable";
 
@@ -298,8 +298,21 @@ function reshapeStrides(v: View, shape: readonly Dim[]): View | null {
   return { shape: [...shape], strides, offset: v.offset, mask: hasMask ? mask : null };
 }
 
+/** Most elements a shape may hold (at the variables' maxima): 2^50, so bytes stay exact numbers. */
+export const MAX_ELEMENTS = 2 ** 50;
+
+/** A shape: an array of non-negative integer dims and Variables, at most MAX_ELEMENTS in all. */
 export function checkShapeDims(call: string, shape: readonly Dim[]): void {
-  for (const d of shape)
-    if (!(d instanceof Variable) && (!Number.isInteger(d) || d < 0))
-      invalid(call, `bad dimension ${dimStr(d)} in shape ${shapeStr(shape)}`);
+  if (!Array.isArray(shape)) invalid(call, `shape must be an array of dimensions, got ${describeValue(shape)}`);
+  let n = 1;
+  for (const d of shape) {
+    if (d instanceof Variable) {
+      n *= d.max;
+      continue;
+    }
+    if (typeof d !== "number" || !Number.isSafeInteger(d) || d < 0)
+      invalid(call, `bad dimension ${describeValue(d)} in shape [${shape.map((x) => (x instanceof Variable ? x.name : describeValue(x))).join(", ")}]`);
+    n *= d;
+  }
+  if (n > MAX_ELEMENTS) invalid(call, `shape ${shapeStr(shape)} holds ${n} elements, more than the ${MAX_ELEMENTS} any tensor may`);
 }
