@@ -130,7 +130,8 @@ describe("CUDA driver simulator", () => {
   // fill would read stale bytes (before ad2a0c0 the ring's state fill and the tensor plan's input
   // upload raced their non-blocking streams this way; the driver queues cuMemsetD* and pageable
   // cuMemcpyHtoD on the legacy stream and returns early).
-  test.skipIf(!nv.ok)("the same suites on the simulator with every copy and memset delayed", () => {
-    expectAllPassed(suiteOnSimulator({ CUDASIM_DELAY_US: "3000" }));
+  // New device memory is filled with 0xff bytes too (cuMemAlloc does not clear it).
+  test.skipIf(!nv.ok)("the same suites on the simulator with every copy and memset delayed, new memory poisoned", () => {
+    expectAllPassed(suiteOnSimulator({ CUDASIM_DELAY_US: "3000", CUDASIM_POISON: "1" }));
   }, 300_000);
 });

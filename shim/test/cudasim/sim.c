@@ -14,7 +14,8 @@
  *    cuMemcpyDtoD and cuMemsetD* on device memory are queued on the legacy stream and return at
  *    once (cuMemsetD* into pinned host memory waits). CUDASIM_DELAY_US=n (or
  *    cudasim_set_delay_us) makes every queued copy and memset take n µs longer, so a missing
- *    synchronisation shows up as a wrong result rather than as luck.
+ *    synchronisation shows up as a wrong result rather than as luck. CUDASIM_POISON=1 fills new
+ *    cuMemAlloc memory with 0xff bytes (the driver does not clear it).
  *  - Host functions (cuLaunchHostFunc) run on ONE driver thread, one at a time; the stream waits
  *    for them. A CUDA call from a host function returns CUDA_ERROR_NOT_PERMITTED (800).
  *  - cuMemFree, cuMemFreeHost, cuModuleUnload and cuCtxSynchronize wait for all work on the
@@ -168,6 +169,7 @@ static int g_init;
 static int g_driver_version = 13000;
 static int g_sm = 90;
 static atomic_uint g_delay_us;
+static int g_poison;
 
 typedef struct CUgraphNode_st gnode;
 struct capture;
@@ -956,6 +958,7 @@ EXPORT CUresult cuInit(unsigned int flags) {
     if (v && atoi(v) > 0) g_driver_version = atoi(v);
     const char* sm = getenv("CUDASIM_SM");
     if (sm && atoi(sm) > 0) g_sm = atoi(sm);
+    g_poison = getenv("CUDASIM_POISON") && atoi(getenv("CUDASIM_POISON")) != 0;
     const char* d = getenv("CUDASIM_DELAY_US");
     if (d && atoi(d) > 0) atomic_store(&g_delay_us, (unsigned)atoi(d));
     g_legacy.magic = MAGIC_STREAM;
@@ -1207,6 +1210,9 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
     RETURN(failf(E_OUT_OF_MEMORY, "%zu bytes: out of host memory", bytes));
   }
   g_used += rounded;
+  /* cuMemAlloc does not clear memory: CUDASIM_POISON=1 fills it with 0xff bytes (NaN as float,
+   * -1 as int) so code that reads before writing gives wrong results rather than lucky zeros */
+  if (g_poison) memset(p, 0xff, bytes);
   *dptr = (CUdeviceptr)(uintptr_t)p;
   RETURN(SUCCESS);
 }
