@@ -172,6 +172,7 @@ typedef struct cpu_pool {
   int sleepers, stop, launcher_waiting; /* under mu */
   /* the current job, written under mu */
   cpu_kfn fn;
+  const char* kname; /* for a fault's message (checked mode) */
   bg_cpu_ctx ctx;
   uint32_t nparticipants;
   uint64_t total, chunk;
@@ -195,6 +196,12 @@ typedef struct cpu_device {
   _Atomic int32_t ncaps;
   uint64_t next_cap_id;
   cpu_pool pool;
+  /* checked mode (BUNGPU_CHECK=1): guard pages around allocations, and a fault inside a kernel
+   * becomes this sticky error (BG_ERR_ILLEGAL_ADDRESS) that every later call returns */
+  int checked;
+  _Atomic int32_t sticky;
+  char sticky_msg[320]; /* written once, before sticky is set */
+  pthread_mutex_t sticky_mu;
 } cpu_device;
 
 typedef struct cpu_stream {
@@ -260,6 +267,9 @@ struct cpu_module {
   uint32_t nsyms;
   pthread_mutex_t mu;
   cpu_kernel* kernels;
+  /* 1 for the loaded module, +1 per captured kernel node and per exec op using one of its
+   * kernels: the library is closed when the last goes (after the work queued before it) */
+  _Atomic int32_t refs;
 };
 
 typedef struct cpu_node {
@@ -318,6 +328,10 @@ static inline void cpu_relax(void) {
 
 /* device.c */
 extern const bg_ops cpu_ops;
+extern const bg_ops cpu_ops_checked; /* the same, each entry first returning the sticky error */
+int cpu_checked_mode(void);          /* BUNGPU_CHECK=1 (read once) */
+/* Record a kernel's fault as the device's sticky error (the first one wins). */
+void cpu_set_sticky(cpu_device* d, int32_t code, const char* msg);
 void cpu_device_wait_all(cpu_device* d); /* wait for every stream's queued work */
 /* Call fn(arg) once every stream has finished the work queued so far; never blocks. */
 void cpu_defer(cpu_device* d, void (*fn)(void*), void* arg);
@@ -381,6 +395,7 @@ int32_t cpu_event_synchronize(void* e);
 int32_t cpu_event_elapsed(float* ms, void* a, void* b);
 
 /* pool.c */
+void cpu_fault_init(void); /* checked mode: install the SIGSEGV/SIGBUS handler (once) */
 int32_t cpu_pool_init(cpu_pool* p, uint32_t nslots);
 void cpu_pool_destroy(cpu_pool* p);
 int32_t cpu_check_launch(const char* fn, const uint32_t g[3], const uint32_t b[3], uint32_t shared);
@@ -389,6 +404,8 @@ void cpu_kernel_run(struct cpu_stream* s, cpu_kernel* k, const uint32_t g[3], co
                     uint32_t shared, const uint64_t* args);
 int32_t cpu_module_load(bg_device* dev, int32_t kind, const void* data, uint64_t n, void** out);
 int32_t cpu_module_unload(void* m);
+void cpu_module_hold(cpu_module* m);
+void cpu_module_unhold(cpu_module* m);
 int32_t cpu_module_get_kernel(void* m, const char* name, void** out);
 int32_t cpu_kernel_max_threads(void* k, int32_t* out);
 int32_t cpu_launch(void* k, void* s, const uint32_t grid[3], const uint32_t block[3],

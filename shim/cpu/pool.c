@@ -9,6 +9,72 @@
 #include "cpu.h"
 
 #include <dlfcn.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stddef.h>
+
+/* ---- checked mode: a fault inside a kernel ----------------------------------------------- */
+/* With BUNGPU_CHECK=1 each kernel call on a stream worker or pool thread runs under sigsetjmp;
+ * the SIGSEGV/SIGBUS handler jumps back when the fault happened inside one (t_kjmp set on that
+ * thread), and the device takes a sticky BG_ERR_ILLEGAL_ADDRESS naming the kernel, as CUDA
+ * reports an illegal address. A fault anywhere else goes to the handler installed before ours
+ * (the runtime's crash handler, or the default action): it is not ours to swallow. Without
+ * BUNGPU_CHECK nothing is installed and a fault in a kernel is a crash, as a bad pointer in any
+ * native code is. */
+static _Thread_local sigjmp_buf* t_kjmp;
+static _Thread_local void* t_faddr;
+static _Thread_local int t_fsig;
+static struct sigaction g_old_segv, g_old_bus;
+
+static void fault_handler(int sig, siginfo_t* si, void* uc) {
+  sigjmp_buf* jb = t_kjmp;
+  if (jb) {
+    t_kjmp = NULL;
+    t_faddr = si ? si->si_addr : NULL;
+    t_fsig = sig;
+    siglongjmp(*jb, 1);
+  }
+  struct sigaction* old = sig == SIGSEGV ? &g_old_segv : &g_old_bus;
+  if (old->sa_flags & SA_SIGINFO) {
+    if (old->sa_sigaction) old->sa_sigaction(sig, si, uc);
+    return;
+  }
+  if (old->sa_handler == SIG_IGN) return;
+  if (old->sa_handler != SIG_DFL) {
+    old->sa_handler(sig);
+    return;
+  }
+  /* the default action: restore it; the faulting instruction runs again and kills the process */
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(sig, &dfl, NULL);
+}
+
+static pthread_once_t g_fault_once = PTHREAD_ONCE_INIT;
+static void fault_install(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = fault_handler;
+  sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, &g_old_segv);
+  sigaction(SIGBUS, &sa, &g_old_bus);
+}
+
+void cpu_fault_init(void) { pthread_once(&g_fault_once, fault_install); }
+
+static cpu_device* pool_device(cpu_pool* p) {
+  return (cpu_device*)((char*)p - offsetof(cpu_device, pool));
+}
+
+static void report_fault(cpu_device* d, const char* kname) {
+  char msg[300];
+  snprintf(msg, sizeof msg, "kernel \"%s\" faulted (%s at address %p): an illegal memory access",
+           kname ? kname : "?", t_fsig == SIGBUS ? "SIGBUS" : "SIGSEGV", t_faddr);
+  cpu_set_sticky(d, BG_ERR_ILLEGAL_ADDRESS, msg);
+}
 
 /* ---- pool -------------------------------------------------------------------------------- */
 int32_t cpu_pool_init(cpu_pool* p, uint32_t nslots) {
@@ -58,6 +124,27 @@ void cpu_name_started(pthread_t t, const char* name) {
 #endif
 }
 
+/* run_chunks under the fault trap (checked mode). After a fault the rest of the launch's chunks
+ * are given up: `next` jumps to the end so no thread claims another. */
+static void run_chunks_checked(cpu_pool* p, cpu_kfn fn, const bg_cpu_ctx* tmpl, uint64_t total,
+                               uint64_t chunk, uint32_t slot, void* scratch, const char* kname) {
+  cpu_device* d = pool_device(p);
+  if (!d->checked) {
+    run_chunks(p, fn, tmpl, total, chunk, slot, scratch);
+    return;
+  }
+  sigjmp_buf jb;
+  if (sigsetjmp(jb, 1) == 0) {
+    t_kjmp = &jb;
+    run_chunks(p, fn, tmpl, total, chunk, slot, scratch);
+    t_kjmp = NULL;
+  } else {
+    t_kjmp = NULL;
+    atomic_store(&p->next, total);
+    report_fault(d, kname);
+  }
+}
+
 static void* pool_main(void* arg) {
   cpu_name_thread("bg-pool");
   cpu_pool_thread* t = arg;
@@ -82,11 +169,12 @@ static void* pool_main(void* arg) {
     seen = atomic_load(&p->gen);
     int mine = t->index <= p->nparticipants;
     cpu_kfn fn = p->fn;
+    const char* kname = p->kname;
     bg_cpu_ctx ctx = p->ctx;
     uint64_t total = p->total, chunk = p->chunk;
     pthread_mutex_unlock(&p->mu);
     if (!mine) continue;
-    run_chunks(p, fn, &ctx, total, chunk, t->index, p->scratch[t->index]);
+    run_chunks_checked(p, fn, &ctx, total, chunk, t->index, p->scratch[t->index], kname);
     if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
       pthread_mutex_lock(&p->mu);
       pthread_cond_broadcast(&p->cv_done);
@@ -150,6 +238,8 @@ void cpu_kernel_run(cpu_stream* s, cpu_kernel* k, const uint32_t g[3], const uin
   ctx.args = args;
   ctx.shared_bytes = shared;
   cpu_kfn fn = k->fn;
+  cpu_device* d = s->dev;
+  if (d->checked && atomic_load_explicit(&d->sticky, memory_order_acquire)) return; /* dead */
   int pooled = total > 1 && p->nslots > 1 && pthread_mutex_trylock(&p->launch_mu) == 0;
   if (pooled && !p->started) pool_start(p);
   if (pooled && p->nthreads == 0) {
@@ -161,7 +251,19 @@ void cpu_kernel_run(cpu_stream* s, cpu_kernel* k, const uint32_t g[3], const uin
     ctx.block_end = (uint32_t)total;
     ctx.shared = s->scratch;
     ctx.worker = 0;
-    fn(&ctx);
+    if (!d->checked) {
+      fn(&ctx);
+      return;
+    }
+    sigjmp_buf jb;
+    if (sigsetjmp(jb, 1) == 0) {
+      t_kjmp = &jb;
+      fn(&ctx);
+      t_kjmp = NULL;
+    } else {
+      t_kjmp = NULL;
+      report_fault(d, k->name);
+    }
     return;
   }
   uint64_t slots = (uint64_t)p->nthreads + 1;
@@ -171,6 +273,7 @@ void cpu_kernel_run(cpu_stream* s, cpu_kernel* k, const uint32_t g[3], const uin
   uint32_t parts = nchunks - 1 < p->nthreads ? (uint32_t)(nchunks - 1) : p->nthreads;
   pthread_mutex_lock(&p->mu);
   p->fn = fn;
+  p->kname = k->name;
   p->ctx = ctx;
   p->total = total;
   p->chunk = chunk;
@@ -180,7 +283,7 @@ void cpu_kernel_run(cpu_stream* s, cpu_kernel* k, const uint32_t g[3], const uin
   atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
   if (p->sleepers) pthread_cond_broadcast(&p->cv_start);
   pthread_mutex_unlock(&p->mu);
-  run_chunks(p, fn, &ctx, total, chunk, 0, s->scratch);
+  run_chunks_checked(p, fn, &ctx, total, chunk, 0, s->scratch, k->name);
   uint64_t t0 = bg_now_ns();
   for (unsigned i = 1; atomic_load_explicit(&p->pending, memory_order_acquire) != 0; i++) {
     if ((i & 7) == 0) sched_yield(); else cpu_relax();
@@ -239,6 +342,7 @@ static int32_t load_symbols(bg_device* dev, const void* data, uint64_t n, void**
     module_free(m);
     return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_module_load: out of host memory");
   }
+  atomic_init(&m->refs, 1);
   bg_obj_init(m, BG_KIND_MODULE, dev);
   *out = m;
   return BG_OK;
@@ -276,6 +380,7 @@ int32_t cpu_module_load(bg_device* dev, int32_t kind, const void* data, uint64_t
   }
   free(path);
   pthread_mutex_init(&m->mu, NULL);
+  atomic_init(&m->refs, 1);
   bg_obj_init(m, BG_KIND_MODULE, dev);
   *out = m;
   return BG_OK;
@@ -298,15 +403,25 @@ static void module_free(void* mv) {
   free(m);
 }
 
+void cpu_module_hold(cpu_module* m) {
+  atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+}
+
+void cpu_module_unhold(cpu_module* m) {
+  if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1)
+    cpu_defer((cpu_device*)m->h.dev, module_free, m);
+}
+
 /* Queued launches may still call into the library: the kernels die now (their handles stop
- * being live) but the library is closed once the work queued before the unload has run. */
+ * being live) but the library is closed once the work queued before the unload has run, and
+ * not before every graph and exec holding one of its kernels is destroyed. */
 int32_t cpu_module_unload(void* mv) {
   cpu_module* m = mv;
   bg_obj_kill(m);
   pthread_mutex_lock(&m->mu);
   for (cpu_kernel* k = m->kernels; k; k = k->next) bg_obj_kill(k);
   pthread_mutex_unlock(&m->mu);
-  cpu_defer((cpu_device*)m->h.dev, module_free, m);
+  cpu_module_unhold(m);
   return BG_OK;
 }
 
