@@ -4,8 +4,10 @@
 // name. A kernel's CPU twin (BG_KERNEL(name)) only fits when it uses the CUDA launch geometry:
 // the test kernels do, the tensor code generator's CPU kernels do not (they tile rows, block 1).
 // So each CUDA source compiled while the simulator is loaded is also translated to C here: every
-// `__global__` kernel without shared memory or barriers becomes a per-thread function run for each
-// thread of each block. Kernels with `__shared__` or `__syncthreads` are left to their CPU twin.
+// `__global__` kernel becomes a per-thread function run for each thread of each block. A kernel
+// with `__syncthreads` runs its block's threads as coroutines (ucontext) that switch at each
+// barrier; `__shared__` arrays are per-block storage. Kernels C cannot express (C++ templates,
+// references, classes in the source) are left to the CPU kernel of the same name.
 //
 // translateCuda() is plain text processing; installTwins() hooks Program.compile (used as a
 // `bun --preload`, see twins_preload.ts) and writes one shared library per source into a folder
@@ -49,6 +51,58 @@ static inline long long clock64(void) { struct timespec t; clock_gettime(CLOCK_M
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
 #define atomicAdd(p, v) __atomic_fetch_add((p), (v), __ATOMIC_SEQ_CST)
+static inline unsigned long long bg__globaltimer(void) { struct timespec t; clock_gettime(CLOCK_REALTIME, &t); return (unsigned long long)t.tv_sec * 1000000000ull + (unsigned long long)t.tv_nsec; }
+`;
+
+/** Inline PTX that has a host meaning: the global timer and the clock registers. */
+function hostAsm(src: string): string {
+  return src.replace(
+    /asm\s+(?:volatile\s*)?\(\s*"mov\.u(?:64|32)\s+%0,\s*%%(globaltimer|clock64|clock);?"\s*:\s*"=[lr]"\s*\(\s*([A-Za-z_]\w*)\s*\)\s*\)\s*;/g,
+    (_m, reg: string, v: string) => `${v} = ${reg === "globaltimer" ? "bg__globaltimer()" : "clock64()"};`,
+  );
+}
+
+/* Barriers: the threads of a block as coroutines, switched at each __syncthreads(). */
+const COOP = `#include <stdlib.h>
+#include <ucontext.h>
+static _Thread_local void* bg__dyn_shared;
+static _Thread_local ucontext_t bg__sched;
+static _Thread_local ucontext_t* bg__ctxs;
+static _Thread_local char* bg__stacks;
+static _Thread_local unsigned char* bg__done;
+static _Thread_local unsigned bg__cap, bg__cur;
+static _Thread_local void (*bg__entry)(unsigned);
+#define BG__STACK (64u * 1024u)
+static void __syncthreads(void) { swapcontext(&bg__ctxs[bg__cur], &bg__sched); }
+static void bg__trampoline(void) { bg__entry(bg__cur); bg__done[bg__cur] = 1; }
+/* Run threads 0..n-1 of one block to completion, round-robin from barrier to barrier. */
+static int bg__run_block(unsigned n, void (*entry)(unsigned)) {
+  if (n > bg__cap) {
+    free(bg__ctxs); free(bg__stacks); free(bg__done);
+    bg__ctxs = calloc(n, sizeof *bg__ctxs); bg__stacks = malloc((size_t)n * BG__STACK); bg__done = calloc(n, 1);
+    if (!bg__ctxs || !bg__stacks || !bg__done) { bg__cap = 0; return 0; }
+    bg__cap = n;
+  }
+  bg__entry = entry;
+  for (unsigned i = 0; i < n; i++) {
+    bg__done[i] = 0;
+    getcontext(&bg__ctxs[i]);
+    bg__ctxs[i].uc_stack.ss_sp = bg__stacks + (size_t)i * BG__STACK;
+    bg__ctxs[i].uc_stack.ss_size = BG__STACK;
+    bg__ctxs[i].uc_link = &bg__sched;
+    makecontext(&bg__ctxs[i], bg__trampoline, 0);
+  }
+  for (unsigned left = n; left;) {
+    left = 0;
+    for (unsigned i = 0; i < n; i++) {
+      if (bg__done[i]) continue;
+      bg__cur = i;
+      swapcontext(&bg__sched, &bg__ctxs[i]);
+      if (!bg__done[i]) left++;
+    }
+  }
+  return 1;
+}
 `;
 
 /** Index of the bracket closing the one at `open` (skipping strings and comments), or -1. */
@@ -98,15 +152,17 @@ export interface Translation {
   /** C source defining BG_KERNEL(name) for each translated kernel (the prelude included). */
   c: string;
   translated: string[];
-  /** Kernels left to their CPU twin (shared memory or barriers), with the reason. */
+  /** Kernels left to their CPU twin (C cannot express them), with the reason. */
   skipped: { name: string; why: string }[];
 }
 
 /** Translate the `__global__` kernels of a CUDA C source into host twins. */
-export function translateCuda(cuda: string): Translation {
+export function translateCuda(source: string): Translation {
+  const cuda = hostAsm(source);
   const re = /(?:extern\s+"C"\s+)?__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)\s*\(/g;
   let out = "";
   let at = 0;
+  let coop = false;
   const translated: string[] = [];
   const skipped: { name: string; why: string }[] = [];
   for (let m = re.exec(cuda); m; m = re.exec(cuda)) {
@@ -122,24 +178,35 @@ export function translateCuda(cuda: string): Translation {
     const body = cuda.slice(bodyOpen, bodyClose + 1);
     const params = splitParams(cuda.slice(open + 1, close));
     const types = params.map(paramType);
-    const why = /__syncthreads|__shared__/.test(body)
-      ? "shared memory or barriers"
-      : types.some((t) => t === null || /&|</.test(t))
-        ? "a parameter C cannot declare"
-        : "";
+    const why = types.some((t) => t === null || /&|</.test(t)) ? "a parameter C cannot declare" : "";
     if (why) {
       skipped.push({ name, why });
       continue;
     }
     const decl = ["const bg_dim3 gridDim", "const bg_dim3 blockDim", "const bg_dim3 blockIdx", "const bg_dim3 threadIdx", ...params].join(", ");
     const args = ["gridDim", "blockDim", "blockIdx", "threadIdx", ...types.map((t, i) => `BG_ARG(${i}, ${t})`)].join(", ");
-    out += `static void ${name}__bg_thread(${decl}) ${body}\n`;
-    out += `BG_KERNEL(${name}) {\n  BG_FOR_BLOCKS {\n    BG_FOR_THREADS { ${name}__bg_thread(${args}); }\n  }\n}\n`;
+    if (!/__syncthreads|__shared__/.test(body)) {
+      out += `static void ${name}__bg_thread(${decl}) ${body}\n`;
+      out += `BG_KERNEL(${name}) {\n  BG_FOR_BLOCKS {\n    BG_FOR_THREADS { ${name}__bg_thread(${args}); }\n  }\n}\n`;
+    } else {
+      // Block-shared storage: static arrays per OS thread (a block's coroutines share one), the
+      // dynamic array the launch's shared bytes.
+      const coopBody = body
+        .replace(/extern\s+__shared__\s+([^;\[]*?)\s*([A-Za-z_]\w*)\s*\[\s*\]\s*;/g, (_m, t: string, v: string) => `${t}* ${v} = (${t}*)bg__dyn_shared;`)
+        .replace(/__shared__\s+/g, "static _Thread_local ");
+      coop = true;
+      out += `static void ${name}__bg_thread(${decl}) ${coopBody}\n`;
+      out += `static _Thread_local const bg_cpu_ctx* ${name}__ctx;\nstatic _Thread_local bg_dim3 ${name}__block;\n`;
+      out += `static void ${name}__bg_entry(unsigned t) {\n  const bg_cpu_ctx* bg__ctx = ${name}__ctx;\n  const bg_dim3 gridDim = bg__ctx->grid, blockDim = bg__ctx->block, blockIdx = ${name}__block;\n`;
+      out += `  const bg_dim3 threadIdx = {t % blockDim.x, (t / blockDim.x) % blockDim.y, t / (blockDim.x * blockDim.y)};\n  ${name}__bg_thread(${args});\n}\n`;
+      out += `BG_KERNEL(${name}) {\n  ${name}__ctx = bg__ctx;\n  bg__dyn_shared = bg__ctx->shared;\n  BG_FOR_BLOCKS {\n    ${name}__block = blockIdx;\n`;
+      out += `    if (!bg__run_block(blockDim.x * blockDim.y * blockDim.z, ${name}__bg_entry)) return;\n  }\n}\n`;
+    }
     translated.push(name);
   }
   out += cuda.slice(at);
   // Kernels left out must not leave their text behind; the rest is device code C accepts.
-  return { c: PRELUDE + out.replace(/extern\s+"C"\s*/g, ""), translated, skipped };
+  return { c: PRELUDE + (coop ? COOP : "") + out.replace(/extern\s+"C"\s*/g, ""), translated, skipped };
 }
 
 /**
