@@ -2,10 +2,11 @@
 // the cross-backend suites (test/backends.test.ts, test/stream_sync.test.ts) run unchanged against
 // it, in subprocesses.
 //
-// The suite's "on cuda:0" block runs the CUDA backend through the simulator: real NVRTC builds the
-// CUBINs, the simulator loads them and runs each kernel as a host twin: translated from the
-// kernel's own CUDA C when it has no shared memory or barriers (twins_preload.ts), else the CPU
-// kernel of the same name, which a first CPU-only run of the suite compiles into a fresh cache.
+// The suites' "on cuda:0" blocks run the CUDA backend through the simulator: real NVRTC builds the
+// CUBINs, the simulator loads them and runs each kernel as a host twin translated from the
+// kernel's own CUDA C (twins_preload.ts; a block's threads are coroutines switched at barriers),
+// or, where C cannot express the source, the CPU kernel of the same name, which a first CPU-only
+// run of the suites compiles into a fresh cache.
 import { describe, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
