@@ -37,9 +37,10 @@
  *    no zero dimension (CUDA_ERROR_INVALID_VALUE); a kernel's .maxntid (701); dynamic shared memory
  *    above 48 KiB minus the kernel's static shared memory only after
  *    cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), up to 227 KiB (1).
- *  - Sticky errors: a kernel faults (a host twin's SIGSEGV/SIGBUS is caught on the stream's thread)
- *    or calls cudasim_trap(700), and the context returns CUDA_ERROR_ILLEGAL_ADDRESS from that point on, from nearly every call, until
- *    the primary context is reset (cuDevicePrimaryCtxReset_v2) or released for the last time.
+ *  - Sticky errors: a kernel faults (a host twin's SIGSEGV/SIGBUS is caught on the stream's
+ *    thread; CUDASIM_NO_SEGV=1 leaves faults alone) or calls cudasim_trap(700), and the context
+ *    returns CUDA_ERROR_ILLEGAL_ADDRESS from nearly every call from then on, until the primary
+ *    context is reset (cuDevicePrimaryCtxReset_v2) or released for the last time.
  *  - Memory: device memory is host memory, so host kernels use it directly; cuMemAlloc pointers
  *    are checked by cuMemFree and the copies (an unknown or out-of-range pointer is
  *    CUDA_ERROR_INVALID_VALUE). Mapped pinned memory (cuMemHostAlloc DEVICEMAP,
@@ -52,9 +53,15 @@
  *    EIATTR_KPARAM_INFO), so cuModuleGetFunction finds only what the image defines (else 500).
  *  - Kernels run as host functions with the CPU backend's kernel ABI (shim/bungpu_cpu.h), found
  *    by name: registered with cudasim_register_kernel, or exported by a shared library under
- *    BUNGPU_SIM_KERNELS (colon-separated files or folders, searched recursively for *.so). Each
- *    parameter is packed into zeroed 8-byte slots (one slot when it fits). A launch of a kernel
- *    without a host twin fails with CUDA_ERROR_NOT_FOUND and says so in cuGetErrorString.
+ *    BUNGPU_SIM_KERNELS (colon-separated files or folders, searched recursively for *.so, in the
+ *    order listed). Each parameter is packed into zeroed 8-byte slots (one slot when it fits, so
+ *    a 16-byte struct takes two). A launch of a kernel without a host twin fails with
+ *    CUDA_ERROR_NOT_FOUND and says so in cuGetErrorString. twins.ts translates CUDA C kernels into
+ *    such twins (the test suites use it); cudasim.h gives C tests the simulator's own exports.
+ *
+ * cuGetErrorString(code) appends "[cudasim: <why>]" when the calling thread's last failure had
+ * that code, so the backend's error messages say what rule was broken. CUDASIM_VERBOSE=1 prints
+ * each failure on stderr.
  *
  * What it does not model: more than one device or context, per-thread default streams, real
  * timing or concurrency limits, memory pools and virtual memory, textures, cooperative launches,
@@ -544,7 +551,7 @@ static void install_fault_handler(void) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = fault_handler;
-  sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+  sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGSEGV, &sa, &g_old_segv);
   sigaction(SIGBUS, &sa, &g_old_bus);
