@@ -76,11 +76,11 @@ static _Thread_local void (*bg__entry)(unsigned);
 static void __syncthreads(void) { swapcontext(&bg__ctxs[bg__cur], &bg__sched); }
 static void bg__trampoline(void) { bg__entry(bg__cur); bg__done[bg__cur] = 1; }
 /* Run threads 0..n-1 of one block to completion, round-robin from barrier to barrier. */
-static int bg__run_block(unsigned n, void (*entry)(unsigned)) {
+static void bg__run_block(unsigned n, void (*entry)(unsigned)) {
   if (n > bg__cap) {
     free(bg__ctxs); free(bg__stacks); free(bg__done);
     bg__ctxs = calloc(n, sizeof *bg__ctxs); bg__stacks = malloc((size_t)n * BG__STACK); bg__done = calloc(n, 1);
-    if (!bg__ctxs || !bg__stacks || !bg__done) { bg__cap = 0; return 0; }
+    if (!bg__ctxs || !bg__stacks || !bg__done) abort(); /* no memory for the block's stacks */
     bg__cap = n;
   }
   bg__entry = entry;
@@ -101,8 +101,9 @@ static int bg__run_block(unsigned n, void (*entry)(unsigned)) {
       if (!bg__done[i]) left++;
     }
   }
-  return 1;
 }
+/* After each launch: the stacks go (a stream's thread may exit without reusing them). */
+static void bg__release(void) { free(bg__ctxs); free(bg__stacks); free(bg__done); bg__ctxs = 0; bg__stacks = 0; bg__done = 0; bg__cap = 0; }
 `;
 
 /** Index of the bracket closing the one at `open` (skipping strings and comments), or -1. */
@@ -200,7 +201,7 @@ export function translateCuda(source: string): Translation {
       out += `static void ${name}__bg_entry(unsigned t) {\n  const bg_cpu_ctx* bg__ctx = ${name}__ctx;\n  const bg_dim3 gridDim = bg__ctx->grid, blockDim = bg__ctx->block, blockIdx = ${name}__block;\n`;
       out += `  const bg_dim3 threadIdx = {t % blockDim.x, (t / blockDim.x) % blockDim.y, t / (blockDim.x * blockDim.y)};\n  ${name}__bg_thread(${args});\n}\n`;
       out += `BG_KERNEL(${name}) {\n  ${name}__ctx = bg__ctx;\n  bg__dyn_shared = bg__ctx->shared;\n  BG_FOR_BLOCKS {\n    ${name}__block = blockIdx;\n`;
-      out += `    if (!bg__run_block(blockDim.x * blockDim.y * blockDim.z, ${name}__bg_entry)) return;\n  }\n}\n`;
+      out += `    bg__run_block(blockDim.x * blockDim.y * blockDim.z, ${name}__bg_entry);\n  }\n  bg__release();\n}\n`;
     }
     translated.push(name);
   }
