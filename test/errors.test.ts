@@ -227,6 +227,15 @@ describe("every invalid argument is a GpuError", () => {
       ["plan.outputShape(1.5)", () => plan.outputShape(1.5)],
       ["plan.outputBufferAt('x')", () => plan.outputBufferAt(bad("x"))],
       ["plan.bufferAt(null)", () => plan.bufferAt(any)],
+      ["plan.run(null)", () => plan.run(any)],
+      ["plan.run('x')", () => plan.run(bad("x"))],
+      ["plan.run([new Float64Array(1)])", () => plan.run(bad([new Float64Array(1)]))],
+      ["plan.run([], { vars: { S: NaN } })", () => plan.run([], { vars: { S: NaN } })],
+      ["plan.run({ S: 'a' })", () => plan.run({ S: bad<number>("a") })],
+      ["plan.run([], null)", () => plan.run([], any)],
+      ["plan.run([], { mode: 'x' })", () => plan.run([], { mode: bad("x") })],
+      ["Tensor.from([1], [1], { name: 3 })", () => Tensor.from([1], [1], { name: bad(3) })],
+      ["prepare({ outputNames: 'y' })", () => t.prepare({ device: dev, outputNames: bad("y") })],
     ]);
   });
 

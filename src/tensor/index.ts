@@ -11,6 +11,9 @@ export {
   type PreparedOp,
   type KernelProfile,
   type PlanBuffer,
+  type PlanRunOptions,
+  type RunInput,
+  type RunOutput,
 } from "./plan";
 export type { DType, UnaryOp, BinaryOp, ReduceOp } from "./ast";
 export { schedule, type Scheduled, type ScheduledKernel, type ScheduleOptions } from "./scheduler";

@@ -22,7 +22,24 @@ import type { Tensor } from "./tensor";
 import { dimValue, shapeStr, type Variable } from "./variable";
 import { maxNumel, maxStrides } from "./view";
 
+/** Names given to input tensors (Tensor.from(..., { name })), for ExecutionPlan.run by name. */
+export const inputNames = new WeakMap<LazyNode, string>();
+
+/** What ExecutionPlan.run takes for one input: its elements, in the input's dtype. */
+export type RunInput = Float32Array | Int32Array;
+/** What ExecutionPlan.run gives back for one output: a fresh array the caller owns. */
+export type RunOutput = Float32Array | Int32Array;
+
+export interface PlanRunOptions {
+  /** Variable values for this run (unlisted variables take their prepare-time values). */
+  vars?: Readonly<Record<string, number>>;
+  /** How to run (default ExecMode.Stream). */
+  mode?: ExecMode;
+}
+
 export interface PrepareOptions extends ScheduleOptions {
+  /** Names of the outputs, in order, for ExecutionPlan.run by name (default output0, output1, …). */
+  outputNames?: readonly string[];
   /** Device to run on (default Device.default()). */
   device?: Device;
   /** Disable the memory planner: every intermediate gets its own allocation. */
@@ -210,6 +227,20 @@ export class ExecutionPlan {
   readonly #noPlanning: boolean;
   #released = false;
   #disposed = false;
+  /** Prepare-time data of each input (buffers 0..n-1), its name, and whether a run changed it. */
+  readonly #inputData: (Float32Array | Int32Array)[];
+  readonly #inputNames: string[];
+  readonly #inputChanged: boolean[];
+  readonly #outputNames: string[];
+  /** Variable values at prepare time: what run() uses for variables it is not given. */
+  readonly #defaultVals: Map<string, number>;
+  /** run() calls, one after another: the tail of the queue. */
+  #queue: Promise<unknown> = Promise.resolve();
+  /** The execution in flight (executeAsync or run), if any: others refuse or wait for it. */
+  #flight: Promise<unknown> | null = null;
+  #flightCall = "";
+  /** dispose() was called while an execution was in flight: release when it ends. */
+  #releasePending = false;
   /** Compiled schedules by mode, and the variable values their arguments hold. */
   readonly #execs = new Map<string, { exec: Executable; steps: number[]; vals: string }>();
 
@@ -257,6 +288,16 @@ export class ExecutionPlan {
       this.#vars.set(name, v);
       this.#vals.set(name, v.bound ? v.value : v.max);
     }
+    this.#defaultVals = new Map(this.#vals);
+    this.#inputData = sched.inputs.map((n) => (n.arg as { data: Float32Array | Int32Array }).data);
+    this.#inputNames = sched.inputs.map((n, i) => inputNames.get(n) ?? `input${i}`);
+    this.#inputChanged = sched.inputs.map(() => false);
+    const outNames = opts.outputNames;
+    if (outNames !== undefined) {
+      if (!Array.isArray(outNames) || outNames.length !== tensors.length || outNames.some((x) => typeof x !== "string" || !x) || new Set(outNames).size !== outNames.length)
+        invalid(call, `outputNames must be ${tensors.length} distinct non-empty strings, one per tensor`);
+    }
+    this.#outputNames = sched.outputs.map((_, i) => outNames?.[i] ?? `output${i}`);
     // buffers: inputs, then kernel targets in order
     const bufs: PlanBuffer[] = [];
     const outSet = new Set(sched.outputs);
@@ -356,8 +397,18 @@ export class ExecutionPlan {
     return o;
   }
 
+  /** Refuse while an execution of this plan is in flight: its inputs and outputs are in use. */
+  #idle(call: string): void {
+    if (this.#flight)
+      illegalState(
+        call,
+        `plan busy: ${this.#flightCall} is in flight. Concurrent callers use plan.run(inputs), which queues; ` +
+          "execute/executeAsync never overlap on one plan",
+      );
+  }
+
   #live(call: string): void {
-    if (this.#disposed) illegalState(call, "the plan was disposed");
+    if (this.#disposed || this.#releasePending) illegalState(call, "the plan was disposed");
     if (this.#released) illegalState(call, "the plan's buffers were released (releaseAllBuffers)");
   }
 
@@ -417,6 +468,7 @@ export class ExecutionPlan {
   }
   /** The buffer of AST node `astId`, to write new input data into. */
   bufferMutById(astId: number): Buffer | undefined {
+    this.#idle("ExecutionPlan.bufferMutById");
     return this.buffer(astId);
   }
   buffers(): Buffer[] {
@@ -560,6 +612,7 @@ export class ExecutionPlan {
     const call = "ExecutionPlan.execute";
     opts = this.#execOpts(call, opts);
     this.#ensureBuffers(call);
+    this.#idle(call);
     if (opts.mode === undefined && opts.stream) {
       this.#launchAll(opts.stream, false);
       if (!opts.async) opts.stream.synchronize();
@@ -575,14 +628,143 @@ export class ExecutionPlan {
     const call = "ExecutionPlan.executeAsync";
     opts = this.#execOpts(call, opts);
     this.#ensureBuffers(call);
+    this.#idle(call);
+    let done: Promise<void>;
     if (opts.mode === undefined && opts.stream) {
       this.#launchAll(opts.stream, false);
-      await opts.stream.done();
-      return;
+      done = opts.stream.done();
+    } else {
+      const exec = this.#execFor(call, opts.mode ?? ExecMode.Stream);
+      exec.run();
+      done = exec.done();
     }
-    const exec = this.#execFor(call, opts.mode ?? ExecMode.Stream);
+    await this.#inFlight(call, done);
+  }
+
+  /** Mark the plan busy until `done` settles; a dispose() meanwhile releases afterwards. */
+  async #inFlight<T>(call: string, done: Promise<T>): Promise<T> {
+    this.#flight = done;
+    this.#flightCall = call;
+    try {
+      return await done;
+    } finally {
+      this.#flight = null;
+      if (this.#releasePending) {
+        this.#releasePending = false;
+        this.releaseAllBuffers();
+        this.#disposed = true;
+      }
+    }
+  }
+
+  get inputNames(): readonly string[] {
+    return [...this.#inputNames];
+  }
+  get outputNames(): readonly string[] {
+    return [...this.#outputNames];
+  }
+
+  /**
+   * Run the plan on these inputs and resolve with its outputs, in the manner of onnxruntime's
+   * session.run: inputs by position (an array, one TypedArray per input in inputNames order)
+   * or by name (an object; a number under a variable's name sets that variable), outputs the
+   * same way (an array, or an object keyed by outputNames). Inputs are copied when run() is
+   * called; outputs are fresh arrays the caller owns. Inputs not given hold the data the plan
+   * was prepared with, variables not given their prepare-time values.
+   *
+   * Safe under any number of concurrent callers: runs of one plan go through its own FIFO
+   * queue, one at a time, each writing its inputs, executing and reading its outputs before
+   * the next begins. (execute/executeAsync refuse with "plan busy" while a run is in flight.)
+   */
+  run(feeds?: readonly RunInput[], opts?: PlanRunOptions): Promise<RunOutput[]>;
+  run(feeds: Readonly<Record<string, RunInput | number>>, opts?: PlanRunOptions): Promise<Record<string, RunOutput>>;
+  run(feeds?: readonly RunInput[] | Readonly<Record<string, RunInput | number>>, opts?: PlanRunOptions): Promise<RunOutput[] | Record<string, RunOutput>> {
+    const call = "ExecutionPlan.run";
+    let job: Promise<RunOutput[] | Record<string, RunOutput>>;
+    try {
+      this.#live(call);
+      const { inputs, vals, mode, byName } = this.#runArgs(call, feeds, opts);
+      job = this.#queue.then(() => this.#runNow(call, inputs, vals, mode, byName));
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    this.#queue = job.catch(() => undefined);
+    return job;
+  }
+
+  /** Check run()'s arguments and copy the inputs; throws GpuError before anything is queued. */
+  #runArgs(
+    call: string,
+    feeds: unknown,
+    opts: PlanRunOptions | undefined,
+  ): { inputs: Map<number, RunInput>; vals: Map<string, number>; mode: ExecMode; byName: boolean } {
+    const o = options(call, opts);
+    if (o.mode !== undefined && !(o.mode instanceof ExecMode)) invalid(call, `mode must be an ExecMode, got ${describeValue(o.mode)}`);
+    const inputs = new Map<number, RunInput>();
+    const vals = new Map<string, number>();
+    const setVar = (name: string, v: unknown) => {
+      const vr = this.#vars.get(name);
+      if (!vr) invalid(call, `the plan has no variable ${name} (it has ${[...this.#vars.keys()].join(", ") || "none"})`);
+      vals.set(name, vr.check(v, call));
+    };
+    const setInput = (i: number, what: string, data: unknown) => {
+      const b = this.#bufs[i]!;
+      const C = b.dtype === "float32" ? Float32Array : Int32Array;
+      if (!(data instanceof C)) invalid(call, `${what} must be a ${C.name} (the input is ${b.dtype}), got ${describeValue(data)}`);
+      if (data.length !== b.elements) invalid(call, `${what} has ${data.length} elements, the input holds ${b.elements}`);
+      inputs.set(i, data.slice() as RunInput);
+    };
+    let byName = false;
+    if (feeds === undefined || feeds === null) {
+      if (feeds === null) invalid(call, "inputs must be an array or an object, got null");
+    } else if (Array.isArray(feeds)) {
+      if (feeds.length > this.#inputNames.length) invalid(call, `${feeds.length} inputs given, the plan has ${this.#inputNames.length}`);
+      feeds.forEach((d, i) => {
+        if (d !== undefined && d !== null) setInput(i, `input ${i} (${this.#inputNames[i]})`, d);
+      });
+    } else if (typeof feeds === "object" && !ArrayBuffer.isView(feeds)) {
+      byName = true;
+      for (const [name, d] of Object.entries(feeds)) {
+        if (this.#vars.has(name) && typeof d === "number") {
+          setVar(name, d);
+          continue;
+        }
+        const at = this.#inputNames.flatMap((n, i) => (n === name ? [i] : []));
+        if (at.length === 0)
+          invalid(call, `no input or variable named ${JSON.stringify(name)} (inputs: ${this.#inputNames.join(", ") || "none"}; variables: ${[...this.#vars.keys()].join(", ") || "none"})`);
+        if (at.length > 1) invalid(call, `${at.length} inputs are named ${JSON.stringify(name)}; give them by position`);
+        setInput(at[0]!, `input ${JSON.stringify(name)}`, d);
+      }
+    } else invalid(call, `inputs must be an array or an object, got ${describeValue(feeds)}`);
+    if (o.vars !== undefined) {
+      if (o.vars === null || typeof o.vars !== "object" || Array.isArray(o.vars)) invalid(call, `vars must be an object, got ${describeValue(o.vars)}`);
+      for (const [name, v] of Object.entries(o.vars)) setVar(name, v);
+    }
+    return { inputs, vals, mode: o.mode ?? ExecMode.Stream, byName };
+  }
+
+  async #runNow(call: string, inputs: Map<number, RunInput>, vals: Map<string, number>, mode: ExecMode, byName: boolean): Promise<RunOutput[] | Record<string, RunOutput>> {
+    // An executeAsync begun outside the queue finishes first.
+    while (this.#flight) await this.#flight.catch(() => undefined);
+    this.#ensureBuffers(call);
+    for (let i = 0; i < this.#inputData.length; i++) {
+      const d = inputs.get(i);
+      if (d) {
+        this.#mem[i]!.write(d);
+        this.#inputChanged[i] = true;
+      } else if (this.#inputChanged[i]) {
+        this.#mem[i]!.write(this.#inputData[i]!);
+        this.#inputChanged[i] = false;
+      }
+    }
+    for (const [name, v] of this.#defaultVals) this.#vals.set(name, vals.get(name) ?? v);
+    const exec = this.#execFor(call, mode);
     exec.run();
-    await exec.done();
+    const outs = await this.#inFlight(call, exec.done().then(() => this.#outputNames.map((_, i) => this.#readOutputNow(i))));
+    if (!byName) return outs;
+    const rec: Record<string, RunOutput> = {};
+    this.#outputNames.forEach((n, i) => (rec[n] = outs[i]!));
+    return rec;
   }
 
   /** Run with a timing pair of events around each kernel; one KernelProfile per kernel. */
@@ -638,8 +820,12 @@ export class ExecutionPlan {
   readOutput(position = 0): Float32Array | Int32Array {
     this.#live("ExecutionPlan.readOutput");
     this.#index("ExecutionPlan.readOutput", "position", position);
-    const n = this.#outputNodes[position];
-    if (!n) invalid("ExecutionPlan.readOutput", `no output ${position} (the plan has ${this.numOutputs})`);
+    if (!this.#outputNodes[position]) invalid("ExecutionPlan.readOutput", `no output ${position} (the plan has ${this.numOutputs})`);
+    return this.#readOutputNow(position);
+  }
+
+  #readOutputNow(position: number): Float32Array | Int32Array {
+    const n = this.#outputNodes[position]!;
     const buf = this.#mem[this.#outputs[position]!]!;
     const C = n.dtype === "float32" ? Float32Array : Int32Array;
     const shape = n.shape.map((d) => dimValue(d, this.#vals));
@@ -667,6 +853,7 @@ export class ExecutionPlan {
   /** Free the intermediates (outputs and inputs stay); the next execute allocates them again. */
   releaseIntermediateBuffers(): void {
     if (this.#disposed || this.#released) return;
+    this.#idle("ExecutionPlan.releaseIntermediateBuffers");
     this.#dropExecs();
     for (const b of this.#bufs) {
       if (b.kind !== "intermediate") continue;
@@ -681,6 +868,7 @@ export class ExecutionPlan {
   /** Free every buffer; the plan throws GpuError when used afterwards. */
   releaseAllBuffers(): void {
     if (this.#released) return;
+    this.#idle("ExecutionPlan.releaseAllBuffers");
     this.releaseIntermediateBuffers();
     for (let i = 0; i < this.#mem.length; i++) {
       const m = this.#mem[i];
@@ -691,9 +879,13 @@ export class ExecutionPlan {
   }
 
   dispose(): void {
-    if (this.#disposed) return;
-    this.releaseAllBuffers();
-    this.#disposed = true;
+    if (this.#disposed || this.#releasePending) return;
+    // Kernels in flight still use the buffers: release them when that execution ends.
+    if (this.#flight) this.#releasePending = true;
+    else {
+      this.releaseAllBuffers();
+      this.#disposed = true;
+    }
   }
 
   [Symbol.dispose](): void {

@@ -9,7 +9,7 @@ import { LazyNode, type BinaryOp, type DType, type ReduceOp, type UnaryOp } from
 import { seedMix } from "./ir";
 import { Variable, type Dim, dimMax, dimValue, shapeStr } from "./variable";
 import { ShapeTracker, checkShapeDims, maxStrides } from "./view";
-import { ExecutionPlan, type PrepareOptions } from "./plan";
+import { ExecutionPlan, inputNames, type PrepareOptions } from "./plan";
 
 export type TensorLike = Tensor | number;
 export type Shape = readonly Dim[];
@@ -111,8 +111,11 @@ export class Tensor {
 
   // ---- creation ------------------------------------------------------------------------------
 
-  /** A tensor from host data (copied at prepare time). `shape` defaults to [data.length]. */
-  static from(data: Float32Array | Int32Array | readonly number[] | number, shape?: readonly number[], opts: { dtype?: DType } = {}): Tensor {
+  /**
+   * A tensor from host data (copied at prepare time). `shape` defaults to [data.length].
+   * `name` names it as an input of the plans it is prepared into (ExecutionPlan.run by name).
+   */
+  static from(data: Float32Array | Int32Array | readonly number[] | number, shape?: readonly number[], opts: { dtype?: DType; name?: string } = {}): Tensor {
     const call = "Tensor.from";
     opts = options(call, opts);
     const dtype = dtypeOf(call, opts.dtype);
@@ -136,7 +139,10 @@ export class Tensor {
     checkShapeDims(call, sh);
     const n = sh.reduce((p, q) => p * q, 1);
     if (n !== arr.length) invalid(call, `shape ${shapeStr(sh)} holds ${n} elements but the data has ${arr.length}`);
-    return new Tensor(new LazyNode({ op: "buffer", data: arr }, arr instanceof Float32Array ? "float32" : "int32", sh));
+    if (opts.name !== undefined && (typeof opts.name !== "string" || !opts.name)) invalid(call, `name must be a non-empty string, got ${describeValue(opts.name)}`);
+    const node = new LazyNode({ op: "buffer", data: arr }, arr instanceof Float32Array ? "float32" : "int32", sh);
+    if (opts.name !== undefined) inputNames.set(node, opts.name);
+    return new Tensor(node);
   }
 
   static full(shape: Shape, value: number, opts: { dtype?: DType } = {}): Tensor {
