@@ -6,6 +6,7 @@ import { Status } from "../ffi/symbols";
 import { Device, factories, releaseOutsideCapture, type DeviceState } from "./device";
 import { GpuError, invalid, disposed, options } from "./errors";
 import { hostFnsPending } from "./hostfn";
+import { HOLD } from "./lifetime";
 
 type TypedArray =
   | Int8Array | Uint8Array | Uint8ClampedArray | Int16Array | Uint16Array | Int32Array | Uint32Array
@@ -34,6 +35,8 @@ interface Allocation {
   address: number;
   bytes: number;
   live: boolean;
+  /** Graphs and execs that replay work on this memory: it is freed only once they are gone. */
+  users?: number;
 }
 
 /** Bytes currently allocated through Buffer.alloc (live allocations), per process. */
@@ -43,6 +46,11 @@ export const memoryStats = { liveAllocations: 0, liveBytes: 0 };
 function release(a: Allocation): number {
   if (!a.live) return 0;
   a.live = false;
+  if (a.users) return 0; // in use by a graph or exec: freed when the last of them goes (hold)
+  return free(a);
+}
+
+function free(a: Allocation): number {
   if (a.bytes === 0) return 0;
   memoryStats.liveAllocations--;
   memoryStats.liveBytes -= a.bytes;
@@ -222,6 +230,22 @@ export class Buffer {
     return this;
   }
 
+  /**
+   * @internal A graph or exec replays work on this memory: keep it allocated, even past
+   * dispose(), until the returned function is called.
+   */
+  [HOLD](): () => void {
+    const a = this.#alloc;
+    if (!a.live || a.bytes === 0) return () => {};
+    a.users = (a.users ?? 0) + 1;
+    let dropped = false;
+    return () => {
+      if (dropped) return;
+      dropped = true;
+      if (--a.users! === 0 && !a.live) releaseOutsideCapture(a.dev, () => void free(a));
+    };
+  }
+
   /** Free the allocation (a view only forgets itself). Idempotent. */
   dispose(): void {
     if (this.isView || !this.#alloc.live) return;
@@ -264,6 +288,23 @@ export class HostBuffer {
   #devAddress: number;
   #ab: ArrayBuffer | undefined;
   #live = true;
+  /** Graphs and execs that copy to or from this memory; dispose() leaves the free to the last. */
+  #users = 0;
+
+  /** @internal See Buffer's [HOLD]: the memory stays allocated until the returned function runs. */
+  [HOLD](): () => void {
+    if (!this.#live) return () => {};
+    this.#users++;
+    let dropped = false;
+    return () => {
+      if (dropped) return;
+      dropped = true;
+      if (--this.#users === 0 && !this.#live)
+        releaseOutsideCapture(this.device.state, () => {
+          if (this.device.state.open) N.bg_host_free(this.device.state.handle, this.#host);
+        });
+    };
+  }
 
   private constructor(device: Device, host: number, devAddress: number, bytes: number, mapped: boolean) {
     this.device = device;
@@ -334,6 +375,7 @@ export class HostBuffer {
       }
       this.#ab = undefined;
     }
+    if (this.#users) return; // a graph or exec still copies to or from it: the last one frees it
     if (this.device.state.open) check(N.bg_host_free(this.device.state.handle, this.#host), "bg_host_free", this.device.backend);
   }
 

@@ -5,10 +5,10 @@
 // in the CPU shim, which replays an exec in one C loop).
 import { N, check, slot, readPtr, readI32, readU32, addressOf } from "../ffi/native";
 import { Status } from "../ffi/symbols";
-import { Device, captureEnded } from "./device";
+import { Device, captureEnded, type DeviceState } from "./device";
 import { GpuError, invalid, disposed } from "./errors";
 import { packArgs, type ArgArea, type ArgValue, type Kernel } from "./kernel";
-import { track, untrack } from "./lifetime";
+import { Holds, track, untrack } from "./lifetime";
 import type { Stream } from "./stream";
 
 /**
@@ -59,12 +59,17 @@ export class Graph {
   readonly device: Device;
   #handle: number;
   #live = true;
+  /** What the captured work uses: kept alive (and its memory allocated) while the graph lives. */
+  readonly #holds = new Holds();
+  readonly #captured: Captured;
 
   /** @internal use `stream.endCapture()` or `Graph.capture()`. */
-  constructor(device: Device, handle: number) {
+  constructor(device: Device, handle: number, captured: Captured = { uses: [], kernels: null }) {
     this.device = device;
     this.#handle = handle;
-    track(this, device.state, handle, "graph");
+    this.#captured = captured;
+    for (const u of captured.uses) this.#holds.add(u);
+    track(this, device.state, handle, "graph", this.#holds.drop);
   }
 
   get handle(): number {
@@ -97,14 +102,17 @@ export class Graph {
     const h = this.handle;
     const kernels = this.kernelNodeCount;
     check(N.bg_graph_instantiate(h, slot(0)), "bg_graph_instantiate", this.device.backend);
-    return new GraphExec(this.device, readPtr(0), kernels);
+    const c = this.#captured;
+    return new GraphExec(this.device, readPtr(0), kernels, { uses: c.uses, kernels: c.kernels?.length === kernels ? c.kernels : null });
   }
 
   dispose(): void {
     if (!this.#live) return;
     this.#live = false;
     untrack(this);
-    if (this.device.state.open) check(N.bg_graph_destroy(this.#handle), "bg_graph_destroy", this.device.backend);
+    const rc = this.device.state.open ? N.bg_graph_destroy(this.#handle) : 0;
+    this.#holds.drop();
+    check(rc, "bg_graph_destroy", this.device.backend);
   }
 
   [Symbol.dispose](): void {
@@ -175,13 +183,25 @@ export class GraphExec {
   #handle: number;
   #live = true;
   #replays = 0;
+  /**
+   * Every buffer and kernel a replay can touch (captured, or set by setKernelArgs): kept alive,
+   * and a disposed buffer's memory stays allocated, until the exec is disposed or collected.
+   */
+  readonly #holds = new Holds();
+  /** The kernel of each kernel node in capture order, when known. */
+  readonly #kernels: readonly Kernel[] | null;
+  /** Every kernel captured (to check setKernelArgs when the node order is not known). */
+  readonly #kernelSet: Set<Kernel>;
 
   /** @internal use `graph.instantiate()`. */
-  constructor(device: Device, handle: number, kernelNodes: number) {
+  constructor(device: Device, handle: number, kernelNodes: number, captured: Captured = { uses: [], kernels: null }) {
     this.device = device;
     this.#handle = handle;
     this.kernelNodeCount = kernelNodes;
-    track(this, device.state, handle, "exec");
+    this.#kernels = captured.kernels;
+    this.#kernelSet = new Set(captured.uses.filter(isKernel));
+    for (const u of captured.uses) this.#holds.add(u);
+    track(this, device.state, handle, "exec", this.#holds.drop);
   }
 
   get handle(): number {
@@ -235,8 +255,18 @@ export class GraphExec {
       invalid(call, `kernel node ${index} out of range (the graph has ${this.kernelNodeCount})`);
     if (!kernel || typeof kernel !== "object" || !Array.isArray((kernel as Kernel).signature)) invalid(call, "expected a Kernel");
     if (kernel.device.state.handle !== this.device.state.handle) invalid(call, `${kernel.name}: kernel of another device`);
+    const node = this.#kernels?.[index];
+    if (node ? !sameKernel(node, kernel) : this.#kernelSet.size > 0 && ![...this.#kernelSet].some((k) => sameKernel(k, kernel)))
+      invalid(
+        call,
+        node
+          ? `kernel node ${index} runs ${describeKernel(node)}, not ${describeKernel(kernel)}: arguments are packed by the node's own kernel`
+          : `${describeKernel(kernel)} is not a kernel of this graph`,
+      );
+    kernel.handle; // throws if its module is disposed
     packArgs(call, kernel.name, kernel.signature, args, this.device.state.handle, SET_AREA, 0);
     this.setPackedArgs(index, SET_PTR, kernel.signature.length);
+    for (const a of args) if (a !== null && typeof a === "object") this.#holds.add(a);
     return this;
   }
 
@@ -246,17 +276,41 @@ export class GraphExec {
     if (rc !== 0) check(rc, "bg_graph_exec_set_kernel_args", this.device.backend);
   }
 
-  /** Destroy the exec. Launches already enqueued still complete. */
+  /**
+   * Destroy the exec. Launches already enqueued still complete. Buffers disposed while the exec
+   * used them are freed now.
+   */
   dispose(): void {
     if (!this.#live) return;
     this.#live = false;
     untrack(this);
-    if (this.device.state.open) check(N.bg_graph_exec_destroy(this.#handle), "bg_graph_exec_destroy", this.device.backend);
+    const rc = this.device.state.open ? N.bg_graph_exec_destroy(this.#handle) : 0;
+    this.#holds.drop();
+    check(rc, "bg_graph_exec_destroy", this.device.backend);
   }
 
   [Symbol.dispose](): void {
     this.dispose();
   }
+}
+
+/** What a capture recorded for its graph to keep (see DeviceState.captureLog). */
+interface Captured {
+  uses: readonly object[];
+  kernels: readonly Kernel[] | null;
+}
+
+function isKernel(o: object): o is Kernel {
+  return Array.isArray((o as Kernel).signature) && typeof (o as Kernel).name === "string" && "module" in o;
+}
+
+/** The same kernel: one object, or one name and signature in one module. */
+function sameKernel(a: Kernel, b: Kernel): boolean {
+  return a === b || (a.module === b.module && a.name === b.name && a.signature.length === b.signature.length && a.signature.every((t, i) => t === b.signature[i]));
+}
+
+function describeKernel(k: Kernel): string {
+  return `${k.name}(${k.signature.join(", ")})`;
 }
 
 /** @internal Begin a capture on `stream` (validated here, before the FFI). */
@@ -271,7 +325,10 @@ export function beginCapture(stream: Stream, mode: CaptureMode): void {
       { backend: "typescript", call },
     );
   check(N.bg_stream_begin_capture(s, mode.toCuda()), "bg_stream_begin_capture", stream.device.backend);
-  stream.device.state.captures++;
+  const state = stream.device.state;
+  if (state.captures === 0 || !state.captureLog) state.captureLog = { uses: new Set(), kernels: [], overlapped: state.captures > 0 };
+  else state.captureLog.overlapped = true;
+  state.captures++;
 }
 
 /** @internal End the capture begun on `stream` and return its Graph. */
@@ -279,8 +336,16 @@ export function endCapture(stream: Stream): Graph {
   const s = stream.handle;
   const rc = N.bg_stream_end_capture(s, slot(0));
   const graph = rc === 0 ? readPtr(0) : 0;
+  const captured = takeLog(stream.device.state);
   // The capture is over unless the stream is still capturing (a refused end from another thread).
   if (rc === 0 || N.bg_stream_capture_status(s, slot(1)) !== 0 || readI32(1) === 0) captureEnded(stream.device.state);
   check(rc, "bg_stream_end_capture", stream.device.backend);
-  return new Graph(stream.device, graph);
+  return new Graph(stream.device, graph, captured);
+}
+
+/** What the ending capture's graph keeps: everything logged while captures were open. */
+function takeLog(state: DeviceState): Captured {
+  const log = state.captureLog;
+  if (!log) return { uses: [], kernels: null };
+  return { uses: [...log.uses], kernels: log.overlapped ? null : (log.kernels.slice() as Kernel[]) };
 }

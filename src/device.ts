@@ -56,6 +56,35 @@ export interface DeviceState {
    * (it would invalidate it), so they wait here and run when the last capture ends.
    */
   deferredReleases: (() => void)[];
+  /**
+   * While a capture is open: what the captured work uses (buffers, kernels, host buffers) and the
+   * kernels of its kernel nodes in capture order, so the Graph and its GraphExec keep them alive.
+   */
+  captureLog: CaptureLog | null;
+}
+
+/** What the work captured while captures were open uses; see DeviceState.captureLog. */
+export interface CaptureLog {
+  uses: Set<object>;
+  /** Kernels launched into a capture, in order: the kernel nodes, unless captures overlapped. */
+  kernels: object[];
+  /** Another capture began while one was open: `kernels` mixes both, so no node order is known. */
+  overlapped: boolean;
+}
+
+/**
+ * @internal Work was just enqueued on the native stream `stream`: if it is being captured, the
+ * graph must keep `kernel` and `uses` alive (a replay reads them long after this call).
+ */
+export function noteCaptured(state: DeviceState, stream: number, kernel: object | null, uses: readonly unknown[]): void {
+  const log = state.captureLog;
+  if (!log) return;
+  if (N.bg_stream_capture_status(stream, slot(0)) !== 0 || readI32(0) === 0) return;
+  if (kernel) {
+    log.kernels.push(kernel);
+    log.uses.add(kernel);
+  }
+  for (const u of uses) if (u !== null && typeof u === "object") log.uses.add(u);
 }
 
 /** A finaliser's release: now, or when the device's open captures have ended. */
@@ -67,6 +96,7 @@ export function releaseOutsideCapture(state: DeviceState, release: () => void): 
 /** A capture on the device ended: run the finalisers' releases it held back. */
 export function captureEnded(state: DeviceState): void {
   if (state.captures > 0) state.captures--;
+  if (state.captures === 0) state.captureLog = null;
   if (state.captures > 0 || state.deferredReleases.length === 0) return;
   const list = state.deferredReleases.splice(0);
   for (const f of list) {
@@ -104,7 +134,7 @@ export class Device {
   #defaultStream: Stream | undefined;
 
   private constructor(handle: number, backend: BackendName, ordinal: number) {
-    this.state = { handle, open: true, backend, dependents: new Set(), streams: new Set(), residentStreams: new Set(), captures: 0, deferredReleases: [] };
+    this.state = { handle, open: true, backend, dependents: new Set(), streams: new Set(), residentStreams: new Set(), captures: 0, deferredReleases: [], captureLog: null };
     this.ordinal = ordinal;
   }
 

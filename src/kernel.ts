@@ -16,7 +16,7 @@ import { N, check, cstr, slot, readPtr, readI32, readU64, addressOf, lastError }
 import { SHIM_DIR } from "../ffi/shimsrc";
 import { ImageKind, Status } from "../ffi/symbols";
 import { Buffer } from "./buffer";
-import { Device } from "./device";
+import { Device, noteCaptured } from "./device";
 import { GpuError, invalid, disposed } from "./errors";
 import { track, untrack } from "./lifetime";
 import type { Stream } from "./stream";
@@ -568,6 +568,8 @@ export class Kernel {
     packArgs("Kernel.launch", this.name, this.signature, cfg.args, dev, launchArea, 0, this.codes);
     const rc = N.bg_launch(k, s, gx, gy, gz, bx, by, bz, shared, ARG_PTR, this.codes.length);
     if (rc !== 0) check(rc, "bg_launch", this.device.backend);
+    const st = stream.device.state;
+    if (st.captures > 0) noteCaptured(st, s, this, cfg.args); // a graph replays it: keep what it uses
   }
 }
 

@@ -11,6 +11,8 @@ interface Held {
   state: DeviceState;
   handle: number;
   kind: Kind;
+  /** Run after the release: drops what the owner held (a graph's or exec's Holds). */
+  after?: () => void;
 }
 
 const release: Record<Kind, (h: number) => number> = {
@@ -32,11 +34,54 @@ const registry = new FinalizationRegistry<Held>((h) => {
     release[h.kind](h.handle);
     finalized[h.kind]++;
   });
+  h.after?.();
 });
 
-/** Release `handle` if `owner` is collected before untrack(owner). */
-export function track(owner: object, state: DeviceState, handle: number, kind: Kind): void {
-  registry.register(owner, { state, handle, kind }, owner);
+/** Release `handle` if `owner` is collected before untrack(owner); then call `after`. */
+export function track(owner: object, state: DeviceState, handle: number, kind: Kind, after?: () => void): void {
+  registry.register(owner, { state, handle, kind, after }, owner);
+}
+
+/**
+ * Implemented by what recorded work can use after the call that recorded it returned (Buffer):
+ * counts one more user and returns the function that drops it. While a user remains, dispose()
+ * only marks the object disposed; its memory is released when the last user goes.
+ */
+export const HOLD: unique symbol = Symbol("bungpu.hold");
+export interface Holdable {
+  [HOLD](): () => void;
+}
+
+/**
+ * What a graph or an exec keeps alive: JS references (so nothing it uses is collected) and, for
+ * Holdables, a counted use (so an explicit dispose() defers the free). `drop()` lets them all go;
+ * it closes over the references only, never over the owner, so it can run from a finaliser.
+ */
+export class Holds {
+  readonly #refs = new Set<object>();
+  readonly #drops: (() => void)[] = [];
+
+  add(o: object): void {
+    if (this.#refs.has(o)) return;
+    this.#refs.add(o);
+    if (typeof (o as Partial<Holdable>)[HOLD] === "function") this.#drops.push((o as Holdable)[HOLD]());
+  }
+
+  has(o: object): boolean {
+    return this.#refs.has(o);
+  }
+
+  /** Drop everything (idempotent). */
+  readonly drop = (): void => {
+    this.#refs.clear();
+    for (const f of this.#drops.splice(0)) {
+      try {
+        f();
+      } catch {
+        /* a deferred free has no caller to report to */
+      }
+    }
+  };
 }
 
 /** The owner is disposing explicitly: the safety net stands down. */

@@ -3,7 +3,7 @@
 import { N, check, slot, readPtr, readI32 } from "../ffi/native";
 import { Status } from "../ffi/symbols";
 import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buffer";
-import { Device, factories } from "./device";
+import { Device, factories, noteCaptured } from "./device";
 import { GpuError, invalid, disposed } from "./errors";
 import { Event } from "./event";
 import { beforeBlockingWait, enqueueHostFn } from "./hostfn";
@@ -171,12 +171,18 @@ export class Stream {
     return [dO, so, bytes];
   }
 
+  /** Work just enqueued here: if it was captured, its graph keeps these alive. */
+  #captured(...uses: object[]): void {
+    if (this.device.state.captures > 0) noteCaptured(this.device.state, this.#handle, null, uses);
+  }
+
   /** Device-to-device copy in stream order. */
   copy(dst: Buffer, src: Buffer, opts: CopyOptions = {}): this {
     const call = "Stream.copy";
     if (!(dst instanceof Buffer) || !(src instanceof Buffer)) invalid(call, "dst and src must be Buffers");
     const [dO, so, bytes] = this.#copyRange(call, dst, src, opts);
     if (bytes) check(N.bg_memcpy_dtod_async(this.handle, dst.address + dO, src.address + so, bytes), "bg_memcpy_dtod_async", this.device.backend);
+    this.#captured(dst, src);
     return this;
   }
 
@@ -189,6 +195,7 @@ export class Stream {
     if (bytes) {
       check(N.bg_memcpy_htod_async(this.handle, dst.address + dO, src.hostAddress + so, bytes), "bg_memcpy_htod_async", this.device.backend);
       this.#keep.push(src);
+      this.#captured(dst, src);
     }
     return this;
   }
@@ -202,6 +209,7 @@ export class Stream {
     if (bytes) {
       check(N.bg_memcpy_dtoh_async(this.handle, dst.hostAddress + dO, src.address + so, bytes), "bg_memcpy_dtoh_async", this.device.backend);
       this.#keep.push(dst);
+      this.#captured(dst, src);
     }
     return this;
   }
@@ -217,6 +225,7 @@ export class Stream {
     this.#range(call, "buffer", buf.byteLength, off, bytes);
     if (bytes % size || (buf.address + off) % size) invalid(call, `range is not aligned to ${size}-byte elements`);
     if (bytes) check(N.bg_memset_async(this.handle, buf.address + off, pattern, size, bytes / size), "bg_memset_async", this.device.backend);
+    this.#captured(buf);
     return this;
   }
 

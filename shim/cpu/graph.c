@@ -39,6 +39,7 @@ static void invalidate(cpu_capture* c, const char* fn, const char* extra) {
 }
 
 static void node_release(cpu_node* n) {
+  if (n->op.kind == OP_KERNEL && n->op.u.l.k) cpu_module_unhold(n->op.u.l.k->mod);
   cpu_op_release(&n->op);
   free(n->deps);
   n->deps = NULL;
@@ -244,6 +245,7 @@ static int32_t add_node(cpu_capture* c, cpu_stream* s, cpu_op* op, int advance, 
   }
   cpu_node* nd = &c->nodes[idx];
   nd->op = *op;
+  if (op->kind == OP_KERNEL && op->u.l.k) cpu_module_hold(op->u.l.k->mod); /* node_release drops it */
   nd->deps = deps;
   nd->ndeps = ndeps;
   nd->internal = 0;
@@ -570,9 +572,11 @@ void cpu_xargs_release(cpu_xargs* a) {
 
 void cpu_exec_release(cpu_exec* x) {
   if (atomic_fetch_sub_explicit(&x->refs, 1, memory_order_acq_rel) != 1) return;
-  for (uint32_t i = 0; i < x->nops; i++)
+  for (uint32_t i = 0; i < x->nops; i++) {
     if ((x->ops[i].kind == OP_RECORD || x->ops[i].kind == OP_WAIT) && x->ops[i].u.ev.e)
       cpu_event_release(x->ops[i].u.ev.e);
+    if (x->ops[i].kind == OP_KERNEL && x->ops[i].u.l.k) cpu_module_unhold(x->ops[i].u.l.k->mod);
+  }
   if (x->args) cpu_xargs_release(x->args);
   pthread_mutex_destroy(&x->mu);
   pthread_mutex_destroy(&x->run_mu);
@@ -620,6 +624,7 @@ int32_t cpu_graph_instantiate(void* gv, void** out_exec) {
       off += op.nargs;
       op.u.l.knode = ki++;
       op.u.l.heap = NULL;
+      if (op.u.l.k) cpu_module_hold(op.u.l.k->mod); /* cpu_exec_release drops it */
     } else if (op.kind == OP_RECORD || op.kind == OP_WAIT) {
       cpu_event_retain(op.u.ev.e);
       x->evslot_op[ei] = o;
