@@ -175,6 +175,25 @@ describe("execute and executeAsync never interleave", () => {
       const r = await p;
       expect([...r.y!]).toEqual(reference(input(1)).y);
       if (e !== null) expect((e as GpuError).code).toBe(Status.ILLEGAL_STATE);
+      // Variables cannot change under a run in flight either.
+      const S = new Variable("S", 1, 16);
+      const vplan = Tensor.arange(S).cast("float32").sum().prepare({ device: dev });
+      try {
+        const q = vplan.run({ S: 10 });
+        await Promise.resolve();
+        await Promise.resolve();
+        let changed: unknown = null;
+        try {
+          vplan.executeWithVars({ S: 3 });
+        } catch (err) {
+          changed = err;
+        }
+        const { output0 } = await q;
+        expect(output0![0]).toBe(45);
+        if (changed !== null) expect((changed as GpuError).code).toBe(Status.ILLEGAL_STATE);
+      } finally {
+        vplan.dispose();
+      }
       // executeAsync first, then a run queued behind it.
       const a = plan.executeAsync();
       const b = plan.run({ x: input(2) });

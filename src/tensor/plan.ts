@@ -771,6 +771,7 @@ export class ExecutionPlan {
   executeProfiled(opts: Omit<ExecuteOptions, "async"> = {}): KernelProfile[] {
     opts = this.#execOpts("ExecutionPlan.executeProfiled", opts);
     this.#ensureBuffers("ExecutionPlan.executeProfiled");
+    this.#idle("ExecutionPlan.executeProfiled");
     return this.#launchAll(opts.stream ?? this.#device.defaultStream, true);
   }
 
@@ -797,6 +798,7 @@ export class ExecutionPlan {
   executeWithVars(vals: Readonly<Record<string, number>> | readonly (readonly [string, number])[], opts: ExecuteOptions = {}): void {
     this.#live("ExecutionPlan.executeWithVars");
     opts = this.#execOpts("ExecutionPlan.executeWithVars", opts);
+    this.#idle("ExecutionPlan.executeWithVars");
     this.#setVars("ExecutionPlan.executeWithVars", vals);
     this.execute(opts);
   }
@@ -804,6 +806,7 @@ export class ExecutionPlan {
   executeWithVarsProfiled(vals: Readonly<Record<string, number>> | readonly (readonly [string, number])[], opts: Omit<ExecuteOptions, "async"> = {}): KernelProfile[] {
     this.#live("ExecutionPlan.executeWithVarsProfiled");
     opts = this.#execOpts("ExecutionPlan.executeWithVarsProfiled", opts);
+    this.#idle("ExecutionPlan.executeWithVarsProfiled");
     this.#setVars("ExecutionPlan.executeWithVarsProfiled", vals);
     return this.executeProfiled(opts);
   }
