@@ -246,11 +246,19 @@ export class Buffer {
     };
   }
 
-  /** Free the allocation (a view only forgets itself). Idempotent. */
+  /**
+   * Free the allocation (a view only forgets itself). Idempotent, and never throws: inside an
+   * open capture (where a free is illegal and would invalidate it) the free is queued and done
+   * when the device's captures have ended, like a finaliser's; a graph or exec that still
+   * replays work on the memory frees it when the last of them goes.
+   */
   dispose(): void {
     if (this.isView || !this.#alloc.live) return;
-    registry.unregister(this.#alloc);
-    check(release(this.#alloc), "bg_mem_free", this.device.backend);
+    const a = this.#alloc;
+    registry.unregister(a);
+    a.live = false;
+    if (a.users) return;
+    releaseOutsideCapture(a.dev, () => void free(a));
   }
 
   [Symbol.dispose](): void {
@@ -279,17 +287,52 @@ export function fillPattern(call: string, value: number, type: FillType): { patt
   }
 }
 
+/** One pinned host allocation: what the finaliser needs, without the HostBuffer itself. */
+interface HostAllocation {
+  dev: DeviceState;
+  host: number;
+  live: boolean;
+  freed: boolean;
+}
+
+/** Free a host allocation once (outside any open capture); a closed device already freed it. */
+function freeHost(h: HostAllocation): void {
+  if (h.freed) return;
+  h.freed = true;
+  releaseOutsideCapture(h.dev, () => {
+    if (h.dev.open) N.bg_host_free(h.dev.handle, h.host);
+  });
+}
+
+// A HostBuffer collected without dispose(): its memory is freed (outside any open capture).
+const hostRegistry = new FinalizationRegistry<HostAllocation>((h) => {
+  h.live = false;
+  freeHost(h);
+});
+
+// The memory's ArrayBuffer (and so every TypedArray over it) keeps its HostBuffer alive: a view
+// can outlive the HostBuffer object, and the finaliser must not free memory a view still
+// reaches. A WeakMap entry is an ephemeron: once neither the views nor the HostBuffer are
+// reachable, both go, and only then does the finaliser free the memory.
+const viewOwners = new WeakMap<ArrayBuffer, HostBuffer>();
+
 /** Pinned host memory; `array` views it without copying. Mapped memory also has `deviceAddress`. */
 export class HostBuffer {
   readonly device: Device;
   readonly byteLength: number;
   readonly mapped: boolean;
-  #host: number;
+  readonly #mem: HostAllocation;
   #devAddress: number;
   #ab: ArrayBuffer | undefined;
-  #live = true;
   /** Graphs and execs that copy to or from this memory; dispose() leaves the free to the last. */
   #users = 0;
+
+  get #host(): number {
+    return this.#mem.host;
+  }
+  get #live(): boolean {
+    return this.#mem.live;
+  }
 
   /** @internal See Buffer's [HOLD]: the memory stays allocated until the returned function runs. */
   [HOLD](): () => void {
@@ -299,19 +342,17 @@ export class HostBuffer {
     return () => {
       if (dropped) return;
       dropped = true;
-      if (--this.#users === 0 && !this.#live)
-        releaseOutsideCapture(this.device.state, () => {
-          if (this.device.state.open) N.bg_host_free(this.device.state.handle, this.#host);
-        });
+      if (--this.#users === 0 && !this.#live) freeHost(this.#mem);
     };
   }
 
   private constructor(device: Device, host: number, devAddress: number, bytes: number, mapped: boolean) {
     this.device = device;
-    this.#host = host;
+    this.#mem = { dev: device.state, host, live: true, freed: false };
     this.#devAddress = devAddress;
     this.byteLength = bytes;
     this.mapped = mapped;
+    hostRegistry.register(this, this.#mem, this.#mem);
   }
 
   static alloc(device: Device, bytes: number, mapped = false): HostBuffer {
@@ -348,7 +389,10 @@ export class HostBuffer {
   /** The memory as an ArrayBuffer (no copy). Detached when the buffer is disposed. */
   get buffer(): ArrayBuffer {
     this.#check("HostBuffer.buffer");
-    if (!this.#ab) this.#ab = nativeView(this.#host, this.byteLength);
+    if (!this.#ab) {
+      this.#ab = nativeView(this.#host, this.byteLength);
+      viewOwners.set(this.#ab, this);
+    }
     return this.#ab;
   }
 
@@ -363,9 +407,15 @@ export class HostBuffer {
     return new Uint8Array(this.buffer);
   }
 
+  /**
+   * Free the memory (views are detached first). Idempotent, never throws; inside an open capture
+   * the free waits for the capture to end, and a graph or exec still copying to or from the
+   * memory frees it when the last of them goes.
+   */
   dispose(): void {
     if (!this.#live) return;
-    this.#live = false;
+    this.#mem.live = false;
+    hostRegistry.unregister(this.#mem);
     // Detach every view first, so no TypedArray can reach freed memory.
     if (this.#ab) {
       try {
@@ -376,7 +426,7 @@ export class HostBuffer {
       this.#ab = undefined;
     }
     if (this.#users) return; // a graph or exec still copies to or from it: the last one frees it
-    if (this.device.state.open) check(N.bg_host_free(this.device.state.handle, this.#host), "bg_host_free", this.device.backend);
+    freeHost(this.#mem);
   }
 
   [Symbol.dispose](): void {
