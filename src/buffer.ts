@@ -4,7 +4,7 @@
 import { N, check, slot, readPtr, nativeView } from "../ffi/native";
 import { Status } from "../ffi/symbols";
 import { Device, factories, releaseOutsideCapture, type DeviceState } from "./device";
-import { GpuError, invalid, disposed, options } from "./errors";
+import { GpuError, hostArray, invalid, disposed, options } from "./errors";
 import { hostFnsPending } from "./hostfn";
 import { HOLD } from "./lifetime";
 
@@ -174,13 +174,13 @@ export class Buffer {
     checkSize("Buffer.read", "offset", offset);
     if (offset > this.byteLength) this.#range("Buffer.read", offset, 0);
     let out: ArrayBufferView | ArrayBuffer;
-    if (into === undefined) out = new Uint8Array(this.byteLength - offset);
+    if (into === undefined) out = hostArray("Buffer.read", this.byteLength - offset, () => new Uint8Array(this.byteLength - offset));
     else if (typeof into === "function") {
       const C = into as TypedArrayCtor<TypedArray>;
       const avail = this.byteLength - offset;
       if (avail % C.BYTES_PER_ELEMENT)
         invalid("Buffer.read", `${avail} bytes is not a whole number of ${C.BYTES_PER_ELEMENT}-byte elements`);
-      out = new C(avail / C.BYTES_PER_ELEMENT);
+      out = hostArray("Buffer.read", avail, () => new C(avail / C.BYTES_PER_ELEMENT));
     } else out = into as ArrayBufferView | ArrayBuffer;
     const dst = bytesOf(out);
     this.#range("Buffer.read", offset, dst.byteLength);

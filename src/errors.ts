@@ -82,3 +82,20 @@ export function list<T>(call: string, what: string, v: readonly T[] | unknown): 
   if (!Array.isArray(v)) invalid(call, `${what} must be an array, got ${describeValue(v)}`);
   return v as readonly T[];
 }
+
+/**
+ * Make a host-side array (a read's destination): JavaScript's RangeError "Out of memory" (or an
+ * invalid array length) becomes GpuError OUT_OF_MEMORY naming the call and the size.
+ */
+export function hostArray<T>(call: string, bytes: number, make: () => T): T {
+  try {
+    return make();
+  } catch (e) {
+    if (e instanceof RangeError)
+      throw new GpuError(Status.OUT_OF_MEMORY, `${call}: cannot allocate ${bytes} bytes of host memory for the result (${e.message})`, {
+        backend: "typescript",
+        call,
+      });
+    throw e;
+  }
+}

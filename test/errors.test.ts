@@ -250,6 +250,18 @@ describe("every invalid argument is a GpuError", () => {
       ["dev.alloc(Infinity)", () => dev.alloc(Infinity)],
       ["dev.alloc(2**62)", () => dev.alloc(HUGE), [IV, Status.OUT_OF_MEMORY]],
       ["dev.alloc(2**53)", () => dev.alloc(2 ** 53), [IV, Status.OUT_OF_MEMORY]],
+      [
+        "dev.alloc(2**33).read() (more than a JS array holds)",
+        () => {
+          const b = dev.alloc(2 ** 33);
+          try {
+            return b.read();
+          } finally {
+            b.dispose();
+          }
+        },
+        [IV, Status.OUT_OF_MEMORY],
+      ],
       ["HostBuffer.alloc(dev, null)", () => HostBuffer.alloc(dev, any)],
       ["HostBuffer.alloc(dev, 2**62)", () => HostBuffer.alloc(dev, HUGE), [IV, Status.OUT_OF_MEMORY]],
       ["HostBuffer.alloc(dev, NaN)", () => HostBuffer.alloc(dev, NaN)],

@@ -6,7 +6,7 @@ import { Device } from "../device";
 // side effects: these modules register the device factories (alloc, streams)
 import "../buffer";
 import "../stream";
-import { GpuError, describeValue, illegalState, invalid, options } from "../errors";
+import { GpuError, describeValue, hostArray, illegalState, invalid, options } from "../errors";
 import { Status } from "../../ffi/symbols";
 import { Event } from "../event";
 import { Program, compilerIdentity, type Kernel, type Module } from "../kernel";
@@ -834,9 +834,10 @@ export class ExecutionPlan {
     const shape = n.shape.map((d) => dimValue(d, this.#vals));
     const numel = shape.reduce((p, q) => p * q, 1);
     const max = maxNumel(n.shape);
-    if (numel === max) return buf.read(new C(numel));
-    const all = buf.read(new C(max));
-    const out = new C(numel);
+    const call = "ExecutionPlan.readOutput";
+    if (numel === max) return buf.read(hostArray(call, numel * 4, () => new C(numel)));
+    const all = buf.read(hostArray(call, max * 4, () => new C(max)));
+    const out = hostArray(call, numel * 4, () => new C(numel));
     const st = maxStrides(n.shape);
     const idx = new Array<number>(shape.length).fill(0);
     for (let i = 0; i < numel; i++) {
