@@ -16,6 +16,10 @@
  *    cudasim_set_delay_us) makes every queued copy and memset take n µs longer, so a missing
  *    synchronisation shows up as a wrong result rather than as luck. CUDASIM_POISON=1 fills new
  *    cuMemAlloc memory with 0xff bytes (the driver does not clear it).
+ *  - Hardware queues: created streams share CUDA_DEVICE_MAX_CONNECTIONS (default 8) in-order queues
+ *    round-robin; an op starts only after the earlier ops of its queue have started, and a waiting
+ *    op (cuStreamWaitValue32, an event wait, a host function) holds its queue until it is over, so
+ *    it holds back the other streams that share the queue.
  *  - Host functions (cuLaunchHostFunc) run on ONE driver thread, one at a time; the stream waits
  *    for them. A CUDA call from a host function returns CUDA_ERROR_NOT_PERMITTED (800).
  *  - cuMemFree, cuMemFreeHost, cuModuleUnload and cuCtxSynchronize wait for all work on the
@@ -177,6 +181,13 @@ static int g_driver_version = 13000;
 static int g_sm = 90;
 static atomic_uint g_delay_us;
 static int g_poison;
+/* Hardware queues ("connections", CUDA_DEVICE_MAX_CONNECTIONS, default 8, at most 32): created
+ * streams are spread over them round-robin, and an op starts only after every op issued before it
+ * to the same queue has started, so a stream held by a waiting op holds back the streams that
+ * share its queue (a false dependency, as on the device). The legacy stream has its own. */
+static struct { uint64_t issued, started; } g_conns[32];
+static int g_nconns = 8;
+static unsigned g_streams_created;
 
 typedef struct CUgraphNode_st gnode;
 struct capture;
@@ -198,6 +209,8 @@ typedef struct op {
   struct op* next;
   int kind;
   uint64_t seq;
+  int conn;        /* the hardware queue (connection) of a created stream's op, else -1 */
+  uint64_t ticket; /* its place in that queue */
   dep* deps;
   unsigned ndeps;
   kparams k;
@@ -218,6 +231,7 @@ typedef struct op {
 struct CUstream_st {
   unsigned magic;
   unsigned flags;
+  int conn; /* hardware queue: streams share CUDA_DEVICE_MAX_CONNECTIONS of them round-robin */
   int legacy, destroyed, exited;
   op *head, *tail;
   uint64_t submitted, completed;
@@ -667,7 +681,7 @@ static void free_op(op* o) {
 static int deps_ready(const op* o) {
   for (unsigned i = 0; i < o->ndeps; i++)
     if (o->deps[i].s->completed < o->deps[i].seq) return 0;
-  return 1;
+  return o->conn < 0 || g_conns[o->conn].started + 1 == o->ticket;
 }
 
 static void* stream_worker(void* arg) {
@@ -678,6 +692,13 @@ static void* stream_worker(void* arg) {
     if (!s->head) break;
     op* o = s->head;
     while (!deps_ready(o)) pthread_cond_wait(&GCV, &G);
+    /* A kernel, copy or memset lets the next op of its hardware queue start once it has started;
+     * a wait (stream memory wait, host function) holds the queue until it is over. */
+    int holds = o->kind == OP_WAITVAL || o->kind == OP_HOST;
+    if (o->conn >= 0 && !holds) {
+      g_conns[o->conn].started = o->ticket;
+      pthread_cond_broadcast(&GCV);
+    }
     int dead = g_ctx.sticky != 0;
     switch (o->kind) {
       case OP_HOST:
@@ -707,6 +728,7 @@ static void* stream_worker(void* arg) {
           }
         pthread_mutex_lock(&G);
     }
+    if (o->conn >= 0 && holds) g_conns[o->conn].started = o->ticket;
     s->head = o->next;
     if (!s->head) s->tail = NULL;
     s->completed = o->seq;
@@ -746,6 +768,8 @@ static uint64_t enqueue(struct CUstream_st* s, op* o) {
     add_dep(o, &g_legacy, g_legacy.submitted);
   }
   o->seq = ++s->submitted;
+  o->conn = s->legacy ? -1 : s->conn;
+  if (o->conn >= 0) o->ticket = ++g_conns[o->conn].issued;
   if (s->tail) s->tail->next = o;
   else s->head = o;
   s->tail = o;
@@ -966,6 +990,8 @@ EXPORT CUresult cuInit(unsigned int flags) {
     const char* sm = getenv("CUDASIM_SM");
     if (sm && atoi(sm) > 0) g_sm = atoi(sm);
     g_poison = getenv("CUDASIM_POISON") && atoi(getenv("CUDASIM_POISON")) != 0;
+    const char* mc = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    if (mc && atoi(mc) > 0) g_nconns = atoi(mc) > 32 ? 32 : atoi(mc);
     const char* d = getenv("CUDASIM_DELAY_US");
     if (d && atoi(d) > 0) atomic_store(&g_delay_us, (unsigned)atoi(d));
     g_legacy.magic = MAGIC_STREAM;
@@ -1496,6 +1522,7 @@ EXPORT CUresult cuStreamCreateWithPriority(bgcu_stream* ps, unsigned int flags, 
   if (!s) RETURN(failf(E_OUT_OF_MEMORY, "out of host memory"));
   s->magic = MAGIC_STREAM;
   s->flags = flags;
+  s->conn = (int)(g_streams_created++ % (unsigned)g_nconns);
   if (!start_worker(s)) {
     free(s);
     RETURN(failf(E_OUT_OF_MEMORY, "could not start a stream thread"));

@@ -686,6 +686,31 @@ static void test_mapped_memory(void) {
   printf("ok mapped pinned memory: same address, shared with a running kernel; wait/write value\n");
 }
 
+/* Hardware queues: with 8 connections, the 1st and 9th of nine streams created in a row share one;
+ * an op waiting on the first holds back the ninth (a false dependency), not the second. */
+static void test_hardware_queues(void) {
+  bgcu_stream s[9];
+  for (int i = 0; i < 9; i++) OK(cuStreamCreateWithPriority(&s[i], BGCU_STREAM_NON_BLOCKING, 0));
+  unsigned* word = NULL;
+  OK(cuMemHostAlloc((void**)&word, 64, BGCU_MEMHOSTALLOC_DEVICEMAP));
+  word[0] = 0;
+  int *a = dev_int(), *b = dev_int();
+  OK(cuStreamWaitValue32_v2(s[0], (bgcu_deviceptr)(uintptr_t)word, 1, BGCU_STREAM_WAIT_VALUE_GEQ));
+  OK(slow_store(s[8], a, 1, 0));
+  OK(slow_store(s[1], b, 1, 0));
+  OK(cuStreamSynchronize(s[1]));
+  EQ(*b, 1);                        /* another queue: not held */
+  sleep_ms(50);
+  EQ(cuStreamQuery(s[8]), 600);     /* the same queue: held behind the waiting op */
+  EQ(__atomic_load_n(a, __ATOMIC_ACQUIRE), 0);
+  __atomic_store_n(&word[0], 1u, __ATOMIC_RELEASE);
+  OK(cuStreamSynchronize(s[8]));
+  EQ(*a, 1);
+  for (int i = 0; i < 9; i++) OK(cuStreamDestroy_v2(s[i]));
+  OK(cuMemFreeHost(word));
+  printf("ok hardware queues: streams sharing one of CUDA_DEVICE_MAX_CONNECTIONS queues wait for each other\n");
+}
+
 /* ---- sticky errors (last: it resets the context) --------------------------------------------- */
 static void test_sticky_error(void) {
   bgcu_stream s;
@@ -747,6 +772,7 @@ int main(int argc, char** argv) {
   register_kernel("ping", ping);
   register_kernel("args", args);
   register_kernel("vadd", vadd);
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8", 1); /* the driver's default */
   OK(cuInit(0));
   bgcu_context ctx;
   OK(cuDevicePrimaryCtxRetain(&ctx, 0));
@@ -766,6 +792,7 @@ int main(int argc, char** argv) {
   test_launch_limits();
   test_modules();
   test_mapped_memory();
+  test_hardware_queues();
   test_sticky_error();
   OK(cuModuleUnload(mod));
   OK(cuDevicePrimaryCtxRelease_v2(0));
