@@ -6,7 +6,7 @@
 import { N, check, slot, readPtr, readI32, readU32, addressOf } from "../ffi/native";
 import { Status } from "../ffi/symbols";
 import { Device, captureEnded, type DeviceState } from "./device";
-import { GpuError, invalid, disposed } from "./errors";
+import { GpuError, describeValue, invalid, disposed, options } from "./errors";
 import { packArgs, type ArgArea, type ArgValue, type Kernel } from "./kernel";
 import { Holds, track, untrack } from "./lifetime";
 import type { Stream } from "./stream";
@@ -128,6 +128,9 @@ export class Graph {
   static capture(stream: Stream, fn: (stream: Stream) => void, opts?: { mode?: CaptureMode }): Graph;
   static capture(stream: Stream, fn: (stream: Stream) => unknown, opts: { mode?: CaptureMode } = {}): Graph | Promise<Graph> {
     if (typeof fn !== "function") invalid("Graph.capture", "fn must be a function");
+    if (stream === null || typeof stream !== "object" || typeof (stream as Stream).beginCapture !== "function")
+      invalid("Graph.capture", `stream must be a Stream, got ${describeValue(stream)}`);
+    opts = options("Graph.capture", opts);
     stream.beginCapture(opts.mode ?? CaptureMode.Global);
     let result: unknown;
     try {

@@ -3,7 +3,7 @@
 import { N, check, slot, readPtr, readF32 } from "../ffi/native";
 import { Status } from "../ffi/symbols";
 import { Device, factories } from "./device";
-import { invalid, disposed } from "./errors";
+import { describeValue, invalid, disposed, options } from "./errors";
 import { beforeBlockingWait } from "./hostfn";
 import { track, untrack } from "./lifetime";
 import { pollUntil } from "./poll";
@@ -32,6 +32,8 @@ export class Event {
   }
 
   static create(device: Device, opts: EventOptions = {}): Event {
+    if (!(device instanceof Device)) invalid("Event.create", `device must be a Device, got ${describeValue(device)}`);
+    opts = options("Event.create", opts);
     const timing = opts.timing ?? true;
     const flags = (timing ? 0 : 2) | (opts.blockingSync ? 1 : 0);
     check(N.bg_event_create(device.handle, flags, slot(0)), "bg_event_create", device.backend);
@@ -51,6 +53,7 @@ export class Event {
   /** Capture the work queued on `stream` so far (default: the device's default stream). */
   record(stream?: Stream): this {
     const s = stream ?? this.device.defaultStream;
+    if (typeof s !== "object" || !(s.device instanceof Device)) invalid("Event.record", `stream must be a Stream, got ${describeValue(s)}`);
     if (s.device.handle !== this.device.handle) invalid("Event.record", "stream of another device");
     check(N.bg_event_record(this.handle, s.handle), "bg_event_record", this.device.backend);
     this.#recordedOn = s.handle;

@@ -6,8 +6,10 @@ import { afterAll, describe, expect, test } from "bun:test";
 import {
   CommandEncoder,
   Device,
+  Event,
   ExecMode,
   GpuError,
+  Graph,
   GraphExecutor,
   HostBuffer,
   Program,
@@ -371,6 +373,12 @@ describe("every invalid argument is a GpuError", () => {
       ["exec.args('x')", () => exec.args(bad("x"))],
       ["module.kernel('vadd\\0x')", () => mod.kernel("vadd\0x", ["buffer", "buffer", "buffer", "i32"]), [IV, Status.NOT_FOUND]],
       ["module.kernel(null)", () => mod.kernel(any, [])],
+      ["Event.create(null)", () => Event.create(any)],
+      ["Event.create(dev, null)", () => Event.create(dev, any)],
+      ["ev.record(3)", () => Event.create(dev).record(bad(3))],
+      ["Graph.capture(null, fn)", () => Graph.capture(any, () => {})],
+      ["Graph.capture(s, null)", () => Graph.capture(stream, any)],
+      ["Graph.capture(s, fn, null)", () => Graph.capture(stream, () => {}, any)],
     ]);
   });
 });
