@@ -58,6 +58,7 @@ describe("CUDA driver simulator", () => {
         "ok launch limits",
         "ok modules: PTX entries only (500 otherwise)",
         "ok mapped pinned memory: same address, shared with a running kernel",
+        "ok hardware queues: streams sharing one of CUDA_DEVICE_MAX_CONNECTIONS queues wait for each other",
         "ok sticky 700",
       ])
         expect(out).toContain(want);
