@@ -212,8 +212,9 @@ export function translateCuda(source: string): Translation {
 
 /**
  * Translate `cuda` and build it into `dir` (once per source). Returns the library path, or null
- * when nothing was translated or the C compiler refused the translation (then the CPU twins are
- * used; the reason goes to stderr when CUDASIM_VERBOSE is set).
+ * when nothing was translated or the C compiler refused the translation: then the CPU kernels of
+ * the same names are used, and stderr says so (a CPU kernel written for another launch geometry
+ * gives wrong results, and this line explains them).
  */
 export function buildTwins(cuda: string, dir: string, cc: string, shimDir: string): string | null {
   const key = createHash("sha256").update(cuda).digest("hex").slice(0, 24);
@@ -229,7 +230,10 @@ export function buildTwins(cuda: string, dir: string, cc: string, shimDir: strin
   rmSync(file, { force: true });
   if (r.exitCode !== 0) {
     rmSync(tmp, { force: true });
-    if (process.env.CUDASIM_VERBOSE) console.error(`cudasim twins: ${r.stderr.toString().slice(0, 2000)}`);
+    const err = r.stderr.toString();
+    const first = err.split("\n").find((l) => /error/.test(l)) ?? err.split("\n")[0];
+    console.error(`cudasim twins: C cannot express the CUDA source of ${t.translated.join(", ")}; their CPU kernels stand in (${first?.trim()})`);
+    if (process.env.CUDASIM_VERBOSE) console.error(err.slice(0, 4000));
     return null;
   }
   renameSync(tmp, lib);
