@@ -1762,6 +1762,8 @@ EXPORT CUresult cuEventRecordWithFlags(bgcu_event he, bgcu_stream h, unsigned in
   if (flags & ~1u) RETURN(failf(E_INVALID_VALUE, "cuEventRecordWithFlags flags 0x%x", flags));
   CUresult rc = stream_use(s, "cuEventRecord");
   if (rc) RETURN(rc);
+  if (s->cap && (flags & 1u)) /* CU_EVENT_RECORD_EXTERNAL: an event-record node */
+    RETURN(capture_node(s, new_node(7)));
   if (s->cap) {
     gnode** d = NULL;
     if (s->ncdeps) {
