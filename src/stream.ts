@@ -6,7 +6,7 @@ import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buf
 import { Device, factories, noteCaptured } from "./device";
 import { GpuError, invalid, disposed } from "./errors";
 import { Event } from "./event";
-import { beforeBlockingWait, enqueueHostFn } from "./hostfn";
+import { abandonFailures, beforeBlockingWait, enqueueHostFn, raiseFailures, recordFailure, type FailureSink } from "./hostfn";
 import { CaptureMode, beginCapture as beginCaptureOn, endCapture as endCaptureOn, type Graph } from "./capture";
 import { track, untrack } from "./lifetime";
 import { pollUntil } from "./poll";
@@ -42,8 +42,8 @@ export class Stream {
   #keep: unknown[] = [];
   /** This stream's entry in its device's stream set (what device.done() waits for). */
   #registered: WeakRef<Stream> | undefined;
-  /** A host function's failure, reported by the next wait. */
-  #error: unknown;
+  /** Host functions' failures, reported by the next wait (or as unhandled rejections; see hostFn). */
+  readonly #failures: FailureSink;
 
   private constructor(device: Device, handle: number, isDefault: boolean, priority: number, nonBlocking = false) {
     this.device = device;
@@ -51,8 +51,9 @@ export class Stream {
     this.#handle = handle;
     this.isDefault = isDefault;
     this.priority = priority;
+    const failures: FailureSink = (this.#failures = { device: device.state.handle, errors: [] });
     if (!isDefault) {
-      track(this, device.state, handle, "stream");
+      track(this, device.state, handle, "stream", () => abandonFailures(failures, "Stream.hostFn"));
       this.#registered = new WeakRef(this);
       device.state.streams.add(this.#registered);
     }
@@ -82,14 +83,7 @@ export class Stream {
   }
 
   #raise(call: string): void {
-    if (this.#error !== undefined) {
-      const e = this.#error;
-      this.#error = undefined;
-      throw new GpuError(Status.LAUNCH_FAILED, `${call}: a host function on this stream threw: ${e instanceof Error ? e.message : String(e)}`, {
-        backend: "typescript",
-        call,
-      });
-    }
+    raiseFailures(call, this.#failures);
   }
 
   #idle(): void {
@@ -179,6 +173,7 @@ export class Stream {
   /** Device-to-device copy in stream order. */
   copy(dst: Buffer, src: Buffer, opts: CopyOptions = {}): this {
     const call = "Stream.copy";
+    this.handle; // a disposed stream is an error even for an empty range
     if (!(dst instanceof Buffer) || !(src instanceof Buffer)) invalid(call, "dst and src must be Buffers");
     const [dO, so, bytes] = this.#copyRange(call, dst, src, opts);
     if (bytes) check(N.bg_memcpy_dtod_async(this.handle, dst.address + dO, src.address + so, bytes), "bg_memcpy_dtod_async", this.device.backend);
@@ -189,6 +184,7 @@ export class Stream {
   /** Host (pinned) to device in stream order, with no staging copy. */
   upload(dst: Buffer, src: HostBuffer, opts: CopyOptions = {}): this {
     const call = "Stream.upload";
+    this.handle; // a disposed stream is an error even for an empty range
     if (!(dst instanceof Buffer)) invalid(call, "dst must be a Buffer");
     if (!(src instanceof HostBuffer)) invalid(call, "src must be a HostBuffer (pinned memory); use Buffer.write for a synchronous copy");
     const [dO, so, bytes] = this.#copyRange(call, dst, src, opts);
@@ -203,6 +199,7 @@ export class Stream {
   /** Device to host (pinned) in stream order. */
   download(dst: HostBuffer, src: Buffer, opts: CopyOptions = {}): this {
     const call = "Stream.download";
+    this.handle; // a disposed stream is an error even for an empty range
     if (!(dst instanceof HostBuffer)) invalid(call, "dst must be a HostBuffer (pinned memory); use Buffer.read for a synchronous copy");
     if (!(src instanceof Buffer)) invalid(call, "src must be a Buffer");
     const [dO, so, bytes] = this.#copyRange(call, dst, src, opts);
@@ -217,6 +214,7 @@ export class Stream {
   /** Fill in stream order (see Buffer.fill). */
   fill(buf: Buffer, value: number, opts: { type?: FillType; offset?: number; bytes?: number } = {}): this {
     const call = "Stream.fill";
+    this.handle; // a disposed stream is an error even for an empty range
     if (!(buf instanceof Buffer)) invalid(call, "expected a Buffer");
     this.#sameDevice(call, buf);
     const { pattern, size } = fillPattern(call, value, opts.type ?? "u8");
@@ -231,8 +229,12 @@ export class Stream {
 
   /**
    * Run `fn` on the JS thread when the stream reaches this point; the stream waits until it
-   * returns (or, for an async function, until its promise settles). A throw is reported by the
-   * next synchronize()/done() as a GpuError.
+   * returns (or, for an async function, until its promise settles). A throw (or rejection) is
+   * reported as a GpuError (LAUNCH_FAILED, the error as its `cause`) by the next wait on this
+   * stream (synchronize(), done()) or on its device; if the stream is disposed or collected first,
+   * or the process is about to exit with it unreported, as an unhandled rejection: never dropped.
+   * A pending function does not keep the process alive once it is running: an async function
+   * whose promise never settles leaves the stream waiting, and the process may still exit.
    */
   hostFn(fn: () => unknown): this {
     if (typeof fn !== "function") invalid("Stream.hostFn", "expected a function");
@@ -243,7 +245,9 @@ export class Stream {
         "Stream.hostFn: a TypeScript host function cannot be captured into a graph (every replay would wait on the JS thread); run it after launching the graph",
         { backend: "typescript", call: "Stream.hostFn" },
       );
-    enqueueHostFn(this.handle, fn, (e) => (this.#error ??= e), this.device.backend, this.device.state);
+    // The callback refers to the stream, so a stream with a pending function is never collected
+    // (its finaliser would wait, on this thread, for a function only this thread can run).
+    enqueueHostFn(this.handle, fn, (e) => recordFailure(this.#failures, e), this.device.backend, this.device.state);
     return this;
   }
 
@@ -285,8 +289,10 @@ export class Stream {
     untrack(this);
     if (this.#registered) this.device.state.streams.delete(this.#registered);
     for (const ev of this.#spare.splice(0)) ev.dispose();
-    check(N.bg_stream_destroy(this.#handle), "bg_stream_destroy", this.device.backend);
+    const rc = N.bg_stream_destroy(this.#handle);
     this.#idle();
+    abandonFailures(this.#failures, "Stream.dispose"); // no later wait can report them now
+    check(rc, "bg_stream_destroy", this.device.backend);
   }
 
   [Symbol.dispose](): void {

@@ -122,13 +122,19 @@ export function runBatch(o: BatchOptions): BatchResult {
     let minimal = steps;
     // the failure to shrink is the one the full recorded list gives on replay (a race may make a
     // replay fail another way than the first run did)
-    const full = steps.length ? replay(steps) : null;
+    // a crash from a race may need a few tries to show again
+    let full = steps.length ? replay(steps) : null;
+    for (let i = 0; i < 4 && full && !full.kind; i++) full = replay(steps);
     if (full?.kind && full.kind !== first.kind) {
       first.kind = full.kind;
       first.message = full.message;
     }
     if (full?.kind) {
-      minimal = shrink(steps, (s) => same(replay(s)), Date.now() + (o.shrinkMs ?? 60_000));
+      const tries = first.kind === "crash" || first.kind === "hang" ? 3 : 1;
+      minimal = shrink(steps, (s) => {
+        for (let i = 0; i < tries; i++) if (same(replay(s))) return true;
+        return false;
+      }, Date.now() + (o.shrinkMs ?? 60_000));
     }
     const printed = replay(minimal, ["--print"]);
     const lines = printed.stdout.split("\n").filter((l) => !l.startsWith("{"));

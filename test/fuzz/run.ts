@@ -134,7 +134,9 @@ let nameNo = 0;
 const SIZES = [4, 16, 64, 256, 1000, 1024];
 
 interface SRec { s: Stream; dev: number; idx: number; nonBlocking: boolean; isDefault: boolean; cap: Cap | null; name: string }
-interface Eff { apply(): void; bufs: Buf[]; kernelArgs?: { buf: Buf; v: number; n: number }; bad?: boolean }
+interface Eff { apply(): void; bufs: Buf[]; kernelArgs?: { buf: Buf; v: number; n: number }; bad?: boolean; mod?: Mod }
+/** Work whose buffers or module were disposed after it was recorded. */
+const goneIn = (effs: Eff[]) => effs.some((e) => e.bufs.some((b) => !b.a.live) || (e.mod && !e.mod.live));
 interface Cap { mode: CaptureMode; effs: Eff[]; maybeInvalid: boolean; dev: number }
 const streams: (SRec | null)[] = Array(5).fill(null);
 interface HRec { h: HostBuffer; model: Uint8Array; owner: number | null; name: string }
@@ -185,8 +187,8 @@ function joinSync(as: (Alloc | HRec)[]): void {
   for (const a of as) if (a.owner !== null && streams[a.owner]?.nonBlocking) syncStream(a.owner);
 }
 /** After a synchronous call: the default stream and blocking streams are done. */
-function afterSync(): void {
-  clearOwner((o) => !streams[o]?.nonBlocking);
+function afterSync(dev: number): void {
+  clearOwner((o) => !!streams[o] && !streams[o]!.nonBlocking && streams[o]!.dev === dev);
 }
 
 // ---- the check --------------------------------------------------------------------------------
@@ -275,8 +277,9 @@ function effCopy(dst: Buf, dOff: number, src: Buf, sOff: number, n: number): Eff
 function effFill(dst: Buf, off: number, n: number, value: number, size: number): Eff {
   return { bufs: [dst], apply: () => fillBytes(modelOf(dst).subarray(off, off + n), value, size) };
 }
-function effKernel(buf: Buf, v: number, n: number): Eff {
+function effKernel(buf: Buf, v: number, n: number, mod?: Mod): Eff {
   const e: Eff = {
+    mod,
     bufs: [buf],
     kernelArgs: { buf, v, n },
     apply: () => u32add(modelOf(e.kernelArgs!.buf), e.kernelArgs!.v, e.kernelArgs!.n),
@@ -390,7 +393,7 @@ h("write", "buffer", 8, (w) => {
   const r = call(() => `${b.name}.write(${dataSrc(n, w[3]!)}, { offset: ${off} })`, valid ? (anyCapture() ? "any" : "ok") : "err", () => b.b.write(data, { offset: off }));
   if (r.ok) {
     modelOf(b).set(data, off);
-    afterSync();
+    afterSync(b.dev);
   }
 });
 
@@ -402,7 +405,7 @@ h("read", "buffer", 4, (w) => {
   joinSync([b.a]);
   const r = call(() => `${b.name}.read(Uint8Array, { offset: ${off} })`, valid ? (anyCapture() ? "any" : "ok") : "err", () => b.b.read(Uint8Array, { offset: off }));
   if (r.ok) {
-    afterSync();
+    afterSync(b.dev);
     const m = modelOf(b).subarray(off);
     if (!b.a.unknown)
       for (let i = 0; i < m.length; i++)
@@ -422,7 +425,7 @@ h("copyTo", "buffer", 6, (w) => {
   if (r.ok) {
     modelOf(d).set(modelOf(s).slice(so, so + n), dO);
     if (s.a.unknown) d.a.unknown = true;
-    afterSync();
+    afterSync(s.dev);
   }
 });
 
@@ -443,7 +446,7 @@ h("fill", "buffer", 5, (w) => {
     if (!valid) throw new Failure("invalid call accepted", `${b.name}.fill(${value}, ${type}, ${off}, ${n}) did not throw`);
     const bits = type === "f32" ? new Uint32Array(new Float32Array([value]).buffer)[0]! : value;
     fillBytes(modelOf(b).subarray(off, off + n), bits, size);
-    afterSync();
+    afterSync(b.dev);
   }
 });
 
@@ -495,7 +498,7 @@ h("launch", "kernel", 8, (w) => {
   if (valid) prepareQueued(si, [la.buf!]);
   const r = call(() => `${dead ? "deadKernel" : `k${md!.dev}`}.launch(${st.name}, { grid: ${la.grid}, block: ${la.block}, args: ${la.src} })`, valid ? (st.cap || (st.isDefault && anyCapture()) ? "any" : "ok") : "err",
     () => k.launch(st.s, { grid: la.grid, block: la.block, args: la.args as never }));
-  if (r.ok) applyQueued(si, [effKernel(la.buf!, la.v, la.n)]);
+  if (r.ok) applyQueued(si, [effKernel(la.buf!, la.v, la.n, md!)]);
 });
 
 h("recompile", "kernel", 0.3, (w) => {
@@ -519,7 +522,7 @@ h("stream.sync", "stream", 3, (w) => {
   const r = call(() => `${st.name}.synchronize()`, st.cap || anyCapture() ? "any" : "ok", () => st.s.synchronize());
   if (r.ok) {
     clearOwner((o) => o === si);
-    if (st.isDefault) afterSync();
+    if (st.isDefault) afterSync(st.dev);
   }
 });
 
@@ -691,7 +694,7 @@ h("graph.instantiate", "capture", 2, (w) => {
   const old = execs[xi];
   if (old) call(() => `x${xi}.dispose()`, "any", () => old.x.dispose());
   // the exec owns copies of the effects (its arguments can be changed independently)
-  execs[xi] = { x: r.v, effs: g.effs.map((e) => (e.kernelArgs ? effKernel(e.kernelArgs.buf, e.kernelArgs.v, e.kernelArgs.n) : e)), name: `x${xi}`, dev: g.dev };
+  execs[xi] = { x: r.v, effs: g.effs.map((e) => (e.kernelArgs ? effKernel(e.kernelArgs.buf, e.kernelArgs.v, e.kernelArgs.n, e.mod) : e)), name: `x${xi}`, dev: g.dev };
 });
 
 h("exec.launch", "capture", 3, (w) => {
@@ -699,7 +702,8 @@ h("exec.launch", "capture", 3, (w) => {
   const si = w[1]! % 5, st = streams[si];
   if (!x || !st) return;
   const touched = x.effs.flatMap((e) => e.bufs);
-  const gone = touched.some((b) => !b.a.live);
+  const gone = goneIn(x.effs);
+  if (gone && EXCLUDE.has("replay-after-dispose")) return; // h6_findings.md #2
   if (!st.cap && st.dev === x.dev) prepareQueued(si, touched.filter((b) => b.a.live));
   const r = call(() => `${x.name}.launch(${st.name})`, x.x.disposed || st.dev !== x.dev ? "err" : st.cap || anyCapture() || gone ? "any" : "ok", () => x.x.launch(st.s));
   if (r.ok) {
@@ -722,7 +726,11 @@ h("exec.setKernelArgs", "capture", 1, (w) => {
     syncAll();
   }
   const r = call(() => `${x.name}.setKernelArgs(${idx}, k${x.dev}, ${la.src})`, valid ? "any" : "err", () => x.x.setKernelArgs(idx, md.k, la.args as never));
-  if (r.ok) kn[idx]!.kernelArgs = { buf: la.buf!, v: la.v, n: la.n };
+  if (r.ok) {
+    kn[idx]!.kernelArgs = { buf: la.buf!, v: la.v, n: la.n };
+    kn[idx]!.bufs = [la.buf!];
+    kn[idx]!.mod = md;
+  }
 });
 
 h("graph.dispose", "capture", 1, (w) => {
@@ -769,7 +777,7 @@ h("encoder", "encoder", 5, (w) => {
     const r = call(() => `enc.dispatch(k${md.dev}, { grid: ${la.grid}, block: ${la.block}, args: ${la.src} })`, valid ? "ok" : blockOnly ? "any" : "err",
       () => en.enc.dispatch(md.k, { grid: la.grid, block: la.block, args: la.args as never }));
     if (r.ok && blockOnly) en.effs.push({ bufs: [la.buf!], bad: true, apply: () => {} });
-    else if (r.ok) en.effs.push(effKernel(la.buf!, la.v, la.n));
+    else if (r.ok) en.effs.push(effKernel(la.buf!, la.v, la.n, md));
   } else if (op === 2) {
     const s = liveBuf(w[1]!), d = liveBuf(w[2]!);
     if (!s || !d) return;
@@ -791,7 +799,7 @@ h("encoder", "encoder", 5, (w) => {
     const si = w[1]! % 5, st = streams[si];
     if (!st) return;
     const touched = en.effs.flatMap((e) => e.bufs);
-    const gone = touched.some((b) => !b.a.live);
+    const gone = goneIn(en.effs);
     const poisoned = en.effs.some((e) => e.bad);
     const valid = st.dev === 0 && !gone && !poisoned;
     if (st.dev === 0) prepareQueued(si, touched.filter((b) => b.a.live));
@@ -816,8 +824,8 @@ h("schedule", "schedule", 2, (w) => {
   const cur = exes[xi];
   if (cur && w[1]! % 3 !== 0) {
     // run it (again)
-    const touched = cur.effs.flatMap((e) => e.bufs);
-    const gone = touched.some((b) => !b.a.live);
+    const gone = goneIn(cur.effs);
+    if (gone && EXCLUDE.has("replay-after-dispose")) return;
     syncAll();
     const exp: Expect = anyCapture() || gone || cur.ran && cur.eager ? "any" : "ok";
     const r = call(() => `${cur.name}.run(); ${cur.name}.synchronize()`, exp, () => {
@@ -852,7 +860,7 @@ h("schedule", "schedule", 2, (w) => {
       const r = call(() => src.at(-1)!, "ok", () => Step.kernel(md.k, { grid: la.grid, block: la.block, args: la.args as never }));
       if (!r.ok) return;
       steps.push(r.v);
-      effs.push(effKernel(la.buf!, la.v, la.n));
+      effs.push(effKernel(la.buf!, la.v, la.n, md));
     } else if (kind === 1) {
       const s = liveBuf(ww[1]!, 0), d = liveBuf(ww[2]!, 0);
       if (!s || !d) continue;
