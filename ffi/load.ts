@@ -265,12 +265,9 @@ export function load(): { lib: Lib; info: LoadInfo } {
   let r2: Lib | string = "not found";
   if (existsSync(cached)) {
     const bad = integrityProblem(cached, readRecord(`${cached}.json`));
+    // A bad library is never mapped; the build below replaces it (renamed over it atomically, not
+    // removed first: another process may be renaming its fresh build into place right now).
     r2 = bad ?? tryOpen(cached, hash);
-    if (bad) {
-      // Never mapped; removed so the build below replaces it.
-      rmSync(cached, { force: true });
-      rmSync(`${cached}.json`, { force: true });
-    }
   }
   if (typeof r2 !== "string") {
     note(`cache ${cached}: opened`);

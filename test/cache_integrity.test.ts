@@ -97,6 +97,24 @@ describe("the cached shim library is verified before dlopen", () => {
   }
 });
 
+describe("processes starting together on a damaged cache", () => {
+  test("three at once: each rebuilds or finds the other's build, all work", async () => {
+    const pkg = packageCopy(false);
+    const cache = temp("bungpu-cache-");
+    const env = { ...process.env, BUNGPU_LIB: "", BUNGPU_NO_PREBUILT: "1", BUNGPU_CACHE_DIR: cache };
+    expect(runIn(pkg, env).out).toEqual({ source: "built", sum: 10 });
+    truncateSync(cachedLib(cache), 20_000);
+    const procs = [0, 1, 2].map(() => Bun.spawn([process.execPath, "-e", script], { cwd: pkg, env, stdout: "pipe", stderr: "pipe" }));
+    const outs = await Promise.all(
+      procs.map(async (p) => {
+        const [out, code] = await Promise.all([new Response(p.stdout).text(), p.exited]);
+        return { code, sum: code === 0 ? JSON.parse(out.trim()).sum : out };
+      }),
+    );
+    expect(outs).toEqual([0, 1, 2].map(() => ({ code: 0, sum: 10 })));
+  }, 120_000);
+});
+
 describe("a damaged prebuilt library is refused by its manifest record", () => {
   test("truncated prebuilt: not opened, a cache build is used", () => {
     const pkg = packageCopy(true);
