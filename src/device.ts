@@ -3,7 +3,7 @@
 import { N, check, slot, readPtr, readI32, readU64, scratchU8, MSG_AREA, readMsg } from "../ffi/native";
 import { Backend, PROPS_SIZE, Status, type BackendName } from "../ffi/symbols";
 import { GpuError, invalid, disposed } from "./errors";
-import { beforeBlockingWait } from "./hostfn";
+import { beforeBlockingWait, raiseDeviceFailures } from "./hostfn";
 import type { Buffer, HostBuffer } from "./buffer";
 import type { Stream, StreamOptions } from "./stream";
 import type { Event, EventOptions } from "./event";
@@ -127,6 +127,9 @@ function parseSpec(spec: string): { backend: BackendName; ordinal: number } {
 
 let defaultDevice: Device | undefined;
 
+/** The stream sets of each open native device, shared by every Device object opened on it. */
+const sharedByHandle = new Map<number, { streams: DeviceState["streams"]; residentStreams: Set<number>; opened: number }>();
+
 export class Device {
   readonly state: DeviceState;
   readonly ordinal: number;
@@ -134,7 +137,12 @@ export class Device {
   #defaultStream: Stream | undefined;
 
   private constructor(handle: number, backend: BackendName, ordinal: number) {
-    this.state = { handle, open: true, backend, dependents: new Set(), streams: new Set(), residentStreams: new Set(), captures: 0, deferredReleases: [], captureLog: null };
+    // Device objects opened on one native device share its stream sets: a wait of one covers the
+    // streams (and host functions) of all, so none blocks on work only another one would service.
+    let shared = sharedByHandle.get(handle);
+    if (!shared) sharedByHandle.set(handle, (shared = { streams: new Set(), residentStreams: new Set(), opened: 0 }));
+    shared.opened++;
+    this.state = { handle, open: true, backend, dependents: new Set(), streams: shared.streams, residentStreams: shared.residentStreams, captures: 0, deferredReleases: [], captureLog: null };
     this.ordinal = ordinal;
   }
 
@@ -248,6 +256,7 @@ export class Device {
     beforeBlockingWait("Device.synchronize", (s) => all.includes(s), () => idle(all));
     if (resident.size === 0) check(N.bg_device_synchronize(h), "bg_device_synchronize", this.backend);
     else for (const s of all) check(N.bg_stream_synchronize(s), "bg_stream_synchronize", this.backend);
+    raiseDeviceFailures("Device.synchronize", h); // what host functions of its streams threw
   }
 
   /** The live streams created on this device; forgets the ones collected or disposed. */
@@ -285,7 +294,17 @@ export class Device {
    */
   async done(): Promise<void> {
     const resident = this.state.residentStreams;
-    await Promise.all([this.defaultStream, ...this.#liveStreams().filter((s) => !resident.has(s.handle))].map((s) => s.done()));
+    const settled = await Promise.allSettled([this.defaultStream, ...this.#liveStreams().filter((s) => !resident.has(s.handle))].map((s) => s.done()));
+    // Every stream's failure is reported (Promise.all would drop all but the first).
+    const failed = settled.flatMap((r) => (r.status === "rejected" ? [r.reason as unknown] : []));
+    if (failed.length === 1) throw failed[0];
+    if (failed.length > 1) {
+      const first = failed[0] instanceof GpuError ? failed[0].code : Status.LAUNCH_FAILED;
+      const e = new GpuError(first, `Device.done: ${failed.length} streams failed: ${failed.map((f) => (f instanceof Error ? f.message : String(f))).join(" | ")}`, { backend: "typescript", call: "Device.done" });
+      (e as { cause?: unknown }).cause = failed;
+      throw e;
+    }
+    raiseDeviceFailures("Device.done", this.state.handle);
   }
 
   get defaultStream(): Stream {
@@ -328,6 +347,8 @@ export class Device {
     }
     this.state.dependents.clear();
     this.state.open = false;
+    const shared = sharedByHandle.get(this.state.handle);
+    if (shared && --shared.opened <= 0) sharedByHandle.delete(this.state.handle);
     const rc = N.bg_device_close(this.state.handle);
     if (this === defaultDevice) defaultDevice = undefined;
     check(rc, "bg_device_close", this.backend);

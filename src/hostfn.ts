@@ -12,7 +12,6 @@ import { N, check, slot, readPtr, nativeView } from "../ffi/native";
 import { Signal, Status } from "../ffi/symbols";
 import type { DeviceState } from "./device";
 import { GpuError } from "./errors";
-import { pollUntil } from "./poll";
 
 interface Pending {
   fn: () => unknown;
@@ -46,7 +45,6 @@ export function refuseSelfWait(call: string, waitsOn: (stream: number) => boolea
 
 const pool: { sig: number; word: Uint32Array }[] = [];
 const pending = new Set<Pending>();
-let poller: Promise<void> | undefined;
 
 function takeSignal(): { sig: number; word: Uint32Array } {
   const s = pool.pop();
@@ -233,13 +231,114 @@ export function enqueueHostFn(stream: number, fn: () => unknown, onError: (e: un
   kick();
 }
 
-/** Keep servicing while anything is pending, without blocking the event loop. */
+/**
+ * Keep servicing while anything is pending, without blocking the event loop: a short phase of
+ * setImmediate turns, then setTimeout with a backing-off delay (as pollUntil). The loop keeps the
+ * process alive while a host function is still to run (its stream will reach it); once every
+ * pending one is running (an async function awaiting its promise), the loop's timer is unref'd:
+ * a promise that never settles does not keep the process alive, as with any pending promise.
+ * Whatever that promise awaits (a timer, I/O) keeps the process alive by itself.
+ */
 function kick(): void {
-  if (poller || pending.size === 0) return;
-  poller = pollUntil(() => pending.size === 0).finally(() => {
-    poller = undefined;
-    kick();
+  if (servicing) {
+    timer?.ref(); // a new function to run: keep the process alive for it again
+    return;
+  }
+  if (pending.size === 0) return;
+  servicing = true;
+  const start = performance.now();
+  let delay = 0;
+  const tick = () => {
+    try {
+      serviceHostFns();
+    } catch {
+      /* a failing hand-off is the stream's to report; keep servicing the others */
+    }
+    timer = undefined;
+    if (pending.size === 0) {
+      servicing = false;
+      return;
+    }
+    if (performance.now() - start < 2) {
+      setImmediate(tick);
+      return;
+    }
+    delay = Math.min(4, delay + 0.5);
+    timer = setTimeout(tick, delay);
+    let waiting = true;
+    for (const p of pending) if (!p.running) waiting = false;
+    if (waiting) timer.unref();
+  };
+  setImmediate(tick);
+}
+let servicing = false;
+let timer: ReturnType<typeof setTimeout> | undefined;
+
+// ---- failures: reported by the next wait, never dropped ------------------------------------------
+
+/** Host-function failures of one stream that no wait has reported yet. */
+export interface FailureSink {
+  /** The native device handle of the stream (device-wide waits report these too). */
+  device: number;
+  errors: unknown[];
+}
+
+const unreported = new Set<FailureSink>();
+let exitHook = false;
+
+/** A host function of the stream whose sink this is threw (or its promise rejected). */
+export function recordFailure(sink: FailureSink, e: unknown): void {
+  sink.errors.push(e);
+  unreported.add(sink);
+  if (!exitHook && typeof process !== "undefined" && typeof process.on === "function") {
+    exitHook = true;
+    // Nothing waited for them before the event loop emptied: unhandled rejections, so the
+    // failure is seen (and the exit code says so), as a throw from any other callback would be.
+    process.on("beforeExit", () => {
+      for (const sink of [...unreported]) abandonFailures(sink, "Stream.hostFn");
+    });
+  }
+}
+
+function failureError(call: string, errors: unknown[]): GpuError {
+  const msg = (e: unknown) => (e instanceof Error ? e.message : String(e));
+  const more = errors.length > 1 ? ` (and ${errors.length - 1} more: ${errors.slice(1).map(msg).join("; ")})` : "";
+  const err = new GpuError(Status.LAUNCH_FAILED, `${call}: a host function on this stream threw: ${msg(errors[0])}${more}`, {
+    backend: "typescript",
+    call,
   });
+  (err as { cause?: unknown }).cause = errors[0];
+  return err;
+}
+
+/** A wait on the stream of `sink` finished: throw what its host functions threw since the last. */
+export function raiseFailures(call: string, sink: FailureSink): void {
+  if (sink.errors.length === 0) return;
+  const errors = sink.errors.splice(0);
+  unreported.delete(sink);
+  throw failureError(call, errors);
+}
+
+/** A device-wide wait finished: throw what host functions of any stream of `device` threw. */
+export function raiseDeviceFailures(call: string, device: number): void {
+  const errors: unknown[] = [];
+  for (const sink of unreported)
+    if (sink.device === device) {
+      errors.push(...sink.errors.splice(0));
+      unreported.delete(sink);
+    }
+  if (errors.length) throw failureError(call, errors);
+}
+
+/**
+ * The stream goes (disposed or collected) with failures no wait reported: raise them as an
+ * unhandled rejection instead of dropping them (dispose() itself never throws for them).
+ */
+export function abandonFailures(sink: FailureSink, call: string): void {
+  if (sink.errors.length === 0) return;
+  const errors = sink.errors.splice(0);
+  unreported.delete(sink);
+  void Promise.reject(failureError(call, errors));
 }
 
 /**
@@ -249,7 +348,15 @@ function kick(): void {
  */
 export function beforeBlockingWait(call: string, waitsOn: (stream: number) => boolean, ready: () => boolean): void {
   refuseSelfWait(call, waitsOn);
-  if (pending.size) blockUntil(ready, call);
+  // Both: a stream that cannot be queried (capturing) counts as idle, yet the native wait still
+  // needs its host functions run.
+  if (pending.size) blockUntil(() => !pendingOn(waitsOn) && ready(), call);
+}
+
+/** Whether a host function queued on a stream `waitsOn` accepts has not finished yet. */
+function pendingOn(waitsOn: (stream: number) => boolean): boolean {
+  for (const p of pending) if (waitsOn(p.stream)) return true;
+  return false;
 }
 
 /**
