@@ -7,30 +7,15 @@ import { join } from "node:path";
 import { Device, GpuError, Status } from "../src";
 import { KernelMode, Ring, RingKernel, ringKernelSource } from "../src/ring";
 import { expectGpuError, expectGpuErrorAsync } from "./helpers";
+import { RING_HANDLERS } from "./shipped_sources";
 
 const dev = Device.open("cpu");
 afterAll(() => dev.dispose());
 
 // Message: { seq u32, val u32 }. Response: { seq, ok (seq was the one expected), count, sum lo }.
-// State: { next u32, errors u32, count u32, pad u32, sum u64 }.
-const SEQ_HANDLER = `
-typedef struct { uint32_t seq, val; } Msg;
-typedef struct { uint32_t seq, ok, count, sum_lo; } Resp;
-typedef struct { uint32_t next, errors, count, pad; uint64_t sum; } State;
-BG_RING_HANDLER(msg, resp, state) {
-  const Msg* m = (const Msg*)msg;
-  Resp* r = (Resp*)resp;
-  State* s = (State*)state;
-  r->ok = m->seq == s->next;
-  if (!r->ok) s->errors++;
-  s->next = m->seq + 1;
-  s->count++;
-  s->sum += m->val;
-  r->seq = m->seq;
-  r->count = s->count;
-  r->sum_lo = (uint32_t)s->sum;
-}
-`;
+// State: { next u32, errors u32, count u32, pad u32, sum u64 }. The same text is compiled by real
+// NVRTC in test/nvrtc.test.ts, so one definition serves both.
+const SEQ_HANDLER = RING_HANDLERS.seq!;
 
 function seqMessages(from: number, n: number, val: (i: number) => number = (i) => i & 0xffff): Uint8Array {
   const u = new Uint32Array(n * 2);

@@ -19,7 +19,7 @@ export interface NamedSource {
 
 /** Ring handlers written once in C for the CPU and CUDA (the C++ subset of src/ring.ts). */
 export const RING_HANDLERS: Record<string, string> = {
-  // explicit casts, as test/ring.test.ts writes them
+  // explicit casts; test/ring.test.ts runs this one on the CPU
   seq: `
 typedef struct { uint32_t seq, val; } Msg;
 typedef struct { uint32_t seq, ok, count, sum_lo; } Resp;
