@@ -4,7 +4,7 @@
 import { N, check, slot, readPtr, nativeView } from "../ffi/native";
 import { Status } from "../ffi/symbols";
 import { Device, factories, releaseOutsideCapture, type DeviceState } from "./device";
-import { GpuError, hostArray, invalid, disposed, options } from "./errors";
+import { GpuError, describeValue, hostArray, invalid, disposed, options } from "./errors";
 import { hostFnsPending } from "./hostfn";
 import { HOLD } from "./lifetime";
 
@@ -21,6 +21,17 @@ export function checkSize(call: string, what: string, n: unknown): number {
   if (typeof n !== "number" || !Number.isSafeInteger(n) || n < 0)
     invalid(call, `${what} must be a non-negative integer, got ${String(n)}`);
   return n;
+}
+
+const TYPED_ARRAY_CTORS: readonly unknown[] = [
+  Int8Array, Uint8Array, Uint8ClampedArray, Int16Array, Uint16Array, Int32Array, Uint32Array,
+  Float32Array, Float64Array, BigInt64Array, BigUint64Array,
+];
+
+/** A TypedArray constructor (Float32Array, …), else INVALID_VALUE. */
+function typedArrayCtor(call: string, C: unknown): TypedArrayCtor<TypedArray> {
+  if (!TYPED_ARRAY_CTORS.includes(C)) invalid(call, `expected a TypedArray constructor (e.g. Float32Array), got ${describeValue(C)}`);
+  return C as TypedArrayCtor<TypedArray>;
 }
 
 function bytesOf(data: HostData): Uint8Array {
@@ -132,8 +143,10 @@ export class Buffer {
   }
 
   /** A view of [byteOffset, byteOffset + byteLength) sharing this buffer's memory. */
-  view(byteOffset: number, byteLength: number = this.byteLength - byteOffset): Buffer {
+  view(byteOffset: number, byteLength?: number): Buffer {
     this.#live("Buffer.view");
+    checkSize("Buffer.view", "offset", byteOffset);
+    if (byteLength === undefined) byteLength = Math.max(0, this.byteLength - byteOffset);
     this.#range("Buffer.view", byteOffset, byteLength);
     return new Buffer(this.device, this.#alloc, this.byteOffset + byteOffset, byteLength, this.#root ?? this);
   }
@@ -176,7 +189,7 @@ export class Buffer {
     let out: ArrayBufferView | ArrayBuffer;
     if (into === undefined) out = hostArray("Buffer.read", this.byteLength - offset, () => new Uint8Array(this.byteLength - offset));
     else if (typeof into === "function") {
-      const C = into as TypedArrayCtor<TypedArray>;
+      const C = typedArrayCtor("Buffer.read", into);
       const avail = this.byteLength - offset;
       if (avail % C.BYTES_PER_ELEMENT)
         invalid("Buffer.read", `${avail} bytes is not a whole number of ${C.BYTES_PER_ELEMENT}-byte elements`);
@@ -398,6 +411,7 @@ export class HostBuffer {
 
   /** A typed view of the memory, e.g. `hb.as(Float32Array)`. */
   as<T extends TypedArray>(C: TypedArrayCtor<T> & { new (b: ArrayBuffer, o: number, n: number): T }): T {
+    typedArrayCtor("HostBuffer.as", C);
     if (this.byteLength % C.BYTES_PER_ELEMENT)
       invalid("HostBuffer.as", `${this.byteLength} bytes is not a whole number of ${C.BYTES_PER_ELEMENT}-byte elements`);
     return new C(this.buffer, 0, this.byteLength / C.BYTES_PER_ELEMENT);

@@ -451,6 +451,8 @@ export class CommandEncoder {
 
   /** @internal Append the commands of `src` between two of its marks (one memcpy). */
   appendRange(src: CommandEncoder, from: EncoderMark, to: EncoderMark): void {
+    if (!(src instanceof CommandEncoder)) invalid("CommandEncoder.appendRange", "src must be a CommandEncoder");
+    src.#markRange("CommandEncoder.appendRange", from, to);
     if (src.#dev !== this.#dev) invalid("CommandEncoder.append", "commands of another device");
     const bytes = to.bytes - from.bytes;
     if (bytes <= 0) return;
@@ -469,12 +471,23 @@ export class CommandEncoder {
 
   /** @internal Check the references of a range are alive (before a partial append). */
   checkRange(call: string, from: EncoderMark, to: EncoderMark): void {
+    this.#markRange(typeof call === "string" ? call : "CommandEncoder.checkRange", from, to);
     for (let i = from.refs; i < to.refs; i++)
       if (this.#refs[i]!.disposed) disposed(call, `${this.#refs[i]!.constructor.name.toLowerCase()} a recorded command uses`);
   }
 
+  /** Two marks of this encoder, in order (mark() made them), else INVALID_VALUE. */
+  #markRange(call: string, from: EncoderMark, to: EncoderMark): void {
+    const ok = (m: EncoderMark) =>
+      m !== null && typeof m === "object" && Number.isInteger(m.bytes) && Number.isInteger(m.refs) && m.bytes >= 0 && m.refs >= 0 && m.bytes <= this.#len && m.refs <= this.#refs.length;
+    if (!ok(from) || !ok(to) || from.bytes > to.bytes || from.refs > to.refs) invalid(call, "from and to must be marks of this encoder, in order");
+  }
+
   /** @internal Overwrite `words` u32 words at byte `offset` (an argument block) from `src`. */
   patch(offset: number, src: Uint32Array, words: number): void {
+    if (!(src instanceof Uint32Array) || !Number.isInteger(words) || words < 0 || words > src.length ||
+        !Number.isInteger(offset) || offset < 0 || offset % 4 || offset + 4 * words > this.#len)
+      invalid("CommandEncoder.patch", "offset, src and words must name whole u32 words inside the encoded commands");
     const u32 = this.#u32;
     const w = offset >>> 2;
     for (let i = 0; i < words; i++) u32[w + i] = src[i]!;

@@ -392,7 +392,7 @@ export class ComputeGraph {
   setArg(index: number, argIndex: number, value: ArgValue): void {
     const n = this.#dispatchNode("ComputeGraph.setArg", index);
     if (!Number.isInteger(argIndex) || argIndex < 0 || argIndex >= n.args.length)
-      invalid("ComputeGraph.setArg", `argument index ${argIndex} is not in [0, ${n.args.length})`);
+      invalid("ComputeGraph.setArg", `argument index ${String(argIndex)} is not in [0, ${n.args.length})`);
     const args = [...n.args];
     args[argIndex] = value;
     this.setArgs(index, args);
@@ -405,7 +405,7 @@ export class ComputeGraph {
 
   #dispatchNode(call: string, index: number): Node {
     if (!Number.isInteger(index) || index < 0 || index >= this.#nodes.length)
-      invalid(call, `node ${index} is not in [0, ${this.#nodes.length})`);
+      invalid(call, `node ${String(index)} is not in [0, ${this.#nodes.length})`);
     const n = this.#nodes[index]!;
     if (n.kind !== "dispatch") invalid(call, `node ${index} is a ${n.kind}, not a dispatch`);
     return n;

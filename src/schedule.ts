@@ -638,7 +638,7 @@ export class Executable {
 
   #kernelStep(call: string, stepIndex: number): KernelOp {
     if (!Number.isInteger(stepIndex) || stepIndex < 0 || stepIndex >= this.steps.length)
-      invalid(call, `step ${stepIndex} out of range (the schedule has ${this.steps.length})`);
+      invalid(call, `step ${String(stepIndex)} out of range (the schedule has ${this.steps.length})`);
     const op = this.steps[stepIndex]!.op;
     if (op.kind !== "kernel") invalid(call, `step ${stepIndex} is a ${op.kind}, not a kernel launch`);
     return op;
@@ -674,7 +674,7 @@ export class Executable {
   setArg(stepIndex: number, argIndex: number, value: ArgValue): this {
     const cur = [...this.args(stepIndex)];
     if (!Number.isInteger(argIndex) || argIndex < 0 || argIndex >= cur.length)
-      invalid("Executable.setArg", `argument ${argIndex} out of range (the kernel takes ${cur.length})`);
+      invalid("Executable.setArg", `argument ${String(argIndex)} out of range (the kernel takes ${cur.length})`);
     cur[argIndex] = value;
     return this.setArgs(stepIndex, cur);
   }

@@ -3,6 +3,7 @@
 // encoder, graph executor, schedule and buffer APIs. Table-driven: the test fails listing every
 // entry that threw something else (a TypeError, a RangeError, a raw Error) or nothing at all.
 import { afterAll, describe, expect, test } from "bun:test";
+import { join } from "node:path";
 import {
   CommandEncoder,
   Device,
@@ -382,3 +383,9 @@ describe("every invalid argument is a GpuError", () => {
     ]);
   });
 });
+
+test("a sweep of every public method with bad values in each argument position throws only GpuError", () => {
+  const r = Bun.spawnSync([process.execPath, join(import.meta.dir, "fixtures", "api_sweep.ts")], { stdout: "pipe", stderr: "pipe", timeout: 60_000 });
+  expect({ exitCode: r.exitCode, stderr: r.stderr.toString() }).toEqual({ exitCode: 0, stderr: "" });
+  expect(JSON.parse(r.stdout.toString().trim().split("\n").pop()!)).toEqual([]);
+}, 60_000);

@@ -23,7 +23,7 @@ function sameDim(a: Dim, b: Dim): boolean {
 
 function normAxis(call: string, axis: number, nd: number, shape: Shape): number {
   if (!Number.isInteger(axis) || axis < -nd || axis >= Math.max(nd, 1) || (nd === 0 && axis !== 0 && axis !== -1))
-    invalid(call, `axis ${axis} is out of range for shape ${shapeStr(shape)}`);
+    invalid(call, `axis ${String(axis)} is out of range for shape ${shapeStr(shape)}`);
   return axis < 0 ? axis + nd : axis;
 }
 
@@ -285,6 +285,9 @@ export class Tensor {
 
   /** Broadcast this and `o` to one shape (numpy rules); throws naming both shapes. */
   static broadcastShapes(call: string, a: Shape, b: Shape): Dim[] {
+    if (typeof call !== "string") call = "Tensor.broadcastShapes";
+    if (!Array.isArray(a)) checkShapeDims(call, a);
+    if (!Array.isArray(b)) checkShapeDims(call, b);
     const nd = Math.max(a.length, b.length);
     const out: Dim[] = [];
     for (let i = 0; i < nd; i++) {

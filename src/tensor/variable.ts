@@ -55,7 +55,7 @@ export function dimMax(d: Dim): number {
 }
 
 export function dimStr(d: Dim): string {
-  return typeof d === "number" ? String(d) : d.name;
+  return typeof d === "number" ? String(d) : d instanceof Variable ? d.name : String(d);
 }
 
 export function shapeStr(shape: readonly Dim[]): string {
