@@ -255,7 +255,7 @@ export class GraphExec {
     const call = "GraphExec.setKernelArgs";
     this.handle; // throws first if the exec or its device is gone
     if (!Number.isInteger(index) || index < 0 || index >= this.kernelNodeCount)
-      invalid(call, `kernel node ${index} out of range (the graph has ${this.kernelNodeCount})`);
+      invalid(call, `kernel node ${String(index)} out of range (the graph has ${this.kernelNodeCount})`);
     if (!kernel || typeof kernel !== "object" || !Array.isArray((kernel as Kernel).signature)) invalid(call, "expected a Kernel");
     if (kernel.device.state.handle !== this.device.state.handle) invalid(call, `${kernel.name}: kernel of another device`);
     const node = this.#kernels?.[index];
@@ -275,6 +275,9 @@ export class GraphExec {
 
   /** @internal set already-packed 8-byte slots at `address` (validated by the caller). */
   setPackedArgs(index: number, address: number, nargs: number): void {
+    for (const [what, v] of [["index", index], ["address", address], ["nargs", nargs]] as const)
+      if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 0 || (what !== "address" && v > 0xffffffff))
+        invalid("GraphExec.setPackedArgs", `${what} must be a non-negative integer, got ${describeValue(v)}`);
     const rc = N.bg_graph_exec_set_kernel_args(this.handle, index, address, nargs);
     if (rc !== 0) check(rc, "bg_graph_exec_set_kernel_args", this.device.backend);
   }
