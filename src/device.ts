@@ -2,7 +2,7 @@
 // Device.default() (CUDA, then Metal, then CPU; BUNGPU_DEVICE overrides), Device.list().
 import { N, check, slot, readPtr, readI32, readU64, scratchU8, MSG_AREA, readMsg } from "../ffi/native";
 import { Backend, PROPS_SIZE, Status, type BackendName } from "../ffi/symbols";
-import { GpuError, invalid, disposed } from "./errors";
+import { GpuError, invalid, disposed, options } from "./errors";
 import { beforeBlockingWait, raiseDeviceFailures } from "./hostfn";
 import type { Buffer, HostBuffer } from "./buffer";
 import type { Stream, StreamOptions } from "./stream";
@@ -317,11 +317,11 @@ export class Device {
   }
 
   allocHost(bytes: number, opts: { mapped?: boolean } = {}): HostBuffer {
-    return factories.allocHost!(this, bytes, opts.mapped ?? false);
+    return factories.allocHost!(this, bytes, options("Device.allocHost", opts).mapped ?? false);
   }
 
   createStream(opts: StreamOptions = {}): Stream {
-    return factories.stream!(this, opts);
+    return factories.stream!(this, options("Device.createStream", opts));
   }
 
   createEvent(opts: EventOptions = {}): Event {

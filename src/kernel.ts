@@ -17,7 +17,7 @@ import { SHIM_DIR } from "../ffi/shimsrc";
 import { ImageKind, Status } from "../ffi/symbols";
 import { Buffer } from "./buffer";
 import { Device, noteCaptured } from "./device";
-import { GpuError, invalid, disposed } from "./errors";
+import { GpuError, invalid, disposed, options } from "./errors";
 import { track, untrack } from "./lifetime";
 import type { Stream } from "./stream";
 
@@ -325,6 +325,8 @@ export function compileCudaImage(device: Device, source: string, opts: CompileOp
 export class Program {
   /** Compile `source` for `device` (in its kernel language) and load it. */
   static compile(device: Device, source: KernelSource, opts: CompileOptions = {}): Module {
+    if (!(device instanceof Device) || source === null || typeof source !== "object" && typeof source !== "string") invalid("Program.compile", "expected (device, source, options?)");
+    opts = options("Program.compile", opts);
     const src = typeof source === "string" ? source : source[device.backend];
     if (typeof src !== "string" || src.length === 0)
       invalid("Program.compile", `no ${device.backend} source given`);
@@ -544,6 +546,7 @@ export class Kernel {
 
   /** Launch on `stream`: arguments checked, packed into one block, one FFI crossing. */
   launch(stream: Stream, cfg: LaunchConfig): void {
+    if (stream === null || typeof stream !== "object" || cfg === null || typeof cfg !== "object") invalid("Kernel.launch", `${this.name}: expected (stream, { grid, block, args })`);
     const k = this.handle;
     const s = stream.handle;
     const dev = this.module.device.state.handle;

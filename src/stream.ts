@@ -135,6 +135,7 @@ export class Stream {
   /** Record a new event (or `event`) here and return it. */
   record(event?: Event): Event {
     const ev = event ?? Event.create(this.device);
+    if (!(ev instanceof Event)) invalid("Stream.record", "event must be an Event");
     ev.record(this);
     return ev;
   }
