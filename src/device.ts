@@ -335,8 +335,10 @@ export class Device {
    */
   dispose(): void {
     if (!this.state.open) return;
-    // Closing the device drains its streams: queued host functions must run first.
-    const all = this.#streamHandles(false);
+    // Closing the device drains its streams: queued host functions must run first. A running
+    // ring kernel's stream is left out (it never idles; its RingKernel is stopped just below).
+    const resident = this.state.residentStreams;
+    const all = this.#streamHandles(false).filter((s) => !resident.has(s));
     beforeBlockingWait("Device.dispose", (s) => all.includes(s), () => idle(all));
     for (const ref of [...this.state.dependents]) {
       try {

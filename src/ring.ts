@@ -910,13 +910,54 @@ function timeoutError(call: string, ms: number): GpuError {
   return new GpuError(Status.LAUNCH_TIMEOUT, `${call}: no response within ${ms} ms`, { backend: "typescript", call });
 }
 
-/** Safety net: a RingKernel forgotten while running aborts its kernel rather than spin forever. */
-const abandoned = new FinalizationRegistry<{ hdr: Uint32Array }>((h) => {
+/** What a RingKernel forgotten while running leaves behind: released once its kernel has exited. */
+interface Abandoned {
+  hdr: Uint32Array;
+  device: Device;
+  stream: Stream;
+  /** Its transport (rings), state buffer, stream and module, in that order. */
+  parts: { dispose(): void }[];
+}
+
+/** Abandoned kernels being aborted: their parts stay referenced until the kernel has exited. */
+const draining = new Set<Abandoned>();
+
+/**
+ * Safety net: a RingKernel forgotten while running aborts its kernel rather than spin forever.
+ * The registry holds its parts strongly, so none of their own finalisers runs while the kernel
+ * may still use them (a stream's would wait for the kernel on this thread: a deadlock in the
+ * collector; a buffer's would free memory the kernel writes). They are disposed once the stream
+ * is seen idle, polled without blocking.
+ */
+const abandoned = new FinalizationRegistry<Abandoned>((h) => {
   try {
     Atomics.store(h.hdr, CLOSED_W, 2);
   } catch {
     /* memory already gone */
   }
+  draining.add(h);
+  const settle = () => {
+    let exited: boolean;
+    try {
+      exited = !h.device.state.open || h.stream.disposed || h.stream.query();
+    } catch {
+      exited = true; // a failed stream has no kernel left to wait for
+    }
+    if (!exited) {
+      setTimeout(settle, 2).unref();
+      return;
+    }
+    draining.delete(h);
+    if (!h.device.state.open) return; // closing the device released them
+    for (const p of h.parts) {
+      try {
+        p.dispose();
+      } catch {
+        /* a finaliser has no caller to report to */
+      }
+    }
+  };
+  settle();
 });
 
 /**
@@ -998,7 +1039,12 @@ export class RingKernel {
     this.#t = t;
     this.#ring = t instanceof RingTransport ? t : null;
     this.#stateCtor = stateCtor;
-    if (this.#ring) abandoned.register(this, { hdr: new Uint32Array(nativeView(this.#ring.inRing.hostAddress, RING_META_OFFSET + 16)) }, this);
+    if (this.#ring)
+      abandoned.register(
+        this,
+        { hdr: new Uint32Array(nativeView(this.#ring.inRing.hostAddress, RING_META_OFFSET + 16)), device, stream, parts: [t, stateBuf, stream, module] },
+        this,
+      );
     this.#dependent = new WeakRef(this);
     device.state.dependents.add(this.#dependent);
   }

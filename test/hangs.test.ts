@@ -65,3 +65,21 @@ test("a stream dropped with a host function queued is kept until the function ra
   expect(code).toBe(0);
   expect(out).toEqual({ ran: true });
 }, 30_000);
+
+test("a Ring-mode kernel dropped while running: the next collections abort it and release its parts, no deadlock", () => {
+  const { out, code } = run("ring-gc", 40_000);
+  expect(code).toBe(0);
+  expect(out).toEqual({ answer: 42, residentBefore: 1, residentAfter: 0 });
+}, 60_000);
+
+test("frees while a ring kernel is resident neither wait for it nor fill its queue (100,000 dispose() calls)", () => {
+  const { out, code } = run("ring-frees", 40_000);
+  expect(code).toBe(0);
+  expect(out).toEqual({ frees: 100_000, answer: 3 });
+}, 60_000);
+
+test("device.dispose() with a resident ring kernel and a host function queued elsewhere returns", () => {
+  const { out, code } = run("ring-dispose-hostfn");
+  expect(code).toBe(0);
+  expect(out).toEqual({ ran: true, ringDisposed: true });
+}, 30_000);

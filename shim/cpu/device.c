@@ -382,6 +382,13 @@ void cpu_deferred_release(cpu_deferred* df) {
 
 static void defer_on(cpu_stream* s, cpu_deferred* df) {
   if (atomic_load(&s->completed) >= atomic_load(&s->enqueued)) return; /* idle */
+  /* Running a persistent ring kernel with nothing queued behind it: that kernel never ends on its
+   * own, so a release queued here would wait until it is stopped (and a stream of frees would
+   * fill the queue and block the caller). What it uses (its rings, state and module) bungpu keeps
+   * until it has exited; nothing queued before this free is left to run on the stream. */
+  if (atomic_load_explicit(&s->resident, memory_order_acquire) &&
+      atomic_load(&s->enqueued) - atomic_load(&s->completed) == 1)
+    return;
   atomic_fetch_add(&df->refs, 1);
   cpu_op op = {.kind = OP_RELEASE};
   op.u.rel.def = df;

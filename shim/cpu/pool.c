@@ -457,6 +457,7 @@ int32_t cpu_module_get_kernel(void* mv, const char* name, void** out) {
   strcpy(nm, name);
   bg_obj_init(k, BG_KIND_KERNEL, m->h.dev);
   k->mod = m;
+  k->persistent = strcmp(name, "bg_ring_persistent") == 0;
   k->name = nm;
   k->fn = (cpu_kfn)sym;
   k->next = m->kernels;

@@ -112,8 +112,10 @@ static void op_abandon(cpu_op* op) {
 static void run_op(cpu_stream* s, cpu_op* op) {
   switch (op->kind) {
     case OP_KERNEL:
+      if (op->u.l.k->persistent) atomic_store_explicit(&s->resident, 1, memory_order_release);
       cpu_kernel_run(s, op->u.l.k, op->u.l.grid, op->u.l.block, op->u.l.shared,
                      cpu_op_args(op));
+      if (op->u.l.k->persistent) atomic_store_explicit(&s->resident, 0, memory_order_release);
       break;
     case OP_COPY: memmove(op->u.cp.dst, op->u.cp.src, (size_t)op->u.cp.n); break;
     case OP_MEMSET: cpu_fill(op->u.ms.dst, op->u.ms.pattern, op->u.ms.esz, op->u.ms.count); break;
@@ -375,6 +377,7 @@ int32_t cpu_stream_new(cpu_device* d, uint32_t flags, int32_t prio, cpu_stream**
   atomic_init(&s->enqueued, 0);
   atomic_init(&s->completed, 0);
   atomic_init(&s->waiters, 0);
+  atomic_init(&s->resident, 0);
   atomic_init(&s->cap, NULL);
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv_work, NULL);
