@@ -1,0 +1,57 @@
+// Issue 11, item 7: the random-call fuzzer in the suite. Seeded and bounded; each batch runs in
+// its own subprocess (test/fuzz/run.ts) with a time limit, so a crash or a hang fails the batch
+// instead of the suite. Random sequences of public calls, valid and invalid, across buffers and
+// views, streams (blocking, non-blocking, the default stream, another device's), events, pinned
+// host buffers, kernels (and their modules' disposal), stream capture in every CaptureMode,
+// graphs and graph execs (setKernelArgs included), schedules in every ExecMode, command encoders,
+// rings and tensors, on two CPU devices (BUNGPU_CPU_DEVICES=2) for wrong-device calls. A model of
+// every live buffer's bytes is compared with the device after every rejected call and
+// periodically. Any crash, hang, non-GpuError throw, accepted invalid call or corrupted byte fails
+// it, and the failure is shrunk (delta debugging, each candidate replayed in a fresh subprocess)
+// to a minimal sequence printed as TypeScript.
+//
+// FUZZ_CALLS=N runs N calls in all (split over batches of at most 250,000); FUZZ_SEED=S moves the
+// seeds. Run one batch by hand: BUNGPU_CPU_DEVICES=2 bun test/fuzz/run.ts --seed 1 --calls 100000
+// (--print shows every call).
+//
+// Left out of the in-suite run today, each a known open bug found by this fuzzer (see the issue's
+// notes; pass FUZZ_EXCLUDE= (empty) to include them):
+//  - "replay-after-dispose": replaying a graph exec or a Graph-mode schedule after a buffer it
+//    captured was disposed writes freed memory (heap corruption: glibc aborts in
+//    tcache_thread_shutdown); item 1 of the issue, being fixed in capture.ts/schedule.ts.
+// Not generated at all (outside what the model can predict):
+//  - a stream joining a capture through an event recorded in it (cross-stream fork into a
+//    capture), a download captured into a graph (it writes host memory at replay), host functions,
+//    RingKernel (resident kernels), Workers and captures from other threads, BUNGPU_CHECK faults.
+import { describe, expect, test } from "bun:test";
+import { runBatch } from "./fuzz/harness";
+
+const TOTAL = Number(process.env.FUZZ_CALLS ?? 100_000);
+const PER_BATCH = Math.min(250_000, Math.max(1, Math.ceil(TOTAL / 4)));
+const BATCHES = Math.max(1, Math.ceil(TOTAL / PER_BATCH));
+const SEED0 = Number(process.env.FUZZ_SEED ?? 1);
+const EXCLUDE = (process.env.FUZZ_EXCLUDE ?? "replay-after-dispose").split(",").filter(Boolean);
+
+describe("fuzzer: random public calls against a model of the bytes", () => {
+  test(
+    `${TOTAL} calls in ${BATCHES} batches (seeds ${SEED0}..${SEED0 + BATCHES - 1}): no crash, hang, non-GpuError throw, accepted invalid call or corrupted byte`,
+    () => {
+      let calls = 0, rejected = 0, checks = 0;
+      const t0 = Date.now();
+      for (let i = 0; i < BATCHES; i++) {
+        const seed = SEED0 + i;
+        const r = runBatch({ seed, calls: PER_BATCH, exclude: EXCLUDE, timeoutMs: 120_000, shrinkMs: 60_000 });
+        if (!r.ok) throw new Error(`fuzz batch seed ${seed}: ${r.kind}: ${r.message}\nminimal sequence (${r.steps} steps):\n${r.minimal}`);
+        calls += r.summary!.calls;
+        rejected += r.summary!.rejected;
+        checks += r.summary!.checks;
+      }
+      const ms = Date.now() - t0;
+      console.log(`fuzz: ${calls} calls (${rejected} rejected, ${checks} model checks) in ${ms} ms`);
+      expect(calls).toBeGreaterThanOrEqual(TOTAL);
+      expect(rejected).toBeGreaterThan(0);
+      expect(checks).toBeGreaterThan(0);
+    },
+    Math.max(120_000, BATCHES * 200_000),
+  );
+});
