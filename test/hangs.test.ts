@@ -83,3 +83,13 @@ test("device.dispose() with a resident ring kernel and a host function queued el
   expect(code).toBe(0);
   expect(out).toEqual({ ran: true, ringDisposed: true });
 }, 30_000);
+
+test("a Worker terminated mid-capture: its capture ends with its thread, and the device allocates again", () => {
+  const r = Bun.spawnSync([process.execPath, join(root, "test/fixtures/capture_exit.ts")], { cwd: root, timeout: 30_000 });
+  expect(r.signalCode ?? null).toBeNull();
+  expect(r.exitCode).toBe(0);
+  const out = JSON.parse(r.stdout.toString().trim().split("\n").pop()!);
+  expect(out.worker).toBe("Active");
+  expect(out.whileCapturing).toBe(900); // STREAM_CAPTURE_UNSUPPORTED: the Worker's Global capture is open
+  expect(out.afterTerminate).toBe("ok");
+}, 45_000);

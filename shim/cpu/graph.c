@@ -69,7 +69,77 @@ static void capture_end(cpu_device* d, cpu_capture* c, int keep_nodes) {
   free(c);
 }
 
+/* ---- captures of threads that exit ------------------------------------------------------------
+ * A thread (a Worker that is terminated, say) can exit with a capture open. In Global mode that
+ * capture would refuse every other thread's allocation for the rest of the process, and no one
+ * else may end it. A thread-specific key's destructor runs as the thread exits: it discards the
+ * Global and ThreadLocal captures the thread began, on every device still open (a Relaxed
+ * capture may be ended from any thread, and refuses nothing, so it is left to its owner). */
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static cpu_device** reg; /* devices on which a capture was begun, until they close */
+static size_t nreg, creg;
+static pthread_key_t exit_key;
+static int exit_key_ok;
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+
+static void thread_exiting(void* unused) {
+  (void)unused;
+  pthread_t self = pthread_self();
+  pthread_mutex_lock(&reg_mu);
+  for (size_t i = 0; i < nreg; i++) {
+    cpu_device* d = reg[i];
+    pthread_mutex_lock(&d->cap_mu);
+    cpu_capture** pp = &d->caps;
+    while (*pp) {
+      cpu_capture* c = *pp;
+      if (c->mode != BG_CAPTURE_MODE_RELAXED && pthread_equal(c->thread, self))
+        capture_end(d, c, 0); /* unlinks c: *pp is now the next one */
+      else
+        pp = &c->next;
+    }
+    pthread_mutex_unlock(&d->cap_mu);
+  }
+  pthread_mutex_unlock(&reg_mu);
+}
+
+static void exit_key_init(void) { exit_key_ok = pthread_key_create(&exit_key, thread_exiting) == 0; }
+
+/* The calling thread begins a capture on d: have its exit end it. */
+static void watch_thread(cpu_device* d) {
+  pthread_once(&exit_once, exit_key_init);
+  if (!exit_key_ok) return;
+  pthread_mutex_lock(&reg_mu);
+  size_t i = 0;
+  while (i < nreg && reg[i] != d) i++;
+  if (i == nreg) {
+    if (nreg == creg) {
+      size_t nc = creg ? 2 * creg : 8;
+      cpu_device** nr = realloc(reg, nc * sizeof *nr);
+      if (!nr) {
+        pthread_mutex_unlock(&reg_mu);
+        return; /* out of memory: the capture just is not watched */
+      }
+      reg = nr;
+      creg = nc;
+    }
+    reg[nreg++] = d;
+  }
+  pthread_mutex_unlock(&reg_mu);
+  if (!pthread_getspecific(exit_key)) pthread_setspecific(exit_key, (void*)1);
+}
+
+static void unwatch_device(cpu_device* d) {
+  pthread_mutex_lock(&reg_mu);
+  for (size_t i = 0; i < nreg; i++)
+    if (reg[i] == d) {
+      reg[i] = reg[--nreg];
+      break;
+    }
+  pthread_mutex_unlock(&reg_mu);
+}
+
 void cpu_capture_free_all(cpu_device* d) {
+  unwatch_device(d);
   pthread_mutex_lock(&d->cap_mu);
   while (d->caps) capture_end(d, d->caps, 0);
   pthread_mutex_unlock(&d->cap_mu);
@@ -415,6 +485,7 @@ int32_t cpu_begin_capture(void* sv, int32_t mode) {
     free(streams);
     return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_stream_begin_capture: out of host memory");
   }
+  if (mode != BG_CAPTURE_MODE_RELAXED) watch_thread(d);
   pthread_mutex_lock(&d->cap_mu);
   if (atomic_load(&s->cap)) {
     pthread_mutex_unlock(&d->cap_mu);
