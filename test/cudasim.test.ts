@@ -34,10 +34,18 @@ describe("CUDA driver simulator", () => {
     try {
       const env: Record<string, string> = baseEnv({});
       if (nvcc) {
-        // A real sm_90 CUBIN for the ELF path, when nvcc is here (NVRTC CUBINs are covered below).
-        writeFileSync(join(work, "vadd.cu"), 'extern "C" __global__ void vadd(const float* a, const float* b, float* c, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) c[i] = a[i] + b[i]; }\n');
-        const r = Bun.spawnSync([nvcc, "-cubin", "-arch=sm_90", "-o", join(work, "vadd.cubin"), join(work, "vadd.cu")], { stderr: "pipe", timeout: 60_000 });
-        if (r.exitCode === 0) env.CUDASIM_TEST_CUBIN = join(work, "vadd.cubin");
+        // Real nvcc output for both image paths: a struct parameter, __launch_bounds__, static shared.
+        writeFileSync(
+          join(work, "k.cu"),
+          `extern "C" __global__ void vadd(const float* a, const float* b, float* c, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) c[i] = a[i] + b[i]; }
+struct S { double x; int y; char z; };
+extern "C" __global__ void __launch_bounds__(256) odd(char c, short s, S st, double d, float* p) { __shared__ float sh[64]; sh[threadIdx.x % 64] = d; p[0] = c + s + st.x + st.y + sh[0]; }
+`,
+        );
+        for (const [flag, file, key] of [["-cubin", "k.cubin", "CUDASIM_TEST_CUBIN"], ["-ptx", "k.ptx", "CUDASIM_TEST_PTX"]] as const) {
+          const r = Bun.spawnSync([nvcc, flag, "-arch=sm_90", "-o", join(work, file), join(work, "k.cu")], { stderr: "pipe", timeout: 60_000 });
+          if (r.exitCode === 0) env[key] = join(work, file);
+        }
       }
       const r = Bun.spawnSync(["bash", join(simDir, "run.sh"), "sim_test"], { env, stdout: "pipe", stderr: "pipe", timeout: 150_000 });
       const out = r.stdout.toString();
@@ -62,7 +70,8 @@ describe("CUDA driver simulator", () => {
         "ok sticky 700",
       ])
         expect(out).toContain(want);
-      if (env.CUDASIM_TEST_CUBIN) expect(out).toContain("ok CUBIN: kernels from .nv.info");
+      if (env.CUDASIM_TEST_CUBIN) expect(out).toContain("ok CUBIN from nvcc: kernels, parameter layout");
+      if (env.CUDASIM_TEST_PTX) expect(out).toContain("ok PTX from nvcc: kernels, parameter layout");
       expect(out).toMatch(/sim_test: \d+ checks, 0 failures/);
       expect(r.exitCode).toBe(0);
     } finally {

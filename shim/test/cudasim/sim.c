@@ -2139,11 +2139,17 @@ static CUresult load_cubin(struct CUmod_st* m, const unsigned char* img, size_t 
     for (unsigned k = 0; k < np; k++)
       if (!add_param(f, tmp[k].size, tmp[k].offset)) return failf(E_OUT_OF_MEMORY, "out of host memory");
   }
-  for (unsigned i = 0; i < shnum; i++) { /* static shared memory: .nv.shared.<kernel> */
+  /* Static shared memory: the size of .nv.shared.<kernel>, less the 1 KiB the system reserves at
+   * its start on sm_80 and newer (marked by a .nv.shared.reserved.* section). */
+  unsigned reserved = 0;
+  for (unsigned i = 0; i < shnum; i++)
+    if (!strncmp((const char*)img + stroff + RD32(SH(i, 0)), ".nv.shared.reserved.", 20)) reserved = 1024;
+  for (unsigned i = 0; i < shnum; i++) {
     const char* nm = (const char*)img + stroff + RD32(SH(i, 0));
     if (strncmp(nm, ".nv.shared.", 11) != 0) continue;
+    unsigned size = (unsigned)RD64(SH(i, 32));
     for (struct CUfunc_st* f = m->funcs; f; f = f->next)
-      if (!strcmp(f->name, nm + 11)) f->static_shared = (unsigned)RD64(SH(i, 32));
+      if (!strcmp(f->name, nm + 11)) f->static_shared = size > reserved ? size - reserved : 0;
   }
   for (struct CUfunc_st* f = m->funcs; f; f = f->next) finish_func(f);
   return SUCCESS;

@@ -85,6 +85,16 @@ BG_KERNEL(args) {
   out[4] = BG_ARG(5, unsigned long long);
   out[5] = bg__ctx->args[0] >> 8; /* the char's slot is zero-extended */
 }
+/* odd(char c, short s, struct{double x; int y; char z;} st, double d, float* p) from nvcc: records
+ * its slots (c: 0, s: 1, st: 2-3, d: 4, p: 5) into p */
+BG_KERNEL(odd) {
+  float* p = BG_ARG(5, float*);
+  p[0] = (float)BG_ARG(0, signed char);
+  p[1] = (float)BG_ARG(1, short);
+  p[2] = (float)BG_ARG(2, double);
+  p[3] = (float)BG_ARG(3, int);
+  p[4] = (float)BG_ARG(4, double);
+}
 BG_KERNEL(vadd) {
   const float *a = BG_ARG(0, const float*), *b = BG_ARG(1, const float*);
   float* c = BG_ARG(2, float*);
@@ -603,6 +613,73 @@ static void test_launch_limits(void) {
   printf("ok launch limits: block 1024 / (1024,1024,64), grid y,z 65535, 48 KiB shared unless raised, .maxntid 701, argument packing\n");
 }
 
+/* An image of the nvcc-compiled vadd and odd (see cudasim.test.ts): the parameter layout, .maxntid
+ * and static shared memory read from it, and arguments packed by it. */
+static void check_nvcc_image(const unsigned char* img, const char* what) {
+  bgcu_module m;
+  bgcu_function f, o;
+  OK(cuModuleLoadDataEx(&m, img, 0, NULL, NULL));
+  OK(cuModuleGetFunction(&f, m, "vadd"));
+  OK(cuModuleGetFunction(&o, m, "odd"));
+  EQ(cuModuleGetFunction(&f, m, "saxpy"), 500);
+  int v = 0;
+  OK(cuFuncGetAttribute(&v, 0, o));
+  EQ(v, 256); /* __launch_bounds__(256) */
+  OK(cuFuncGetAttribute(&v, 1, o));
+  EQ(v, 256); /* __shared__ float sh[64] */
+  EQ(cuLaunchKernel(o, 1, 1, 1, 257, 1, 1, 0, NULL, NULL, NULL), 701);
+  float* out = NULL;
+  OK(cuMemAlloc_v2((bgcu_deviceptr*)&out, 64));
+  signed char c = -3;
+  short sh = 300;
+  struct { double x; int y; char z; } st = {12.5, 7, 1};
+  double d = 0.25;
+  void* p[] = {&c, &sh, &st, &d, &out};
+  OK(cuLaunchKernel(o, 1, 1, 1, 1, 1, 1, 0, NULL, p, NULL));
+  OK(cuCtxSynchronize());
+  EQ(out[0] == -3.0f && out[1] == 300.0f && out[2] == 12.5f && out[3] == 7.0f && out[4] == 0.25f, 1);
+  /* the same through CU_LAUNCH_PARAM_BUFFER: offsets 0, 2, 8, 24, 32 */
+  unsigned char buf[40] = {0};
+  memcpy(buf + 0, &c, 1);
+  memcpy(buf + 2, &sh, 2);
+  memcpy(buf + 8, &st, 16);
+  d = 0.5;
+  memcpy(buf + 24, &d, 8);
+  memcpy(buf + 32, &out, 8);
+  size_t size = sizeof buf;
+  void* extra[] = {(void*)(uintptr_t)1, buf, (void*)(uintptr_t)2, &size, NULL};
+  OK(cuLaunchKernel(o, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, extra));
+  OK(cuCtxSynchronize());
+  EQ(out[4] == 0.5f && out[2] == 12.5f, 1);
+  OK(cuMemFree_v2((bgcu_deviceptr)(uintptr_t)out));
+  float a[100], b[100], *da, *db, *dc;
+  for (int i = 0; i < 100; i++) a[i] = (float)i, b[i] = 0.5f;
+  OK(cuMemAlloc_v2((bgcu_deviceptr*)&da, 400));
+  OK(cuMemAlloc_v2((bgcu_deviceptr*)&db, 400));
+  OK(cuMemAlloc_v2((bgcu_deviceptr*)&dc, 400));
+  OK(cuMemcpyHtoD_v2((bgcu_deviceptr)(uintptr_t)da, a, 400));
+  OK(cuMemcpyHtoD_v2((bgcu_deviceptr)(uintptr_t)db, b, 400));
+  int n100 = 100;
+  void* pv[] = {&da, &db, &dc, &n100};
+  OK(cuLaunchKernel(f, 4, 1, 1, 32, 1, 1, 0, NULL, pv, NULL));
+  float cc[100];
+  OK(cuMemcpyDtoH_v2(cc, (bgcu_deviceptr)(uintptr_t)dc, 400));
+  EQ(cc[99] == 99.5f && cc[0] == 0.5f, 1);
+  OK(cuMemFree_v2((bgcu_deviceptr)(uintptr_t)da));
+  OK(cuMemFree_v2((bgcu_deviceptr)(uintptr_t)db));
+  OK(cuMemFree_v2((bgcu_deviceptr)(uintptr_t)dc));
+  OK(cuModuleUnload(m));
+  printf("ok %s from nvcc: kernels, parameter layout, .maxntid, static shared memory, kernelParams and extra\n", what);
+}
+
+static size_t read_file(const char* path, unsigned char* buf, size_t cap) {
+  FILE* fp = fopen(path, "rb");
+  size_t n = fp ? fread(buf, 1, cap - 1, fp) : 0;
+  if (fp) fclose(fp);
+  buf[n] = 0;
+  return n;
+}
+
 static void test_modules(void) {
   bgcu_function f;
   EQ(cuModuleGetFunction(&f, mod, "helper"), 500); /* a .func is not a kernel */
@@ -621,35 +698,22 @@ static void test_modules(void) {
   OK(cuModuleLoadDataEx(&m, ".version 8.4\n.target sm_90\n.address_size 64\n", 0, NULL, NULL));
   unsetenv("CUDASIM_DRIVER_VERSION");
   OK(cuModuleUnload(m));
+  static unsigned char img[1 << 20];
+  const char* ptx_path = getenv("CUDASIM_TEST_PTX");
+  if (ptx_path && *ptx_path) {
+    EQ(read_file(ptx_path, img, sizeof img) > 100, 1);
+    check_nvcc_image(img, "PTX");
+  }
   const char* cubin_path = getenv("CUDASIM_TEST_CUBIN");
   if (cubin_path && *cubin_path) {
-    FILE* fp = fopen(cubin_path, "rb");
-    static unsigned char img[1 << 20];
-    size_t n = fp ? fread(img, 1, sizeof img, fp) : 0;
-    if (fp) fclose(fp);
-    EQ(n > 64, 1);
-    OK(cuModuleLoadDataEx(&m, img, 0, NULL, NULL));
-    OK(cuModuleGetFunction(&f, m, "vadd"));
-    EQ(cuModuleGetFunction(&f, m, "saxpy"), 500);
-    float a[100], b[100], *da, *db, *dc;
-    for (int i = 0; i < 100; i++) a[i] = (float)i, b[i] = 0.5f;
-    OK(cuMemAlloc_v2((bgcu_deviceptr*)&da, 400));
-    OK(cuMemAlloc_v2((bgcu_deviceptr*)&db, 400));
-    OK(cuMemAlloc_v2((bgcu_deviceptr*)&dc, 400));
-    OK(cuMemcpyHtoD_v2((bgcu_deviceptr)(uintptr_t)da, a, 400));
-    OK(cuMemcpyHtoD_v2((bgcu_deviceptr)(uintptr_t)db, b, 400));
-    int n100 = 100;
-    void* p[] = {&da, &db, &dc, &n100};
-    OK(cuLaunchKernel(f, 4, 1, 1, 32, 1, 1, 0, NULL, p, NULL));
-    float c[100];
-    OK(cuMemcpyDtoH_v2(c, (bgcu_deviceptr)(uintptr_t)dc, 400));
-    EQ(c[99] == 99.5f && c[0] == 0.5f, 1);
+    EQ(read_file(cubin_path, img, sizeof img) > 64, 1);
+    check_nvcc_image(img, "CUBIN");
     img[49] = 0x50; /* e_flags: sm_80 */
     EQ(cuModuleLoadDataEx(&m, img, 0, NULL, NULL), 209);
     img[49] = 0x5a;
     img[18] = 62; /* e_machine: x86-64 */
     EQ(cuModuleLoadDataEx(&m, img, 0, NULL, NULL), 200);
-    printf("ok CUBIN: kernels from .nv.info, parameters from EIATTR_KPARAM_INFO, 209 for another arch\n");
+    printf("ok CUBIN: 209 for another architecture, 200 for another machine\n");
   }
   printf("ok modules: PTX entries only (500 otherwise), 200/218/222 for bad images\n");
 }
@@ -772,6 +836,7 @@ int main(int argc, char** argv) {
   register_kernel("ping", ping);
   register_kernel("args", args);
   register_kernel("vadd", vadd);
+  register_kernel("odd", odd);
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8", 1); /* the driver's default */
   OK(cuInit(0));
   bgcu_context ctx;
