@@ -259,7 +259,9 @@ export class GraphExec {
     if (!kernel || typeof kernel !== "object" || !Array.isArray((kernel as Kernel).signature)) invalid(call, "expected a Kernel");
     if (kernel.device.state.handle !== this.device.state.handle) invalid(call, `${kernel.name}: kernel of another device`);
     const node = this.#kernels?.[index];
-    if (node ? !sameKernel(node, kernel) : this.#kernelSet.size > 0 && ![...this.#kernelSet].some((k) => sameKernel(k, kernel)))
+    // Node order unknown (overlapping captures, commands from an encoder): the kernel must at
+    // least be one captured, or of a module whose commands were captured.
+    if (node ? !sameKernel(node, kernel) : this.#kernelSet.size > 0 && !this.#holds.has(kernel.module) && ![...this.#kernelSet].some((k) => sameKernel(k, kernel)))
       invalid(
         call,
         node

@@ -17,7 +17,7 @@
 import { N, addressOf, lastError, readU64, scratchU8, slot } from "../ffi/native";
 import { Cmd } from "../ffi/symbols";
 import { Buffer, checkSize, fillPattern, type FillType } from "./buffer";
-import type { Device, DeviceState } from "./device";
+import { noteCaptured, type Device, type DeviceState } from "./device";
 import { GpuError, disposed, invalid, type BackendLabel, options } from "./errors";
 import { Event } from "./event";
 import { Kernel, dim3, packArgs, type ArgArea, type ArgValue, type Dim3 } from "./kernel";
@@ -385,6 +385,7 @@ export class CommandEncoder {
       }
       this.#submits++;
       crossed = true;
+      if (this.#dev.captures > 0) noteCaptured(this.#dev, s, null, this.#refs); // a graph replays it: keep what it uses
     }
     if (!opts.keep) this.reset();
     return crossed;

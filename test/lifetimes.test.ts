@@ -30,4 +30,7 @@ test("a GraphExec keeps its buffers and module past dispose() and collection; se
   expect(out.wrongKernel).toBe("1 true");
   expect(out.afterRefused).toBe(2);
   expect(out.setArgsKept).toBe(true);
+  // commands committed from a CommandEncoder into the capture are kept alike
+  expect(out.encoderKept).toBe(true);
+  expect(out.encoderSetArgs).toBe(2);
 }, 90_000);
