@@ -3,7 +3,7 @@
 import { N, check, slot, readPtr, readI32 } from "../ffi/native";
 import { Status } from "../ffi/symbols";
 import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buffer";
-import { Device, factories, noteCaptured } from "./device";
+import { Device, captureEnded, factories, noteCaptured } from "./device";
 import { GpuError, invalid, disposed } from "./errors";
 import { Event } from "./event";
 import { abandonFailures, beforeBlockingWait, enqueueHostFn, raiseFailures, recordFailure, type FailureSink } from "./hostfn";
@@ -286,11 +286,14 @@ export class Stream {
     }
     const h = this.#handle;
     beforeBlockingWait("Stream.dispose", (s) => s === h, () => N.bg_stream_query(h) !== Status.NOT_READY);
+    // Disposed while capturing: the capture ends with it (the device stops counting it open).
+    const capturing = this.isDefault ? false : N.bg_stream_capture_status(h, slot(0)) === 0 && readI32(0) !== 0;
     this.#live = false;
     untrack(this);
     if (this.#registered) this.device.state.streams.delete(this.#registered);
     for (const ev of this.#spare.splice(0)) ev.dispose();
     const rc = N.bg_stream_destroy(this.#handle);
+    if (capturing) captureEnded(this.device.state);
     this.#idle();
     abandonFailures(this.#failures, "Stream.dispose"); // no later wait can report them now
     check(rc, "bg_stream_destroy", this.device.backend);

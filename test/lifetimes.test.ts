@@ -33,4 +33,7 @@ test("a GraphExec keeps its buffers and module past dispose() and collection; se
   // commands committed from a CommandEncoder into the capture are kept alike
   expect(out.encoderKept).toBe(true);
   expect(out.encoderSetArgs).toBe(2);
+  // a stream disposed mid-capture ends its capture, so collected buffers are freed again
+  expect(out.capturesAfterDispose).toBe(0);
+  expect(out.forgottenFreed).toBe(true);
 }, 90_000);
