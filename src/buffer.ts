@@ -50,8 +50,12 @@ interface Allocation {
   users?: number;
 }
 
-/** Bytes currently allocated through Buffer.alloc (live allocations), per process. */
-export const memoryStats = { liveAllocations: 0, liveBytes: 0 };
+/**
+ * Memory currently allocated, per process: device memory through Buffer.alloc (liveAllocations,
+ * liveBytes) and pinned host memory through HostBuffer.alloc (liveHostAllocations,
+ * liveHostBytes). A free deferred past an open capture, or held by a graph, still counts.
+ */
+export const memoryStats = { liveAllocations: 0, liveBytes: 0, liveHostAllocations: 0, liveHostBytes: 0 };
 
 /** Free an allocation once, by dispose() or the finaliser alike; returns the shim's status. */
 function release(a: Allocation): number {
@@ -304,6 +308,7 @@ export function fillPattern(call: string, value: number, type: FillType): { patt
 interface HostAllocation {
   dev: DeviceState;
   host: number;
+  bytes: number;
   live: boolean;
   freed: boolean;
 }
@@ -313,6 +318,8 @@ function freeHost(h: HostAllocation): void {
   if (h.freed) return;
   h.freed = true;
   releaseOutsideCapture(h.dev, () => {
+    memoryStats.liveHostAllocations--;
+    memoryStats.liveHostBytes -= h.bytes;
     if (h.dev.open) N.bg_host_free(h.dev.handle, h.host);
   });
 }
@@ -361,7 +368,9 @@ export class HostBuffer {
 
   private constructor(device: Device, host: number, devAddress: number, bytes: number, mapped: boolean) {
     this.device = device;
-    this.#mem = { dev: device.state, host, live: true, freed: false };
+    this.#mem = { dev: device.state, host, bytes, live: true, freed: false };
+    memoryStats.liveHostAllocations++;
+    memoryStats.liveHostBytes += bytes;
     this.#devAddress = devAddress;
     this.byteLength = bytes;
     this.mapped = mapped;

@@ -1,7 +1,7 @@
 // Nothing is lost: Buffer.dispose() inside a capture never throws and frees the memory when the
 // capture ends (the capture survives); a HostBuffer left to the collector is freed by its
 // finaliser; a HostBuffer's TypedArray views keep its memory alive after the object is gone.
-// Runs in a subprocess (a use-after-free would crash it), measured by RSS and memoryStats.
+// Runs in a subprocess (a use-after-free would crash it), measured by memoryStats (and RSS for the explicit free).
 import { expect, test } from "bun:test";
 import { join } from "node:path";
 
@@ -19,7 +19,9 @@ test("dispose in a capture, HostBuffer finaliser, views outliving their HostBuff
   expect(out.endCapture).toBe("ok"); // …so the capture is not invalidated…
   expect(out.freedAfterCapture).toBe(true); // …and freed once it ends
   expect(out.rssDropMiB).toBeGreaterThanOrEqual(48); // the 64 MiB really went back
-  expect(out.hostGrowthMiB).toBeLessThan(384); // 512 MiB of forgotten HostBuffers: collected
+  expect(out.hostAllocatedLive).toBe(true);
+  expect(out.hostCollected).toBe(true); // 512 MiB of forgotten HostBuffers: collected
+  expect(out.viewHeld).toBe(true); // the HostBuffer object is gone, its view keeps the memory
   expect(out.viewIntact).toBe(true);
-  expect(out.viewReleasedDropMiB).toBeGreaterThanOrEqual(24); // freed once the view went too
+  expect(out.viewReleased).toBe(true); // freed once the view went too
 }, 120_000);
