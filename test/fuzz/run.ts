@@ -272,7 +272,13 @@ const dataSrc = (n: number, w: number) => `data(${n}, ${w})`;
 
 /** An effect of queued work, applied to the model when that work is queued (or replayed). */
 function effCopy(dst: Buf, dOff: number, src: Buf, sOff: number, n: number): Eff {
-  return { bufs: [dst, src], apply: () => modelOf(dst).set(modelOf(src).slice(sOff, sOff + n), dOff) };
+  return {
+    bufs: [dst, src],
+    apply: () => {
+      modelOf(dst).set(modelOf(src).slice(sOff, sOff + n), dOff);
+      if (src.a.unknown && n > 0) dst.a.unknown = true; // (a new allocation's bytes, not yet learned)
+    },
+  };
 }
 function effFill(dst: Buf, off: number, n: number, value: number, size: number): Eff {
   return { bufs: [dst], apply: () => fillBytes(modelOf(dst).subarray(off, off + n), value, size) };
