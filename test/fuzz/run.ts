@@ -183,8 +183,9 @@ function joinFor(si: number, as: (Alloc | HRec)[]): void {
   for (const a of as) if (a.owner !== null && a.owner !== si) syncStream(a.owner);
 }
 /** Before a synchronous (legacy default stream) call on these: non-blocking owners are synchronized. */
-function joinSync(as: (Alloc | HRec)[]): void {
+function joinSync(as: (Alloc | HRec)[]): boolean {
   for (const a of as) if (a.owner !== null && streams[a.owner]?.nonBlocking) syncStream(a.owner);
+  return as.every((a) => a.owner === null || !streams[a.owner]?.nonBlocking);
 }
 /** After a synchronous call: the default stream and blocking streams are done. */
 function afterSync(dev: number): void {
@@ -296,9 +297,13 @@ function effUpload(dst: Buf, dOff: number, h: HRec, n: number): Eff {
   return { bufs: [dst], apply: () => modelOf(dst).set(h.model.slice(0, n), dOff) };
 }
 /** Queue effects on stream si: join first, then apply now (or record them in its capture). */
-function prepareQueued(si: number, bs: Buf[], hs: HRec[] = []): void {
-  if (streams[si]?.cap) return;
-  joinFor(si, [...bs.map((b) => b.a), ...hs]);
+/** Join before stream si queues work on these; false where a join was impossible (a wait that
+ * a capture makes illegal): then the caller skips the call rather than race. */
+function prepareQueued(si: number, bs: Buf[], hs: HRec[] = []): boolean {
+  if (streams[si]?.cap) return true;
+  const as = [...bs.map((b) => b.a), ...hs];
+  joinFor(si, as);
+  return as.every((a) => a.owner === null || a.owner === si);
 }
 function applyQueued(si: number, effs: Eff[], hs: HRec[] = []): void {
   const s = streams[si]!;
@@ -395,7 +400,7 @@ h("write", "buffer", 8, (w) => {
   const n = w[2]! % (b.len - off + 2);
   const valid = b.a.live && off + n <= b.len;
   const data = dataFor(n, w[3]!);
-  joinSync([b.a]);
+  if (!joinSync([b.a])) return;
   const r = call(() => `${b.name}.write(${dataSrc(n, w[3]!)}, { offset: ${off} })`, valid ? (anyCapture() ? "any" : "ok") : "err", () => b.b.write(data, { offset: off }));
   if (r.ok) {
     modelOf(b).set(data, off);
@@ -408,7 +413,7 @@ h("read", "buffer", 4, (w) => {
   if (!b) return;
   const off = w[1]! % (b.len + 2);
   const valid = b.a.live && off <= b.len;
-  joinSync([b.a]);
+  if (!joinSync([b.a])) return;
   const r = call(() => `${b.name}.read(Uint8Array, { offset: ${off} })`, valid ? (anyCapture() ? "any" : "ok") : "err", () => b.b.read(Uint8Array, { offset: off }));
   if (r.ok) {
     if (off < b.len) afterSync(b.dev);
@@ -425,7 +430,7 @@ h("copyTo", "buffer", 6, (w) => {
   const so = w[2]! % (s.len + 1), dO = w[3]! % (d.len + 1);
   const n = w[4]! % (Math.min(s.len - so, d.len - dO) + 2);
   const valid = s.a.live && d.a.live && s.dev === d.dev && so + n <= s.len && dO + n <= d.len;
-  joinSync([s.a, d.a]);
+  if (!joinSync([s.a, d.a])) return;
   const r = call(() => `${s.name}.copyTo(${d.name}, { srcOffset: ${so}, dstOffset: ${dO}, bytes: ${n} })`, valid ? (anyCapture() ? "any" : "ok") : "err",
     () => s.b.copyTo(d.b, { srcOffset: so, dstOffset: dO, bytes: n }));
   if (r.ok) {
@@ -445,7 +450,7 @@ h("fill", "buffer", 5, (w) => {
   let value = w[4]! % 7 === 0 ? -1 : w[4]! & (size === 1 ? 0xff : size === 2 ? 0xffff : 0xffffff);
   if (type === "f32") value = (w[4]! % 1000) / 8;
   const valid = b.a.live && off + n <= b.len && n % size === 0 && (b.off + off) % size === 0 && value >= 0;
-  joinSync([b.a]);
+  if (!joinSync([b.a])) return;
   const r = call(() => `${b.name}.fill(${value}, { type: "${type}", offset: ${off}, bytes: ${n} })`, valid ? (anyCapture() ? "any" : "ok") : "any",
     () => b.b.fill(value, { type, offset: off, bytes: n }));
   if (r.ok) {
@@ -466,7 +471,7 @@ h("stream.copy", "stream", 6, (w) => {
   const so = w[2]! % (s.len + 1), dO = w[3]! % (d.len + 1);
   const n = w[4]! % (Math.min(s.len - so, d.len - dO) + 2);
   const valid = s.a.live && d.a.live && s.dev === st.dev && d.dev === st.dev && so + n <= s.len && dO + n <= d.len;
-  if (valid) prepareQueued(si, [s, d]);
+  if (valid && !prepareQueued(si, [s, d])) return;
   const r = call(() => `${st.name}.copy(${d.name}, ${s.name}, { srcOffset: ${so}, dstOffset: ${dO}, bytes: ${n} })`, valid ? (st.cap || (st.isDefault && anyCapture()) ? "any" : "ok") : "err",
     () => st.s.copy(d.b, s.b, { srcOffset: so, dstOffset: dO, bytes: n }));
   if (r.ok) {
@@ -486,7 +491,7 @@ h("stream.fill", "stream", 5, (w) => {
   const n = (w[3]! % (b.len - off + 2)) & ~(w[4]! % 3 === 0 ? 0 : size - 1);
   const value = w[4]! & (size === 1 ? 0xff : size === 2 ? 0xffff : 0xffffff);
   const valid = b.a.live && b.dev === st.dev && off + n <= b.len && n % size === 0 && (b.off + off) % size === 0;
-  if (valid) prepareQueued(si, [b]);
+  if (valid && !prepareQueued(si, [b])) return;
   const r = call(() => `${st.name}.fill(${b.name}, ${value}, { type: "${type}", offset: ${off}, bytes: ${n} })`, valid ? (st.cap || (st.isDefault && anyCapture()) ? "any" : "ok") : "err",
     () => st.s.fill(b.b, value, { type, offset: off, bytes: n }));
   if (r.ok) applyQueued(si, [effFill(b, off, n, value, size)]);
@@ -501,7 +506,7 @@ h("launch", "kernel", 8, (w) => {
   if (!k) return;
   const la = launchArgs(w, st.dev);
   const valid = la.valid && !dead && md!.live && md!.dev === st.dev && la.buf!.dev === st.dev;
-  if (valid) prepareQueued(si, [la.buf!]);
+  if (valid && !prepareQueued(si, [la.buf!])) return;
   const r = call(() => `${dead ? "deadKernel" : `k${md!.dev}`}.launch(${st.name}, { grid: ${la.grid}, block: ${la.block}, args: ${la.src} })`, valid ? (st.cap || (st.isDefault && anyCapture()) ? "any" : "ok") : "err",
     () => k.launch(st.s, { grid: la.grid, block: la.block, args: la.args as never }));
   if (r.ok) applyQueued(si, [effKernel(la.buf!, la.v, la.n, md!)]);
@@ -637,7 +642,7 @@ h("upload/download", "host", 3, (w) => {
   const dO = w[4]! % (b.len + 1);
   const valid = b.a.live && n <= H.model.length && dO + n <= b.len;
   if (w[5]! % 2) {
-    if (valid) prepareQueued(si, [b], [H]);
+    if (valid && !prepareQueued(si, [b], [H])) return;
     const r = call(() => `${st.name}.upload(${b.name}, ${H.name}, { dstOffset: ${dO}, bytes: ${n} })`, valid ? (st.cap || (st.isDefault && anyCapture()) ? "any" : "ok") : "err",
       () => st.s.upload(b.b, H.h, { dstOffset: dO, bytes: n }));
     if (r.ok) {
@@ -648,7 +653,7 @@ h("upload/download", "host", 3, (w) => {
     }
   } else {
     if (st.cap) return; // a download captured into a graph writes host memory at replay: excluded
-    if (valid) prepareQueued(si, [b], [H]);
+    if (valid && !prepareQueued(si, [b], [H])) return;
     const r = call(() => `${st.name}.download(${H.name}, ${b.name}, { srcOffset: ${dO}, bytes: ${n} })`, valid ? (st.isDefault && anyCapture() ? "any" : "ok") : "err",
       () => st.s.download(H.h, b.b, { srcOffset: dO, bytes: n }));
     if (r.ok) {
@@ -712,7 +717,7 @@ h("exec.launch", "capture", 3, (w) => {
   const touched = x.effs.flatMap((e) => e.bufs);
   const gone = goneIn(x.effs);
   if (gone && EXCLUDE.has("replay-after-dispose")) return; // h6_findings.md #2
-  if (!st.cap && st.dev === x.dev) prepareQueued(si, touched.filter((b) => b.a.live));
+  if (!st.cap && st.dev === x.dev && !prepareQueued(si, touched.filter((b) => b.a.live))) return;
   const r = call(() => `${x.name}.launch(${st.name})`, x.x.disposed || st.dev !== x.dev ? "err" : st.cap || anyCapture() || gone ? "any" : "ok", () => x.x.launch(st.s));
   if (r.ok) {
     if (st.cap) st.cap.effs.push(...x.effs);
@@ -816,7 +821,7 @@ h("encoder", "encoder", 5, (w) => {
     const gone = goneIn(en.effs);
     const poisoned = en.effs.some((e) => e.bad);
     const valid = st.dev === 0 && !gone && !poisoned;
-    if (st.dev === 0) prepareQueued(si, touched.filter((b) => b.a.live));
+    if (st.dev === 0 && !prepareQueued(si, touched.filter((b) => b.a.live))) return;
     const keep = w[2]! % 4 === 0;
     const r = call(() => `enc.commit(${st.name}${keep ? ", { keep: true }" : ""})`, valid ? (st.cap || (st.isDefault && anyCapture()) ? "any" : "ok") : poisoned ? "any" : "err", () => en.enc.commit(st.s, { keep }));
     if (r.ok) {
