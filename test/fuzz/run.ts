@@ -134,7 +134,7 @@ let nameNo = 0;
 const SIZES = [4, 16, 64, 256, 1000, 1024];
 
 interface SRec { s: Stream; dev: number; idx: number; nonBlocking: boolean; isDefault: boolean; cap: Cap | null; name: string }
-interface Eff { apply(): void; bufs: Buf[]; kernelArgs?: { buf: Buf; v: number; n: number }; bad?: boolean; mod?: Mod }
+interface Eff { apply(): void; bufs: Buf[]; kernelArgs?: { buf: Buf; v: number; n: number; cover?: number }; bad?: boolean; mod?: Mod }
 /** Work whose buffers or module were disposed after it was recorded. */
 const goneIn = (effs: Eff[]) => effs.some((e) => e.bufs.some((b) => !b.a.live) || (e.mod && !e.mod.live));
 interface Cap { mode: CaptureMode; effs: Eff[]; maybeInvalid: boolean; dev: number }
@@ -284,12 +284,13 @@ function effCopy(dst: Buf, dOff: number, src: Buf, sOff: number, n: number): Eff
 function effFill(dst: Buf, off: number, n: number, value: number, size: number): Eff {
   return { bufs: [dst], apply: () => fillBytes(modelOf(dst).subarray(off, off + n), value, size) };
 }
-function effKernel(buf: Buf, v: number, n: number, mod?: Mod): Eff {
+/** fz_add over n elements, by a launch of `cover` threads (grid x block): min(n, cover) change. */
+function effKernel(buf: Buf, v: number, n: number, mod?: Mod, cover = Infinity): Eff {
   const e: Eff = {
     mod,
     bufs: [buf],
-    kernelArgs: { buf, v, n },
-    apply: () => u32add(modelOf(e.kernelArgs!.buf), e.kernelArgs!.v, e.kernelArgs!.n),
+    kernelArgs: { buf, v, n, cover },
+    apply: () => u32add(modelOf(e.kernelArgs!.buf), e.kernelArgs!.v, Math.min(e.kernelArgs!.n, e.kernelArgs!.cover!)),
   };
   return e;
 }
@@ -509,7 +510,7 @@ h("launch", "kernel", 8, (w) => {
   if (valid && !prepareQueued(si, [la.buf!])) return;
   const r = call(() => `${dead ? "deadKernel" : `k${md!.dev}`}.launch(${st.name}, { grid: ${la.grid}, block: ${la.block}, args: ${la.src} })`, valid ? (st.cap || (st.isDefault && anyCapture()) ? "any" : "ok") : "err",
     () => k.launch(st.s, { grid: la.grid, block: la.block, args: la.args as never }));
-  if (r.ok) applyQueued(si, [effKernel(la.buf!, la.v, la.n, md!)]);
+  if (r.ok) applyQueued(si, [effKernel(la.buf!, la.v, la.n, md!, la.grid * la.block)]);
 });
 
 h("recompile", "kernel", 0.3, (w) => {
@@ -707,7 +708,7 @@ h("graph.instantiate", "capture", 2, (w) => {
   const old = execs[xi];
   if (old) call(() => `x${xi}.dispose()`, "any", () => old.x.dispose());
   // the exec owns copies of the effects (its arguments can be changed independently)
-  execs[xi] = { x: r.v, effs: g.effs.map((e) => (e.kernelArgs ? effKernel(e.kernelArgs.buf, e.kernelArgs.v, e.kernelArgs.n, e.mod) : e)), name: `x${xi}`, dev: g.dev };
+  execs[xi] = { x: r.v, effs: g.effs.map((e) => (e.kernelArgs ? effKernel(e.kernelArgs.buf, e.kernelArgs.v, e.kernelArgs.n, e.mod, e.kernelArgs.cover) : e)), name: `x${xi}`, dev: g.dev };
 });
 
 h("exec.launch", "capture", 3, (w) => {
@@ -739,7 +740,7 @@ h("exec.setKernelArgs", "capture", 1, (w) => {
   if (valid && !syncAll()) return;
   const r = call(() => `${x.name}.setKernelArgs(${idx}, k${x.dev}, ${la.src})`, valid ? "any" : "err", () => x.x.setKernelArgs(idx, md.k, la.args as never));
   if (r.ok) {
-    kn[idx]!.kernelArgs = { buf: la.buf!, v: la.v, n: la.n };
+    kn[idx]!.kernelArgs = { buf: la.buf!, v: la.v, n: la.n, cover: kn[idx]!.kernelArgs!.cover }; // (the grid stays)
     kn[idx]!.bufs = [la.buf!];
     kn[idx]!.mod = md;
   }
@@ -796,7 +797,7 @@ h("encoder", "encoder", 5, (w) => {
     const r = call(() => `enc.dispatch(k${md.dev}, { grid: ${la.grid}, block: ${la.block}, args: ${la.src} })`, valid ? "ok" : blockOnly ? "any" : "err",
       () => en.enc.dispatch(md.k, { grid: la.grid, block: la.block, args: la.args as never }));
     if (r.ok && blockOnly) en.effs.push({ bufs: [la.buf!], bad: true, apply: () => {} });
-    else if (r.ok) en.effs.push(effKernel(la.buf!, la.v, la.n, md));
+    else if (r.ok) en.effs.push(effKernel(la.buf!, la.v, la.n, md, la.grid * la.block));
   } else if (op === 2) {
     const s = liveBuf(w[1]!), d = liveBuf(w[2]!);
     if (!s || !d) return;
@@ -883,7 +884,7 @@ h("schedule", "schedule", 2, (w) => {
       const r = call(() => src.at(-1)!, "ok", () => Step.kernel(md.k, { grid: la.grid, block: la.block, args: la.args as never }));
       if (!r.ok) return;
       steps.push(r.v);
-      effs.push(effKernel(la.buf!, la.v, la.n, md));
+      effs.push(effKernel(la.buf!, la.v, la.n, md, la.grid * la.block));
     } else if (kind === 1) {
       const s = liveBuf(ww[1]!, 0), d = liveBuf(ww[2]!, 0);
       if (!s || !d) continue;
