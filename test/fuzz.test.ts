@@ -10,6 +10,7 @@
 // it, and the failure is shrunk (delta debugging, each candidate replayed in a fresh subprocess)
 // to a minimal sequence printed as TypeScript.
 //
+// Every fourth batch runs in checked mode (BUNGPU_CHECK=1: guard pages around every allocation).
 // FUZZ_CALLS=N runs N calls in all (split over batches of at most 250,000); FUZZ_SEED=S moves the
 // seeds. Run one batch by hand: BUNGPU_CPU_DEVICES=2 bun test/fuzz/run.ts --seed 1 --calls 100000
 // (--print shows every call).
@@ -40,7 +41,10 @@ describe("fuzzer: random public calls against a model of the bytes", () => {
       const t0 = Date.now();
       for (let i = 0; i < BATCHES; i++) {
         const seed = SEED0 + i;
-        const r = runBatch({ seed, calls: PER_BATCH, exclude: EXCLUDE, timeoutMs: 120_000, shrinkMs: 60_000 });
+        // every fourth batch in checked mode (BUNGPU_CHECK=1): every allocation between guard
+        // pages, so a stray write by a copy or kernel faults instead of corrupting quietly
+        const checked = i % 4 === 3;
+        const r = runBatch({ seed, calls: PER_BATCH, exclude: EXCLUDE, timeoutMs: 120_000, shrinkMs: 60_000, checked });
         if (!r.ok) throw new Error(`fuzz batch seed ${seed}: ${r.kind}: ${r.message}\nminimal sequence (${r.steps} steps):\n${r.minimal}`);
         calls += r.summary!.calls;
         rejected += r.summary!.rejected;

@@ -28,12 +28,17 @@ export interface BatchOptions {
   timeoutMs?: number;
   /** time allowed for shrinking a failure (default 60 s) */
   shrinkMs?: number;
+  /** BUNGPU_CHECK=1: guard pages around allocations, a fault in a kernel a sticky error */
+  checked?: boolean;
 }
 
+let checkedMode = false;
 function env(): Record<string, string> {
   const e = { ...process.env } as Record<string, string>;
   e.BUNGPU_CPU_DEVICES = "2";
   delete e.BUNGPU_DEVICE;
+  if (checkedMode) e.BUNGPU_CHECK = "1";
+  else delete e.BUNGPU_CHECK;
   return e;
 }
 
@@ -92,6 +97,7 @@ function shrink(steps: number[][], fails: (s: number[][]) => boolean, deadline: 
 
 export function runBatch(o: BatchOptions): BatchResult {
   const t0 = Date.now();
+  checkedMode = !!o.checked;
   const timeoutMs = o.timeoutMs ?? 60_000;
   const dir = mkdtempSync(join(tmpdir(), "bungpu-fuzz-"));
   try {
@@ -144,7 +150,7 @@ export function runBatch(o: BatchOptions): BatchResult {
       kind: first.kind,
       message: first.message,
       steps: minimal.length,
-      minimal: `// seed ${o.seed}: ${first.kind}: ${first.message}\n// replayed: ${printed.kind ?? "passed"} ${printed.message}\n${lines.join("\n")}`,
+      minimal: `// seed ${o.seed}${o.checked ? " (BUNGPU_CHECK=1)" : ""}: ${first.kind}: ${first.message}\n// replayed: ${printed.kind ?? "passed"} ${printed.message}\n${lines.join("\n")}`,
       wallMs: Date.now() - t0,
     };
   } finally {
@@ -158,9 +164,10 @@ if (import.meta.main) {
   const get = (n: string, d: string) => (a.includes(`--${n}`) ? a[a.indexOf(`--${n}`) + 1]! : d);
   const seed = Number(get("seed", "1")), batches = Number(get("batches", "1")), calls = Number(get("calls", "20000"));
   const exclude = get("exclude", "").split(",").filter(Boolean);
+  const checked = a.includes("--checked");
   let bad = 0;
   for (let i = 0; i < batches; i++) {
-    const r = runBatch({ seed: seed + i, calls, exclude, timeoutMs: 120_000 });
+    const r = runBatch({ seed: seed + i, calls, exclude, timeoutMs: 120_000, checked });
     console.log(JSON.stringify({ seed: seed + i, ok: r.ok, kind: r.kind, message: r.message, recorded: r.recorded, minimalSteps: r.steps, ...r.summary, wallMs: r.wallMs }));
     if (!r.ok) {
       bad++;
