@@ -549,6 +549,7 @@ export class Kernel {
     if (stream === null || typeof stream !== "object" || cfg === null || typeof cfg !== "object") invalid("Kernel.launch", `${this.name}: expected (stream, { grid, block, args })`);
     const k = this.handle;
     const s = stream.handle;
+    if (typeof s !== "number" || !(stream.device instanceof Device)) invalid("Kernel.launch", `${this.name}: expected a Stream`);
     const dev = this.module.device.state.handle;
     if (stream.device.state.handle !== dev) invalid("Kernel.launch", `${this.name}: stream of another device`);
     // Grid and block inline (no arrays allocated on the hot path).

@@ -985,6 +985,65 @@ h("tensor", "tensor", 1, (w) => {
   call(() => s, "err", f);
 });
 
+// -- wrong types and shapes of arguments at every entry ------------------------------------------
+const WEIRD: [string, unknown][] = [
+  ["null", null], ["undefined", undefined], ['"12"', "12"], ["-1", -1], ["1.5", 1.5], ["NaN", NaN],
+  ["Infinity", Infinity], ["2 ** 53", 2 ** 53], ["{}", {}], ["[]", []], ["Symbol()", Symbol("x")], ["10n", 10n],
+];
+h("badargs", "badargs", 4, (w) => {
+  const [ws, x] = WEIRD[w[0]! % WEIRD.length]!;
+  const b = liveBuf(w[1]!, 0);
+  const st = streams[1 + (w[2]! % 3)];
+  const ev = events[w[3]! % 3];
+  const md = mods[0];
+  const X = x as never;
+  const cases: [string, (() => unknown) | null][] = [
+    [`dev0.alloc(${ws})`, () => devs[0]!.alloc(X)],
+    [`${b?.name}.write(${ws})`, b && (() => b.b.write(X))],
+    [`${b?.name}.write(new Uint8Array(1), ${ws})`, b && x !== undefined && typeof x !== "object" ? () => b.b.write(new Uint8Array(1), X) : null],
+    [`${b?.name}.write(new Uint8Array(1), { offset: ${ws} })`, b && x !== undefined ? () => b.b.write(new Uint8Array(1), { offset: X }) : null],
+    [`${b?.name}.read(${ws})`, b && x !== undefined ? () => b.b.read(X) : null],
+    [`${b?.name}.fill(${ws})`, b && (() => b.b.fill(X))],
+    [`${b?.name}.fill(1, { type: ${ws} })`, b && x !== undefined ? () => b.b.fill(1, { type: X }) : null],
+    [`${b?.name}.copyTo(${ws})`, b && (() => b.b.copyTo(X))],
+    [`${b?.name}.view(${ws})`, b && (() => b.b.view(X))],
+    [`${st?.name}.copy(${ws}, ${b?.name})`, st && b && (() => st.s.copy(X, b.b))],
+    [`${st?.name}.fill(${b?.name}, ${ws})`, st && b && (() => st.s.fill(b.b, X))],
+    [`${st?.name}.wait(${ws})`, st && (() => st.s.wait(X))],
+    [`${st?.name}.beginCapture(${ws})`, st && x !== undefined ? () => st.s.beginCapture(X) : null],
+    [`${ev?.name}.record(${ws})`, ev && x !== undefined ? () => ev.e.record(X) : null],
+    [`Event.elapsed(${ws}, ${ws})`, () => Event.elapsed(X, X)],
+    [`k0.launch(${ws}, {...})`, md && b && (() => md.k.launch(X, { grid: 1, block: 1, args: [b.b, 1, 0] }))],
+    [`k0.launch(${st?.name}, ${ws})`, md && st && (() => md.k.launch(st.s, X))],
+    [`k0.launch(${st?.name}, { grid: ${ws}, block: 1, args: [${b?.name}, 1, 0] })`, md && st && b && (() => md.k.launch(st.s, { grid: X, block: 1, args: [b.b, 1, 0] }))],
+    [`k0.launch(${st?.name}, { grid: 1, block: 1, args: ${ws} })`, md && st && (() => md.k.launch(st.s, { grid: 1, block: 1, args: X }))],
+    [`mod0.kernel(${ws}, ["buffer"])`, md && (() => md.mod.kernel(X, ["buffer"]))],
+    [`mod0.kernel("fz_add", ${ws})`, md && (() => md.mod.kernel("fz_add", X))],
+    [`Device.open(${ws})`, () => Device.open(X)],
+    [`Ring.create(dev0, ${ws})`, () => Ring.create(devs[0]!, X)],
+    [`new CommandEncoder(dev0).dispatch(k0, ${ws})`, md && (() => new CommandEncoder(devs[0]!).dispatch(md.k, X))],
+    [`new CommandEncoder(dev0).commit(${ws})`, () => new CommandEncoder(devs[0]!).commit(X)],
+    [`Step.kernel(k0, ${ws})`, md && (() => Step.kernel(md.k, X))],
+    [`Step.copy(${ws}, ${ws})`, () => Step.copy(X, X)],
+    [`new Schedule().compile(${ws})`, () => new Schedule().compile(X)],
+    [`Tensor.from(${ws})`, typeof x === "number" ? null : () => Tensor.from(X)],
+    [`Tensor.zeros(${ws})`, () => Tensor.zeros(X)],
+    [`Tensor.from(Int32Array.of(1, 2)).reshape(${ws})`, () => Tensor.from(Int32Array.of(1, 2), [2], { dtype: "int32" }).reshape(X)],
+    [`Tensor.from(Int32Array.of(1, 2)).sum(${ws})`, x === undefined || x === null ? null : () => Tensor.from(Int32Array.of(1, 2), [2], { dtype: "int32" }).sum(X)],
+  ];
+  const [src, f] = cases[w[4]! % cases.length]!;
+  if (!f) return;
+  if (anyCapture()) return; // (kept simple: nothing here is captured)
+  // Some of these are legal (sum(-1), an options object of null, Tensor.from([])): the point is
+  // that nothing but a GpuError is thrown. Where one is accepted, its effect is learned.
+  const r = call(() => src, "any", f);
+  if (r.ok) {
+    syncAll();
+    for (const a of allocs) a.unknown = true;
+    check("after an accepted odd argument");
+  }
+});
+
 // -- devices --------------------------------------------------------------------------------------
 h("device.recycle", "device", 0.2, (w) => {
   // dispose dev1 and everything on it, check calls on its dead objects, and open it again
