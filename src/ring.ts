@@ -22,7 +22,7 @@ import { N, check, slot, readU32, readPtr, nativeView } from "../ffi/native";
 import { Status, RING_HEAD_OFFSET, RING_TAIL_OFFSET, RING_META_OFFSET, type BackendName } from "../ffi/symbols";
 import { Buffer } from "./buffer";
 import { Device } from "./device";
-import { GpuError, invalid, illegalState, disposed } from "./errors";
+import { GpuError, invalid, illegalState, disposed, type BackendLabel } from "./errors";
 import { Event } from "./event";
 import { Program, type Kernel, type Module } from "./kernel";
 import { Stream } from "./stream";
@@ -151,6 +151,21 @@ function bytesView(call: string, v: unknown): Uint8Array {
  * A single-producer single-consumer ring of fixed-size messages in memory the host and the
  * device both see (shim: bg_ring_*). Never overwrites: `push` accepts what fits.
  */
+// The raw push and pop, for callers that have already checked the handle, the view and the count
+// against the ring (Ring.push/pop and the ring transports). Module-private: a wrong count or view
+// here would let the shim read or write past the caller's array.
+function pushChecked(backend: BackendLabel, h: number, u8: Uint8Array, n: number): number {
+  const rc = N.bg_ring_push(h, u8, n, slot(0));
+  if (rc !== 0) check(rc, "bg_ring_push", backend);
+  return readU32(0);
+}
+
+function popChecked(backend: BackendLabel, h: number, out: Uint8Array, max: number): number {
+  const rc = N.bg_ring_pop(h, out, max, slot(0));
+  if (rc !== 0) check(rc, "bg_ring_pop", backend);
+  return readU32(0);
+}
+
 export class Ring {
   readonly device: Device;
   readonly messageBytes: number;
@@ -253,14 +268,7 @@ export class Ring {
     const n = count ?? max;
     if (!Number.isInteger(n) || n < 0 || n > max) invalid(call, `count must be an integer in 0..${max}, got ${String(count)}`);
     if (n === 0) return 0;
-    return this.pushUnchecked(h, u8, n);
-  }
-
-  /** @internal */
-  pushUnchecked(h: number, u8: Uint8Array, n: number): number {
-    const rc = N.bg_ring_push(h, u8, n, slot(0));
-    if (rc !== 0) check(rc, "bg_ring_push", this.device.backend);
-    return readU32(0);
+    return pushChecked(this.device.backend, h, u8, n);
   }
 
   /**
@@ -281,15 +289,8 @@ export class Ring {
     const out = into ?? new Uint8Array(Math.min(m, this.count()) * mb);
     if (!into) m = out.byteLength / mb;
     if (m === 0) return out.subarray(0, 0);
-    const k = this.popUnchecked(h, out, m);
+    const k = popChecked(this.device.backend, h, out, m);
     return out.subarray(0, k * mb);
-  }
-
-  /** @internal */
-  popUnchecked(h: number, out: Uint8Array, max: number): number {
-    const rc = N.bg_ring_pop(h, out, max, slot(0));
-    if (rc !== 0) check(rc, "bg_ring_pop", this.device.backend);
-    return readU32(0);
   }
 
   dispose(): void {
@@ -720,7 +721,7 @@ class RingTransport implements Transport {
   }
 
   push(u8: Uint8Array, n: number): number {
-    return this.inRing.pushUnchecked(this.#inH, u8, n);
+    return pushChecked(this.inRing.device.backend, this.#inH, u8, n);
   }
 
   available(): number {
@@ -731,7 +732,7 @@ class RingTransport implements Transport {
     const k = Math.min(n, this.outRing.countFast());
     const out = new Uint8Array(k * this.#rb);
     if (k === 0) return out;
-    const got = this.outRing.popUnchecked(this.#outH, out, k);
+    const got = popChecked(this.outRing.device.backend, this.#outH, out, k);
     return got === k ? out : out.subarray(0, got * this.#rb);
   }
 

@@ -100,6 +100,15 @@ describe("Ring", () => {
     r.dispose();
     expectGpuError(() => r.push(new Uint8Array(8)), Status.INVALID_HANDLE);
   });
+
+  test("no unchecked push or pop is reachable from a Ring (a wrong count there crashed the process)", () => {
+    using r = Ring.create(dev, { messageBytes: 8, capacity: 4 });
+    const any = r as unknown as Record<string, unknown>;
+    expect(any.pushUnchecked).toBeUndefined();
+    expect(any.popUnchecked).toBeUndefined();
+    expectGpuError(() => r.push(new Uint8Array(8), 5), Status.INVALID_VALUE);
+    expectGpuError(() => r.pop(2, new Uint8Array(8)), Status.INVALID_VALUE);
+  });
 });
 
 describe("RingKernel (CPU)", () => {
