@@ -172,7 +172,10 @@ function syncStream(i: number): void {
   if (!s) return;
   if (s.cap) return; // a capturing stream runs nothing; it owns nothing
   const r = call(() => `${s.name}.synchronize()`, anyCapture() ? "any" : "ok", () => s.s.synchronize());
-  if (r.ok) clearOwner((o) => o === i);
+  if (r.ok) {
+    clearOwner((o) => o === i);
+    hostFnsDone(i);
+  }
 }
 function clearOwner(pred: (o: number) => boolean): void {
   for (const a of allocs) if (a.owner !== null && pred(a.owner)) a.owner = null;
@@ -210,6 +213,7 @@ function check(why: string): void {
     for (let d = 0; d < 2; d++) {
       const r = call(() => `dev${d}.synchronize()`, "any", () => devs[d]!.synchronize());
       if (!r.ok) return; // (a sticky or capture error: nothing to compare against)
+      for (let i = 0; i < 5; i++) if (streams[i]?.dev === d) hostFnsDone(i);
     }
     clearOwner(() => true);
     for (const b of bufs) {
@@ -534,6 +538,7 @@ h("stream.sync", "stream", 3, (w) => {
   const r = call(() => `${st.name}.synchronize()`, st.cap || anyCapture() ? "any" : "ok", () => st.s.synchronize());
   if (r.ok) {
     clearOwner((o) => o === si);
+    hostFnsDone(si);
     if (st.isDefault) afterSync(st.dev);
   }
 });
@@ -556,9 +561,27 @@ h("stream.recreate", "stream", 0.5, (w) => {
     if (b) call(() => `${st.name}.fill(${b.name}, 1)`, "err", () => st.s.fill(b.b, 1));
     if (k && b && b.a.live) call(() => `k.launch(${st.name} /* disposed */, ...)`, "err", () => k.launch(st.s, { grid: 1, block: 1, args: [b.b, 1, 0] }));
     streams[si] = null;
+    pendingFns[si] = [];
   }
   newStream(si);
 });
+
+// -- host functions ---------------------------------------------------------------------------------
+// Each adds its number to `ran`; a synchronize of its stream must find it run.
+const ran = new Set<number>();
+const pendingFns: number[][] = [[], [], [], [], []];
+let fnNo = 0;
+h("hostFn", "hostfn", 1.5, (w) => {
+  const si = w[0]! % 5, st = streams[si];
+  if (!st) return;
+  const id = fnNo++;
+  const r = call(() => `${st.name}.hostFn(() => ran.add(${id}))`, st.cap ? "err" : st.isDefault && anyCapture() ? "any" : "ok", () => st.s.hostFn(() => void ran.add(id)));
+  if (r.ok) pendingFns[si]!.push(id);
+});
+function hostFnsDone(si: number): void {
+  for (const id of pendingFns[si]!) if (!ran.has(id)) throw new Failure("host function lost", `${streams[si]?.name ?? `stream ${si}`} synchronized but its host function ${id} had not run`);
+  pendingFns[si] = [];
+}
 
 // -- events --------------------------------------------------------------------------------------
 h("event.record", "event", 3, (w) => {
