@@ -2,9 +2,9 @@
 // its own subprocess (test/fuzz/run.ts) with a time limit, so a crash or a hang fails the batch
 // instead of the suite. Random sequences of public calls, valid and invalid, across buffers and
 // views, streams (blocking, non-blocking, the default stream, another device's), events, pinned
-// host buffers, kernels (and their modules' disposal), stream capture in every CaptureMode,
+// host buffers, host functions, kernels (and their modules' disposal), stream capture in every CaptureMode,
 // graphs and graph execs (setKernelArgs included), schedules in every ExecMode, command encoders,
-// rings and tensors, on two CPU devices (BUNGPU_CPU_DEVICES=2) for wrong-device calls. A model of
+// rings, tensors, and odd argument types at every entry, on two CPU devices (BUNGPU_CPU_DEVICES=2) for wrong-device calls. A model of
 // every live buffer's bytes is compared with the device after every rejected call and
 // periodically. Any crash, hang, non-GpuError throw, accepted invalid call or corrupted byte fails
 // it, and the failure is shrunk (delta debugging, each candidate replayed in a fresh subprocess)
@@ -20,10 +20,13 @@
 //  - "replay-after-dispose": replaying a graph exec or a Graph-mode schedule after a buffer it
 //    captured was disposed writes freed memory (heap corruption: glibc aborts in
 //    tcache_thread_shutdown); item 1 of the issue, being fixed in capture.ts/schedule.ts.
-// Not generated at all (outside what the model can predict):
-//  - a stream joining a capture through an event recorded in it (cross-stream fork into a
-//    capture), a download captured into a graph (it writes host memory at replay), host functions,
-//    RingKernel (resident kernels), Workers and captures from other threads, BUNGPU_CHECK faults.
+// Not generated at all (outside what the model can predict, or another test's subject):
+//  - a stream joining a capture through an event recorded in it (a cross-stream fork into a
+//    capture), a download captured into a graph (it writes host memory at replay), host functions
+//    that throw or never settle (test/hostfn_*.test.ts), RingKernel (resident kernels,
+//    test/ring*.test.ts), Workers and captures from other threads (ThreadLocal vs Global only
+//    differ across threads), kernels that fault (test/checked_mode.test.ts), plan.run/executeAsync
+//    concurrency, odd arguments while a capture is open.
 import { describe, expect, test } from "bun:test";
 import { runBatch } from "./fuzz/harness";
 
