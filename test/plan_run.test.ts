@@ -1,6 +1,7 @@
 // ExecutionPlan.run: inputs in, outputs out, safe under any number of concurrent callers; and
 // execute/executeAsync never interleave (they refuse with "plan busy" instead).
 import { afterAll, describe, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Device, ExecMode, GpuError, Status, Tensor, Variable } from "../src";
 
@@ -205,6 +206,17 @@ describe("execute and executeAsync never interleave", () => {
       plan.dispose();
     }
   });
+});
+
+test("the README's server block is the fixture, line for line but the import", () => {
+  const readme = readFileSync(join(import.meta.dir, "..", "README.md"), "utf8");
+  const blocks = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!);
+  const block = blocks.find((b) => b.includes("Bun.serve") && b.includes("plan.run"));
+  expect(block).toBeDefined();
+  const fixture = readFileSync(join(import.meta.dir, "fixtures", "plan_server.ts"), "utf8");
+  const body = (text: string) => text.split("\n").filter((l) => !l.startsWith("//") && !l.startsWith("import ")).join("\n").trim();
+  expect(body(fixture)).toBe(body(block!));
+  expect(block!).toContain('import { Tensor } from "bungpu";');
 });
 
 test("the README's server example runs as pasted and answers every request", () => {
