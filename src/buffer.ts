@@ -48,6 +48,8 @@ interface Allocation {
   live: boolean;
   /** Graphs and execs that replay work on this memory: it is freed only once they are gone. */
   users?: number;
+  /** Given back to the backend (once, by whichever path comes first). */
+  freed?: boolean;
 }
 
 /**
@@ -55,7 +57,122 @@ interface Allocation {
  * liveBytes) and pinned host memory through HostBuffer.alloc (liveHostAllocations,
  * liveHostBytes). A free deferred past an open capture, or held by a graph, still counts.
  */
-export const memoryStats = { liveAllocations: 0, liveBytes: 0, liveHostAllocations: 0, liveHostBytes: 0 };
+export const memoryStats = {
+  liveAllocations: 0,
+  liveBytes: 0,
+  liveHostAllocations: 0,
+  liveHostBytes: 0,
+  /** Collections bungpu ran because live native bytes would have passed the budget (or on OUT_OF_MEMORY). */
+  collections: 0,
+  /** Live native bytes (device + pinned host) above which the next allocation collects first; Infinity when off. */
+  budget: 0,
+};
+
+// ---- Native memory the collector knows about -------------------------------------------------
+// The JS collector sees a forgotten Buffer as a few dozen bytes, not the megabytes it holds, so a
+// loop of forgotten buffers can pile up gigabytes before a collection runs. Like tfjs and
+// onnxruntime, bungpu counts live native bytes itself: an allocation that would take them past
+// the budget first runs a full collection (Bun.gc(true)) and frees what it found dead. Bun runs
+// FinalizationRegistry callbacks only on a later task, never inside Bun.gc(true), so the
+// allocation path cannot wait for them: every native allocation is also watched through a
+// WeakRef (cleared synchronously by the collection), and the sweep below frees the ones whose
+// owner is gone right away. The budget is max(base, 2 x the bytes live after the last
+// collection); the base is BUNGPU_GC_BUDGET (bytes, or with K/M/G suffix; "off" or 0 disables),
+// default 256 MiB, and setMemoryBudget() changes it at run time.
+
+type Watched = Allocation | HostAllocation;
+/** Every native allocation not yet freed; the WeakRef (to its owner) while nobody disposed it. */
+const owned = new Map<Watched, WeakRef<object> | null>();
+
+const DEFAULT_BUDGET = 256 * 2 ** 20;
+
+/** Parse a budget ("268435456", "256M", "1g", "off"); undefined when not understood. */
+export function parseBudget(v: string): number | undefined {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([kmg]?)i?b?\s*$/i.exec(v);
+  if (/^\s*(off|none|false)\s*$/i.test(v)) return Infinity;
+  if (!m) return undefined;
+  const n = Number(m[1]) * 2 ** ({ "": 0, k: 10, m: 20, g: 30 }[m[2]!.toLowerCase() as "" | "k" | "m" | "g"]);
+  return n === 0 ? Infinity : Math.floor(n);
+}
+
+let baseBudget = (process.env.BUNGPU_GC_BUDGET !== undefined && parseBudget(process.env.BUNGPU_GC_BUDGET)) || DEFAULT_BUDGET;
+memoryStats.budget = baseBudget;
+
+/**
+ * Set the base of the native-memory budget: `bytes` (> 0), or "off" (never collect before an
+ * allocation; an OUT_OF_MEMORY still collects and retries once). Overrides BUNGPU_GC_BUDGET.
+ */
+export function setMemoryBudget(bytes: number | "off"): void {
+  if (bytes === "off") baseBudget = Infinity;
+  else if (typeof bytes === "number" && Number.isSafeInteger(bytes) && bytes > 0) baseBudget = bytes;
+  else invalid("setMemoryBudget", `expected a positive integer byte count or "off", got ${describeValue(bytes)}`);
+  memoryStats.budget = baseBudget;
+}
+
+function liveNative(): number {
+  return memoryStats.liveBytes + memoryStats.liveHostBytes;
+}
+
+/** Before allocating `bytes`: collect first if they would take live native bytes past the budget. */
+function reserve(bytes: number): void {
+  if (liveNative() + bytes > memoryStats.budget) collectNative();
+}
+
+/**
+ * A full collection, then free (synchronously) every allocation whose owner it found dead; the
+ * budget becomes max(base, 2 x what is still live).
+ */
+export function collectNative(): void {
+  memoryStats.collections++;
+  if (typeof Bun !== "undefined") Bun.gc(true);
+  for (const [a, ref] of owned) {
+    if (!ref || ref.deref() !== undefined) continue;
+    owned.set(a, null);
+    if ("host" in a) {
+      hostRegistry.unregister(a);
+      a.live = false;
+      freeHost(a);
+    } else {
+      registry.unregister(a);
+      releaseOutsideCapture(a.dev, () => void release(a));
+    }
+  }
+  memoryStats.budget = Math.max(baseBudget, 2 * liveNative());
+}
+
+/** Allocate through `alloc` (a shim call returning a status); on OUT_OF_MEMORY collect and retry once. */
+function allocRetry(alloc: () => number): number {
+  const rc = alloc();
+  if (rc !== Status.OUT_OF_MEMORY) return rc;
+  collectNative();
+  return alloc();
+}
+
+/**
+ * @internal The Device object of `state` is being disposed: free everything allocated through
+ * it now, even while another Device object keeps the native device open (a closed native
+ * device frees it all anyway). Queued work still using it finishes first (the shim defers a free
+ * past queued work); graphs of a disposed device cannot replay; host views are detached.
+ */
+export function releaseDeviceMemory(state: DeviceState): void {
+  for (const a of [...owned.keys()]) {
+    if (a.dev !== state) continue;
+    if ("host" in a) {
+      hostRegistry.unregister(a);
+      a.live = false;
+      try {
+        a.view?.deref()?.transfer(0);
+      } catch {
+        /* an ArrayBuffer Bun cannot detach */
+      }
+      freeHostNow(a);
+    } else {
+      registry.unregister(a);
+      a.live = false;
+      free(a);
+    }
+  }
+}
 
 /** Free an allocation once, by dispose() or the finaliser alike; returns the shim's status. */
 function release(a: Allocation): number {
@@ -66,7 +183,9 @@ function release(a: Allocation): number {
 }
 
 function free(a: Allocation): number {
-  if (a.bytes === 0) return 0;
+  if (a.bytes === 0 || a.freed) return 0;
+  a.freed = true;
+  owned.delete(a);
   memoryStats.liveAllocations--;
   memoryStats.liveBytes -= a.bytes;
   return a.dev.open ? N.bg_mem_free(a.dev.handle, a.address) : 0; // a closed device freed it
@@ -99,13 +218,17 @@ export class Buffer {
     if (!dev.open) disposed("Buffer.alloc", "device");
     const a: Allocation = { dev, address: 0, bytes, live: true };
     if (bytes > 0) {
-      check(N.bg_mem_alloc(dev.handle, bytes, slot(0)), "bg_mem_alloc", dev.backend);
+      reserve(bytes);
+      check(allocRetry(() => N.bg_mem_alloc(dev.handle, bytes, slot(0))), "bg_mem_alloc", dev.backend);
       a.address = readPtr(0);
       memoryStats.liveAllocations++;
       memoryStats.liveBytes += bytes;
     }
     const b = new Buffer(device, a, 0, bytes);
-    if (bytes > 0) registry.register(b, a, a);
+    if (bytes > 0) {
+      registry.register(b, a, a);
+      owned.set(a, new WeakRef(b));
+    }
     return b;
   }
 
@@ -274,6 +397,7 @@ export class Buffer {
     const a = this.#alloc;
     registry.unregister(a);
     a.live = false;
+    if (owned.has(a)) owned.set(a, null);
     if (a.users) return;
     releaseOutsideCapture(a.dev, () => void free(a));
   }
@@ -310,18 +434,27 @@ interface HostAllocation {
   host: number;
   bytes: number;
   live: boolean;
+  /** Its free was queued (or done). */
   freed: boolean;
+  /** The memory's ArrayBuffer, once made (weakly: it keeps its HostBuffer alive). */
+  view?: WeakRef<ArrayBuffer>;
 }
 
 /** Free a host allocation once (outside any open capture); a closed device already freed it. */
 function freeHost(h: HostAllocation): void {
   if (h.freed) return;
   h.freed = true;
-  releaseOutsideCapture(h.dev, () => {
-    memoryStats.liveHostAllocations--;
-    memoryStats.liveHostBytes -= h.bytes;
-    if (h.dev.open) N.bg_host_free(h.dev.handle, h.host);
-  });
+  releaseOutsideCapture(h.dev, () => freeHostNow(h));
+}
+
+/** Free it now, once (an allocation leaves `owned` when freed). */
+function freeHostNow(h: HostAllocation): void {
+  if (!owned.has(h)) return;
+  h.freed = true;
+  owned.delete(h);
+  memoryStats.liveHostAllocations--;
+  memoryStats.liveHostBytes -= h.bytes;
+  if (h.dev.open) N.bg_host_free(h.dev.handle, h.host);
 }
 
 // A HostBuffer collected without dispose(): its memory is freed (outside any open capture).
@@ -369,6 +502,7 @@ export class HostBuffer {
   private constructor(device: Device, host: number, devAddress: number, bytes: number, mapped: boolean) {
     this.device = device;
     this.#mem = { dev: device.state, host, bytes, live: true, freed: false };
+    owned.set(this.#mem, new WeakRef(this));
     memoryStats.liveHostAllocations++;
     memoryStats.liveHostBytes += bytes;
     this.#devAddress = devAddress;
@@ -382,7 +516,8 @@ export class HostBuffer {
     checkSize("HostBuffer.alloc", "size", bytes);
     if (bytes === 0) invalid("HostBuffer.alloc", "size must be at least 1 byte");
     const h = device.handle;
-    check(N.bg_host_alloc(h, bytes, mapped ? 1 : 0, slot(0), slot(1)), "bg_host_alloc", device.backend);
+    reserve(bytes);
+    check(allocRetry(() => N.bg_host_alloc(h, bytes, mapped ? 1 : 0, slot(0), slot(1))), "bg_host_alloc", device.backend);
     return new HostBuffer(device, readPtr(0), mapped ? readPtr(1) : 0, bytes, mapped);
   }
 
@@ -414,6 +549,7 @@ export class HostBuffer {
     if (!this.#ab) {
       this.#ab = nativeView(this.#host, this.byteLength);
       viewOwners.set(this.#ab, this);
+      this.#mem.view = new WeakRef(this.#ab);
     }
     return this.#ab;
   }
@@ -439,6 +575,7 @@ export class HostBuffer {
     if (!this.#live) return;
     this.#mem.live = false;
     hostRegistry.unregister(this.#mem);
+    if (owned.has(this.#mem)) owned.set(this.#mem, null);
     // Detach every view first, so no TypedArray can reach freed memory.
     if (this.#ab) {
       try {
@@ -459,3 +596,4 @@ export class HostBuffer {
 
 factories.alloc = (d, bytes) => Buffer.alloc(d, bytes);
 factories.allocHost = (d, bytes, mapped) => HostBuffer.alloc(d, bytes, mapped);
+factories.releaseMemory = releaseDeviceMemory;

@@ -113,6 +113,8 @@ const BACKEND_NAMES: BackendName[] = ["cpu", "cuda", "metal"];
 // Late-bound constructors, set by buffer.ts / stream.ts / event.ts to avoid import cycles.
 export const factories: {
   alloc?: (d: Device, bytes: number) => Buffer;
+  /** Free the buffers and host buffers allocated through a Device object being disposed. */
+  releaseMemory?: (state: DeviceState) => void;
   allocHost?: (d: Device, bytes: number, mapped: boolean) => HostBuffer;
   stream?: (d: Device, opts: StreamOptions) => Stream;
   defaultStream?: (d: Device) => Stream;
@@ -348,6 +350,12 @@ export class Device {
       }
     }
     this.state.dependents.clear();
+    // Its memory goes with it, even while another Device object keeps the native device open.
+    try {
+      factories.releaseMemory?.(this.state);
+    } catch {
+      /* dispose() never throws; the native close below frees what is left */
+    }
     this.state.open = false;
     const shared = sharedByHandle.get(this.state.handle);
     if (shared && --shared.opened <= 0) sharedByHandle.delete(this.state.handle);

@@ -2,7 +2,7 @@
 export { GpuError } from "./errors";
 export { Status, StatusName } from "../ffi/symbols";
 export { Device, type DeviceProps, type BackendInfo } from "./device";
-export { Buffer, HostBuffer, memoryStats, type FillType, type HostData } from "./buffer";
+export { Buffer, HostBuffer, memoryStats, setMemoryBudget, type FillType, type HostData } from "./buffer";
 export { Stream, type StreamOptions } from "./stream";
 export { Event, type EventOptions } from "./event";
 export {
