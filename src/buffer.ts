@@ -152,25 +152,29 @@ function allocRetry(alloc: () => number): number {
  * @internal The Device object of `state` is being disposed: free everything allocated through
  * it now, even while another Device object keeps the native device open (a closed native
  * device frees it all anyway). Queued work still using it finishes first (the shim defers a free
- * past queued work); graphs of a disposed device cannot replay; host views are detached.
+ * past queued work); host views are detached. Memory a graph or exec still replays on (it may be
+ * another object's, on the same native device) passes to `heir`, an open Device object on the
+ * native device, and is freed through it when the last user goes; with no heir the native
+ * device closes and frees it, and no graph of it can replay.
  */
-export function releaseDeviceMemory(state: DeviceState): void {
+export function releaseDeviceMemory(state: DeviceState, heir: DeviceState | null = null): void {
   for (const a of [...owned.keys()]) {
     if (a.dev !== state) continue;
+    // disposed like dispose() would: the object refuses every call from now on
+    a.live = false;
     if ("host" in a) {
       hostRegistry.unregister(a);
-      a.live = false;
       try {
         a.view?.deref()?.transfer(0);
       } catch {
         /* an ArrayBuffer Bun cannot detach */
       }
-      freeHostNow(a);
-    } else {
-      registry.unregister(a);
-      a.live = false;
-      free(a);
-    }
+    } else registry.unregister(a);
+    if (heir && a.users) {
+      a.dev = heir; // the last user's drop frees it through the heir
+      owned.set(a, null);
+    } else if ("host" in a) freeHostNow(a);
+    else free(a);
   }
 }
 
@@ -436,6 +440,8 @@ interface HostAllocation {
   live: boolean;
   /** Its free was queued (or done). */
   freed: boolean;
+  /** Graphs and execs that copy to or from this memory; dispose() leaves the free to the last. */
+  users: number;
   /** The memory's ArrayBuffer, once made (weakly: it keeps its HostBuffer alive). */
   view?: WeakRef<ArrayBuffer>;
 }
@@ -477,8 +483,6 @@ export class HostBuffer {
   readonly #mem: HostAllocation;
   #devAddress: number;
   #ab: ArrayBuffer | undefined;
-  /** Graphs and execs that copy to or from this memory; dispose() leaves the free to the last. */
-  #users = 0;
 
   get #host(): number {
     return this.#mem.host;
@@ -489,19 +493,20 @@ export class HostBuffer {
 
   /** @internal See Buffer's [HOLD]: the memory stays allocated until the returned function runs. */
   [HOLD](): () => void {
-    if (!this.#live) return () => {};
-    this.#users++;
+    const mem = this.#mem;
+    if (!mem.live) return () => {};
+    mem.users++;
     let dropped = false;
     return () => {
       if (dropped) return;
       dropped = true;
-      if (--this.#users === 0 && !this.#live) freeHost(this.#mem);
+      if (--mem.users === 0 && !mem.live) freeHost(mem);
     };
   }
 
   private constructor(device: Device, host: number, devAddress: number, bytes: number, mapped: boolean) {
     this.device = device;
-    this.#mem = { dev: device.state, host, bytes, live: true, freed: false };
+    this.#mem = { dev: device.state, host, bytes, live: true, freed: false, users: 0 };
     owned.set(this.#mem, new WeakRef(this));
     memoryStats.liveHostAllocations++;
     memoryStats.liveHostBytes += bytes;
@@ -585,7 +590,7 @@ export class HostBuffer {
       }
       this.#ab = undefined;
     }
-    if (this.#users) return; // a graph or exec still copies to or from it: the last one frees it
+    if (this.#mem.users) return; // a graph or exec still copies to or from it: the last one frees it
     freeHost(this.#mem);
   }
 

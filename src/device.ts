@@ -113,8 +113,11 @@ const BACKEND_NAMES: BackendName[] = ["cpu", "cuda", "metal"];
 // Late-bound constructors, set by buffer.ts / stream.ts / event.ts to avoid import cycles.
 export const factories: {
   alloc?: (d: Device, bytes: number) => Buffer;
-  /** Free the buffers and host buffers allocated through a Device object being disposed. */
-  releaseMemory?: (state: DeviceState) => void;
+  /**
+   * Free the buffers and host buffers allocated through a Device object being disposed; what a
+   * graph still replays passes to `heir` (another open object on the native device), if any.
+   */
+  releaseMemory?: (state: DeviceState, heir: DeviceState | null) => void;
   allocHost?: (d: Device, bytes: number, mapped: boolean) => HostBuffer;
   stream?: (d: Device, opts: StreamOptions) => Stream;
   defaultStream?: (d: Device) => Stream;
@@ -130,7 +133,7 @@ function parseSpec(spec: string): { backend: BackendName; ordinal: number } {
 let defaultDevice: Device | undefined;
 
 /** The stream sets of each open native device, shared by every Device object opened on it. */
-const sharedByHandle = new Map<number, { streams: DeviceState["streams"]; residentStreams: Set<number>; opened: number }>();
+const sharedByHandle = new Map<number, { streams: DeviceState["streams"]; residentStreams: Set<number>; opened: number; states: Set<DeviceState> }>();
 
 export class Device {
   readonly state: DeviceState;
@@ -142,9 +145,10 @@ export class Device {
     // Device objects opened on one native device share its stream sets: a wait of one covers the
     // streams (and host functions) of all, so none blocks on work only another one would service.
     let shared = sharedByHandle.get(handle);
-    if (!shared) sharedByHandle.set(handle, (shared = { streams: new Set(), residentStreams: new Set(), opened: 0 }));
+    if (!shared) sharedByHandle.set(handle, (shared = { streams: new Set(), residentStreams: new Set(), opened: 0, states: new Set() }));
     shared.opened++;
     this.state = { handle, open: true, backend, dependents: new Set(), streams: shared.streams, residentStreams: shared.residentStreams, captures: 0, deferredReleases: [], captureLog: null };
+    shared.states.add(this.state);
     this.ordinal = ordinal;
   }
 
@@ -351,13 +355,14 @@ export class Device {
     }
     this.state.dependents.clear();
     // Its memory goes with it, even while another Device object keeps the native device open.
+    const shared = sharedByHandle.get(this.state.handle);
+    shared?.states.delete(this.state);
     try {
-      factories.releaseMemory?.(this.state);
+      factories.releaseMemory?.(this.state, shared ? ([...shared.states].find((s) => s.open) ?? null) : null);
     } catch {
       /* dispose() never throws; the native close below frees what is left */
     }
     this.state.open = false;
-    const shared = sharedByHandle.get(this.state.handle);
     if (shared && --shared.opened <= 0) sharedByHandle.delete(this.state.handle);
     const rc = N.bg_device_close(this.state.handle);
     if (this === defaultDevice) defaultDevice = undefined;

@@ -46,6 +46,10 @@ test("disposing a Device object frees its buffers and host buffers while another
   expect(out.viewDetached).toBe(true);
   expect(out.buffersDisposed).toBe(true);
   expect(out.otherStillWorks).toBe(true);
+  expect(out.heldByExec).toBe(true); // in use by another object's graph: kept…
+  expect(out.replayHarmless).toBe(true);
+  expect(out.keptAfterReplay).toBe(true);
+  expect(out.freedWithExec).toBe(true); // …and freed when that graph's exec goes
   expect(out.liveEnd).toBe(0);
 }, 60_000);
 
