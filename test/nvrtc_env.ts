@@ -32,13 +32,28 @@ function findLib(root: string): { lib: string; include: string | null } | null {
 
 let cached: Nvrtc | undefined;
 
+/** The major version of the NVRTC at `lib`: its nvrtcVersion(), else the soname's number, else "?". */
+function majorOf(lib: string): string {
+  try {
+    const { dlopen, FFIType, ptr } = require("bun:ffi") as typeof import("bun:ffi");
+    const h = dlopen(lib, { nvrtcVersion: { args: [FFIType.ptr, FFIType.ptr], returns: FFIType.i32 } });
+    try {
+      const v = new Int32Array(2);
+      if (h.symbols.nvrtcVersion(ptr(v), ptr(v, 4)) === 0 && v[0]! > 0) return String(v[0]);
+    } finally {
+      h.close();
+    }
+  } catch {}
+  return /libnvrtc\.so\.(\d+)/.exec(lib)?.[1] ?? "?";
+}
+
 /** NVRTC for tests: BUNGPU_NVRTC if set, else the pip-installed CUDA 13 NVRTC (installed on first use). */
 export function nvrtc(): Nvrtc {
   if (cached) return cached;
   const env = process.env.BUNGPU_NVRTC;
   if (env) {
     cached = existsSync(env)
-      ? { ok: true, lib: env, include: null, version: "?", how: "BUNGPU_NVRTC" }
+      ? { ok: true, lib: env, include: null, version: majorOf(env), how: "BUNGPU_NVRTC" }
       : { ok: false, reason: `BUNGPU_NVRTC=${env} does not exist` };
     return cached;
   }
