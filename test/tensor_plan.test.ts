@@ -160,6 +160,7 @@ describe("ExecutionPlan", () => {
         expect(k.source).toContain(k.entryPoint);
         expect(k.entryPoint).toMatch(/^k_[0-9a-f]{16}$/);
         if (plan.device.backend === "cpu") expect(k.source).toContain(`BG_KERNEL(${k.entryPoint})`);
+        if (plan.device.backend === "cuda") expect(k.source).toContain(`extern "C" __global__ void ${k.entryPoint}(`);
       }
       const pk = plan.preparedKernels();
       expect(pk.map((k) => k.entryPoint)).toEqual(ks.map((k) => k.entryPoint));
