@@ -40,6 +40,6 @@ describe("checked mode (BUNGPU_CHECK=1)", () => {
     expect(r.exitCode === 0).toBe(false);
     // Bun's crash handler re-raises the fault: the process ends by SIGSEGV (or SIGBUS/SIGILL/SIGABRT
     // where the runtime turns it into an abort), never a normal exit
-    expect(["SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGTRAP"]).toContain(r.signalCode ?? "none");
+    expect(["SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGTRAP"]).toContain(String(r.signalCode ?? "none"));
   }, 90_000);
 });

@@ -1020,7 +1020,7 @@ h("badargs", "badargs", 4, (w) => {
   const ev = events[w[3]! % 3];
   const md = mods[0];
   const X = x as never;
-  const cases: [string, (() => unknown) | null][] = [
+  const cases: [string, (() => unknown) | null | undefined | false][] = [
     [`dev0.alloc(${ws})`, () => devs[0]!.alloc(X)],
     [`${b?.name}.write(${ws})`, b && (() => b.b.write(X))],
     [`${b?.name}.write(new Uint8Array(1), ${ws})`, b && x !== undefined && typeof x !== "object" ? () => b.b.write(new Uint8Array(1), X) : null],
