@@ -7,10 +7,10 @@ import { N, addressOf, check } from "../ffi/native";
 import { Cmd } from "../ffi/symbols";
 import { Device, Program } from "../src";
 import { ExecMode, Schedule, type Executable } from "../src/schedule";
-import { cpuKernels } from "../test/kernels";
+import { kernelSources } from "../test/kernels";
 
 const dev = Device.open(process.env.BUNGPU_DEVICE ?? "cpu");
-const mod = Program.compile(dev, cpuKernels, { name: "basic" });
+const mod = Program.compile(dev, kernelSources, { name: "basic" }); // cpu and cuda sources: BUNGPU_DEVICE=cuda:0 runs it too
 const empty = mod.kernel("empty", []);
 const SIZES = [10, 100, 1000];
 const MODES = [ExecMode.Stream, ExecMode.Graph, ExecMode.MultiStream(2)];

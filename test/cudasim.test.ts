@@ -79,6 +79,14 @@ extern "C" __global__ void __launch_bounds__(256) odd(char c, short s, S st, dou
     }
   }, 180_000);
 
+  // test/sim_suite.sh runs the WHOLE suite this way (BUNGPU_DEVICE=cuda:0, as on a lent GPU); too
+  // slow for every run, so only its syntax is checked here.
+  test("test/sim_suite.sh (the whole suite on the simulator) is valid bash", () => {
+    const r = Bun.spawnSync(["bash", "-n", join(root, "test/sim_suite.sh")], { stderr: "pipe" });
+    expect(r.stderr.toString()).toBe("");
+    expect(r.exitCode).toBe(0);
+  });
+
   const nv = linux && cc ? nvrtc() : ({ ok: false, reason: "needs Linux and a C compiler" } as const);
 
   const suites = ["test/backends.test.ts", "test/stream_sync.test.ts"];
