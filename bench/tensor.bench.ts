@@ -87,11 +87,13 @@ if (process.argv.includes("--phases-child")) {
   t.planLoad = performance.now() - t0; // read, key + checksum verification, JSON.parse
   if (!cachedPlan) throw new Error("--phases-child: the plan is not in the plan cache");
   t0 = performance.now();
-  const { gens } = planFromCache(cachedPlan, nodes, [model.node], vars, "c");
+  // the device's kernel language, as prepare() picks it (BUNGPU_DEVICE=cuda:0 runs this too)
+  const lang = dev.backend === "cpu" ? "c" : dev.backend === "cuda" ? "cuda" : "metal";
+  const { gens } = planFromCache(cachedPlan, nodes, [model.node], vars, lang);
   t.planBind = performance.now() - t0; // positions → live nodes, launch functions
   t0 = performance.now();
-  const source = prelude("c") + gens.map((g) => g.body).join("\n");
-  const mod = Program.compile(dev, source, { name: `tensor_${gens.length}k`, options: ["-ffp-contract=fast"] });
+  const source = prelude(lang) + gens.map((g) => g.body).join("\n");
+  const mod = Program.compile(dev, source, { name: `tensor_${gens.length}k`, options: dev.backend === "cpu" ? ["-ffp-contract=fast"] : [] });
   t.moduleFromDiskCache = performance.now() - t0; // source hash, artifact verification, dlopen
   t0 = performance.now();
   for (const g of gens) mod.kernel(g.name, g.signature);
