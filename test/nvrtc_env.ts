@@ -32,6 +32,12 @@ function findLib(root: string): { lib: string; include: string | null } | null {
 
 let cached: Nvrtc | undefined;
 
+/** The folder with nvrtc.h next to a libnvrtc (toolkit lib64/ or pip lib/ → ../include), if any. */
+function includeBeside(lib: string): string | null {
+  const inc = join(dirname(lib), "..", "include");
+  return existsSync(join(inc, "nvrtc.h")) ? inc : null;
+}
+
 /** The major version of the NVRTC at `lib`: its nvrtcVersion(), else the soname's number, else "?". */
 function majorOf(lib: string): string {
   try {
@@ -53,7 +59,7 @@ export function nvrtc(): Nvrtc {
   const env = process.env.BUNGPU_NVRTC;
   if (env) {
     cached = existsSync(env)
-      ? { ok: true, lib: env, include: null, version: majorOf(env), how: "BUNGPU_NVRTC" }
+      ? { ok: true, lib: env, include: includeBeside(env), version: majorOf(env), how: "BUNGPU_NVRTC" }
       : { ok: false, reason: `BUNGPU_NVRTC=${env} does not exist` };
     return cached;
   }
