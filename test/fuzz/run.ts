@@ -182,8 +182,36 @@ function clearOwner(pred: (o: number) => boolean): void {
   for (const h of hosts) if (h && h.owner !== null && pred(h.owner)) h.owner = null;
 }
 /** Before stream `si` queues work on these allocations: join with any other stream writing them. */
+// Every other join is made on the device instead of the host: stream si waits for an event
+// recorded on the owner, so si's next work is ordered after the owner's (and, transitively, a
+// later synchronize of si covers it).
+const joinEvents: (Event | null)[] = [null, null];
+let joinNo = 0;
 function joinFor(si: number, as: (Alloc | HRec)[]): void {
-  for (const a of as) if (a.owner !== null && a.owner !== si) syncStream(a.owner);
+  for (const a of as) {
+    const o = a.owner;
+    if (o === null || o === si) continue;
+    const S = streams[si], T = streams[o];
+    if (S && T && !S.cap && !T.cap && S.dev === T.dev && joinNo++ % 2 === 0) {
+      const d = S.dev;
+      if (!joinEvents[d] || joinEvents[d]!.disposed) {
+        const r = call(() => `const join${d} = dev${d}.createEvent()`, "any", () => devs[d]!.createEvent());
+        joinEvents[d] = r.ok ? r.v : null;
+      }
+      const ev = joinEvents[d];
+      if (ev) {
+        const r1 = call(() => `join${d}.record(${T.name})`, "any", () => ev.record(T.s));
+        const r2 = r1.ok && call(() => `${S.name}.wait(join${d})`, "any", () => S.s.wait(ev));
+        if (r2 && r2.ok) {
+          // everything T owned is now ordered before si's next work: si owns it
+          for (const b of allocs) if (b.owner === o) b.owner = si;
+          for (const h of hosts) if (h && h.owner === o) h.owner = si;
+          continue;
+        }
+      }
+    }
+    syncStream(o);
+  }
 }
 /** Before a synchronous (legacy default stream) call on these: non-blocking owners are synchronized. */
 function joinSync(as: (Alloc | HRec)[]): boolean {
