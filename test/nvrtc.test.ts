@@ -18,9 +18,15 @@ const skip = !rtc.ok || !drv.ok;
 if (!rtc.ok) console.log(`nvrtc.test.ts: skipped, ${rtc.reason}`);
 else if (!drv.ok) console.log(`nvrtc.test.ts: skipped, ${drv.reason}`);
 
+function withoutSimSettings(env: NodeJS.ProcessEnv): Record<string, string> {
+  return Object.fromEntries(Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined && !e[0].startsWith("CUDASIM_")));
+}
+
 function runFixture(script: string, env: Record<string, string> = {}, timeout = 240_000): { out: string; err: string; code: number | null } {
   const r = Bun.spawnSync([process.execPath, join(import.meta.dir, "fixtures", script)], {
-    env: { ...process.env, BUNGPU_LIBCUDA: drv.ok ? drv.lib : "", BUNGPU_NVRTC: rtc.ok ? rtc.lib : "", ...env },
+    // the simulator's own defaults (driver 13.0, sm_90) unless a case says otherwise: a run of the
+    // whole suite with other CUDASIM_* settings (test/sim_suite.sh) must not change these cases
+    env: { ...withoutSimSettings(process.env), BUNGPU_LIBCUDA: drv.ok ? drv.lib : "", BUNGPU_NVRTC: rtc.ok ? rtc.lib : "", ...env },
     stdout: "pipe",
     stderr: "pipe",
     timeout,
