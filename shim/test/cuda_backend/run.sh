@@ -13,6 +13,8 @@ san="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=
 "$cc" -std=c11 -g -O1 $san -fPIC -shared -o "$out/libcudasim.so" "$sim/sim.c" -lpthread -ldl
 "$cc" -std=c11 -g -O1 $san -I"$shim" -I"$sim" -o "$out/backend_test" "$here/backend_test.c" "$shim/bungpu.c" "$shim/cuda/"*.c "$sim/stubs.c" -rdynamic -lpthread -ldl -lm
 export BUNGPU_LIBCUDA="$out/libcudasim.so" ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1
-"$out/backend_test"
+# the backend's defaults: whatever the caller's environment sets (a suite run with its own
+# CUDA_DEVICE_MAX_CONNECTIONS, say) is not what this run checks
+env -u CUDA_MODULE_LOADING -u CUDA_DEVICE_MAX_CONNECTIONS "$out/backend_test"
 # the user's own settings win over the backend's defaults
 CUDA_MODULE_LOADING=LAZY CUDA_DEVICE_MAX_CONNECTIONS=4 "$out/backend_test" env
