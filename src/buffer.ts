@@ -186,6 +186,11 @@ function release(a: Allocation): number {
   return free(a);
 }
 
+/** A queued free: skipped if a graph or exec took a hold while it waited (the last drop frees). */
+function freeUnused(a: Allocation): number {
+  return a.users ? 0 : free(a);
+}
+
 function free(a: Allocation): number {
   if (a.bytes === 0 || a.freed) return 0;
   a.freed = true;
@@ -380,13 +385,16 @@ export class Buffer {
    */
   [HOLD](): () => void {
     const a = this.#alloc;
-    if (!a.live || a.bytes === 0) return () => {};
+    // A disposed allocation whose free is only queued (past an open capture) can still be held:
+    // a capture's record holds what it used, and its graph takes over those holds after the
+    // buffer was disposed during the capture.
+    if (a.freed || a.bytes === 0) return () => {};
     a.users = (a.users ?? 0) + 1;
     let dropped = false;
     return () => {
       if (dropped) return;
       dropped = true;
-      if (--a.users! === 0 && !a.live) releaseOutsideCapture(a.dev, () => void free(a));
+      if (--a.users! === 0 && !a.live) releaseOutsideCapture(a.dev, () => void freeUnused(a));
     };
   }
 
@@ -403,7 +411,7 @@ export class Buffer {
     a.live = false;
     if (owned.has(a)) owned.set(a, null);
     if (a.users) return;
-    releaseOutsideCapture(a.dev, () => void free(a));
+    releaseOutsideCapture(a.dev, () => void freeUnused(a));
   }
 
   [Symbol.dispose](): void {
@@ -450,7 +458,10 @@ interface HostAllocation {
 function freeHost(h: HostAllocation): void {
   if (h.freed) return;
   h.freed = true;
-  releaseOutsideCapture(h.dev, () => freeHostNow(h));
+  releaseOutsideCapture(h.dev, () => {
+    if (h.users) h.freed = false; // held while the free waited: the last drop frees it
+    else freeHostNow(h);
+  });
 }
 
 /** Free it now, once (an allocation leaves `owned` when freed). */
@@ -494,7 +505,7 @@ export class HostBuffer {
   /** @internal See Buffer's [HOLD]: the memory stays allocated until the returned function runs. */
   [HOLD](): () => void {
     const mem = this.#mem;
-    if (!mem.live) return () => {};
+    if (!owned.has(mem)) return () => {}; // freed (a free only queued can still be held)
     mem.users++;
     let dropped = false;
     return () => {

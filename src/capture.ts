@@ -334,7 +334,7 @@ export function beginCapture(stream: Stream, mode: CaptureMode): void {
     );
   check(N.bg_stream_begin_capture(s, mode.toCuda()), "bg_stream_begin_capture", stream.device.backend);
   const state = stream.device.state;
-  if (state.captures === 0 || !state.captureLog) state.captureLog = { uses: new Set(), kernels: [], overlapped: state.captures > 0 };
+  if (state.captures === 0 || !state.captureLog) state.captureLog = { uses: new Set(), holds: new Holds(), kernels: [], overlapped: state.captures > 0 };
   else state.captureLog.overlapped = true;
   state.captures++;
 }
@@ -345,10 +345,19 @@ export function endCapture(stream: Stream): Graph {
   const rc = N.bg_stream_end_capture(s, slot(0));
   const graph = rc === 0 ? readPtr(0) : 0;
   const captured = takeLog(stream.device.state);
-  // The capture is over unless the stream is still capturing (a refused end from another thread).
-  if (rc === 0 || N.bg_stream_capture_status(s, slot(1)) !== 0 || readI32(1) === 0) captureEnded(stream.device.state);
-  check(rc, "bg_stream_end_capture", stream.device.backend);
-  return new Graph(stream.device, graph, captured);
+  // Hold what the graph uses before the capture's record lets go of it (captureEnded, when this
+  // was the last open capture): a buffer disposed during the capture must stay allocated for the
+  // graph, and only its Graph (or nothing) keeps it from then on.
+  const bridge = new Holds();
+  try {
+    for (const u of captured.uses) bridge.add(u);
+    // The capture is over unless the stream is still capturing (a refused end from another thread).
+    if (rc === 0 || N.bg_stream_capture_status(s, slot(1)) !== 0 || readI32(1) === 0) captureEnded(stream.device.state);
+    check(rc, "bg_stream_end_capture", stream.device.backend);
+    return new Graph(stream.device, graph, captured);
+  } finally {
+    bridge.drop();
+  }
 }
 
 /** What the ending capture's graph keeps: everything logged while captures were open. */

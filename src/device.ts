@@ -7,6 +7,7 @@ import { beforeBlockingWait, raiseDeviceFailures } from "./hostfn";
 import type { Buffer, HostBuffer } from "./buffer";
 import type { Stream, StreamOptions } from "./stream";
 import type { Event, EventOptions } from "./event";
+import type { Holds } from "./lifetime";
 
 export interface DeviceProps {
   name: string;
@@ -66,6 +67,12 @@ export interface DeviceState {
 /** What the work captured while captures were open uses; see DeviceState.captureLog. */
 export interface CaptureLog {
   uses: Set<object>;
+  /**
+   * A counted use of each of `uses`, taken when the work was captured: a buffer disposed while
+   * the capture is open stays allocated until the capture's graph takes over (endCapture) or the
+   * last capture ends without one.
+   */
+  holds: Holds;
   /** Kernels launched into a capture, in order: the kernel nodes, unless captures overlapped. */
   kernels: object[];
   /** Another capture began while one was open: `kernels` mixes both, so no node order is known. */
@@ -83,8 +90,13 @@ export function noteCaptured(state: DeviceState, stream: number, kernel: object 
   if (kernel) {
     log.kernels.push(kernel);
     log.uses.add(kernel);
+    log.holds.add(kernel);
   }
-  for (const u of uses) if (u !== null && typeof u === "object") log.uses.add(u);
+  for (const u of uses)
+    if (u !== null && typeof u === "object") {
+      log.uses.add(u);
+      log.holds.add(u);
+    }
 }
 
 /** A finaliser's release: now, or when the device's open captures have ended. */
@@ -96,7 +108,11 @@ export function releaseOutsideCapture(state: DeviceState, release: () => void): 
 /** A capture on the device ended: run the finalisers' releases it held back. */
 export function captureEnded(state: DeviceState): void {
   if (state.captures > 0) state.captures--;
-  if (state.captures === 0) state.captureLog = null;
+  if (state.captures === 0 && state.captureLog) {
+    const log = state.captureLog;
+    state.captureLog = null;
+    log.holds.drop(); // the graphs made by endCapture took their own holds first
+  }
   if (state.captures > 0 || state.deferredReleases.length === 0) return;
   const list = state.deferredReleases.splice(0);
   for (const f of list) {
