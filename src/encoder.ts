@@ -82,6 +82,21 @@ const LAUNCH_HEADER = 48;
 const U32_MAX = 4294967295;
 const DIM_MAX = 2147483647;
 
+/** Each kernel's most threads per block, asked of the backend once. */
+const maxThreadsOf = new WeakMap<Kernel, number>();
+function maxThreads(kernel: Kernel): number {
+  let m = maxThreadsOf.get(kernel);
+  if (m === undefined) maxThreadsOf.set(kernel, (m = kernel.maxThreadsPerBlock));
+  return m;
+}
+
+function badGeometry(call: string, kernel: Kernel, max: number, g: number[], b: number[]): never {
+  invalid(
+    call,
+    `${kernel.name}: grid ${g.join("x")}, block ${b.join("x")} exceeds the limits (${max} threads per block for this kernel; block x,y <= 1024, z <= 64; grid y,z <= 65535)`,
+  );
+}
+
 export class CommandEncoder {
   readonly device: Device;
   readonly #dev: DeviceState;
@@ -105,6 +120,8 @@ export class CommandEncoder {
   #module: Kernel["module"] | null = null;
   #khandle = 0;
   #codes: Uint8Array = new Uint8Array(0);
+  /** The last kernel's most threads per block (bg_kernel_max_threads), for dispatch's checks. */
+  #maxThreads = 0;
   /** The last four references added: one used again soon after is not added again. */
   #r0: Ref | null = null;
   #r1: Ref | null = null;
@@ -186,6 +203,7 @@ export class CommandEncoder {
     const h = kernel.handle; // throws if its module or device is gone
     if (kernel.module.device.state !== this.#dev) invalid(call, `${kernel.name}: kernel of another device`);
     this.#codes = sigCodes(kernel);
+    this.#maxThreads = maxThreads(kernel);
     this.#khandle = h;
     this.#module = kernel.module;
     this.#kernel = kernel;
@@ -236,6 +254,12 @@ export class CommandEncoder {
     else [gx, gy, gz] = dim3(call, "grid", grid);
     if (typeof block === "number" && block >= 1 && block <= DIM_MAX && Math.floor(block) === block) bx = block;
     else [bx, by, bz] = dim3(call, "block", block);
+    // The device's limits, checked here as Kernel.launch's bg_launch checks them: a command the
+    // backend would refuse must not wait for commit (after the commands before it have run).
+    if (bx * by * bz > this.#maxThreads || (dev.backend !== "metal" && (bx > 1024 || by > 1024 || bz > 64 || gy > 65535 || gz > 65535)))
+      badGeometry(call, kernel, this.#maxThreads, [gx, gy, gz], [bx, by, bz]);
+    if (dev.backend === "cpu" && gx * gy * gz > U32_MAX)
+      invalid(call, `${kernel.name}: grid ${gx}x${gy}x${gz} has more than 2^32-1 blocks (the cpu backend's limit)`);
     const shared = cfg.sharedBytes ?? 0;
     if (typeof shared !== "number" || !Number.isInteger(shared) || shared < 0 || shared > U32_MAX)
       invalid(call, `sharedBytes must be a non-negative 32-bit integer, got ${String(shared)}`);

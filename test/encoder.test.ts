@@ -3,7 +3,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { N, readU64, slot } from "../ffi/native";
 import { Cmd } from "../ffi/symbols";
 import { Device, Program, Status, type Buffer, type Kernel } from "../src";
-import { CommandEncoder, CommandError } from "../src/encoder";
+import { CommandEncoder } from "../src/encoder";
 import { ComputeGraph, GraphExecutor, type GraphDispatchOptions } from "../src/graph_executor";
 import { expectGpuError, expectGpuErrorAsync, randomFloats, rng } from "./helpers";
 import { kernelSources } from "./kernels";
@@ -669,21 +669,18 @@ describe("CommandEncoder: validation, growth, events, bad offsets", () => {
     expect(B.read().every((v) => v === 2)).toBe(true);
   });
 
-  test("a command the backend refuses at commit is a GpuError; nothing runs", () => {
+  test("a block over the limit is refused by dispatch itself, as by Kernel.launch; the encoder is unchanged", () => {
+    // (it used to be appended and refused only by commit; bg_submit_checked's own refusals, with
+    // the offset of the bad command, are tested on hand-corrupted bytes above)
     A.fill(5);
     const enc = new CommandEncoder(dev);
-    enc.fill(A, 1).dispatch(addScalar, { grid: 1, block: 4096, args: [A, 1, 16] });
-    let err: unknown;
-    try {
-      enc.commit(s);
-    } catch (e) {
-      err = e;
-    }
-    expect((err as { code?: number }).code).toBe(Status.INVALID_VALUE);
-    expect(String(err)).toMatch(/block/);
-    expect(err).toBeInstanceOf(CommandError);
-    expect((err as CommandError).offset).toBe(32);
+    enc.fill(A, 1);
+    expectGpuError(() => enc.dispatch(addScalar, { grid: 1, block: 4096, args: [A, 1, 16] }), Status.INVALID_VALUE, /block 4096x1x1 exceeds the limits/);
+    expect(enc.commandCount).toBe(1);
     s.synchronize();
     expect(A.read().every((v) => v === 5)).toBe(true);
+    enc.commit(s);
+    s.synchronize();
+    expect(A.read().every((v) => v === 1)).toBe(true);
   });
 });

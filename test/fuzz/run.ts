@@ -134,7 +134,7 @@ let nameNo = 0;
 const SIZES = [4, 16, 64, 256, 1000, 1024];
 
 interface SRec { s: Stream; dev: number; idx: number; nonBlocking: boolean; isDefault: boolean; cap: Cap | null; name: string }
-interface Eff { apply(): void; bufs: Buf[]; kernelArgs?: { buf: Buf; v: number; n: number; cover?: number }; bad?: boolean; mod?: Mod }
+interface Eff { apply(): void; bufs: Buf[]; kernelArgs?: { buf: Buf; v: number; n: number; cover?: number }; mod?: Mod }
 /** Work whose buffers or module were disposed after it was recorded. */
 const goneIn = (effs: Eff[]) => effs.some((e) => e.bufs.some((b) => !b.a.live) || (e.mod && !e.mod.live));
 interface Cap { mode: CaptureMode; effs: Eff[]; maybeInvalid: boolean; dev: number }
@@ -770,7 +770,7 @@ h("exec.launch", "capture", 3, (w) => {
   const gone = goneIn(x.effs);
   if (gone && EXCLUDE.has("replay-after-dispose")) return; // h6_findings.md #2
   if (!st.cap && st.dev === x.dev && !prepareQueued(si, touched.filter((b) => b.a.live))) return;
-  const r = call(() => `${x.name}.launch(${st.name})`, x.x.disposed || st.dev !== x.dev ? "err" : st.cap || anyCapture() || gone ? "any" : "ok", () => x.x.launch(st.s));
+  const r = call(() => `${x.name}.launch(${st.name})`, x.x.disposed || st.dev !== x.dev ? "err" : st.cap || anyCapture() ? "any" : "ok", () => x.x.launch(st.s)); // a disposed buffer or module it replays stays alive for it (issue 11)
   if (r.ok) {
     if (st.cap) st.cap.effs.push(...x.effs);
     else applyQueued(si, x.effs);
@@ -842,13 +842,11 @@ h("encoder", "encoder", 5, (w) => {
     if (!md) return;
     const la = launchArgs(w.slice(1), 0);
     const valid = la.valid && md.live && md.dev === 0;
-    // FINDING (h6_findings.md #1): a block over the device's limit is accepted by dispatch and
-    // only refused by commit; until fixed, "any" here and the commit's effects become unknown.
-    const blockOnly = !valid && la.block === 2048 && md.live && md.dev === 0;
-    const r = call(() => `enc.dispatch(k${md.dev}, { grid: ${la.grid}, block: ${la.block}, args: ${la.src} })`, valid ? "ok" : blockOnly ? "any" : "err",
+    // a block over the device's limit is refused by dispatch itself, as by Kernel.launch
+    // (h6_findings.md #1: it used to be found only by commit)
+    const r = call(() => `enc.dispatch(k${md.dev}, { grid: ${la.grid}, block: ${la.block}, args: ${la.src} })`, valid ? "ok" : "err",
       () => en.enc.dispatch(md.k, { grid: la.grid, block: la.block, args: la.args as never }));
-    if (r.ok && blockOnly) en.effs.push({ bufs: [la.buf!], bad: true, apply: () => {} });
-    else if (r.ok) en.effs.push(effKernel(la.buf!, la.v, la.n, md, la.grid * la.block));
+    if (r.ok) en.effs.push(effKernel(la.buf!, la.v, la.n, md, la.grid * la.block));
   } else if (op === 2) {
     const s = liveBuf(w[1]!), d = liveBuf(w[2]!);
     if (!s || !d) return;
@@ -871,20 +869,13 @@ h("encoder", "encoder", 5, (w) => {
     if (!st) return;
     const touched = en.effs.flatMap((e) => e.bufs);
     const gone = goneIn(en.effs);
-    const poisoned = en.effs.some((e) => e.bad);
-    const valid = st.dev === 0 && !gone && !poisoned;
+    const valid = st.dev === 0 && !gone;
     if (st.dev === 0 && !prepareQueued(si, touched.filter((b) => b.a.live))) return;
     const keep = w[2]! % 4 === 0;
-    const r = call(() => `enc.commit(${st.name}${keep ? ", { keep: true }" : ""})`, valid ? (st.cap || (st.isDefault && anyCapture()) ? "any" : "ok") : poisoned ? "any" : "err", () => en.enc.commit(st.s, { keep }));
+    const r = call(() => `enc.commit(${st.name}${keep ? ", { keep: true }" : ""})`, valid ? (st.cap || (st.isDefault && anyCapture()) ? "any" : "ok") : "err", () => en.enc.commit(st.s, { keep }));
     if (r.ok) {
       applyQueued(si, en.effs);
       if (!keep) en.effs = [];
-    } else if (poisoned) {
-      // commands before the bad one may have run: learn the bytes at the next check
-      if (!st.cap) for (const b of touched) b.a.unknown = true;
-      syncStream(si);
-      call(() => `enc.reset()`, "ok", () => en.enc.reset());
-      en.effs = [];
     }
   }
 });
