@@ -119,6 +119,7 @@ typedef struct cpu_op {
       struct cpu_exec* x;
       struct cpu_xargs* a;
       uint64_t* seqs;
+      uint64_t ticket; /* this launch's turn among the exec's launches (cpu_exec.serving) */
     } g;
     struct {
       uint8_t* bytes;
@@ -310,7 +311,16 @@ typedef struct cpu_exec {
   bg_obj h;
   _Atomic int32_t refs; /* the handle plus each queued launch */
   pthread_mutex_t mu;     /* args and launch bookkeeping */
-  pthread_mutex_t run_mu; /* one replay at a time */
+  pthread_mutex_t run_mu; /* guards the turn below */
+  /* Replays run one at a time, in launch order across all streams (as CUDA orders each launch
+   * of an exec behind the previous ones): a launch takes a ticket (under mu, enqueued before mu
+   * is released) and runs when `serving` reaches it. Without the order, a later launch could take
+   * the exec first and wait on an event that only work queued behind an earlier launch records:
+   * a deadlock. A launch that never runs (refused or abandoned) lands in `skip`. */
+  pthread_cond_t turn;
+  uint64_t next_ticket, serving;
+  uint64_t* skip;
+  uint32_t nskip, capskip;
   cpu_op* ops;
   uint32_t nops, nk, nev, nargs_total;
   uint32_t* koff;   /* per kernel node: offset into args data */
@@ -424,7 +434,8 @@ int32_t cpu_capture_record(cpu_stream* s, cpu_event* e, int* handled);
 int32_t cpu_capture_wait(cpu_stream* s, cpu_event* e, int* handled);
 void cpu_capture_stream_gone(cpu_stream* s);
 void cpu_capture_free_all(cpu_device* d);
-void cpu_exec_run(cpu_stream* s, cpu_exec* x, cpu_xargs* a, const uint64_t* seqs);
+void cpu_exec_run(cpu_stream* s, cpu_exec* x, cpu_xargs* a, const uint64_t* seqs, uint64_t ticket);
+void cpu_exec_skip(cpu_exec* x, uint64_t ticket);
 void cpu_exec_release(cpu_exec* x);
 void cpu_xargs_release(cpu_xargs* a);
 void cpu_cmds_run(cpu_stream* s, cpu_op* op);

@@ -651,6 +651,8 @@ void cpu_exec_release(cpu_exec* x) {
   if (x->args) cpu_xargs_release(x->args);
   pthread_mutex_destroy(&x->mu);
   pthread_mutex_destroy(&x->run_mu);
+  pthread_cond_destroy(&x->turn);
+  free(x->skip);
   free(x->ops);
   free(x->koff);
   free(x->knargs);
@@ -711,6 +713,7 @@ int32_t cpu_graph_instantiate(void* gv, void** out_exec) {
   atomic_init(&x->refs, 1);
   pthread_mutex_init(&x->mu, NULL);
   pthread_mutex_init(&x->run_mu, NULL);
+  pthread_cond_init(&x->turn, NULL);
   bg_obj_init(x, BG_KIND_EXEC, g->h.dev);
   *out_exec = x;
   return BG_OK;
@@ -768,12 +771,52 @@ int32_t cpu_graph_launch(void* xv, void* sv) {
   op.u.g.x = x;
   op.u.g.a = x->args;
   op.u.g.seqs = seqs;
+  op.u.g.ticket = x->next_ticket++;
+  /* enqueued under mu, so two threads launching the exec on one stream queue their launches in
+   * ticket order (a later ticket queued first would wait forever for the one behind it) */
+  int32_t rc = cpu_enqueue(s, &op, "bg_graph_launch"); /* a refused op was abandoned: skipped */
   pthread_mutex_unlock(&x->mu);
-  return cpu_enqueue(s, &op, "bg_graph_launch");
+  if (rc) cpu_op_release(&op);
+  return rc;
 }
 
-void cpu_exec_run(cpu_stream* s, cpu_exec* x, cpu_xargs* a, const uint64_t* seqs) {
+/* Advance past `ticket` (under run_mu) and past every later ticket already skipped. */
+static void exec_turn_done(cpu_exec* x) {
+  x->serving++;
+  for (uint32_t i = 0; i < x->nskip;) {
+    if (x->skip[i] == x->serving) {
+      x->skip[i] = x->skip[--x->nskip];
+      x->serving++;
+      i = 0;
+    } else {
+      i++;
+    }
+  }
+  pthread_cond_broadcast(&x->turn);
+}
+
+/* A launch that will never run: its turn is passed over. */
+void cpu_exec_skip(cpu_exec* x, uint64_t ticket) {
   pthread_mutex_lock(&x->run_mu);
+  if (ticket == x->serving) {
+    exec_turn_done(x);
+  } else {
+    if (x->nskip == x->capskip) {
+      uint32_t nc = x->capskip ? 2 * x->capskip : 4;
+      uint64_t* ns = realloc(x->skip, nc * sizeof *ns);
+      if (!ns) abort(); /* a few bytes: without them later replays would wait forever */
+      x->skip = ns;
+      x->capskip = nc;
+    }
+    x->skip[x->nskip++] = ticket;
+  }
+  pthread_mutex_unlock(&x->run_mu);
+}
+
+void cpu_exec_run(cpu_stream* s, cpu_exec* x, cpu_xargs* a, const uint64_t* seqs, uint64_t ticket) {
+  pthread_mutex_lock(&x->run_mu);
+  while (x->serving != ticket) pthread_cond_wait(&x->turn, &x->run_mu);
+  pthread_mutex_unlock(&x->run_mu);
   for (uint32_t i = 0; i < x->nops; i++) {
     cpu_op* op = &x->ops[i];
     switch (op->kind) {
@@ -791,6 +834,8 @@ void cpu_exec_run(cpu_stream* s, cpu_exec* x, cpu_xargs* a, const uint64_t* seqs
       default: break;
     }
   }
+  pthread_mutex_lock(&x->run_mu);
+  exec_turn_done(x);
   pthread_mutex_unlock(&x->run_mu);
 }
 

@@ -89,6 +89,7 @@ static void op_abandon(cpu_op* op) {
         cpu_op* eo = &x->ops[x->evslot_op[i]];
         if (eo->kind == OP_RECORD) cpu_event_complete(eo->u.ev.e, op->u.g.seqs[i]);
       }
+      cpu_exec_skip(x, op->u.g.ticket); /* later launches of the exec must not wait for it */
       break;
     }
     case OP_CMDS: {
@@ -122,7 +123,7 @@ static void run_op(cpu_stream* s, cpu_op* op) {
     case OP_HOST: op->u.hf.fn(op->u.hf.user); break;
     case OP_RECORD: cpu_event_complete(op->u.ev.e, op->u.ev.seq); break;
     case OP_WAIT: cpu_event_wait_seq(op->u.ev.e, op->u.ev.seq); break;
-    case OP_GRAPH: cpu_exec_run(s, op->u.g.x, op->u.g.a, op->u.g.seqs); break;
+    case OP_GRAPH: cpu_exec_run(s, op->u.g.x, op->u.g.a, op->u.g.seqs, op->u.g.ticket); break;
     case OP_CMDS: cpu_cmds_run(s, op); break;
     case OP_WAIT_STREAM: cpu_stream_wait_count(op->u.ws.s, op->u.ws.target); break;
     default: break;
