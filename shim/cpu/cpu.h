@@ -381,6 +381,10 @@ void cpu_snaps_free(cpu_snaps* sn);
  * stream and every blocking stream as of now. */
 void cpu_legacy_wait_host(cpu_device* d);
 int32_t cpu_enqueue(cpu_stream* s, cpu_op* op, const char* fn); /* releases op on failure */
+/* cpu_enqueue in two halves, for ops that take event record numbers: the legacy default stream's
+ * implicit waits (or its refusal during a global capture) first, then the op itself. */
+int32_t cpu_legacy_deps(cpu_stream* s, const char* fn);
+int32_t cpu_enqueue_raw(cpu_stream* s, cpu_op* op, const char* fn); /* releases op on failure */
 int32_t cpu_submit_op(cpu_stream* s, cpu_op* op, const char* fn); /* capture or enqueue */
 void cpu_op_release(cpu_op* op);
 void cpu_fill(void* dst, uint32_t pattern, uint32_t esz, uint64_t count);

@@ -756,6 +756,13 @@ int32_t cpu_graph_launch(void* xv, void* sv) {
   }
   cpu_op op = {.kind = OP_GRAPH};
   pthread_mutex_lock(&x->mu);
+  /* refused before any event record number or ticket is taken (see cpu_event_record) */
+  int32_t rc = cpu_legacy_deps(s, "bg_graph_launch");
+  if (rc) {
+    pthread_mutex_unlock(&x->mu);
+    free(seqs);
+    return rc;
+  }
   for (uint32_t i = 0; i < x->nev; i++) {
     cpu_op* eo = &x->ops[x->evslot_op[i]];
     cpu_event* e = eo->u.ev.e;
@@ -774,7 +781,7 @@ int32_t cpu_graph_launch(void* xv, void* sv) {
   op.u.g.ticket = x->next_ticket++;
   /* enqueued under mu, so two threads launching the exec on one stream queue their launches in
    * ticket order (a later ticket queued first would wait forever for the one behind it) */
-  int32_t rc = cpu_enqueue(s, &op, "bg_graph_launch"); /* a refused op was abandoned: skipped */
+  rc = cpu_enqueue_raw(s, &op, "bg_graph_launch"); /* a refused op was abandoned: skipped */
   pthread_mutex_unlock(&x->mu);
   if (rc) cpu_op_release(&op);
   return rc;
@@ -895,6 +902,9 @@ int32_t cpu_submit(void* sv, const uint8_t* p, uint64_t len) {
     off += size;
   }
   if (one_by_one) return bg_issue_cmds(s, p, len); /* capture, or events in an active capture */
+  /* refused before any event record number is taken (see cpu_event_record) */
+  int32_t rc = cpu_legacy_deps(s, "bg_submit");
+  if (rc) return rc;
   cpu_op op = {.kind = OP_CMDS};
   op.u.cmd.bytes = malloc((size_t)len);
   if (nev) {
@@ -927,7 +937,7 @@ int32_t cpu_submit(void* sv, const uint8_t* p, uint64_t len) {
     off += size;
   }
   op.u.cmd.nev = nev;
-  return cpu_enqueue(s, &op, "bg_submit");
+  return cpu_enqueue_raw(s, &op, "bg_submit");
 }
 
 void cpu_cmds_run(cpu_stream* s, cpu_op* op) {

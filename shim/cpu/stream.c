@@ -179,7 +179,7 @@ static void* worker_main(void* arg) {
   return NULL;
 }
 
-static int32_t enqueue_raw(cpu_stream* s, cpu_op* op, const char* fn) {
+int32_t cpu_enqueue_raw(cpu_stream* s, cpu_op* op, const char* fn) {
   pthread_mutex_lock(&s->mu);
   while (s->tail - s->head == s->qcap) {
     if (s->qcap >= CPU_QUEUE_MAX) {
@@ -214,11 +214,11 @@ static int32_t enqueue_wait_stream(cpu_stream* s, cpu_stream* on, uint64_t targe
   cpu_op w = {.kind = OP_WAIT_STREAM};
   w.u.ws.s = on;
   w.u.ws.target = target;
-  return enqueue_raw(s, &w, fn);
+  return cpu_enqueue_raw(s, &w, fn);
 }
 
 /* The implicit waits of the legacy default stream, queued on `s` ahead of an op. */
-static int32_t legacy_deps(cpu_stream* s, const char* fn) {
+int32_t cpu_legacy_deps(cpu_stream* s, const char* fn) {
   cpu_device* d = s->dev;
   if (cpu_stream_is_default(s)) {
     int32_t rc = cpu_capture_implicit(d, fn);
@@ -246,13 +246,13 @@ static int32_t legacy_deps(cpu_stream* s, const char* fn) {
 int32_t cpu_enqueue(cpu_stream* s, cpu_op* op, const char* fn) {
   /* OP_RELEASE is bookkeeping (and cpu_defer queues it holding streams_mu): no implicit waits */
   if (op->kind != OP_RELEASE) {
-    int32_t rc = legacy_deps(s, fn);
+    int32_t rc = cpu_legacy_deps(s, fn);
     if (rc) {
       op_abandon(op);
       return rc;
     }
   }
-  return enqueue_raw(s, op, fn);
+  return cpu_enqueue_raw(s, op, fn);
 }
 
 int32_t cpu_submit_op(cpu_stream* s, cpu_op* op, const char* fn) {
@@ -605,13 +605,19 @@ int32_t cpu_event_record(void* ev, void* sv) {
     int32_t rc = cpu_capture_record(s, e, &handled);
     if (handled) return rc;
   }
+  /* A refused record (the legacy default stream during a global capture) must leave the event as
+   * it was: its record number is taken only once the stream's implicit waits are queued. Taken
+   * first, the refused record was abandoned, i.e. completed, and its number (newer than the
+   * event's pending record) let a wait on that pending record pass before the record ran. */
+  int32_t rc = cpu_legacy_deps(s, "bg_event_record");
+  if (rc) return rc;
   cpu_op op = {.kind = OP_RECORD};
   uint64_t seq = atomic_fetch_add(&e->rec_seq, 1) + 1;
   atomic_store(&e->cap_id, 0);
   cpu_event_retain(e);
   op.u.ev.e = e;
   op.u.ev.seq = seq;
-  return cpu_enqueue(s, &op, "bg_event_record");
+  return cpu_enqueue_raw(s, &op, "bg_event_record");
 }
 
 int32_t cpu_stream_wait_event(void* sv, void* ev) {
