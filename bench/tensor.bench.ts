@@ -19,7 +19,7 @@ import { Program } from "../src/kernel";
 import { Tensor, generate, schedule, tensorCompileStats, type ExecutionPlan } from "../src/tensor";
 import { toposort } from "../src/tensor/ast";
 import { prelude } from "../src/tensor/codegen";
-import { planCacheContext } from "../src/tensor/plan";
+import { langOf, planCacheContext } from "../src/tensor/plan";
 import { loadPlan, planFromCache, planKey } from "../src/tensor/plancache";
 import { collectVars } from "../src/tensor/scheduler";
 import { seededRandom } from "../src/tensor/reference";
@@ -87,8 +87,7 @@ if (process.argv.includes("--phases-child")) {
   t.planLoad = performance.now() - t0; // read, key + checksum verification, JSON.parse
   if (!cachedPlan) throw new Error("--phases-child: the plan is not in the plan cache");
   t0 = performance.now();
-  // the device's kernel language, as prepare() picks it (BUNGPU_DEVICE=cuda:0 runs this too)
-  const lang = dev.backend === "cpu" ? "c" : dev.backend === "cuda" ? "cuda" : "metal";
+  const lang = langOf(dev); // the device's kernel language, as prepare() picks it (BUNGPU_DEVICE=cuda:0 runs this too)
   const { gens } = planFromCache(cachedPlan, nodes, [model.node], vars, lang);
   t.planBind = performance.now() - t0; // positions → live nodes, launch functions
   t0 = performance.now();

@@ -143,7 +143,7 @@ export function planCacheContext(dev: Device, opts: ScheduleOptions = {}): strin
   return `${(opts.fusion ?? true) ? "F" : "U"}|${dev.spec}|${dev.backend === "cpu" ? "" : dev.name}|${compilerIdentity(dev)}`;
 }
 
-function langOf(dev: Device): Lang {
+export function langOf(dev: Device): Lang {
   return dev.backend === "cpu" ? "c" : dev.backend === "cuda" ? "cuda" : "metal";
 }
 
