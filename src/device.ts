@@ -273,12 +273,17 @@ export class Device {
    */
   synchronize(): void {
     const h = this.handle;
-    const resident = this.state.residentStreams;
-    const all = this.#streamHandles(false).filter((s) => !resident.has(s));
+    const all = this.#waitedHandles();
     beforeBlockingWait("Device.synchronize", (s) => all.includes(s), () => idle(all));
-    if (resident.size === 0) check(N.bg_device_synchronize(h), "bg_device_synchronize", this.backend);
+    if (this.state.residentStreams.size === 0) check(N.bg_device_synchronize(h), "bg_device_synchronize", this.backend);
     else for (const s of all) check(N.bg_stream_synchronize(s), "bg_stream_synchronize", this.backend);
     raiseDeviceFailures("Device.synchronize", h); // what host functions of its streams threw
+  }
+
+  /** The streams a device-wide wait covers: all but those running a persistent ring kernel. */
+  #waitedHandles(): number[] {
+    const resident = this.state.residentStreams;
+    return this.#streamHandles(false).filter((s) => !resident.has(s));
   }
 
   /** The live streams created on this device; forgets the ones collected or disposed. */
@@ -359,8 +364,7 @@ export class Device {
     if (!this.state.open) return;
     // Closing the device drains its streams: queued host functions must run first. A running
     // ring kernel's stream is left out (it never idles; its RingKernel is stopped just below).
-    const resident = this.state.residentStreams;
-    const all = this.#streamHandles(false).filter((s) => !resident.has(s));
+    const all = this.#waitedHandles();
     beforeBlockingWait("Device.dispose", (s) => all.includes(s), () => idle(all));
     for (const ref of [...this.state.dependents]) {
       try {
