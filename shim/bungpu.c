@@ -878,6 +878,15 @@ BG_API int32_t bg_submit_checked(void* s, const void* bytes, uint64_t len, uint6
   return bg_issue_cmds(s, bytes, len);
 }
 
+BG_API int32_t bg_submit_ex(void* s, const void* bytes, uint64_t len, uint32_t flags,
+                            uint64_t* bad) {
+  if (flags & ~BG_SUBMIT_WAIT)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit_ex: unknown flags 0x%x", flags);
+  int32_t rc = bg_submit_checked(s, bytes, len, bad);
+  if (rc != BG_OK || !(flags & BG_SUBMIT_WAIT)) return rc;
+  return bg_stream_synchronize(s);
+}
+
 BG_API int32_t bg_submit(void* s, const void* bytes, uint64_t len) {
   return bg_submit_checked(s, bytes, len, NULL);
 }

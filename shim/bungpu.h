@@ -267,6 +267,12 @@ BG_API int32_t bg_submit(void* stream, const void* bytes, uint64_t len);
  * (when not NULL) holds the offset of the offending command. */
 BG_API int32_t bg_submit_checked(void* stream, const void* bytes, uint64_t len,
                                  uint64_t* out_bad_offset);
+/* bg_submit_checked, then with BG_SUBMIT_WAIT a bg_stream_synchronize of the same stream: a
+ * whole plan submitted and waited for in one crossing. flags other than BG_SUBMIT_WAIT are
+ * BG_ERR_INVALID_VALUE. */
+#define BG_SUBMIT_WAIT 1u
+BG_API int32_t bg_submit_ex(void* stream, const void* bytes, uint64_t len, uint32_t flags,
+                            uint64_t* out_bad_offset);
 
 /* ---- rings: single-producer single-consumer queues in memory both sides see ---------------
  * Layout at the ring's base address (host and device views alike):
