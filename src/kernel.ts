@@ -1,323 +1,32 @@
-// Runtime-compiled kernels. Program.compile(device, source) → Module → Kernel by name.
-//  - CPU: C (with shim/bungpu_cpu.h) compiled to a shared library by the first C compiler found.
-//  - CUDA: CUDA C compiled by NVRTC to a CUBIN for the device's sm_XY (PTX where NVRTC does not
-//    know the GPU), loaded with cuModuleLoadDataEx.
-//  - Metal: MSL compiled by the Metal framework when the module loads.
-// One disk cache under the per-user cache folder, keyed by a hash of source, options, device and
-// compiler; artifacts are written atomically and checked against their recorded hash before use,
-// so a corrupt entry is rebuilt, never trusted.
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { findCompilers, type CCompiler } from "../ffi/compilers";
-import { tinyccCompile } from "../ffi/tinycc";
-import { cacheRoot } from "../ffi/load";
-import { N, check, cstr, slot, readPtr, readI32, readU64, addressOf, lastError } from "../ffi/native";
-import { SHIM_DIR } from "../ffi/shimsrc";
-import { ImageKind, Status } from "../ffi/symbols";
+// Runtime-compiled kernels. Program.compile(device, source) → Module → Kernel by name. How a
+// source becomes something the shim loads is each backend's record (../backends: C by the first C
+// compiler found on the CPU, CUDA C by NVRTC, MSL by the Metal framework at load; ../compile holds
+// the compilers and the disk cache); this file loads the result, finds kernels and launches them.
+import { N, check, cstr, slot, readPtr, readI32, addressOf } from "../ffi/native";
+import { backends, type BackendName } from "./backends";
 import { Buffer } from "./buffer";
+import type { CompileOptions } from "./compile/types";
 import { Device, noteCaptured } from "./device";
-import { GpuError, invalid, disposed, options } from "./errors";
+import { invalid, disposed, options } from "./errors";
 import { track, untrack } from "./lifetime";
 import type { Stream } from "./stream";
+
+export { compileStats } from "./compile/cache";
+export type { CompileOptions };
 
 export type ArgType = "buffer" | "i32" | "u32" | "i64" | "f32" | "f64";
 export type ArgValue = Buffer | number | bigint;
 export type Dim3 = number | readonly [number] | readonly [number, number] | readonly [number, number, number];
 
-export interface CompileOptions {
-  /** A name for logs and the source file ("kernel" by default). */
-  name?: string;
-  /** Extra compiler options (C compiler flags on CPU, NVRTC options on CUDA). */
-  options?: string[];
-}
-
-export type KernelSource = string | { cpu?: string; cuda?: string; metal?: string };
-
-/** What compilation did in this process: tests and benches read it. */
-export const compileStats = {
-  compilerRuns: 0,
-  diskHits: 0,
-  rebuiltCorrupt: 0,
-  /** `cc --version` spawns to identify the C compiler (0 on a warm start: the identity is remembered on disk). */
-  versionSpawns: 0,
-};
-
-// ---- compiler identity ---------------------------------------------------------------------
-
-let cpuCompiler: { cc: CCompiler; version: string } | null | undefined;
-/** The C compiler for CPU kernels, or null when only Bun's TinyCC is left (BUNGPU_CC=tinycc forces it). */
-function cpuCompilerInfo(): { cc: CCompiler; version: string } | null {
-  if (cpuCompiler !== undefined) return cpuCompiler;
-  const cc = process.env.BUNGPU_CC === "tinycc" ? undefined : findCompilers().list[0];
-  if (!cc) return (cpuCompiler = null);
-  cpuCompiler = { cc, version: compilerVersion(cc) };
-  return cpuCompiler;
-}
-
-const VERSIONS_FILE = "compilers.json";
-const VERSIONS_MAX = 32;
-
-/**
- * The first line of `cc --version`, remembered under the per-user cache folder by the compiler
- * binary's resolved path, size, mtime and inode: a warm start skips the spawn (~1.3 ms). When the
- * binary changes (an upgrade, another alternative behind the symlink), its stamp changes and the
- * compiler is asked again. A missing or unreadable record only costs the spawn.
- */
-function compilerVersion(cc: CCompiler): string {
-  let stamp: string | null = null;
-  try {
-    const real = realpathSync(cc.argv[0]!);
-    const st = statSync(real);
-    stamp = `${cc.argv.join(" ")}|${real}|${st.size}|${st.mtimeMs}|${st.ino}`;
-  } catch {
-    stamp = null;
-  }
-  const file = join(cacheRoot(), VERSIONS_FILE);
-  let known: Record<string, string> = {};
-  if (stamp) {
-    try {
-      const parsed = JSON.parse(readFileSync(file, "utf8")) as unknown;
-      if (parsed && typeof parsed === "object" && !Array.isArray(parsed)) known = parsed as Record<string, string>;
-      const v = known[stamp];
-      if (typeof v === "string" && v.length > 0) return v;
-    } catch {
-      known = {};
-    }
-  }
-  compileStats.versionSpawns++;
-  const r = Bun.spawnSync([...cc.argv, "--version"], { stdout: "pipe", stderr: "pipe" });
-  const version = new TextDecoder().decode(r.stdout).split("\n")[0]?.trim() || cc.label;
-  if (stamp && r.exitCode === 0) {
-    try {
-      const keys = Object.keys(known).filter((k) => typeof known[k] === "string");
-      const next: Record<string, string> = {};
-      for (const k of keys.slice(Math.max(0, keys.length - (VERSIONS_MAX - 1)))) next[k] = known[k]!;
-      next[stamp] = version;
-      mkdirSync(cacheRoot(), { recursive: true });
-      const tmp = `${file}.${process.pid}.${Date.now()}.tmp`;
-      writeFileSync(tmp, JSON.stringify(next));
-      renameSync(tmp, file);
-    } catch {
-      /* a read-only cache folder: the next start spawns again */
-    }
-  }
-  return version;
-}
+/** A kernel source in one text, or one per backend name. */
+export type KernelSource = string | Partial<Record<BackendName, string>>;
 
 /**
  * What identifies the compiler of `device`'s kernels (the C compiler's version line, NVRTC's
  * version and the GPU architecture, or Metal), for caches keyed by it.
  */
 export function compilerIdentity(device: Device): string {
-  if (device.backend === "cpu") {
-    const info = cpuCompilerInfo();
-    return info ? `${info.cc.label}|${info.version}|${archFlags(info.cc).join(" ")}` : "tinycc (bun:ffi)";
-  }
-  if (device.backend === "cuda") {
-    const [major, minor] = device.props.computeCapability;
-    let rtc = "nvrtc";
-    if (N.bg_rtc_version(device.handle, slot(0), slot(1)) === 0) rtc = `nvrtc ${readI32(0)}.${readI32(1)}`;
-    return `${rtc}|sm_${major}${minor}`;
-  }
-  return device.backend;
-}
-
-function archFlags(cc: CCompiler): string[] {
-  if (process.env.BUNGPU_NO_NATIVE_ARCH) return [];
-  if (cc.kind === "zig") return ["-mcpu=native"];
-  return process.arch === "arm64" ? ["-mcpu=native"] : ["-march=native"];
-}
-
-function sha256(...parts: (string | Uint8Array)[]): string {
-  const h = new Bun.CryptoHasher("sha256");
-  for (const p of parts) {
-    h.update(p);
-    h.update("\0");
-  }
-  return h.digest("hex");
-}
-
-// ---- the disk cache --------------------------------------------------------------------------
-
-interface Meta {
-  sha256: string;
-  bytes: number;
-  compiler: string;
-}
-
-function cacheDir(backend: string): string {
-  const d = join(cacheRoot(), "kernels", backend);
-  mkdirSync(d, { recursive: true });
-  return d;
-}
-
-/** The verified artifact path for `key`, or null (absent or corrupt: then removed). */
-function cached(dir: string, key: string, ext: string): string | null {
-  const art = join(dir, `${key}.${ext}`);
-  const metaPath = join(dir, `${key}.json`);
-  if (!existsSync(art) || !existsSync(metaPath)) return null;
-  try {
-    const meta = JSON.parse(readFileSync(metaPath, "utf8")) as Meta;
-    const data = readFileSync(art);
-    if (data.byteLength === meta.bytes && sha256(data) === meta.sha256) return art;
-  } catch {
-    /* unreadable meta: treated as corrupt */
-  }
-  compileStats.rebuiltCorrupt++;
-  rmSync(art, { force: true });
-  rmSync(metaPath, { force: true });
-  return null;
-}
-
-/** Write `data` (already at `tmpPath`, or given) as the artifact for `key`, atomically. */
-function store(dir: string, key: string, ext: string, tmpPath: string, compiler: string): string {
-  const art = join(dir, `${key}.${ext}`);
-  const data = readFileSync(tmpPath);
-  const meta: Meta = { sha256: sha256(data), bytes: data.byteLength, compiler };
-  const metaTmp = join(dir, `${key}.json.${process.pid}.tmp`);
-  writeFileSync(metaTmp, JSON.stringify(meta));
-  renameSync(tmpPath, art);
-  renameSync(metaTmp, join(dir, `${key}.json`));
-  return art;
-}
-
-// ---- per-backend compilation ----------------------------------------------------------------
-
-/** Which compiler CPU kernels use here: a label, e.g. "cc (/usr/bin/cc)" or "tinycc (bun:ffi)". */
-export function cpuCompilerLabel(): string {
-  return cpuCompilerInfo()?.cc.label ?? "tinycc (bun:ffi)";
-}
-
-/** The kernels a CPU source defines: every BG_KERNEL(name). */
-function kernelNames(source: string): string[] {
-  return [...new Set([...source.matchAll(/BG_KERNEL\s*\(\s*([A-Za-z_]\w*)\s*\)/g)].map((m) => m[1]!))];
-}
-
-/** Last resort: compile in memory with Bun's TinyCC and hand the shim a symbol table. */
-function loadTinyCC(device: Device, source: string, opts: CompileOptions): number {
-  const names = kernelNames(source);
-  if (names.length === 0) invalid("Program.compile", "no BG_KERNEL(name) in the source (TinyCC needs to know the kernels)");
-  const work = mkdtempSync(join(tmpdir(), "bungpu-tcc-"));
-  const file = join(work, `${(opts.name ?? "kernel").replace(/[^\w.-]/g, "_")}.c`);
-  let fns: Map<string, number>;
-  try {
-    writeFileSync(file, source);
-    compileStats.compilerRuns++;
-    try {
-      fns = tinyccCompile(file, [SHIM_DIR], names, opts.options ?? []);
-    } catch (e) {
-      const log = (e as Error).message.replaceAll(`${work}/`, "");
-      throw new GpuError(Status.COMPILE, `compiling with Bun's TinyCC (no C compiler found) failed:\n${log}`, { backend: "compiler", call: "Program.compile" });
-    }
-  } finally {
-    rmSync(work, { recursive: true, force: true });
-  }
-  // One explicit buffer for the names and the table, so nothing moves during the call.
-  const enc = new TextEncoder();
-  const nameBytes = names.map((n) => enc.encode(`${n}\0`));
-  const total = 16 * names.length + nameBytes.reduce((a, b) => a + b.length, 0);
-  const ab = new ArrayBuffer(Math.max(8192, total));
-  const base = addressOf(ab);
-  const table = new BigUint64Array(ab, 0, 2 * names.length);
-  let at = 16 * names.length;
-  names.forEach((n, i) => {
-    new Uint8Array(ab, at, nameBytes[i]!.length).set(nameBytes[i]!);
-    table[2 * i] = BigInt(base + at);
-    table[2 * i + 1] = BigInt(fns.get(n)!);
-    at += nameBytes[i]!.length;
-  });
-  check(N.bg_module_load(device.handle, ImageKind.symbols, ab, 16 * names.length, slot(0)), "bg_module_load", "cpu");
-  return readPtr(0);
-}
-
-function compileCpu(source: string, opts: CompileOptions): string {
-  const { cc, version } = cpuCompilerInfo()!;
-  const flags = ["-std=c11", "-O3", ...archFlags(cc), "-fPIC", "-shared", `-I${SHIM_DIR}`, ...(opts.options ?? [])];
-  const key = sha256("cpu", process.platform, process.arch, version, flags.join(" "), source);
-  const dir = cacheDir("cpu");
-  const ext = process.platform === "darwin" ? "dylib" : "so";
-  const hit = cached(dir, key, ext);
-  if (hit) {
-    compileStats.diskHits++;
-    return hit;
-  }
-  const work = mkdtempSync(join(tmpdir(), "bungpu-cc-"));
-  const file = `${(opts.name ?? "kernel").replace(/[^\w.-]/g, "_")}.c`;
-  try {
-    writeFileSync(join(work, file), source);
-    const tmpOut = join(dir, `${key}.${process.pid}.${Date.now()}.tmp`);
-    compileStats.compilerRuns++;
-    const r = Bun.spawnSync([...cc.argv, ...flags, "-o", tmpOut, file], { cwd: work, stdout: "pipe", stderr: "pipe" });
-    if (r.exitCode !== 0 || !existsSync(tmpOut)) {
-      rmSync(tmpOut, { force: true });
-      const log = new TextDecoder().decode(r.stderr).trim();
-      throw new GpuError(Status.COMPILE, `compiling ${file} with ${cc.label} failed:\n${log}`, {
-        backend: "compiler",
-        call: "Program.compile",
-      });
-    }
-    return store(dir, key, ext, tmpOut, version);
-  } finally {
-    rmSync(work, { recursive: true, force: true });
-  }
-}
-
-/** A CUDA image: an ELF CUBIN (the usual) or NUL-terminated PTX (NVRTC older than the GPU). */
-export interface CudaImage {
-  kind: "cubin" | "ptx";
-  /** The bytes to load (PTX with its NUL). */
-  code: Uint8Array;
-  /** NVRTC's log (warnings). */
-  log: string;
-}
-
-function isElf(b: Uint8Array): boolean {
-  return b.length >= 4 && b[0] === 0x7f && b[1] === 0x45 && b[2] === 0x4c && b[3] === 0x46;
-}
-
-/**
- * CUDA C → an image for `device`, through the shim's NVRTC path (bg_rtc_compile): a CUBIN for the
- * device's own sm_XY, PTX only where this NVRTC does not know the GPU. Cached on disk unless
- * `useCache` is false (tests that must see NVRTC run).
- */
-export function compileCudaImage(device: Device, source: string, opts: CompileOptions = {}, useCache = true): CudaImage {
-  const [major, minor] = device.props.computeCapability;
-  let rtc = "nvrtc";
-  if (N.bg_rtc_version(device.handle, slot(0), slot(1)) === 0) rtc = `nvrtc ${readI32(0)}.${readI32(1)}`;
-  const options = opts.options ?? [];
-  const key = sha256("cuda-image", `sm_${major}${minor}`, rtc, options.join("\n"), source);
-  const dir = cacheDir("cuda");
-  const hit = useCache ? cached(dir, key, "img") : null;
-  if (hit) {
-    compileStats.diskHits++;
-    const data = new Uint8Array(readFileSync(hit));
-    return isElf(data) ? { kind: "cubin", code: data, log: "" } : { kind: "ptx", code: cstr(new TextDecoder().decode(data)), log: "" };
-  }
-  compileStats.compilerRuns++;
-  const rc = N.bg_rtc_compile(device.handle, cstr(source), cstr(opts.name ?? "kernel.cu"), cstr(options.join("\n")), 1, slot(0));
-  const result = readPtr(0);
-  const msg = rc !== 0 ? lastError() : "";
-  if (!result) check(rc, "bg_rtc_compile", "cuda");
-  try {
-    check(N.bg_rtc_sizes(result, slot(0), slot(1)), "bg_rtc_sizes", "cuda");
-    const codeLen = readU64(0), logLen = readU64(1);
-    const code = new Uint8Array(codeLen + 1);
-    const log = new Uint8Array(logLen + 1);
-    check(N.bg_rtc_copy(result, code, log), "bg_rtc_copy", "cuda");
-    const text = new TextDecoder().decode(log.subarray(0, logLen));
-    if (rc !== 0) throw new GpuError(rc, `${msg}\n${text}`, { backend: "cuda", call: "bg_rtc_compile" });
-    const bytes = code.subarray(0, codeLen);
-    if (useCache) {
-      const tmp = join(dir, `${key}.${process.pid}.tmp`);
-      writeFileSync(tmp, bytes);
-      store(dir, key, "img", tmp, rtc);
-    }
-    // PTX keeps its NUL terminator (code has one extra zero byte); a CUBIN is passed as is.
-    return isElf(bytes) ? { kind: "cubin", code: bytes, log: text } : { kind: "ptx", code, log: text };
-  } finally {
-    N.bg_rtc_free(result);
-  }
+  return backends[device.backend].compilerIdentity(device);
 }
 
 // ---- modules ------------------------------------------------------------------------------------
@@ -331,26 +40,8 @@ export class Program {
     if (typeof src !== "string" || src.length === 0)
       invalid("Program.compile", `no ${device.backend} source given`);
     const h = device.handle;
-    let image: Uint8Array;
-    let kind: number;
-    let bytes: number;
-    if (device.backend === "cpu" && cpuCompilerInfo() === null) {
-      return new Module(device, loadTinyCC(device, src, opts), src);
-    } else if (device.backend === "cpu") {
-      image = cstr(compileCpu(src, opts));
-      kind = ImageKind.sharedLibrary;
-      bytes = image.byteLength;
-    } else if (device.backend === "cuda") {
-      const img = compileCudaImage(device, src, opts);
-      image = img.code;
-      kind = img.kind === "cubin" ? ImageKind.cubin : ImageKind.ptx;
-      bytes = image.byteLength;
-    } else {
-      image = cstr(src);
-      kind = ImageKind.mslSource;
-      bytes = image.byteLength - 1;
-    }
-    check(N.bg_module_load(h, kind, image, bytes, slot(0)), "bg_module_load", device.backend);
+    const img = backends[device.backend].compile(device, src, opts);
+    check(N.bg_module_load(h, img.kind, img.image, img.bytes, slot(0)), "bg_module_load", device.backend);
     return new Module(device, readPtr(0), src);
   }
 }

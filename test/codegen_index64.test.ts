@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Tensor, generate, schedule } from "../src/tensor";
 import { prelude } from "../src/tensor/codegen";
-import { demoMlpModel, demoTransformerModel } from "../src/demo";
+import { demoMlpModel, demoTransformerModel } from "../examples/demo";
 
 const gxx = Bun.which("g++");
 const root = join(import.meta.dir, "..");

@@ -4,7 +4,7 @@
 // for the demo's models, joined into one module per model as ExecutionPlan does.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { demoCudaSource, demoMlpModel, demoTransformerModel } from "../src/demo";
+import { demoCudaSource, demoMlpModel, demoTransformerModel } from "../examples/demo";
 import { ringKernelSource } from "../src/ring";
 import { Tensor, generate, schedule, type Lang } from "../src/tensor";
 import { prelude } from "../src/tensor/codegen";
@@ -17,7 +17,7 @@ export interface NamedSource {
   kernels: string[];
 }
 
-/** Ring handlers written once in C for the CPU and CUDA (the C++ subset of src/ring.ts). */
+/** Ring handlers written once in C for the CPU and CUDA (the C++ subset of src/ring/source.ts). */
 export const RING_HANDLERS: Record<string, string> = {
   // explicit casts; test/ring.test.ts runs this one on the CPU
   seq: `

@@ -5,7 +5,7 @@
 # pip-installed one of test/nvrtc_env.ts). No GPU.
 #
 #   bash test/sim_suite.sh [bun test args...]      e.g. bash test/sim_suite.sh test/tensor.test.ts
-#   bash test/sim_suite.sh run <script> [args...]   e.g. bash test/sim_suite.sh run src/demo.ts
+#   bash test/sim_suite.sh run <script> [args...]   e.g. bash test/sim_suite.sh run examples/demo.ts
 #
 # Kernels run on the simulator as host twins: translated from each kernel's CUDA C by
 # shim/test/cudasim/twins.ts (the --preload below), else the CPU kernel of the same name from the
@@ -40,7 +40,7 @@ export BUN_OPTIONS="${BUN_OPTIONS:+$BUN_OPTIONS }--preload=$root/shim/test/cudas
 
 echo "sim_suite: BUNGPU_DEVICE=$BUNGPU_DEVICE BUNGPU_LIBCUDA=$BUNGPU_LIBCUDA BUNGPU_NVRTC=$BUNGPU_NVRTC" >&2
 if [ "${1:-}" = run ]; then
-  # bash test/sim_suite.sh run src/demo.ts | bench/x.ts ...: a script instead of the suite
+  # bash test/sim_suite.sh run examples/demo.ts | bench/x.ts ...: a script instead of the suite
   bun "$@"
 else
   bun test --timeout 60000 "$@"

@@ -7,7 +7,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "n
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Device } from "../src";
-import { cpuCompilerLabel } from "../src/kernel";
+import { cpuCompilerLabel } from "../src/compile";
 import { Tensor, Variable, generate, schedule, tensorCompileStats, type ExecutionPlan, type Lang } from "../src/tensor";
 import { decodeIR, encodeIR } from "../src/tensor/ir";
 import { forgetPlanCacheMemory } from "../src/tensor/plancache";

@@ -10,9 +10,10 @@
 //   lanes split over the innermost reduce axis, and run the reduce loop around them.
 // GPU (CUDA, Metal): one thread per output element, the reduce loop in the thread.
 import type { DType } from "./ast";
+import { dialects, type Lang } from "../backends/dialect";
 import { constVal, kdimMax, kdimValue, type Expr, type KDim, type KernelIR } from "./ir";
 
-export type Lang = "c" | "cuda" | "metal";
+export type { Lang };
 
 export interface GeneratedKernel {
   readonly lang: Lang;
@@ -43,7 +44,7 @@ export interface LaunchGeometry {
 /** The launch function of a kernel with geometry `g` (generate() uses it; so does the plan cache). */
 export function launcher(g: LaunchGeometry): (vals: ReadonlyMap<string, number>) => { grid: number; block: number; elements: number } {
   const dims = g.dims, nd = dims.length;
-  if (g.lang === "c") {
+  if (dialects[g.lang].shape === "tiles") {
     const colTile = g.reduce && g.L === 1 ? g.TC : g.reduce ? 1 : g.TC;
     return (vals) => {
       const cols = nd ? kdimValue(dims[nd - 1]!, vals) : 1;
@@ -67,9 +68,9 @@ function ctype(d: DType, lang: Lang): string {
 }
 
 function floatLit(v: number, lang: Lang): string {
-  if (Number.isNaN(v)) return lang === "cuda" ? "__int_as_float(0x7fffffff)" : "NAN";
-  if (v === Infinity) return lang === "cuda" ? "__int_as_float(0x7f800000)" : "INFINITY";
-  if (v === -Infinity) return lang === "cuda" ? "__int_as_float(0xff800000)" : "(-INFINITY)";
+  if (Number.isNaN(v)) return dialects[lang].nan;
+  if (v === Infinity) return dialects[lang].inf;
+  if (v === -Infinity) return dialects[lang].negInf;
   if (Object.is(v, -0)) return "(-0.0f)";
   let s = v.toPrecision(9);
   if (!/[.e]/.test(s)) s += ".0";
@@ -84,9 +85,6 @@ function exprConst(e: Expr, lang: Lang): string {
   const v = constVal(e);
   return e.dtype === "float32" ? floatLit(v, lang) : intLit(v);
 }
-
-const MATH_C: Record<string, string> = { exp: "expf", log: "logf", sqrt: "sqrtf", sin: "sinf", cos: "cosf", tanh: "tanhf", pow: "powf", abs: "fabsf" };
-const MATH_METAL: Record<string, string> = { exp: "exp", log: "log", sqrt: "sqrt", sin: "sin", cos: "cos", tanh: "tanh", pow: "pow", abs: "fabs" };
 
 interface Names {
   gidx(axis: number): string;
@@ -132,9 +130,10 @@ class Emitter {
 
   code(e: Expr, s: string[]): string {
     const lang = this.lang;
+    const d = dialects[lang];
     const [a, b, c] = s;
     const isF = e.dtype === "float32";
-    const bool = (x: string) => (lang === "metal" ? `((int)(${x}))` : `(${x})`);
+    const bool = d.bool;
     if (this.wide.has(e)) {
       // 64-bit forms of the int helpers (the int32 ones would truncate an index)
       switch (e.op) {
@@ -158,16 +157,13 @@ class Emitter {
       case "div": return isF ? `(${a} / ${b})` : `bg_idiv(${a}, ${b})`;
       // C, float: a branch-free select (same result as the ternary, NaN and -0 included), so
       // that GCC does not turn a max against a constant into control flow and give up vectorizing
-      case "max": return lang === "c" && isF ? `bg_fmaxf(${a}, ${b})` : `(${a} > ${b} ? ${a} : ${b})`;
-      case "min": return lang === "c" && isF ? `bg_fminf(${a}, ${b})` : `(${a} < ${b} ? ${a} : ${b})`;
+      case "max": return isF && d.fmax ? `${d.fmax}(${a}, ${b})` : `(${a} > ${b} ? ${a} : ${b})`;
+      case "min": return isF && d.fmin ? `${d.fmin}(${a}, ${b})` : `(${a} < ${b} ? ${a} : ${b})`;
       case "neg": return isF ? `(-${a})` : `bg_ineg(${a})`;
-      case "abs": return isF ? `${(lang === "metal" ? MATH_METAL : MATH_C).abs}(${a})` : `(${a} < 0 ? bg_ineg(${a}) : ${a})`;
-      case "pow": return isF ? `${(lang === "metal" ? MATH_METAL : MATH_C).pow}(${a}, ${b})` : `bg_ipow(${a}, ${b})`;
-      case "tanh":
-        if (lang === "c") return `bg_tanhf(${a})`;
-        return `${(lang === "metal" ? MATH_METAL : MATH_C)[e.op]}(${a})`;
-      case "exp": case "log": case "sqrt": case "sin": case "cos":
-        return `${(lang === "metal" ? MATH_METAL : MATH_C)[e.op]}(${a})`;
+      case "abs": return isF ? `${d.math.abs}(${a})` : `(${a} < 0 ? bg_ineg(${a}) : ${a})`;
+      case "pow": return isF ? `${d.math.pow}(${a}, ${b})` : `bg_ipow(${a}, ${b})`;
+      case "tanh": case "exp": case "log": case "sqrt": case "sin": case "cos":
+        return `${d.math[e.op]}(${a})`;
       case "lt": return bool(`${a} < ${b}`);
       case "le": return bool(`${a} <= ${b}`);
       case "eq": return bool(`${a} == ${b}`);
@@ -222,7 +218,7 @@ const NO_WIDE: ReadonlySet<Expr> = new Set();
 const INT32_MAX = 2 ** 31 - 1;
 
 function indexType(lang: Lang): string {
-  return lang === "cuda" ? "long long" : lang === "metal" ? "long" : "int64_t";
+  return dialects[lang].int64;
 }
 
 type Interval = readonly [number, number];
@@ -290,7 +286,7 @@ function indexNodes(ir: KernelIR): { nodes: Set<Expr>; overflow: boolean } {
 
 /** The nodes to compute in 64 bits for `lang` (none on the CPU, none when int32 cannot overflow). */
 export function wideIndexNodes(ir: KernelIR, lang: Lang): ReadonlySet<Expr> | null {
-  if (lang === "c") return null;
+  if (!dialects[lang].index64) return null;
   let elements = 1;
   for (const d of [...ir.dims, ...(ir.reduce?.dims ?? [])]) elements *= kdimMax(d);
   const { nodes, overflow } = indexNodes(ir);
@@ -309,8 +305,10 @@ export function prelude(lang: Lang): string {
 }
 
 function makePrelude(lang: Lang): string {
-  const u = lang === "c" ? "uint32_t" : "unsigned int";
-  const fn = lang === "c" ? "static inline" : lang === "cuda" ? "static __device__ __forceinline__" : "static inline";
+  const d = dialects[lang];
+  const u = d.u32;
+  const fn = d.helperQualifiers;
+  const m = d.math;
   const lines = [
     `${fn} int bg_ineg(int a) { return (int)(0u - (${u})a); }`,
     `${fn} int bg_idiv(int a, int b) { return b == 0 ? 0 : b == -1 ? bg_ineg(a) : a / b; }`,
@@ -319,9 +317,9 @@ function makePrelude(lang: Lang): string {
     `${fn} int bg_ipow(int a, int b) { if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0; ${u} r = 1u, x = (${u})a; while (b > 0) { if (b & 1) r *= x; x *= x; b >>= 1; } return (int)r; }`,
     `${fn} ${u} bg_hash(${u} x) { ${HASH_BODY} }`,
     `${fn} float bg_rand(${u} mix, int i) { return (float)(bg_hash(bg_hash((${u})i) ^ mix) >> 8) * 5.9604644775390625e-8f; }`,
-    `${fn} float bg_randn(${u} mix, int i) { ${u} c = (${u})i * 2u; float u1 = ((float)(bg_hash(bg_hash(c) ^ mix) >> 8) + 1.0f) * 5.9604644775390625e-8f; float u2 = (float)(bg_hash(bg_hash(c + 1u) ^ mix) >> 8) * 5.9604644775390625e-8f; return ${lang === "metal" ? "sqrt(-2.0f * log(u1)) * cos(6.2831855f * u2)" : "sqrtf(-2.0f * logf(u1)) * cosf(6.2831855f * u2)"}; }`,
+    `${fn} float bg_randn(${u} mix, int i) { ${u} c = (${u})i * 2u; float u1 = ((float)(bg_hash(bg_hash(c) ^ mix) >> 8) + 1.0f) * 5.9604644775390625e-8f; float u2 = (float)(bg_hash(bg_hash(c + 1u) ^ mix) >> 8) * 5.9604644775390625e-8f; return ${m.sqrt}(-2.0f * ${m.log}(u1)) * ${m.cos}(6.2831855f * u2); }`,
   ];
-  if (lang !== "c") {
+  if (d.index64) {
     const L = indexType(lang);
     lines.push(
       `${fn} ${L} bg_idiv64(${L} a, ${L} b) { return b == 0 ? 0 : a / b; }`,
@@ -329,9 +327,7 @@ function makePrelude(lang: Lang): string {
       `${fn} ${L} bg_floormod64(${L} a, ${L} b) { ${L} m = a % b; return (m != 0 && ((m < 0) != (b < 0))) ? m + b : m; }`,
     );
   }
-  if (lang === "c") return `#include "bungpu_cpu.h"\n#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n${lines.join("\n")}\n${C_MATH_PRELUDE}${VEC_PRELUDE}`;
-  if (lang === "cuda") return `${lines.join("\n")}\n`;
-  return `#include <metal_stdlib>\nusing namespace metal;\n${lines.join("\n")}\n`;
+  return `${d.preludeHead}${lines.join("\n")}\n${d.hostVectorHelpers ? C_MATH_PRELUDE + VEC_PRELUDE : ""}`;
 }
 
 function reduceInit(ir: KernelIR, lang: Lang): string {
@@ -398,29 +394,17 @@ function gpuBody(ir: KernelIR, lang: Lang, wide: ReadonlySet<Expr> | null): stri
   return out;
 }
 
-function genCuda(ir: KernelIR): string {
+/** A one-thread-per-element kernel in `lang` (a dialect with a GPU declaration). */
+function genGpu(ir: KernelIR, lang: Lang): string {
+  const g = dialects[lang].gpu!;
   const params = [
-    ...ir.bufs.map((b, i) => `${i === 0 ? "" : "const "}${ctype(b.dtype, "cuda")}* __restrict__ b${i}`),
-    ...ir.vars.map((v) => `int v_${v}`),
+    ...ir.bufs.map((b, i) => g.buffer(i, ctype(b.dtype, lang), i === 0)),
+    ...ir.vars.map((v, i) => g.variable(v, ir.bufs.length + i)),
+    ...g.builtins,
   ];
-  const wide = wideIndexNodes(ir, "cuda");
-  const body = gpuBody(ir, "cuda", wide);
-  const gid = wide ? "const long long gid = (long long)blockIdx.x * blockDim.x + threadIdx.x;" : "const int gid = (int)(blockIdx.x * blockDim.x + threadIdx.x);";
-  return `extern "C" __global__ void ${ir.name}(${params.join(", ")}) {\n  ${gid}\n${body.map((l) => `  ${l}`).join("\n")}\n}\n`;
-}
-
-function genMetal(ir: KernelIR): string {
-  const params = [
-    ...ir.bufs.map((b, i) => `${i === 0 ? "device " : "const device "}${ctype(b.dtype, "metal")}* b${i} [[buffer(${i})]]`),
-    ...ir.vars.map((v, i) => `constant int& v_${v} [[buffer(${ir.bufs.length + i})]]`),
-    "uint3 bg_tgid [[threadgroup_position_in_grid]]",
-    "uint3 bg_tid [[thread_position_in_threadgroup]]",
-    "uint3 bg_tpg [[threads_per_threadgroup]]",
-  ];
-  const wide = wideIndexNodes(ir, "metal");
-  const body = gpuBody(ir, "metal", wide);
-  const gid = wide ? "const long gid = (long)bg_tgid.x * bg_tpg.x + bg_tid.x;" : "const int gid = (int)(bg_tgid.x * bg_tpg.x + bg_tid.x);";
-  return `kernel void ${ir.name}(${params.join(",\n    ")}) {\n  ${gid}\n${body.map((l) => `  ${l}`).join("\n")}\n}\n`;
+  const wide = wideIndexNodes(ir, lang);
+  const body = gpuBody(ir, lang, wide);
+  return `${g.head(ir.name)}(${params.join(g.paramSep)}) {\n  ${g.gid(wide !== null)}\n${body.map((l) => `  ${l}`).join("\n")}\n}\n`;
 }
 
 // ---- CPU ------------------------------------------------------------------------------------------
@@ -857,12 +841,12 @@ function genC(ir: KernelIR): { source: string; tiles: CpuTiles } {
 
 export function generate(ir: KernelIR, lang: Lang): GeneratedKernel {
   const signature = signatureOf(ir);
-  if (lang === "c") {
+  if (dialects[lang].shape === "tiles") {
     const { source: body, tiles } = genC(ir);
     const geometry: LaunchGeometry = { lang, dims: ir.dims, reduce: ir.reduce !== null, TR: tiles.TR, TC: tiles.TC, L: tiles.L };
     return { lang, name: ir.name, source: prelude(lang) + body, body, signature, geometry, launch: launcher(geometry) };
   }
-  const body = lang === "cuda" ? genCuda(ir) : genMetal(ir);
+  const body = genGpu(ir, lang);
   const geometry: LaunchGeometry = { lang, dims: ir.dims, reduce: ir.reduce !== null, TR: 1, TC: 1, L: 1 };
   return { lang, name: ir.name, source: prelude(lang) + body, body, signature, geometry, launch: launcher(geometry) };
 }

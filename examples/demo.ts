@@ -10,11 +10,11 @@
 //     ExecutionPlan and run in every ExecMode (the transformer at several sequence lengths with
 //     executeWithVars, counting recompiles: there must be none), checked against float64
 //     references, with per-mode latency and the top kernels from executeProfiled().
-import { Device, Program, compileStats, loadInfo, type Buffer } from "./index";
-import { ExecMode, Schedule, type Executable } from "./schedule";
-import { Tensor, Variable, tensorCompileStats, type ExecutionPlan, type KernelIR } from "./tensor";
-import { kdimStr, type Expr } from "./tensor/ir";
-import { Ref, seededRandom } from "./tensor/reference";
+import { Device, Program, compileStats, loadInfo, type Buffer } from "../src/index";
+import { ExecMode, Schedule, type Executable } from "../src/schedule";
+import { Tensor, Variable, tensorCompileStats, type ExecutionPlan, type KernelIR } from "../src/tensor";
+import { kdimStr, type Expr } from "../src/tensor/ir";
+import { Ref, seededRandom } from "../src/tensor/reference";
 
 const cpuSource = `
 #include "bungpu_cpu.h"

@@ -1,0 +1,30 @@
+// What a backend is, as TypeScript sees it: one record. The C side of a backend lives in its
+// folder under shim/; everything TypeScript must know about it is here.
+import type { CompileOptions, CompileTarget, LoadableImage } from "../compile/types";
+import type { RingShape } from "../ring/source";
+import type { Dialect } from "./dialect";
+
+export interface BackendRecord {
+  /** The name in device specs ("cpu", "cuda:0") and in errors; the key of the backend table. */
+  readonly name: string;
+  /** The language its kernels are written in, for people. */
+  readonly language: string;
+  /** How the tensor code generator writes its kernels. */
+  readonly dialect: Dialect;
+  /** Kernel source → the image the shim loads (compiled, or the source itself), cached on disk where that pays. */
+  compile(device: CompileTarget, source: string, opts: CompileOptions): LoadableImage;
+  /** What identifies the compiler of its kernels, for caches keyed by it. */
+  compilerIdentity(device: CompileTarget): string;
+  /** Extra compiler options for generated tensor kernels. */
+  readonly tensorCompileOptions: readonly string[];
+  /** Whether generated code can differ between two devices of this backend (a plan cache keys on the model then). */
+  readonly codeDependsOnModel: boolean;
+  readonly ring: {
+    /** The ring kernels' source around a handler (see ../ring/source). */
+    source(handler: string, entry: string, shape: RingShape): string;
+    /** Whether a kernel can stay resident (Ring mode proper); otherwise Ring mode relaunches per batch. */
+    readonly persistent: boolean;
+    /** Typical software overhead of one message round trip, in µs, by kernel mode. */
+    readonly typicalOverheadUs: { readonly batch: number; readonly ring: number };
+  };
+}

@@ -1,0 +1,82 @@
+// CUDA kernels: CUDA C compiled by NVRTC (through the shim, bg_rtc_*) to a CUBIN for the device's
+// sm_XY, PTX where this NVRTC does not know the GPU; cached on disk.
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { N, check, cstr, slot, readPtr, readI32, readU64, lastError } from "../../ffi/native";
+import { ImageKind } from "../../ffi/symbols";
+import { GpuError } from "../errors";
+import { cacheDir, cached, compileStats, sha256, store } from "./cache";
+import type { CompileOptions, CompileTarget, LoadableImage } from "./types";
+
+/** A CUDA image: an ELF CUBIN (the usual) or NUL-terminated PTX (NVRTC older than the GPU). */
+export interface CudaImage {
+  kind: "cubin" | "ptx";
+  /** The bytes to load (PTX with its NUL). */
+  code: Uint8Array;
+  /** NVRTC's log (warnings). */
+  log: string;
+}
+
+function isElf(b: Uint8Array): boolean {
+  return b.length >= 4 && b[0] === 0x7f && b[1] === 0x45 && b[2] === 0x4c && b[3] === 0x46;
+}
+
+/** "nvrtc MAJOR.MINOR" as the shim reports it, or "nvrtc" when it cannot say. */
+function nvrtcVersion(device: CompileTarget): string {
+  return N.bg_rtc_version(device.handle, slot(0), slot(1)) === 0 ? `nvrtc ${readI32(0)}.${readI32(1)}` : "nvrtc";
+}
+
+/** What identifies CUDA kernels' compiler: NVRTC's version and the GPU architecture. */
+export function cudaCompilerIdentity(device: CompileTarget): string {
+  const [major, minor] = device.props.computeCapability;
+  return `${nvrtcVersion(device)}|sm_${major}${minor}`;
+}
+
+/**
+ * CUDA C → an image for `device`, through the shim's NVRTC path (bg_rtc_compile): a CUBIN for the
+ * device's own sm_XY, PTX only where this NVRTC does not know the GPU. Cached on disk unless
+ * `useCache` is false (tests that must see NVRTC run).
+ */
+export function compileCudaImage(device: CompileTarget, source: string, opts: CompileOptions = {}, useCache = true): CudaImage {
+  const [major, minor] = device.props.computeCapability;
+  const rtc = nvrtcVersion(device);
+  const options = opts.options ?? [];
+  const key = sha256("cuda-image", `sm_${major}${minor}`, rtc, options.join("\n"), source);
+  const dir = cacheDir("cuda");
+  const hit = useCache ? cached(dir, key, "img") : null;
+  if (hit) {
+    compileStats.diskHits++;
+    const data = new Uint8Array(readFileSync(hit));
+    return isElf(data) ? { kind: "cubin", code: data, log: "" } : { kind: "ptx", code: cstr(new TextDecoder().decode(data)), log: "" };
+  }
+  compileStats.compilerRuns++;
+  const rc = N.bg_rtc_compile(device.handle, cstr(source), cstr(opts.name ?? "kernel.cu"), cstr(options.join("\n")), 1, slot(0));
+  const result = readPtr(0);
+  const msg = rc !== 0 ? lastError() : "";
+  if (!result) check(rc, "bg_rtc_compile", "cuda");
+  try {
+    check(N.bg_rtc_sizes(result, slot(0), slot(1)), "bg_rtc_sizes", "cuda");
+    const codeLen = readU64(0), logLen = readU64(1);
+    const code = new Uint8Array(codeLen + 1);
+    const log = new Uint8Array(logLen + 1);
+    check(N.bg_rtc_copy(result, code, log), "bg_rtc_copy", "cuda");
+    const text = new TextDecoder().decode(log.subarray(0, logLen));
+    if (rc !== 0) throw new GpuError(rc, `${msg}\n${text}`, { backend: "cuda", call: "bg_rtc_compile" });
+    const bytes = code.subarray(0, codeLen);
+    if (useCache) {
+      const tmp = join(dir, `${key}.${process.pid}.tmp`);
+      writeFileSync(tmp, bytes);
+      store(dir, key, "img", tmp, rtc);
+    }
+    // PTX keeps its NUL terminator (code has one extra zero byte); a CUBIN is passed as is.
+    return isElf(bytes) ? { kind: "cubin", code: bytes, log: text } : { kind: "ptx", code, log: text };
+  } finally {
+    N.bg_rtc_free(result);
+  }
+}
+
+/** CUDA C → what the shim loads (a CUBIN or PTX). */
+export function compileCuda(device: CompileTarget, source: string, opts: CompileOptions): LoadableImage {
+  const img = compileCudaImage(device, source, opts);
+  return { kind: img.kind === "cubin" ? ImageKind.cubin : ImageKind.ptx, image: img.code, bytes: img.code.byteLength };
+}

@@ -1,0 +1,23 @@
+// What the per-backend compilers take and give: the options a user passes to Program.compile,
+// the little of a device they read, and the image the shim loads (bg_module_load).
+
+export interface CompileOptions {
+  /** A name for logs and the source file ("kernel" by default). */
+  name?: string;
+  /** Extra compiler options (C compiler flags on CPU, NVRTC options on CUDA). */
+  options?: string[];
+}
+
+/** The part of a Device a compiler reads: its native handle and, on CUDA, its architecture. */
+export interface CompileTarget {
+  readonly handle: number;
+  readonly props: { readonly computeCapability: readonly [number, number] };
+}
+
+/** A compiled kernel module as the shim loads it: bg_module_load(device, kind, image, bytes). */
+export interface LoadableImage {
+  /** One of ImageKind. */
+  kind: number;
+  image: Uint8Array | ArrayBuffer;
+  bytes: number;
+}
