@@ -12,6 +12,10 @@ export const metal = {
   compilerIdentity: () => "metal",
   tensorCompileOptions: [],
   codeDependsOnModel: true,
+  // the device's maxThreadsPerBlock is its only limit
+  launchLimits: { block: null, gridYZ: null, blocks: null },
+  legacyDefaultStream: false,
+  streamWaitValue: false,
   ring: {
     source: metalRingSource,
     // Metal cannot keep a kernel resident: Ring mode relaunches per batch
