@@ -13,12 +13,12 @@ const HANDLER = "BG_RING_HANDLER(msg, resp, state) { (void)state; *(int*)resp = 
 test("every backend the shim numbers has one record, under its own name, and nothing else does", () => {
   expect(Object.keys(backends).sort()).toEqual(Object.keys(Backend).sort());
   for (const [name, b] of Object.entries(backends)) {
-    expect(b.name).toBe(name);
+    expect(b.name as string).toBe(name);
     expect(backendOf(name)).toBe(b);
     expect(Object.values(dialects)).toContain(b.dialect);
     expect(b.ring.typicalOverheadUs.batch).toBeGreaterThan(0);
   }
-  for (const [lang, d] of Object.entries(dialects)) expect(d.lang).toBe(lang);
+  for (const [lang, d] of Object.entries(dialects)) expect(d.lang as string).toBe(lang);
   for (const bad of ["vulkan", "toString", "__proto__", "", 3, null]) expect(backendOf(bad)).toBeUndefined();
 });
 
@@ -75,7 +75,7 @@ test("codegen writes each dialect's spelling: literals, math, booleans, 64-bit t
   const ir = schedule([x.tanh().add(x.cmplt(x.neg()).where(x, x.exp())).div(0).node]).kernels[0]!.ir;
   for (const [lang, d] of Object.entries(dialects)) {
     const g = generate(ir, lang as keyof typeof dialects);
-    expect(g.lang).toBe(lang);
+    expect(g.lang as string).toBe(lang);
     expect(g.body).toContain(`${d.math.tanh}(`);
     expect(g.body).toContain(`${d.math.exp}(`);
     expect(prelude(d.lang)).toStartWith(d.preludeHead);
