@@ -1,7 +1,7 @@
 // What a backend is, as TypeScript sees it: one record. The C side of a backend lives in its
 // folder under shim/; everything TypeScript must know about it is here.
 import type { CompileOptions, CompileTarget, LoadableImage } from "../compile/types";
-import type { RingShape } from "../ring/source";
+import type { RingShape } from "./ring";
 import type { Dialect } from "./dialect";
 
 export interface BackendRecord {
@@ -33,7 +33,7 @@ export interface BackendRecord {
   /** Whether its streams can wait on a word in memory (stream memory operations), for host functions. */
   readonly streamWaitValue: boolean;
   readonly ring: {
-    /** The ring kernels' source around a handler (see ../ring/source). */
+    /** The ring kernels' source around a handler, in its language (the shared loops: ./ring). */
     source(handler: string, entry: string, shape: RingShape): string;
     /** Whether a kernel can stay resident (Ring mode proper); otherwise Ring mode relaunches per batch. */
     readonly persistent: boolean;

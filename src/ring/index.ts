@@ -2,5 +2,5 @@
 // messages reach the kernel (transport.ts) and RingKernel itself (kernel.ts).
 export { KernelMode, type KernelModeName } from "./mode";
 export { Ring, type RingOptions } from "./ring";
-export { RING_KERNEL, BATCH_KERNEL } from "./source";
-export { RingKernel, ringKernelSource, type HandlerSource, type RingKernelOptions, type RingRunMode, type RingSourceOptions } from "./kernel";
+export { RingKernel, type RingKernelOptions, type RingRunMode } from "./kernel";
+export { RING_KERNEL, BATCH_KERNEL, ringKernelSource, type HandlerSource, type RingSourceOptions } from "./source";

@@ -23,7 +23,7 @@
 //    unambiguous: a request never sees a send's response and receive never sees a request's.
 import { nativeView } from "../../ffi/native";
 import { Status, RING_META_OFFSET } from "../../ffi/symbols";
-import { backendOf, backends, type BackendName } from "../backends";
+import { backends, type BackendName } from "../backends";
 import { Buffer } from "../buffer";
 import { Device } from "../device";
 import { GpuError, invalid, illegalState, disposed } from "../errors";
@@ -31,46 +31,8 @@ import { Program, type Module } from "../kernel";
 import { Stream } from "../stream";
 import { KernelMode, type KernelModeName } from "./mode";
 import { bytesView } from "./ring";
-import { BATCH_KERNEL, RING_KERNEL, checkEntry, checkRingShape, sourceShape } from "./source";
+import { BATCH_KERNEL, RING_KERNEL, checkRingShape, ringKernelSource, sourceShape, type RingSourceOptions } from "./source";
 import { BatchTransport, RingTransport, abandoned, type Transport } from "./transport";
-
-/** A handler in one text for every backend, or one per backend name. */
-export type HandlerSource = string | Partial<Record<BackendName, string>>;
-
-export interface RingSourceOptions {
-  /** The handler, in the backend's kernel language: defines `BG_RING_HANDLER(msg, resp, state) { ... }`,
-   * or a function named by `entry` with the signature `void f(const void* msg, void* resp, void* state)`
-   * (MSL: `device` pointers to uchar). One C text can serve the CPU and CUDA: on CUDA it is
-   * compiled as CUDA C++ where helper functions need no `__device__` and BG_RING_HANDLER's
-   * parameters convert implicitly to any pointer, as `void*` does in C; an `entry` function's own
-   * `void*` parameters need explicit casts there, and `void*` arithmetic is not accepted. */
-  handler: HandlerSource;
-  /** Name of a handler function to call instead of BG_RING_HANDLER's. */
-  entry?: string;
-  messageBytes: number;
-  /** Bytes per response (default messageBytes). */
-  responseBytes?: number;
-  /** Bytes of persistent state (for BG_RING_STATE_BYTES). */
-  stateBytes?: number;
-}
-
-function handlerFor(call: string, backend: BackendName, h: HandlerSource): string {
-  const src = typeof h === "string" ? h : h && typeof h === "object" ? h[backend] : undefined;
-  if (typeof src !== "string" || !src.trim()) invalid(call, `no ${backend} handler source given`);
-  return src;
-}
-
-/** The full kernel source RingKernel compiles for `backend` (exported for tests and inspection). */
-export function ringKernelSource(backend: BackendName, o: RingSourceOptions): string {
-  const call = "ringKernelSource";
-  if (!o || typeof o !== "object") invalid(call, "expected options");
-  const shape = sourceShape(call, o);
-  const src = handlerFor(call, backend, o.handler);
-  const entry = checkEntry(call, o.entry, src);
-  const record = backendOf(backend);
-  if (!record) invalid(call, `unknown backend ${String(backend)}`);
-  return record.ring.source(src, entry, shape);
-}
 
 export interface RingKernelOptions extends RingSourceOptions {
   /** Ring capacity in messages (power of two); in Batch mode, the most messages per launch. */

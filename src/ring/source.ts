@@ -1,14 +1,29 @@
-// The ring kernels' generated sources: the persistent loop (one text for C and CUDA, so the CUDA
-// kernel that cannot run here is the very loop the CPU tests exercise) and the batch kernel,
-// written around the user's handler for each kernel language. Text only: which backend uses
-// which generator is said by its record (../backends).
+// The ring kernels' generated sources: the options a user gives, checked, and the source of each
+// backend, written by its record (ring.source) around the user's handler.
+import { backendOf, type BackendName } from "../backends";
+import type { RingShape } from "../backends/ring";
 import { invalid } from "../errors";
 
-/** The sizes a generated source is built for. */
-export interface RingShape {
+export { BATCH_KERNEL, RING_KERNEL } from "../backends/ring";
+
+/** A handler in one text for every backend, or one per backend name. */
+export type HandlerSource = string | Partial<Record<BackendName, string>>;
+
+export interface RingSourceOptions {
+  /** The handler, in the backend's kernel language: defines `BG_RING_HANDLER(msg, resp, state) { ... }`,
+   * or a function named by `entry` with the signature `void f(const void* msg, void* resp, void* state)`
+   * (MSL: `device` pointers to uchar). One C text can serve the CPU and CUDA: on CUDA it is
+   * compiled as CUDA C++ where helper functions need no `__device__` and BG_RING_HANDLER's
+   * parameters convert implicitly to any pointer, as `void*` does in C; an `entry` function's own
+   * `void*` parameters need explicit casts there, and `void*` arithmetic is not accepted. */
+  handler: HandlerSource;
+  /** Name of a handler function to call instead of BG_RING_HANDLER's. */
+  entry?: string;
   messageBytes: number;
-  responseBytes: number;
-  stateBytes: number;
+  /** Bytes per response (default messageBytes). */
+  responseBytes?: number;
+  /** Bytes of persistent state (for BG_RING_STATE_BYTES). */
+  stateBytes?: number;
 }
 
 /** A ring's message size and capacity, checked (GpuError INVALID_VALUE when out of range). */
@@ -18,17 +33,6 @@ export function checkRingShape(call: string, messageBytes: unknown, capacity: un
   if (typeof capacity !== "number" || !Number.isInteger(capacity) || capacity < 2 || capacity > 1 << 24 || (capacity & (capacity - 1)))
     invalid(call, `capacity must be a power of two in 2..16777216, got ${String(capacity)}`);
 }
-
-/** Names of the generated kernels. */
-export const RING_KERNEL = "bg_ring_persistent";
-export const BATCH_KERNEL = "bg_ring_batch";
-
-/**
- * CPU persistent kernel when idle: spin (pause) this long, then nap 50 µs at a time; after 5 ms
- * idle nap 200 µs, after 100 ms idle 1 ms, so an idle ring costs next to no CPU. Timer slack is
- * set to 1 µs on Linux so a nap is not stretched by the default 50 µs slack.
- */
-const CPU_SPIN_NS = 50_000;
 
 /** The handler function the kernels call: BG_RING_HANDLER's, or `entry`, checked. */
 export function checkEntry(call: string, entry: unknown, src: string): string {
@@ -41,251 +45,6 @@ export function checkEntry(call: string, entry: unknown, src: string): string {
   return entry;
 }
 
-function defines(o: RingShape): string {
-  return `#define BG_RING_MSG_BYTES ${o.messageBytes}u
-#define BG_RING_RESP_BYTES ${o.responseBytes}u
-#define BG_RING_STATE_BYTES ${o.stateBytes}u
-`;
-}
-
-/**
- * The persistent loop, one text for the C and CUDA sources, so the CUDA kernel that cannot run
- * here is the very loop the CPU tests exercise. Each language declares before it the helpers
- * (bg_u64/bg_u32/bg_u8, bg_ld_acq, bg_ld_acq32, bg_st_rel, bg_st_rel32, bg_idle, bg_zero) and the
- * ring pointers (in_head, in_tail, in_meta, out_head, out_tail, out_meta, in_data, out_data),
- * masks and cursors (h, ot, oh, idle, since).
- */
-const RING_LOOP = `  for (;;) {
-    bg_u64 t = bg_ld_acq(in_tail);
-    if (t != h) {
-      bg_u64 room = out_cap - (ot - oh);
-      if (room == 0) {
-        oh = bg_ld_acq(out_head);
-        room = out_cap - (ot - oh);
-      }
-      if (room == 0) { /* backpressure: wait for the host to read responses, never drop */
-        if (bg_ld_acq32(&in_meta[2]) == 2u) break;
-        bg_idle(&idle, &since);
-        continue;
-      }
-      bg_u64 k = t - h;
-      if (k > room) k = room;
-      if (k > 256) k = 256;
-      for (bg_u64 i = 0; i < k; i++) {
-        bg_u8* r = out_data + ((ot + i) & out_mask) * BG_RING_RESP_BYTES;
-        bg_zero(r, BG_RING_RESP_BYTES);
-        BG_HANDLER(in_data + ((h + i) & in_mask) * BG_RING_MSG_BYTES, r, state);
-      }
-      h += k;
-      ot += k;
-      bg_st_rel(out_tail, ot);
-      bg_st_rel(in_head, h);
-      idle = 0;
-      continue;
-    }
-    bg_u32 c = bg_ld_acq32(&in_meta[2]);
-    if (c == 2u) break;                           /* abort: exit now */
-    if (c == 1u && bg_ld_acq(in_tail) == h) break; /* stop: exit once drained */
-    if (c == 1u) continue;
-    bg_idle(&idle, &since);
-  }
-  bg_st_rel32(&out_meta[2], 1u); /* the producer of responses has finished */`;
-
-/** The batch kernel's body: the handler on each message in order (in, out, n, state declared). */
-const BATCH_LOOP = `  for (bg_u32 i = 0; i < n; i++) {
-    bg_u8* r = out + (bg_u64)i * BG_RING_RESP_BYTES;
-    bg_zero(r, BG_RING_RESP_BYTES);
-    BG_HANDLER(in + (bg_u64)i * BG_RING_MSG_BYTES, r, state);
-  }`;
-
-/** The CPU's kernels (C): the persistent loop and the batch kernel around the handler. */
-export function cpuRingSource(handler: string, entry: string, o: RingShape): string {
-  return `/* generated by bungpu RingKernel (CPU) */
-#define _POSIX_C_SOURCE 200809L
-#include "bungpu_cpu.h"
-#include <stdint.h>
-#include <string.h>
-#include <time.h>
-#if defined(__linux__)
-#include <sys/prctl.h>
-#endif
-${defines(o)}#define BG_RING_HANDLER(msg, resp, state) static inline void bg_ring_handler(const void* msg, void* resp, void* state)
-#line 1 "handler"
-${handler}
-#line 1 "ring_kernel.c"
-#define BG_HANDLER ${entry}
-
-typedef uint64_t bg_u64;
-typedef uint32_t bg_u32;
-typedef uint8_t bg_u8;
-static inline void bg_zero(bg_u8* p, size_t n) { memset(p, 0, n); }
-static inline uint64_t bg_ld_acq(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-static inline uint32_t bg_ld_acq32(const uint32_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-static inline void bg_st_rel(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
-static inline void bg_st_rel32(uint32_t* p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
-static inline void bg_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield" ::: "memory");
-#endif
-}
-static inline uint64_t bg_now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-/* Idle: spin (pause) for ${CPU_SPIN_NS} ns, then nap: 50 us, 200 us after 5 ms idle, 1 ms after 100 ms. */
-static inline void bg_idle(uint32_t* iters, uint64_t* since) {
-  if (*iters == 0) *since = bg_now_ns();
-  ++*iters;
-  if ((*iters & 63u) == 0) {
-    uint64_t idle = bg_now_ns() - *since;
-    if (idle > ${CPU_SPIN_NS}ull) {
-      struct timespec t = {0, idle > 100000000ull ? 1000000L : idle > 5000000ull ? 200000L : 50000L};
-      nanosleep(&t, 0);
-      return;
-    }
-  }
-  bg_relax();
-}
-
-/* args: inbound ring, outbound ring (base addresses, layout of bungpu.h), state. */
-BG_KERNEL(${RING_KERNEL}) {
-  uint8_t* in = (uint8_t*)(uintptr_t)BG_ARG(0, uint64_t);
-  uint8_t* out = (uint8_t*)(uintptr_t)BG_ARG(1, uint64_t);
-  void* state = BG_ARG(2, void*);
-  uint64_t* in_head = (uint64_t*)(in + 0);
-  const uint64_t* in_tail = (const uint64_t*)(in + 128);
-  const uint32_t* in_meta = (const uint32_t*)(in + 256);
-  const uint64_t* out_head = (const uint64_t*)(out + 0);
-  uint64_t* out_tail = (uint64_t*)(out + 128);
-  uint32_t* out_meta = (uint32_t*)(out + 256);
-  uint8_t* in_data = in + 384;
-  uint8_t* out_data = out + 384;
-  const uint64_t in_mask = in_meta[1] - 1u, out_cap = out_meta[1], out_mask = out_cap - 1u;
-  uint64_t h = __atomic_load_n(in_head, __ATOMIC_RELAXED);
-  uint64_t ot = __atomic_load_n(out_tail, __ATOMIC_RELAXED);
-  uint64_t oh = bg_ld_acq(out_head);
-  uint32_t idle = 0;
-  uint64_t since = 0;
-#if defined(__linux__) && defined(PR_SET_TIMERSLACK)
-  prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL); /* this stream's worker thread only */
-#endif
-${RING_LOOP}
-}
-
-/* args: messages, responses, count, state: the handler on each message in order. */
-BG_KERNEL(${BATCH_KERNEL}) {
-  const uint8_t* in = BG_ARG(0, const uint8_t*);
-  uint8_t* out = BG_ARG(1, uint8_t*);
-  uint32_t n = BG_ARG(2, uint32_t);
-  void* state = BG_ARG(3, void*);
-${BATCH_LOOP}
-}
-`;
-}
-
-/** CUDA's kernels (CUDA C): the persistent loop and the batch kernel around the handler. */
-export function cudaRingSource(handler: string, entry: string, o: RingShape): string {
-  return `/* generated by bungpu RingKernel (CUDA). Rings and their closed flags live in mapped pinned
- * memory: the device reads them with volatile loads and orders with system-scope fences. */
-typedef unsigned long long bg_u64;
-typedef unsigned int bg_u32;
-typedef unsigned char bg_u8;
-/* The fixed-width names handlers use in C, so one handler source serves the CPU and CUDA. */
-#if defined(__CUDACC_RTC__)
-typedef signed char int8_t; typedef unsigned char uint8_t; typedef short int16_t; typedef unsigned short uint16_t;
-typedef int int32_t; typedef unsigned int uint32_t; typedef long long int64_t; typedef unsigned long long uint64_t;
-#else
-#include <stdint.h>
-#endif
-/* Handlers are C, compiled here as CUDA C++ (NVRTC runs with -default-device, so helpers need
- * no __device__). BG_RING_HANDLER's parameters convert implicitly to any object pointer, as
- * void* does in C (const Msg* m = msg;). Not covered: arithmetic on msg/resp/state (a GNU C
- * extension anyway), and the parameters of a handler named with \`entry\`, which are its own. */
-${defines(o)}#if defined(__cplusplus)
-struct bg_ring_cptr {
-  const void* p;
-  __device__ bg_ring_cptr(const void* q) : p(q) {}
-  template <class T> __device__ operator const T*() const { return (const T*)p; }
-};
-struct bg_ring_ptr {
-  void* p;
-  __device__ bg_ring_ptr(void* q) : p(q) {}
-  template <class T> __device__ operator T*() const { return (T*)p; }
-};
-#define BG_RING_HANDLER(msg, resp, state) __device__ __forceinline__ void bg_ring_handler(bg_ring_cptr msg, bg_ring_ptr resp, bg_ring_ptr state)
-#else /* C (the simulator's host twins) */
-#define BG_RING_HANDLER(msg, resp, state) __device__ __forceinline__ void bg_ring_handler(const void* msg, void* resp, void* state)
-#endif
-#line 1 "handler"
-${handler}
-#line 1 "ring_kernel.cu"
-#define BG_HANDLER ${entry}
-
-__device__ __forceinline__ bg_u64 bg_ld_acq(const volatile bg_u64* p) { bg_u64 v = *p; __threadfence_system(); return v; }
-__device__ __forceinline__ bg_u32 bg_ld_acq32(const volatile bg_u32* p) { bg_u32 v = *p; __threadfence_system(); return v; }
-__device__ __forceinline__ void bg_st_rel(volatile bg_u64* p, bg_u64 v) { __threadfence_system(); *p = v; }
-__device__ __forceinline__ void bg_st_rel32(volatile bg_u32* p, bg_u32 v) { __threadfence_system(); *p = v; }
-__device__ __forceinline__ void bg_idle(bg_u32* iters, bg_u64* since) {
-  (void)since;
-  ++*iters;
-#if __CUDA_ARCH__ >= 700
-  if (*iters > 4096u) __nanosleep(2000); else if (*iters > 256u) __nanosleep(100);
-#endif
-}
-__device__ __forceinline__ void bg_zero(bg_u8* p, bg_u32 n) { for (bg_u32 i = 0; i < n; i++) p[i] = 0; }
-
-/* One block of one thread: always resident, so the loop can wait for the host. */
-extern "C" __global__ void ${RING_KERNEL}(bg_u64 in_addr, bg_u64 out_addr, void* state) {
-  if (blockIdx.x != 0 || threadIdx.x != 0) return;
-  bg_u8* in = (bg_u8*)in_addr;
-  bg_u8* out = (bg_u8*)out_addr;
-  volatile bg_u64* in_head = (volatile bg_u64*)(in + 0);
-  const volatile bg_u64* in_tail = (const volatile bg_u64*)(in + 128);
-  const volatile bg_u32* in_meta = (const volatile bg_u32*)(in + 256);
-  const volatile bg_u64* out_head = (const volatile bg_u64*)(out + 0);
-  volatile bg_u64* out_tail = (volatile bg_u64*)(out + 128);
-  volatile bg_u32* out_meta = (volatile bg_u32*)(out + 256);
-  bg_u8* in_data = in + 384;
-  bg_u8* out_data = out + 384;
-  const bg_u64 in_mask = in_meta[1] - 1u, out_cap = out_meta[1], out_mask = out_cap - 1u;
-  bg_u64 h = *in_head, ot = *out_tail, oh = bg_ld_acq(out_head);
-  bg_u32 idle = 0;
-  bg_u64 since = 0;
-${RING_LOOP}
-}
-
-extern "C" __global__ void ${BATCH_KERNEL}(const bg_u8* in, bg_u8* out, bg_u32 n, void* state) {
-  if (blockIdx.x != 0 || threadIdx.x != 0) return;
-${BATCH_LOOP}
-}
-`;
-}
-
-/** Metal's kernel (MSL): the batch kernel only; Ring mode relaunches it per batch. */
-export function metalRingSource(handler: string, entry: string, o: RingShape): string {
-  return `// generated by bungpu RingKernel (Metal): relaunch per batch, Metal cannot keep a kernel resident.
-#include <metal_stdlib>
-using namespace metal;
-${defines(o)}#define BG_RING_HANDLER(msg, resp, state) static inline void bg_ring_handler(const device uchar* msg, device uchar* resp, device uchar* state)
-${handler}
-#define BG_HANDLER ${entry}
-
-kernel void ${BATCH_KERNEL}(const device uchar* in [[buffer(0)]], device uchar* out [[buffer(1)]],
-                          constant uint& n [[buffer(2)]], device uchar* state [[buffer(3)]],
-                          uint tid [[thread_position_in_grid]]) {
-  if (tid != 0) return;
-  for (uint i = 0; i < n; i++) {
-    device uchar* r = out + i * BG_RING_RESP_BYTES;
-    for (uint b = 0; b < BG_RING_RESP_BYTES; b++) r[b] = 0;
-    BG_HANDLER(in + i * BG_RING_MSG_BYTES, r, state);
-  }
-}
-`;
-}
-
 /** The sizes of a generated source, checked (GpuError INVALID_VALUE when out of range). */
 export function sourceShape(call: string, o: { messageBytes: number; responseBytes?: number; stateBytes?: number }): RingShape {
   const mb = o.messageBytes;
@@ -296,4 +55,22 @@ export function sourceShape(call: string, o: { messageBytes: number; responseByt
   const sb = o.stateBytes ?? 0;
   if (!Number.isSafeInteger(sb) || sb < 0) invalid(call, `stateBytes must be a non-negative integer, got ${String(sb)}`);
   return { messageBytes: mb, responseBytes: rb, stateBytes: sb };
+}
+
+function handlerFor(call: string, backend: BackendName, h: HandlerSource): string {
+  const src = typeof h === "string" ? h : h && typeof h === "object" ? h[backend] : undefined;
+  if (typeof src !== "string" || !src.trim()) invalid(call, `no ${backend} handler source given`);
+  return src;
+}
+
+/** The full kernel source RingKernel compiles for `backend` (exported for tests and inspection). */
+export function ringKernelSource(backend: BackendName, o: RingSourceOptions): string {
+  const call = "ringKernelSource";
+  if (!o || typeof o !== "object") invalid(call, "expected options");
+  const shape = sourceShape(call, o);
+  const src = handlerFor(call, backend, o.handler);
+  const entry = checkEntry(call, o.entry, src);
+  const record = backendOf(backend);
+  if (!record) invalid(call, `unknown backend ${String(backend)}`);
+  return record.ring.source(src, entry, shape);
 }
