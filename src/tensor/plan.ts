@@ -6,13 +6,15 @@ import { Device } from "../device";
 // side effects: these modules register the device factories (alloc, streams)
 import "../buffer";
 import "../stream";
-import { GpuError, describeValue, hostArray, illegalState, invalid, options } from "../errors";
+import { GpuError, describeValue, disposed, hostArray, illegalState, invalid, options } from "../errors";
 import { Status } from "../../ffi/symbols";
 import { Event } from "../event";
 import { Program, compilerIdentity, type Kernel, type Module } from "../kernel";
 import { ExecMode, Schedule, Step, type Executable } from "../schedule";
 import type { Buffer } from "../buffer";
 import { Stream } from "../stream";
+import { hostFnsPending } from "../hostfn";
+import { encodeLaunches, submitList, type CommandList } from "./cmdlist";
 import { toposort, type DType, type LazyNode } from "./ast";
 import { generate, prelude, type GeneratedKernel, type Lang } from "./codegen";
 import type { KernelIR } from "./ir";
@@ -33,7 +35,7 @@ export type RunOutput = Float32Array | Int32Array;
 export interface PlanRunOptions {
   /** Variable values for this run (unlisted variables take their prepare-time values). */
   vars?: Readonly<Record<string, number>>;
-  /** How to run (default ExecMode.Stream). */
+  /** How to run (default: the plan's prebuilt command list, submitted on its own stream). */
   mode?: ExecMode;
 }
 
@@ -53,7 +55,9 @@ export interface PrepareOptions extends ScheduleOptions {
 
 export interface ExecuteOptions {
   /**
-   * How to run (default ExecMode.Stream). The plan's kernels form a Schedule (one Step per
+   * How to run. Default: the plan's kernels as one prebuilt command list on the plan's own stream,
+   * submitted (and waited for) in one crossing; grids sized for the current variable values. With
+   * a mode, the plan's kernels form a Schedule (one Step per
    * kernel, with the byte ranges it reads and writes) compiled once per mode and cached; Eager
    * compiles, runs and drops it. Grids are sized for the variables' maxima so a compiled
    * schedule (or a captured graph) stays valid for every value: kernels skip the blocks past
@@ -61,12 +65,18 @@ export interface ExecuteOptions {
    */
   mode?: ExecMode;
   /**
-   * Launch the kernels directly on this stream instead (no Schedule; grids sized for the current
-   * variable values). Ignored when `mode` is given.
+   * Submit the command list on this stream instead (a stream of the plan's device; the wait is
+   * Stream.synchronize). Ignored when `mode` is given.
    */
   stream?: Stream;
   /** Return after enqueueing, without waiting (default false: execute() waits). */
   async?: boolean;
+  /**
+   * @internal How a run without `mode` issues its kernels: "list" (the default: the plan's one
+   * prebuilt command list, one crossing) or "each" (one launch call per kernel, the way before
+   * command lists; kept for comparison).
+   */
+  launch?: "list" | "each";
 }
 
 /** A compiled kernel: the generated source and its entry point. */
@@ -243,6 +253,14 @@ export class ExecutionPlan {
   #releasePending = false;
   /** Compiled schedules by mode, and the variable values their arguments hold. */
   readonly #execs = new Map<string, { exec: Executable; steps: number[]; vals: string }>();
+  /** The stream default executions run on (created on first use, freed with the buffers). */
+  #stream: Stream | null = null;
+  /** Every launch of the plan as one command list (null until built, or after a reallocation). */
+  #list: CommandList | null = null;
+  #listWords: { u32: Uint32Array; i32: Int32Array } | null = null;
+  /** The kernels the list launches (those with work at its variable values), and those values. */
+  #listKernels: number[] = [];
+  #listVals = "";
 
   constructor(tensors: readonly Tensor[], opts: PrepareOptions = {}) {
     const call = "Tensor.prepare";
@@ -394,6 +412,8 @@ export class ExecutionPlan {
     const o = options(call, opts);
     if (o.stream !== undefined && !(o.stream instanceof Stream)) invalid(call, `stream must be a Stream, got ${describeValue(o.stream)}`);
     if (o.mode !== undefined && !(o.mode instanceof ExecMode)) invalid(call, `mode must be an ExecMode, got ${describeValue(o.mode)}`);
+    if (o.launch !== undefined && o.launch !== "list" && o.launch !== "each") invalid(call, `launch must be "list" or "each", got ${describeValue(o.launch)}`);
+    if (o.stream !== undefined && o.stream.device.state !== this.#device.state) invalid(call, `stream is of another device (${o.stream.device.spec}; the plan runs on ${this.#device.spec})`);
     return o;
   }
 
@@ -607,18 +627,111 @@ export class ExecutionPlan {
     return e.exec;
   }
 
-  /** Run every kernel in order and wait for them (opts.async: only enqueue). */
+  // ---- the command list: every launch in one submit ----------------------------------------------
+
+  /** The stream default executions run on (the plan's own; nothing else queues work on it). */
+  #ownStream(): Stream {
+    return (this.#stream ??= this.#device.createStream({ nonBlocking: true }));
+  }
+
+  #dropList(): void {
+    this.#list = null;
+    this.#listWords = null;
+    this.#listKernels = [];
+  }
+
+  /**
+   * The plan's command list, in step with its buffers and variable values: built once the buffers
+   * exist (again after a reallocation); a new variable value patches grids and i32 arguments in
+   * place, or rebuilds the list when a kernel gains or loses all its work.
+   */
+  #commands(): CommandList {
+    const vk = this.#valsKey();
+    const l = this.#list;
+    if (l && this.#listVals === vk) return l;
+    const geo = this.#gens.map((g) => g.launch(this.#vals));
+    const kis: number[] = [];
+    geo.forEach((g, i) => g.grid > 0 && kis.push(i));
+    const same = l !== null && kis.length === this.#listKernels.length && kis.every((k, j) => k === this.#listKernels[j]);
+    if (l && same) {
+      const { u32, i32 } = this.#listWords!;
+      kis.forEach((ki, j) => {
+        u32[l.gridAt[j]! >>> 2] = geo[ki]!.grid;
+        u32[l.blockAt[j]! >>> 2] = geo[ki]!.block;
+        const pk = this.#kernels[ki]!;
+        let w = (l.argsAt[j]! >>> 2) + 2 * pk.bufferIndices.length;
+        for (const v of pk.vars) {
+          const x = this.#vals.get(v)!;
+          i32[w] = x;
+          i32[w + 1] = x >> 31;
+          w += 2;
+        }
+      });
+      this.#listVals = vk;
+      return l;
+    }
+    const list = encodeLaunches(
+      this.#device,
+      kis.map((i) => ({ kernel: this.#compiled[i]!, grid: geo[i]!.grid, block: geo[i]!.block, args: this.#argsOf(i) })),
+    );
+    const b = list.bytes;
+    this.#list = list;
+    this.#listWords = { u32: new Uint32Array(b.buffer, b.byteOffset, b.byteLength >>> 2), i32: new Int32Array(b.buffer, b.byteOffset, b.byteLength >>> 2) };
+    this.#listKernels = kis;
+    this.#listVals = vk;
+    return list;
+  }
+
+  /** What the list points at is still there: the device, every plan buffer, every kernel's module. */
+  #listUsable(call: string): void {
+    if (!this.#device.state.open) disposed(call, "device of this plan");
+    for (const m of this.#mem) if (m && m.disposed) disposed(call, "buffer of this plan");
+    for (const k of this.#compiled) if (k.module.disposed) disposed(call, `module of kernel ${k.name}`);
+  }
+
+  /**
+   * Submit the command list on `stream` (the plan's own unless given). With `wait`, on the plan's
+   * own stream and no TypeScript host function pending anywhere, submit and wait are one crossing;
+   * otherwise the wait is Stream.synchronize (which runs pending host functions while it waits, and
+   * reports their failures).
+   */
+  #submit(call: string, stream: Stream | undefined, wait: boolean): Stream {
+    const list = this.#commands();
+    this.#listUsable(call);
+    const s = stream ?? this.#ownStream();
+    if (wait && !stream && hostFnsPending() === 0) {
+      submitList(call, s, list, true);
+      return s;
+    }
+    submitList(call, s, list, false);
+    if (wait) s.synchronize();
+    return s;
+  }
+
+  /** Whether a run without `mode` goes kernel by kernel rather than through the command list. */
+  #eachKernel(opts: ExecuteOptions): boolean {
+    // Work issued into a capture must be kept alive by the graph: the launch path notes it.
+    return opts.launch === "each" || (opts.stream !== undefined && this.#device.state.captures > 0);
+  }
+
+  /**
+   * Run every kernel in order and wait for them (opts.async: only enqueue). Without `mode`, the
+   * whole plan is one prebuilt command list: one crossing submits it and waits for it.
+   */
   execute(opts: ExecuteOptions = {}): void {
     const call = "ExecutionPlan.execute";
     opts = this.#execOpts(call, opts);
     this.#ensureBuffers(call);
     this.#idle(call);
-    if (opts.mode === undefined && opts.stream) {
-      this.#launchAll(opts.stream, false);
-      if (!opts.async) opts.stream.synchronize();
+    if (opts.mode === undefined) {
+      if (this.#eachKernel(opts)) {
+        const s = opts.stream ?? this.#ownStream();
+        this.#launchAll(s, false);
+        if (!opts.async) s.synchronize();
+      } else this.#submit(call, opts.stream, !opts.async);
       return;
     }
-    const exec = this.#execFor(call, opts.mode ?? ExecMode.Stream);
+    const exec = this.#execFor(call, opts.mode);
     exec.run();
     if (!opts.async) exec.synchronize();
   }
@@ -630,11 +743,13 @@ export class ExecutionPlan {
     this.#ensureBuffers(call);
     this.#idle(call);
     let done: Promise<void>;
-    if (opts.mode === undefined && opts.stream) {
-      this.#launchAll(opts.stream, false);
-      done = opts.stream.done();
+    if (opts.mode === undefined) {
+      let s: Stream;
+      if (this.#eachKernel(opts)) this.#launchAll((s = opts.stream ?? this.#ownStream()), false);
+      else s = this.#submit(call, opts.stream, false);
+      done = s.done();
     } else {
-      const exec = this.#execFor(call, opts.mode ?? ExecMode.Stream);
+      const exec = this.#execFor(call, opts.mode);
       exec.run();
       done = exec.done();
     }
@@ -697,7 +812,7 @@ export class ExecutionPlan {
     call: string,
     feeds: unknown,
     opts: PlanRunOptions | undefined,
-  ): { inputs: Map<number, RunInput>; vals: Map<string, number>; mode: ExecMode; byName: boolean } {
+  ): { inputs: Map<number, RunInput>; vals: Map<string, number>; mode: ExecMode | undefined; byName: boolean } {
     const o = options(call, opts);
     if (o.mode !== undefined && !(o.mode instanceof ExecMode)) invalid(call, `mode must be an ExecMode, got ${describeValue(o.mode)}`);
     const inputs = new Map<number, RunInput>();
@@ -740,10 +855,10 @@ export class ExecutionPlan {
       if (o.vars === null || typeof o.vars !== "object" || Array.isArray(o.vars)) invalid(call, `vars must be an object, got ${describeValue(o.vars)}`);
       for (const [name, v] of Object.entries(o.vars)) setVar(name, v);
     }
-    return { inputs, vals, mode: o.mode ?? ExecMode.Stream, byName };
+    return { inputs, vals, mode: o.mode, byName };
   }
 
-  async #runNow(call: string, inputs: Map<number, RunInput>, vals: Map<string, number>, mode: ExecMode, byName: boolean): Promise<RunOutput[] | Record<string, RunOutput>> {
+  async #runNow(call: string, inputs: Map<number, RunInput>, vals: Map<string, number>, mode: ExecMode | undefined, byName: boolean): Promise<RunOutput[] | Record<string, RunOutput>> {
     // An executeAsync begun outside the queue finishes first.
     while (this.#flight) await this.#flight.catch(() => undefined);
     this.#ensureBuffers(call);
@@ -758,9 +873,14 @@ export class ExecutionPlan {
       }
     }
     for (const [name, v] of this.#defaultVals) this.#vals.set(name, vals.get(name) ?? v);
-    const exec = this.#execFor(call, mode);
-    exec.run();
-    const outs = await this.#inFlight(call, exec.done().then(() => this.#outputNames.map((_, i) => this.#readOutputNow(i))));
+    let done: Promise<void>;
+    if (mode === undefined) done = this.#submit(call, undefined, false).done();
+    else {
+      const exec = this.#execFor(call, mode);
+      exec.run();
+      done = exec.done();
+    }
+    const outs = await this.#inFlight(call, done.then(() => this.#outputNames.map((_, i) => this.#readOutputNow(i))));
     if (!byName) return outs;
     const rec: Record<string, RunOutput> = {};
     this.#outputNames.forEach((n, i) => (rec[n] = outs[i]!));
@@ -859,6 +979,7 @@ export class ExecutionPlan {
     if (this.#disposed || this.#released) return;
     this.#idle("ExecutionPlan.releaseIntermediateBuffers");
     this.#dropExecs();
+    this.#dropList();
     for (const b of this.#bufs) {
       if (b.kind !== "intermediate") continue;
       const m = this.#mem[b.index];
@@ -879,6 +1000,12 @@ export class ExecutionPlan {
       if (m && !m.isView) m.dispose();
       this.#mem[i] = null;
     }
+    try {
+      this.#stream?.dispose();
+    } catch {
+      /* a failure of its last work was the last execution's to report */
+    }
+    this.#stream = null;
     this.#released = true;
   }
 
