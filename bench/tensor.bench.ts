@@ -22,8 +22,8 @@ import { Program } from "../src/kernel";
 import { Tensor, generate, schedule, tensorCompileStats, type ExecutionPlan } from "../src/tensor";
 import { toposort } from "../src/tensor/ast";
 import { prelude } from "../src/tensor/codegen";
-import { langOf, planCacheContext } from "../src/tensor/plan";
-import { loadPlan, planFromCache, planKey } from "../src/tensor/plancache";
+import { langOf } from "../src/tensor/prepare";
+import { loadPlan, planCacheContext, planFromCache, planKey, structureKey } from "../src/tensor/cache";
 import { collectVars } from "../src/tensor/scheduler";
 import { seededRandom } from "../src/tensor/reference";
 
@@ -83,7 +83,7 @@ if (process.argv.includes("--phases-child")) {
   const nodes = toposort([model.node]);
   const vars = collectVars(nodes, "bench");
   const pos = new Map(nodes.map((n, i) => [n, i] as const));
-  const key = planKey(nodes, pos, [model.node], context);
+  const key = planKey(structureKey(nodes, pos, [model.node]), context);
   t.structureKey = performance.now() - t0; // one walk over the graph and its sha256
   t0 = performance.now();
   const cachedPlan = loadPlan(key);

@@ -9,23 +9,24 @@ import "../stream";
 import { GpuError, describeValue, disposed, hostArray, illegalState, invalid, options } from "../errors";
 import { Status } from "../../ffi/symbols";
 import { Event } from "../event";
-import { Program, compilerIdentity, type Kernel, type Module } from "../kernel";
+import type { Kernel } from "../kernel";
 import { ExecMode, Schedule, Step, type Executable } from "../schedule";
 import type { Buffer } from "../buffer";
 import { Stream } from "../stream";
 import { hostFnsPending } from "../hostfn";
+import { inputNames, type HasNode, type LazyNode } from "./ast";
 import { encodeLaunches, submitList, type CommandList } from "./cmdlist";
-import { toposort, type DType, type LazyNode } from "./ast";
-import { generate, prelude, type GeneratedKernel, type Lang } from "./codegen";
-import type { KernelIR } from "./ir";
-import { discardPlan, loadPlan, planCacheCounters, planFromCache, planKey, planToCache, storePlan } from "./plancache";
-import { collectVars, schedule, type Scheduled, type ScheduleOptions } from "./scheduler";
-import type { Tensor } from "./tensor";
+import type { GeneratedKernel } from "./codegen";
+import { allocateIntermediates, type BufferLayout, type PlanBuffer } from "./memory";
+import { prepare, type CachedKernel, type PreparedKernel } from "./prepare";
+import type { ScheduleOptions } from "./scheduler";
 import { dimValue, shapeStr, type Variable } from "./variable";
 import { maxNumel, maxStrides } from "./view";
 
-/** Names given to input tensors (Tensor.from(..., { name })), for ExecutionPlan.run by name. */
-export const inputNames = new WeakMap<LazyNode, string>();
+export { inputNames } from "./ast";
+export { planCacheContext, tensorCompileStats } from "./cache";
+export type { PlanBuffer } from "./memory";
+export { langOf, type CachedKernel, type PreparedKernel } from "./prepare";
 
 /** What ExecutionPlan.run takes for one input: its elements, in the input's dtype. */
 export type RunInput = Float32Array | Int32Array;
@@ -79,26 +80,6 @@ export interface ExecuteOptions {
   launch?: "list" | "each";
 }
 
-/** A compiled kernel: the generated source and its entry point. */
-export interface CachedKernel {
-  readonly entryPoint: string;
-  readonly source: string;
-  readonly lang: Lang;
-  readonly device: string;
-}
-
-/** A kernel of the plan with its arguments bound to plan buffers. */
-export interface PreparedKernel extends CachedKernel {
-  readonly ir: KernelIR;
-  readonly signature: readonly ("buffer" | "i32")[];
-  /** Plan buffer index of each buffer argument, in argument order ([0] is written). */
-  readonly bufferIndices: readonly number[];
-  /** Variable names passed after the buffers. */
-  readonly vars: readonly string[];
-  /** AST id of the node this kernel computes. */
-  readonly astId: number;
-}
-
 export type PreparedOp =
   | { readonly kind: "kernel"; readonly kernel: PreparedKernel; readonly reads: readonly number[]; readonly writes: readonly number[] };
 
@@ -110,115 +91,6 @@ export interface KernelProfile {
   readonly elapsedMs: number;
 }
 
-export interface PlanBuffer {
-  readonly index: number;
-  readonly kind: "input" | "output" | "intermediate";
-  readonly dtype: DType;
-  readonly astId: number;
-  readonly elements: number;
-  readonly bytes: number;
-  /** Arena offset (intermediates). */
-  readonly offset: number;
-  /** Kernel index range [first, last] during which the buffer holds a live value. */
-  readonly lifetime: readonly [number, number];
-}
-
-/** What the tensor compiler did in this process (tests count compiles with it). */
-export const tensorCompileStats = {
-  compiles: 0,
-  kernelsCompiled: 0,
-  cacheHits: 0,
-  /** Plans built from the plan cache (scheduling, lowering and codegen skipped). */
-  get planCacheHits(): number {
-    return planCacheCounters.hits;
-  },
-  /** Plans scheduled, lowered and generated (then stored in the plan cache). */
-  get planCacheMisses(): number {
-    return planCacheCounters.misses;
-  },
-  /** Plan-cache entries found corrupt or not fitting their program: removed and rebuilt. */
-  get planCacheRebuilt(): number {
-    return planCacheCounters.rebuilt;
-  },
-};
-
-const ALIGN = 256;
-
-/**
- * What besides the graph a plan-cache entry depends on: the schedule options that change the
- * kernels (fusion; memory planning is recomputed from the live options), the device by backend and
- * ordinal, a GPU by name too (the C for the CPU does not depend on its model), and the compiler.
- */
-export function planCacheContext(dev: Device, opts: ScheduleOptions = {}): string {
-  return `${(opts.fusion ?? true) ? "F" : "U"}|${dev.spec}|${dev.backend === "cpu" ? "" : dev.name}|${compilerIdentity(dev)}`;
-}
-
-export function langOf(dev: Device): Lang {
-  return dev.backend === "cpu" ? "c" : dev.backend === "cuda" ? "cuda" : "metal";
-}
-
-// Generated code by language and kernel name (the name hashes the lowered kernel).
-const genCache = new Map<string, GeneratedKernel>();
-function generateCached(ir: KernelIR, lang: Lang): GeneratedKernel {
-  const key = `${lang}:${ir.name}`;
-  let g = genCache.get(key);
-  if (!g) {
-    g = generate(ir, lang);
-    if (genCache.size > 4096) genCache.clear();
-    genCache.set(key, g);
-  }
-  return g;
-}
-
-// In-process kernel cache: per device, by kernel name (a hash of the lowered kernel).
-const kernelCache = new WeakMap<Device, Map<string, Kernel>>();
-
-function compileAll(dev: Device, gens: readonly GeneratedKernel[]): Kernel[] {
-  let cache = kernelCache.get(dev);
-  if (!cache) kernelCache.set(dev, (cache = new Map()));
-  const missing = new Map<string, GeneratedKernel>();
-  for (const g of gens) {
-    const k = cache.get(g.name);
-    if (k && !k.module.disposed) tensorCompileStats.cacheHits++;
-    else missing.set(g.name, g);
-  }
-  if (missing.size) {
-    const lang = langOf(dev);
-    const list = [...missing.values()];
-    const source = prelude(lang) + list.map((g) => g.body).join("\n");
-    tensorCompileStats.compiles++;
-    tensorCompileStats.kernelsCompiled += list.length;
-    // CPU: let the compiler contract a*b+c into FMA (one rounding instead of two).
-    const options = dev.backend === "cpu" ? ["-ffp-contract=fast"] : [];
-    const mod: Module = Program.compile(dev, source, { name: list.length === 1 ? list[0]!.name : `tensor_${list.length}k`, options });
-    for (const g of list) cache.set(g.name, mod.kernel(g.name, g.signature));
-  }
-  return gens.map((g) => cache.get(g.name)!);
-}
-
-/** Greedy offset assignment: largest first, lowest offset free over its lifetime. */
-function planArena(items: { bytes: number; life: readonly [number, number] }[]): { offsets: number[]; size: number } {
-  const order = items.map((_, i) => i).sort((a, b) => items[b]!.bytes - items[a]!.bytes || a - b);
-  const placed: { off: number; end: number; life: readonly [number, number] }[] = [];
-  const offsets = new Array<number>(items.length).fill(0);
-  let size = 0;
-  for (const i of order) {
-    const it = items[i]!;
-    const conflicts = placed
-      .filter((p) => p.life[0] <= it.life[1] && it.life[0] <= p.life[1])
-      .sort((a, b) => a.off - b.off);
-    let off = 0;
-    for (const c of conflicts) {
-      if (off + it.bytes <= c.off) break;
-      off = Math.max(off, Math.ceil(c.end / ALIGN) * ALIGN);
-    }
-    offsets[i] = off;
-    placed.push({ off, end: off + it.bytes, life: it.life });
-    size = Math.max(size, off + it.bytes);
-  }
-  return { offsets, size: Math.ceil(size / ALIGN) * ALIGN };
-}
-
 export class ExecutionPlan {
   readonly #device: Device;
   readonly #kernels: PreparedKernel[];
@@ -226,7 +98,6 @@ export class ExecutionPlan {
   readonly #gens: GeneratedKernel[];
   readonly #bufs: PlanBuffer[];
   readonly #mem: (Buffer | null)[];
-  readonly #nodeToBuf = new Map<LazyNode, number>();
   readonly #astToBuf = new Map<number, number>();
   readonly #outputs: number[];
   readonly #outputNodes: LazyNode[];
@@ -234,6 +105,7 @@ export class ExecutionPlan {
   readonly #vals = new Map<string, number>();
   #arena: Buffer | null = null;
   readonly #arenaBytes: number;
+  readonly #layout: BufferLayout;
   readonly #noPlanning: boolean;
   #released = false;
   #disposed = false;
@@ -262,7 +134,7 @@ export class ExecutionPlan {
   #listKernels: number[] = [];
   #listVals = "";
 
-  constructor(tensors: readonly Tensor[], opts: PrepareOptions = {}) {
+  constructor(tensors: readonly HasNode[], opts: PrepareOptions = {}) {
     const call = "Tensor.prepare";
     if (!Array.isArray(tensors) || tensors.length === 0) invalid(call, "give at least one tensor");
     opts = options(call, opts);
@@ -271,135 +143,38 @@ export class ExecutionPlan {
     if (opts.device !== undefined && !(opts.device instanceof Device)) invalid(call, `device must be a Device, got ${describeValue(opts.device)}`);
     this.#device = opts.device ?? Device.default();
     this.#noPlanning = opts.noMemoryPlanning ?? false;
-    const outNodes = tensors.map((t) => t.node);
-    const lang = langOf(this.#device);
-    let sched: Scheduled | null = null;
-    let gens: GeneratedKernel[] = [];
-    let kvars: (readonly string[])[] = [];
-    let cacheKey: string | null = null;
-    let nodes: LazyNode[] = [];
-    if (opts.planCache ?? true) {
-      nodes = toposort(outNodes);
-      const vars = collectVars(nodes, call);
-      const pos = new Map<LazyNode, number>();
-      for (let i = 0; i < nodes.length; i++) pos.set(nodes[i]!, i);
-      cacheKey = planKey(nodes, pos, outNodes, planCacheContext(this.#device, opts));
-      const hit = loadPlan(cacheKey);
-      if (hit) {
-        try {
-          ({ sched, gens, kvars } = planFromCache(hit, nodes, outNodes, vars, lang));
-          planCacheCounters.hits++;
-        } catch {
-          discardPlan(cacheKey);
-          sched = null;
-        }
-      }
-    }
-    const fromPlanCache = sched !== null;
-    if (!sched) {
-      if (cacheKey) planCacheCounters.misses++;
-      sched = schedule(outNodes, opts, call);
-      gens = sched.kernels.map((k) => generateCached(k.ir, lang));
-      kvars = sched.kernels.map((k) => k.ir.vars);
-    }
-    for (const [name, v] of sched.vars) {
-      this.#vars.set(name, v);
-      this.#vals.set(name, v.bound ? v.value : v.max);
-    }
-    this.#defaultVals = new Map(this.#vals);
-    this.#inputData = sched.inputs.map((n) => (n.arg as { data: Float32Array | Int32Array }).data);
-    this.#inputNames = sched.inputs.map((n, i) => inputNames.get(n) ?? `input${i}`);
-    this.#inputChanged = sched.inputs.map(() => false);
     const outNames = opts.outputNames;
     if (outNames !== undefined) {
       if (!Array.isArray(outNames) || outNames.length !== tensors.length || outNames.some((x) => typeof x !== "string" || !x) || new Set(outNames).size !== outNames.length)
         invalid(call, `outputNames must be ${tensors.length} distinct non-empty strings, one per tensor`);
     }
+    const outNodes = tensors.map((t) => t.node);
+    const p = prepare(outNodes, this.#device, opts, call);
+    const sched = p.sched;
+    for (const [name, v] of sched.vars) {
+      this.#vars.set(name, v);
+      this.#vals.set(name, v.bound ? v.value : v.max);
+    }
+    this.#defaultVals = new Map(this.#vals);
+    this.#inputData = p.inputData;
+    this.#inputNames = sched.inputs.map((n, i) => inputNames.get(n) ?? `input${i}`);
+    this.#inputChanged = sched.inputs.map(() => false);
     this.#outputNames = sched.outputs.map((_, i) => outNames?.[i] ?? `output${i}`);
-    // buffers: inputs, then kernel targets in order
-    const bufs: PlanBuffer[] = [];
-    const outSet = new Set(sched.outputs);
-    const lastUse = new Map<LazyNode, number>();
-    sched.kernels.forEach((k, ki) => k.inputs.forEach((n) => lastUse.set(n, ki)));
-    const addBuf = (n: LazyNode, kind: PlanBuffer["kind"], first: number) => {
-      const elements = maxNumel(n.shape);
-      const b: PlanBuffer = {
-        index: bufs.length,
-        kind,
-        dtype: n.dtype,
-        astId: n.id,
-        elements,
-        bytes: elements * 4,
-        offset: 0,
-        lifetime: [first, Math.max(first, lastUse.get(n) ?? first)],
-      };
-      this.#nodeToBuf.set(n, b.index);
-      this.#astToBuf.set(n.id, b.index);
-      bufs.push(b);
-    };
-    for (const n of sched.inputs) addBuf(n, "input", 0);
-    sched.kernels.forEach((k, ki) => addBuf(k.target, outSet.has(k.target) ? "output" : "intermediate", ki));
-    // memory planning of intermediates
-    const inter = bufs.filter((b) => b.kind === "intermediate");
-    let arenaBytes = 0;
-    if (!this.#noPlanning && inter.length) {
-      const { offsets, size } = planArena(inter.map((b) => ({ bytes: b.bytes, life: b.lifetime })));
-      inter.forEach((b, i) => ((b as { offset: number }).offset = offsets[i]!));
-      arenaBytes = size;
-    }
-    this.#arenaBytes = arenaBytes;
-    this.#bufs = bufs;
+    this.#layout = p.layout;
+    this.#bufs = p.layout.bufs;
+    for (const [n, i] of p.layout.nodeToBuf) this.#astToBuf.set(n.id, i);
+    this.#arenaBytes = p.layout.arenaBytes;
     this.#outputNodes = [...sched.outputs];
-    this.#outputs = sched.outputs.map((n) => this.#nodeToBuf.get(n)!);
-    // compile (codegen happened above, or came from the plan cache)
-    this.#gens = gens;
-    this.#compiled = compileAll(this.#device, this.#gens);
-    if (cacheKey && !fromPlanCache) storePlan(cacheKey, planToCache(sched, gens, nodes, lang));
-    const devName = this.#device.spec;
-    this.#kernels = sched.kernels.map((k, i) => {
-      const g = gens[i]!;
-      return {
-        entryPoint: g.name,
-        source: g.source,
-        lang,
-        device: devName,
-        get ir(): KernelIR {
-          return k.ir;
-        },
-        signature: g.signature,
-        bufferIndices: [this.#nodeToBuf.get(k.target)!, ...k.inputs.map((n) => this.#nodeToBuf.get(n)!)],
-        vars: kvars[i]!,
-        astId: k.target.id,
-      };
-    });
-    // allocate and upload
-    this.#mem = bufs.map(() => null);
-    try {
-      for (const b of bufs) {
-        if (b.kind === "intermediate") continue;
-        const buf = this.#device.alloc(Math.max(b.bytes, 4));
-        this.#mem[b.index] = buf;
-        if (b.kind === "input") {
-          const n = sched.inputs[b.index]!;
-          buf.write((n.arg as { data: Float32Array | Int32Array }).data);
-        }
-      }
-      this.#allocIntermediates();
-    } catch (e) {
-      this.releaseAllBuffers();
-      throw e;
-    }
+    this.#outputs = sched.outputs.map((n) => p.layout.nodeToBuf.get(n)!);
+    this.#gens = p.gens;
+    this.#compiled = p.compiled;
+    this.#kernels = p.kernels;
+    this.#mem = p.mem;
+    this.#arena = p.arena;
   }
 
   #allocIntermediates(): void {
-    const inter = this.#bufs.filter((b) => b.kind === "intermediate");
-    if (!inter.length) return;
-    if (this.#noPlanning) {
-      for (const b of inter) this.#mem[b.index] = this.#device.alloc(Math.max(b.bytes, 4));
-      return;
-    }
-    this.#arena = this.#device.alloc(Math.max(this.#arenaBytes, 4));
-    for (const b of inter) this.#mem[b.index] = this.#arena.view(b.offset, Math.max(b.bytes, 0));
+    this.#arena = allocateIntermediates(this.#device, this.#layout, this.#mem, this.#noPlanning);
   }
 
   /** An index argument: a non-negative integer (out of range is the caller's undefined). */

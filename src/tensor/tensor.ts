@@ -5,11 +5,11 @@
 // Integer division truncates toward zero (x / 0 gives 0). Broadcasting follows numpy.
 import { Device } from "../device";
 import { describeValue, finiteNumber, invalid, options } from "../errors";
-import { LazyNode, type BinaryOp, type DType, type ReduceOp, type UnaryOp } from "./ast";
+import { LazyNode, inputNames, type BinaryOp, type DType, type ReduceOp, type UnaryOp } from "./ast";
 import { seedMix } from "./ir";
 import { Variable, type Dim, dimMax, dimValue, shapeStr } from "./variable";
 import { ShapeTracker, checkShapeDims, maxStrides } from "./view";
-import { ExecutionPlan, inputNames, type PrepareOptions } from "./plan";
+import { ExecutionPlan, type PrepareOptions } from "./plan";
 
 export type TensorLike = Tensor | number;
 export type Shape = readonly Dim[];
