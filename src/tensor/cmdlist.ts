@@ -13,6 +13,8 @@ import { CommandEncoder } from "../encoder";
 import { GpuError } from "../errors";
 import type { Kernel } from "../kernel";
 import type { Stream } from "../stream";
+import type { GeneratedKernel } from "./codegen";
+import type { PreparedKernel } from "./prepare";
 
 /** One kernel launch of a plan: a 1-D grid and block, buffers and i32 scalars as arguments. */
 export interface PlanLaunch {
@@ -81,5 +83,74 @@ export function submitList(call: string, stream: Stream, list: CommandList, wait
     const bad = readU64(0); // still all ones when the shim named no command
     const msg = lastError() || "bg_submit_ex failed";
     throw new GpuError(rc, `${call}: ${msg}${bad < bytes.length ? ` (command at byte ${bad})` : ""}`, { backend: stream.device.backend, call });
+  }
+}
+
+/** A plan's launches as one command list, kept in step with the variable values. */
+export class PlanCommands {
+  readonly #device: Device;
+  readonly #kernels: readonly PreparedKernel[];
+  readonly #gens: readonly GeneratedKernel[];
+  readonly #compiled: readonly Kernel[];
+  #list: CommandList | null = null;
+  #u32: Uint32Array = new Uint32Array(0);
+  #i32: Int32Array = new Int32Array(0);
+  /** The kernels the list launches (those with work at its variable values), and those values. */
+  #launched: number[] = [];
+  #vals = "";
+
+  constructor(device: Device, kernels: readonly PreparedKernel[], gens: readonly GeneratedKernel[], compiled: readonly Kernel[]) {
+    this.#device = device;
+    this.#kernels = kernels;
+    this.#gens = gens;
+    this.#compiled = compiled;
+  }
+
+  /** Forget the list (the plan's buffers were reallocated): the next get() builds it again. */
+  drop(): void {
+    this.#list = null;
+    this.#launched = [];
+  }
+
+  /**
+   * The list for the variable values `vals` (`valsKey` names them): built on first use; a new
+   * value patches grids and i32 arguments in place, or rebuilds the list when a kernel gains or
+   * loses all its work. `argsOf(i)` gives kernel i's arguments when the list is built.
+   */
+  get(vals: ReadonlyMap<string, number>, valsKey: string, argsOf: (i: number) => (Buffer | number)[]): CommandList {
+    const l = this.#list;
+    if (l && this.#vals === valsKey) return l;
+    const geo = this.#gens.map((g) => g.launch(vals));
+    const kis: number[] = [];
+    geo.forEach((g, i) => g.grid > 0 && kis.push(i));
+    const prev = this.#launched;
+    if (l && kis.length === prev.length && kis.every((k, j) => k === prev[j])) {
+      const u32 = this.#u32, i32 = this.#i32;
+      kis.forEach((ki, j) => {
+        u32[l.gridAt[j]! >>> 2] = geo[ki]!.grid;
+        u32[l.blockAt[j]! >>> 2] = geo[ki]!.block;
+        const pk = this.#kernels[ki]!;
+        let w = (l.argsAt[j]! >>> 2) + 2 * pk.bufferIndices.length;
+        for (const v of pk.vars) {
+          const x = vals.get(v)!;
+          i32[w] = x;
+          i32[w + 1] = x >> 31;
+          w += 2;
+        }
+      });
+      this.#vals = valsKey;
+      return l;
+    }
+    const list = encodeLaunches(
+      this.#device,
+      kis.map((i) => ({ kernel: this.#compiled[i]!, grid: geo[i]!.grid, block: geo[i]!.block, args: argsOf(i) })),
+    );
+    const b = list.bytes;
+    this.#u32 = new Uint32Array(b.buffer, b.byteOffset, b.byteLength >>> 2);
+    this.#i32 = new Int32Array(b.buffer, b.byteOffset, b.byteLength >>> 2);
+    this.#list = list;
+    this.#launched = kis;
+    this.#vals = valsKey;
+    return list;
   }
 }

@@ -1,11 +1,13 @@
 // The allocate stage of prepare(): a plan's buffers (inputs, then one per kernel target), the
 // memory plan that places intermediates whose lifetimes do not overlap in one shared arena, and
-// the device allocations themselves.
+// the device allocations themselves; and reading a value back out of its buffer.
 import type { Buffer } from "../buffer";
 import type { Device } from "../device";
+import { hostArray } from "../errors";
 import type { DType, LazyNode } from "./ast";
 import type { Scheduled } from "./scheduler";
-import { maxNumel } from "./view";
+import { dimValue } from "./variable";
+import { maxNumel, maxStrides } from "./view";
 
 export interface PlanBuffer {
   readonly index: number;
@@ -118,4 +120,30 @@ export function allocateIntermediates(device: Device, layout: BufferLayout, mem:
     throw e;
   }
   return arena;
+}
+
+/**
+ * The value of `node` held in `buf`, in its shape under the variable values `vals` (the buffer
+ * holds the layout of the variables' maxima: a smaller value is gathered out of it).
+ */
+export function readValue(call: string, buf: Buffer, node: LazyNode, vals: ReadonlyMap<string, number>): Float32Array | Int32Array {
+  const C = node.dtype === "float32" ? Float32Array : Int32Array;
+  const shape = node.shape.map((d) => dimValue(d, vals));
+  const numel = shape.reduce((p, q) => p * q, 1);
+  const max = maxNumel(node.shape);
+  if (numel === max) return buf.read(hostArray(call, numel * 4, () => new C(numel)));
+  const all = buf.read(hostArray(call, max * 4, () => new C(max)));
+  const out = hostArray(call, numel * 4, () => new C(numel));
+  const st = maxStrides(node.shape);
+  const idx = new Array<number>(shape.length).fill(0);
+  for (let i = 0; i < numel; i++) {
+    let rem = i, off = 0;
+    for (let d = shape.length - 1; d >= 0; d--) {
+      idx[d] = rem % shape[d]!;
+      rem = Math.floor(rem / shape[d]!);
+      off += idx[d]! * st[d]!;
+    }
+    out[i] = all[off]!;
+  }
+  return out;
 }

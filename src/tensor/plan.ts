@@ -1,95 +1,34 @@
-// ExecutionPlan: a tensor program scheduled, lowered, compiled and given its buffers once, then
-// executed many times. The plan owns its buffers: inputs (uploaded at prepare; overwrite them
-// through bufferMutById), outputs, and intermediates placed in one arena by a memory planner so
-// that intermediates whose lifetimes do not overlap share memory.
+// ExecutionPlan: a tensor program scheduled, lowered, compiled and given its buffers once
+// (prepare.ts), then executed many times: by default as one prebuilt command list (cmdlist.ts),
+// one crossing per execute(); in an explicit mode as a compiled Schedule (issue.ts). The plan
+// owns its buffers: inputs (uploaded at prepare; overwrite them through bufferMutById), outputs,
+// and intermediates placed in one arena by a memory planner (memory.ts) so that intermediates
+// whose lifetimes do not overlap share memory.
 import { Device } from "../device";
 // side effects: these modules register the device factories (alloc, streams)
 import "../buffer";
 import "../stream";
-import { GpuError, describeValue, disposed, hostArray, illegalState, invalid, options } from "../errors";
-import { Status } from "../../ffi/symbols";
-import { Event } from "../event";
+import { describeValue, disposed, illegalState, invalid, options } from "../errors";
 import type { Kernel } from "../kernel";
-import { ExecMode, Schedule, Step, type Executable } from "../schedule";
+import { ExecMode, type Executable, type Schedule } from "../schedule";
 import type { Buffer } from "../buffer";
 import { Stream } from "../stream";
 import { hostFnsPending } from "../hostfn";
 import { inputNames, type HasNode, type LazyNode } from "./ast";
-import { encodeLaunches, submitList, type CommandList } from "./cmdlist";
+import { PlanCommands, submitList } from "./cmdlist";
 import type { GeneratedKernel } from "./codegen";
-import { allocateIntermediates, type BufferLayout, type PlanBuffer } from "./memory";
+import { allocateIntermediates, readValue, type BufferLayout, type PlanBuffer } from "./memory";
 import { prepare, type CachedKernel, type PreparedKernel } from "./prepare";
-import type { ScheduleOptions } from "./scheduler";
+import { runArgs, type ExecuteOptions, type PlanRunOptions, type PrepareOptions, type PreparedOp, type RunInput, type RunOutput } from "./options";
 import { dimValue, shapeStr, type Variable } from "./variable";
-import { maxNumel, maxStrides } from "./view";
+import { asSchedule, launchEach, type BoundKernels, type KernelProfile } from "./issue";
 
 export { inputNames } from "./ast";
 export { planCacheContext, tensorCompileStats } from "./cache";
 export type { PlanBuffer } from "./memory";
+export type { KernelProfile } from "./issue";
 export { langOf, type CachedKernel, type PreparedKernel } from "./prepare";
-
-/** What ExecutionPlan.run takes for one input: its elements, in the input's dtype. */
-export type RunInput = Float32Array | Int32Array;
-/** What ExecutionPlan.run gives back for one output: a fresh array the caller owns. */
-export type RunOutput = Float32Array | Int32Array;
-
-export interface PlanRunOptions {
-  /** Variable values for this run (unlisted variables take their prepare-time values). */
-  vars?: Readonly<Record<string, number>>;
-  /** How to run (default: the plan's prebuilt command list, submitted on its own stream). */
-  mode?: ExecMode;
-}
-
-export interface PrepareOptions extends ScheduleOptions {
-  /** Names of the outputs, in order, for ExecutionPlan.run by name (default output0, output1, …). */
-  outputNames?: readonly string[];
-  /** Device to run on (default Device.default()). */
-  device?: Device;
-  /** Disable the memory planner: every intermediate gets its own allocation. */
-  noMemoryPlanning?: boolean;
-  /**
-   * Use the plan cache (default true): a program whose structure was prepared before (in this
-   * process or an earlier one) skips scheduling, lowering and code generation.
-   */
-  planCache?: boolean;
-}
-
-export interface ExecuteOptions {
-  /**
-   * How to run. Default: the plan's kernels as one prebuilt command list on the plan's own stream,
-   * submitted (and waited for) in one crossing; grids sized for the current variable values. With
-   * a mode, the plan's kernels form a Schedule (one Step per
-   * kernel, with the byte ranges it reads and writes) compiled once per mode and cached; Eager
-   * compiles, runs and drops it. Grids are sized for the variables' maxima so a compiled
-   * schedule (or a captured graph) stays valid for every value: kernels skip the blocks past
-   * the current extent, and a new value only updates the kernels' i32 arguments.
-   */
-  mode?: ExecMode;
-  /**
-   * Submit the command list on this stream instead (a stream of the plan's device; the wait is
-   * Stream.synchronize). Ignored when `mode` is given.
-   */
-  stream?: Stream;
-  /** Return after enqueueing, without waiting (default false: execute() waits). */
-  async?: boolean;
-  /**
-   * @internal How a run without `mode` issues its kernels: "list" (the default: the plan's one
-   * prebuilt command list, one crossing) or "each" (one launch call per kernel, the way before
-   * command lists; kept for comparison).
-   */
-  launch?: "list" | "each";
-}
-
-export type PreparedOp =
-  | { readonly kind: "kernel"; readonly kernel: PreparedKernel; readonly reads: readonly number[]; readonly writes: readonly number[] };
-
-export interface KernelProfile {
-  readonly entryPoint: string;
-  readonly source: string;
-  readonly device: string;
-  readonly numBuffers: number;
-  readonly elapsedMs: number;
-}
+export type { ExecuteOptions, PlanRunOptions, PrepareOptions, PreparedOp, RunInput, RunOutput } from "./options";
 
 export class ExecutionPlan {
   readonly #device: Device;
@@ -127,12 +66,8 @@ export class ExecutionPlan {
   readonly #execs = new Map<string, { exec: Executable; steps: number[]; vals: string }>();
   /** The stream default executions run on (created on first use, freed with the buffers). */
   #stream: Stream | null = null;
-  /** Every launch of the plan as one command list (null until built, or after a reallocation). */
-  #list: CommandList | null = null;
-  #listWords: { u32: Uint32Array; i32: Int32Array } | null = null;
-  /** The kernels the list launches (those with work at its variable values), and those values. */
-  #listKernels: number[] = [];
-  #listVals = "";
+  /** Every launch of the plan as one command list (built on first use, again after a reallocation). */
+  readonly #list: PlanCommands;
 
   constructor(tensors: readonly HasNode[], opts: PrepareOptions = {}) {
     const call = "Tensor.prepare";
@@ -171,6 +106,7 @@ export class ExecutionPlan {
     this.#kernels = p.kernels;
     this.#mem = p.mem;
     this.#arena = p.arena;
+    this.#list = new PlanCommands(this.#device, this.#kernels, this.#gens, this.#compiled);
   }
 
   #allocIntermediates(): void {
@@ -296,46 +232,14 @@ export class ExecutionPlan {
       this.#allocIntermediates();
   }
 
+  /** Launch every kernel on `stream`, one call each (profile: timed by a pair of events each). */
   #launchAll(stream: Stream, profile: boolean): KernelProfile[] {
-    const profiles: KernelProfile[] = [];
-    const events: [Event, Event][] = [];
-    try {
-      for (let i = 0; i < this.#kernels.length; i++) {
-        const pk = this.#kernels[i]!;
-        const { grid, block } = this.#gens[i]!.launch(this.#vals);
-        let ev: [Event, Event] | undefined;
-        if (profile) {
-          ev = [Event.create(this.#device), Event.create(this.#device)];
-          events.push(ev);
-          ev[0].record(stream);
-        }
-        if (grid > 0) {
-          const args: (Buffer | number)[] = pk.bufferIndices.map((b) => this.#mem[b]!);
-          for (const v of pk.vars) args.push(this.#vals.get(v)!);
-          this.#compiled[i]!.launch(stream, { grid: [grid], block: [block], args });
-        }
-        if (ev) ev[1].record(stream);
-      }
-      if (profile) {
-        stream.synchronize();
-        this.#kernels.forEach((k, i) => {
-          const [a, b] = events[i]!;
-          profiles.push({
-            entryPoint: k.entryPoint,
-            source: k.source,
-            device: k.device,
-            numBuffers: k.bufferIndices.length,
-            elapsedMs: Event.elapsed(a, b),
-          });
-        });
-      }
-    } finally {
-      for (const [a, b] of events) {
-        a.dispose();
-        b.dispose();
-      }
-    }
-    return profiles;
+    return launchEach(this.#device, stream, this.#bound(), this.#vals, profile);
+  }
+
+  /** The plan's kernels with their compiled forms and arguments. */
+  #bound(): BoundKernels {
+    return { kernels: this.#kernels, gens: this.#gens, compiled: this.#compiled, argsOf: (i, vals) => this.#argsOf(i, vals) };
   }
 
   /** The variable values as a string, to know when compiled schedules need new arguments. */
@@ -343,36 +247,17 @@ export class ExecutionPlan {
     return [...this.#vals.values()].join(",");
   }
 
-  #argsOf(i: number): (Buffer | number)[] {
+  #argsOf(i: number, vals: ReadonlyMap<string, number> = this.#vals): (Buffer | number)[] {
     const pk = this.#kernels[i]!;
     const args: (Buffer | number)[] = pk.bufferIndices.map((b) => this.#mem[b]!);
-    for (const v of pk.vars) args.push(this.#vals.get(v)!);
+    for (const v of pk.vars) args.push(vals.get(v)!);
     return args;
   }
 
   /** The plan as a Schedule: one Step per kernel (kernels with no work at the maxima are left out). */
   schedule(): { schedule: Schedule; kernelOfStep: number[] } {
     this.#ensureBuffers("ExecutionPlan.schedule");
-    const maxVals = new Map([...this.#vars].map(([k, v]) => [k, v.max]));
-    const sched = new Schedule();
-    const kernelOfStep: number[] = [];
-    this.#kernels.forEach((pk, i) => {
-      const { grid, block } = this.#gens[i]!.launch(maxVals);
-      if (grid === 0) return;
-      const bufs = pk.bufferIndices.map((b) => this.#mem[b]!);
-      sched.add(
-        Step.kernel(this.#compiled[i]!, {
-          grid: [grid],
-          block: [block],
-          args: this.#argsOf(i),
-          reads: bufs.slice(1),
-          writes: [bufs[0]!],
-          label: pk.entryPoint,
-        }),
-      );
-      kernelOfStep.push(i);
-    });
-    return { schedule: sched, kernelOfStep };
+    return asSchedule(this.#bound(), new Map([...this.#vars].map(([k, v]) => [k, v.max])), this.#vals, (b) => this.#mem[b]!);
   }
 
   #dropExecs(): void {
@@ -409,54 +294,6 @@ export class ExecutionPlan {
     return (this.#stream ??= this.#device.createStream({ nonBlocking: true }));
   }
 
-  #dropList(): void {
-    this.#list = null;
-    this.#listWords = null;
-    this.#listKernels = [];
-  }
-
-  /**
-   * The plan's command list, in step with its buffers and variable values: built once the buffers
-   * exist (again after a reallocation); a new variable value patches grids and i32 arguments in
-   * place, or rebuilds the list when a kernel gains or loses all its work.
-   */
-  #commands(): CommandList {
-    const vk = this.#valsKey();
-    const l = this.#list;
-    if (l && this.#listVals === vk) return l;
-    const geo = this.#gens.map((g) => g.launch(this.#vals));
-    const kis: number[] = [];
-    geo.forEach((g, i) => g.grid > 0 && kis.push(i));
-    const same = l !== null && kis.length === this.#listKernels.length && kis.every((k, j) => k === this.#listKernels[j]);
-    if (l && same) {
-      const { u32, i32 } = this.#listWords!;
-      kis.forEach((ki, j) => {
-        u32[l.gridAt[j]! >>> 2] = geo[ki]!.grid;
-        u32[l.blockAt[j]! >>> 2] = geo[ki]!.block;
-        const pk = this.#kernels[ki]!;
-        let w = (l.argsAt[j]! >>> 2) + 2 * pk.bufferIndices.length;
-        for (const v of pk.vars) {
-          const x = this.#vals.get(v)!;
-          i32[w] = x;
-          i32[w + 1] = x >> 31;
-          w += 2;
-        }
-      });
-      this.#listVals = vk;
-      return l;
-    }
-    const list = encodeLaunches(
-      this.#device,
-      kis.map((i) => ({ kernel: this.#compiled[i]!, grid: geo[i]!.grid, block: geo[i]!.block, args: this.#argsOf(i) })),
-    );
-    const b = list.bytes;
-    this.#list = list;
-    this.#listWords = { u32: new Uint32Array(b.buffer, b.byteOffset, b.byteLength >>> 2), i32: new Int32Array(b.buffer, b.byteOffset, b.byteLength >>> 2) };
-    this.#listKernels = kis;
-    this.#listVals = vk;
-    return list;
-  }
-
   /** What the list points at is still there: the device, every plan buffer, every kernel's module. */
   #listUsable(call: string): void {
     if (!this.#device.state.open) disposed(call, "device of this plan");
@@ -471,8 +308,8 @@ export class ExecutionPlan {
    * reports their failures).
    */
   #submit(call: string, stream: Stream | undefined, wait: boolean): Stream {
-    const list = this.#commands();
     this.#listUsable(call);
+    const list = this.#list.get(this.#vals, this.#valsKey(), (i) => this.#argsOf(i));
     const s = stream ?? this.#ownStream();
     if (wait && !stream && hostFnsPending() === 0) {
       submitList(call, s, list, true);
@@ -573,64 +410,13 @@ export class ExecutionPlan {
     let job: Promise<RunOutput[] | Record<string, RunOutput>>;
     try {
       this.#live(call);
-      const { inputs, vals, mode, byName } = this.#runArgs(call, feeds, opts);
+      const { inputs, vals, mode, byName } = runArgs(call, feeds, opts, { bufs: this.#bufs, inputNames: this.#inputNames, vars: this.#vars });
       job = this.#queue.then(() => this.#runNow(call, inputs, vals, mode, byName));
     } catch (e) {
       return Promise.reject(e);
     }
     this.#queue = job.catch(() => undefined);
     return job;
-  }
-
-  /** Check run()'s arguments and copy the inputs; throws GpuError before anything is queued. */
-  #runArgs(
-    call: string,
-    feeds: unknown,
-    opts: PlanRunOptions | undefined,
-  ): { inputs: Map<number, RunInput>; vals: Map<string, number>; mode: ExecMode | undefined; byName: boolean } {
-    const o = options(call, opts);
-    if (o.mode !== undefined && !(o.mode instanceof ExecMode)) invalid(call, `mode must be an ExecMode, got ${describeValue(o.mode)}`);
-    const inputs = new Map<number, RunInput>();
-    const vals = new Map<string, number>();
-    const setVar = (name: string, v: unknown) => {
-      const vr = this.#vars.get(name);
-      if (!vr) invalid(call, `the plan has no variable ${name} (it has ${[...this.#vars.keys()].join(", ") || "none"})`);
-      vals.set(name, vr.check(v, call));
-    };
-    const setInput = (i: number, what: string, data: unknown) => {
-      const b = this.#bufs[i]!;
-      const C = b.dtype === "float32" ? Float32Array : Int32Array;
-      if (!(data instanceof C)) invalid(call, `${what} must be a ${C.name} (the input is ${b.dtype}), got ${describeValue(data)}`);
-      if (data.length !== b.elements) invalid(call, `${what} has ${data.length} elements, the input holds ${b.elements}`);
-      inputs.set(i, data.slice() as RunInput);
-    };
-    let byName = false;
-    if (feeds === undefined || feeds === null) {
-      if (feeds === null) invalid(call, "inputs must be an array or an object, got null");
-    } else if (Array.isArray(feeds)) {
-      if (feeds.length > this.#inputNames.length) invalid(call, `${feeds.length} inputs given, the plan has ${this.#inputNames.length}`);
-      feeds.forEach((d, i) => {
-        if (d !== undefined && d !== null) setInput(i, `input ${i} (${this.#inputNames[i]})`, d);
-      });
-    } else if (typeof feeds === "object" && !ArrayBuffer.isView(feeds)) {
-      byName = true;
-      for (const [name, d] of Object.entries(feeds)) {
-        if (this.#vars.has(name) && typeof d === "number") {
-          setVar(name, d);
-          continue;
-        }
-        const at = this.#inputNames.flatMap((n, i) => (n === name ? [i] : []));
-        if (at.length === 0)
-          invalid(call, `no input or variable named ${JSON.stringify(name)} (inputs: ${this.#inputNames.join(", ") || "none"}; variables: ${[...this.#vars.keys()].join(", ") || "none"})`);
-        if (at.length > 1) invalid(call, `${at.length} inputs are named ${JSON.stringify(name)}; give them by position`);
-        setInput(at[0]!, `input ${JSON.stringify(name)}`, d);
-      }
-    } else invalid(call, `inputs must be an array or an object, got ${describeValue(feeds)}`);
-    if (o.vars !== undefined) {
-      if (o.vars === null || typeof o.vars !== "object" || Array.isArray(o.vars)) invalid(call, `vars must be an object, got ${describeValue(o.vars)}`);
-      for (const [name, v] of Object.entries(o.vars)) setVar(name, v);
-    }
-    return { inputs, vals, mode: o.mode, byName };
   }
 
   async #runNow(call: string, inputs: Map<number, RunInput>, vals: Map<string, number>, mode: ExecMode | undefined, byName: boolean): Promise<RunOutput[] | Record<string, RunOutput>> {
@@ -723,28 +509,7 @@ export class ExecutionPlan {
   }
 
   #readOutputNow(position: number): Float32Array | Int32Array {
-    const n = this.#outputNodes[position]!;
-    const buf = this.#mem[this.#outputs[position]!]!;
-    const C = n.dtype === "float32" ? Float32Array : Int32Array;
-    const shape = n.shape.map((d) => dimValue(d, this.#vals));
-    const numel = shape.reduce((p, q) => p * q, 1);
-    const max = maxNumel(n.shape);
-    const call = "ExecutionPlan.readOutput";
-    if (numel === max) return buf.read(hostArray(call, numel * 4, () => new C(numel)));
-    const all = buf.read(hostArray(call, max * 4, () => new C(max)));
-    const out = hostArray(call, numel * 4, () => new C(numel));
-    const st = maxStrides(n.shape);
-    const idx = new Array<number>(shape.length).fill(0);
-    for (let i = 0; i < numel; i++) {
-      let rem = i, off = 0;
-      for (let d = shape.length - 1; d >= 0; d--) {
-        idx[d] = rem % shape[d]!;
-        rem = Math.floor(rem / shape[d]!);
-        off += idx[d]! * st[d]!;
-      }
-      out[i] = all[off]!;
-    }
-    return out;
+    return readValue("ExecutionPlan.readOutput", this.#mem[this.#outputs[position]!]!, this.#outputNodes[position]!, this.#vals);
   }
 
   // ---- release ----------------------------------------------------------------------------------------
@@ -754,7 +519,7 @@ export class ExecutionPlan {
     if (this.#disposed || this.#released) return;
     this.#idle("ExecutionPlan.releaseIntermediateBuffers");
     this.#dropExecs();
-    this.#dropList();
+    this.#list.drop();
     for (const b of this.#bufs) {
       if (b.kind !== "intermediate") continue;
       const m = this.#mem[b.index];
@@ -803,5 +568,3 @@ export class ExecutionPlan {
   }
 }
 
-void GpuError;
-void Status;
