@@ -29,6 +29,8 @@ export interface BufferLayout {
   readonly nodeToBuf: Map<LazyNode, number>;
   /** Bytes of the intermediates' arena (0 without memory planning). */
   readonly arenaBytes: number;
+  /** Index of the first intermediate buffer, -1 when there is none. */
+  readonly firstIntermediate: number;
 }
 
 const ALIGN = 256;
@@ -87,7 +89,7 @@ export function layoutBuffers(sched: Scheduled, noPlanning: boolean): BufferLayo
     inter.forEach((b, i) => ((b as { offset: number }).offset = offsets[i]!));
     arenaBytes = size;
   }
-  return { bufs, nodeToBuf, arenaBytes };
+  return { bufs, nodeToBuf, arenaBytes, firstIntermediate: inter.length ? inter[0]!.index : -1 };
 }
 
 /**

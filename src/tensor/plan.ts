@@ -228,8 +228,8 @@ export class ExecutionPlan {
 
   #ensureBuffers(call: string): void {
     this.#live(call);
-    if (this.#bufs.some((b) => b.kind === "intermediate") && this.#mem[this.#bufs.find((b) => b.kind === "intermediate")!.index] === null)
-      this.#allocIntermediates();
+    const first = this.#layout.firstIntermediate;
+    if (first >= 0 && this.#mem[first] === null) this.#allocIntermediates();
   }
 
   /** Launch every kernel on `stream`, one call each (profile: timed by a pair of events each). */
@@ -244,7 +244,10 @@ export class ExecutionPlan {
 
   /** The variable values as a string, to know when compiled schedules need new arguments. */
   #valsKey(): string {
-    return [...this.#vals.values()].join(",");
+    if (this.#vals.size === 0) return "";
+    let k = "";
+    for (const v of this.#vals.values()) k += `${v},`;
+    return k;
   }
 
   #argsOf(i: number, vals: ReadonlyMap<string, number> = this.#vals): (Buffer | number)[] {
