@@ -92,6 +92,23 @@ describe("one crossing per execute", () => {
     }
   });
 
+  test("a value that leaves kernels with no work rebuilds the list without them: still one crossing", () => {
+    const S = new Variable("S", 0, 16).bind(3);
+    const y = Tensor.arange(S).float().mul(2).add(Tensor.fromDims([S], "float32"));
+    const plan = y.prepare({ fusion: false });
+    try {
+      expect(plan.preparedKernels().length).toBeGreaterThan(1);
+      plan.execute();
+      for (const s of [3, 0, 5, 0, 16, 7]) {
+        const calls = crossings(() => plan.executeWithVars({ S: s }));
+        expect(calls).toEqual(["bg_submit_ex"]);
+        expect([...plan.readOutput(0)]).toEqual(Array.from({ length: s }, (_, i) => 2 * i + s));
+      }
+    } finally {
+      plan.dispose();
+    }
+  });
+
   test("kernel by kernel (launch: each) crosses once per kernel at least, with the same results", () => {
     const { plan } = sixKernels();
     try {
