@@ -10,8 +10,11 @@
 //  4. warm prepare() of a ~20-kernel plan from the caches in a fresh process (one process
 //     compiles into the plan and kernel caches, fresh ones time prepare(); the same with the
 //     plan cache off; then a phase-by-phase breakdown).
+//  5. per-execute overhead of a small multi-kernel plan (6 unfused elementwise kernels over 256
+//     float32): kernel by kernel (one launch call each, then a synchronize) against the plan's
+//     one command list (submit and wait in one crossing), in the same mitata run.
 // Run: bun run bench/tensor.bench.ts   (TENSOR_BENCH_QUICK=1 for a short run;
-//      TENSOR_BENCH_PREPARE_ONLY=1 for part 4 alone)
+//      TENSOR_BENCH_PREPARE_ONLY=1 for part 4 alone; TENSOR_BENCH_OVERHEAD_ONLY=1 for part 5 alone)
 import { bench, do_not_optimize, group, run, summary } from "mitata";
 import { Device, compileStats } from "../src";
 import { ExecMode } from "../src/schedule";
@@ -19,8 +22,8 @@ import { Program } from "../src/kernel";
 import { Tensor, generate, schedule, tensorCompileStats, type ExecutionPlan } from "../src/tensor";
 import { toposort } from "../src/tensor/ast";
 import { prelude } from "../src/tensor/codegen";
-import { langOf, planCacheContext } from "../src/tensor/plan";
-import { loadPlan, planFromCache, planKey } from "../src/tensor/plancache";
+import { langOf } from "../src/tensor/prepare";
+import { loadPlan, planCacheContext, planFromCache, planKey, structureKey } from "../src/tensor/cache";
 import { collectVars } from "../src/tensor/scheduler";
 import { seededRandom } from "../src/tensor/reference";
 
@@ -80,7 +83,7 @@ if (process.argv.includes("--phases-child")) {
   const nodes = toposort([model.node]);
   const vars = collectVars(nodes, "bench");
   const pos = new Map(nodes.map((n, i) => [n, i] as const));
-  const key = planKey(nodes, pos, [model.node], context);
+  const key = planKey(structureKey(nodes, pos, [model.node]), context);
   t.structureKey = performance.now() - t0; // one walk over the graph and its sha256
   t0 = performance.now();
   const cachedPlan = loadPlan(key);
@@ -161,9 +164,60 @@ if (process.env.TENSOR_BENCH_PREPARE_ONLY) {
   process.exit(0);
 }
 
+// ---- 5. per-execute overhead: kernel by kernel vs one command list ---------------------------------
+
+const OVH_N = 256;
+const OVH_EACH = "6-kernel plan, kernel by kernel (launch + synchronize)";
+const OVH_LIST = "6-kernel plan, one command list (one crossing)";
+
+/** Six unfused elementwise kernels over a small tensor: launch overhead dominates. */
+function overheadPlan(device: Device): ExecutionPlan {
+  const x = Tensor.from(Float32Array.from({ length: OVH_N }, (_, i) => i / OVH_N), [OVH_N]);
+  const plan = x.add(1).mul(2).relu().sub(0.5).exp().neg().prepare({ device, fusion: false });
+  if (plan.preparedKernels().length !== 6) throw new Error(`overhead plan: 6 kernels expected, got ${plan.preparedKernels().length}`);
+  plan.execute({ launch: "each" });
+  const a = plan.readOutput(0);
+  plan.execute();
+  const b = plan.readOutput(0);
+  for (let i = 0; i < OVH_N; i++) if (a[i] !== b[i]) throw new Error(`overhead plan: the two ways disagree at ${i}`);
+  return plan;
+}
+
+function overheadGroup(plan: ExecutionPlan): void {
+  group(`per-execute overhead: 6 kernels over ${OVH_N} float32`, () => {
+    summary(() => {
+      bench(OVH_EACH, () => plan.execute({ launch: "each" })).baseline(true);
+      bench(OVH_LIST, () => plan.execute());
+    });
+  });
+}
+
+function overheadReport(get: (name: string) => { p50: number; min: number }): void {
+  const e = get(OVH_EACH), l = get(OVH_LIST);
+  console.log(
+    `per-execute overhead, 6 kernels over ${OVH_N} float32 on ${dev.spec}: kernel by kernel ${(e.p50 / 1e3).toFixed(2)} µs (best ${(e.min / 1e3).toFixed(2)}), ` +
+      `one command list ${(l.p50 / 1e3).toFixed(2)} µs (best ${(l.min / 1e3).toFixed(2)}): ${(e.p50 / l.p50).toFixed(2)}× less per execute`,
+  );
+}
+
+function statsOf(res: Awaited<ReturnType<typeof run>>) {
+  const stat = new Map<string, { avg: number; p50: number; min: number }>();
+  for (const t of res.benchmarks) for (const r of t.runs) if (r.stats) stat.set(r.name, { avg: r.stats.avg, p50: r.stats.p50, min: r.stats.min });
+  return (name: string) => stat.get(name) ?? { avg: NaN, p50: NaN, min: NaN };
+}
+
 // ---- the main process ------------------------------------------------------------------------
 
 const dev = Device.default();
+
+if (process.env.TENSOR_BENCH_OVERHEAD_ONLY) {
+  const plan = overheadPlan(dev);
+  overheadGroup(plan);
+  overheadReport(statsOf(await run()));
+  plan.dispose();
+  process.exit(0);
+}
+
 const rnd = seededRandom(1234);
 const randArray = (n: number, scale = 1) => Float32Array.from({ length: n }, () => (rnd() * 2 - 1) * scale);
 const plans: ExecutionPlan[] = [];
@@ -375,10 +429,11 @@ group(`MLP batch ${B}, ${IN} → ${HID} → ${OUT} (gelu, relu)`, () => {
   });
 });
 
-const res = await run();
-const stat = new Map<string, { avg: number; p50: number; min: number }>();
-for (const t of res.benchmarks) for (const r of t.runs) if (r.stats) stat.set(r.name, { avg: r.stats.avg, p50: r.stats.p50, min: r.stats.min });
-const get = (name: string) => stat.get(name) ?? { avg: NaN, p50: NaN, min: NaN };
+const ovhPlan = overheadPlan(dev);
+plans.push(ovhPlan);
+overheadGroup(ovhPlan);
+
+const get = statsOf(await run());
 
 // numpy after our own timings (its BLAS threads would otherwise compete with ours)
 note("timing numpy…");
@@ -413,6 +468,7 @@ if (ort) {
       `onnxruntime-node ${(o.p50 / 1e3).toFixed(1)} µs: ${(o.p50 / mlpG.p50).toFixed(2)}× (aim: no slower: ${mlpG.p50 <= o.p50 ? "met" : "NOT met"})`,
   );
 } else console.log(`MLP: bungpu ${(mlpG.p50 / 1e3).toFixed(1)} µs (Graph); onnxruntime-node not compared: ${ortError}`);
+overheadReport(get);
 warmPrepareReport(warmPrepare());
 
 for (const p of plans) p.dispose();

@@ -10,7 +10,7 @@ import { Device } from "../src";
 import { cpuCompilerLabel } from "../src/compile";
 import { Tensor, Variable, generate, schedule, tensorCompileStats, type ExecutionPlan, type Lang } from "../src/tensor";
 import { decodeIR, encodeIR } from "../src/tensor/ir";
-import { forgetPlanCacheMemory } from "../src/tensor/plancache";
+import { forgetPlanCacheMemory } from "../src/tensor/cache";
 import { seededRandom } from "../src/tensor/reference";
 
 const prevDir = process.env.BUNGPU_CACHE_DIR;

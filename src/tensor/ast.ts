@@ -65,6 +65,17 @@ export class LazyNode {
   }
 }
 
+/**
+ * What a plan is prepared from: anything holding a graph node (a Tensor). Plans see tensors only
+ * through this, so the plan modules do not import the Tensor class (which imports them).
+ */
+export interface HasNode {
+  readonly node: LazyNode;
+}
+
+/** Names given to input tensors (Tensor.from(..., { name })), for ExecutionPlan.run by name. */
+export const inputNames = new WeakMap<LazyNode, string>();
+
 /** Every node reachable from `roots`, sources before consumers (ascending id). */
 export function toposort(roots: readonly LazyNode[]): LazyNode[] {
   const seen = new Set<LazyNode>();

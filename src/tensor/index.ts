@@ -16,7 +16,8 @@ export {
   type RunOutput,
 } from "./plan";
 export type { DType, UnaryOp, BinaryOp, ReduceOp } from "./ast";
-export { schedule, type Scheduled, type ScheduledKernel, type ScheduleOptions } from "./scheduler";
+export { schedule } from "./prepare";
+export type { Scheduled, ScheduledKernel, ScheduleOptions } from "./scheduler";
 export { generate, type GeneratedKernel, type Lang } from "./codegen";
 export type { KernelIR, Expr, KDim } from "./ir";
 export { interpretSchedule, interpretKernel } from "./interp";

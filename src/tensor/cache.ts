@@ -1,13 +1,23 @@
+// The tensor compiler's caches, all in one place, and the one structural key they hang on.
+//
+// Structural key (structureKey): one walk over the graph reachable from the outputs (op, dtype,
+// shape with variable names and bounds, structural constants, view stacks, sources by position)
+// and the outputs' positions. Buffer leaves contribute their dtype and shape only: no cache holds
+// user data (a plan copies the live tensors' data in, as always).
+//
+// Caches, one per stage of prepare():
+//  - schedules (memory): the lowered kernels of a structure, by fusion and structural key;
+//  - generated code (memory): by language and kernel name (the name hashes the lowered kernel);
+//  - compiled kernels (memory, per device): by kernel name;
+//  - plans (disk, and memory): below.
+//
 // The plan cache: what prepare() derives from scheduling, lowering and code generation, stored on
 // disk under a hash of the program's structure, so a fresh process preparing a program it has seen
 // before skips all three (the kernels themselves come from the kernel cache of Program.compile).
 //
-// Key: sha256 of one walk over the graph reachable from the outputs (op, dtype, shape with
-// variable names and bounds, structural constants, view stacks, sources by position), the
-// outputs' positions, the schedule options, the device (backend, ordinal, name), the compiler
-// identity, PLAN_CACHE_VERSION and the size and mtime of the tensor compiler's own modules. Buffer
-// leaves contribute their dtype and shape only: the cache holds structure, never user data (the
-// plan copies the live tensors' data in, as always).
+// Key: sha256 of the structural key, the schedule options, the device (backend, ordinal, name),
+// the compiler identity, PLAN_CACHE_VERSION and the size and mtime of the tensor compiler's own
+// modules.
 //
 // Value: per kernel, in execution order, the node positions of its target and inputs, its name,
 // generated body, argument signature, variable names, launch geometry and its lowered IR (as a
@@ -22,10 +32,12 @@
 import { mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { cacheRoot } from "../../ffi/load";
+import type { Device } from "../device";
+import { compilerIdentity, type Kernel } from "../kernel";
 import type { LazyNode } from "./ast";
-import { launcher, prelude, type GeneratedKernel, type LaunchGeometry, type Lang } from "./codegen";
+import { generate, launcher, prelude, type GeneratedKernel, type LaunchGeometry, type Lang } from "./codegen";
 import { decodeIR, encodeIR, type KernelIR } from "./ir";
-import type { Scheduled, ScheduledKernel } from "./scheduler";
+import type { Scheduled, ScheduledKernel, ScheduleOptions } from "./scheduler";
 import type { Dim } from "./variable";
 
 /** Bump when the scheduler, the lowering, the IR or the code generators change their output. */
@@ -33,7 +45,7 @@ export const PLAN_CACHE_VERSION = 1;
 
 // The modules whose behaviour a cached plan records. Their size and mtime are part of every key,
 // so an edited compiler (a forgotten version bump) misses instead of serving stale kernels.
-const COMPILER_MODULES = ["ast.ts", "ir.ts", "symbolic.ts", "view.ts", "scheduler.ts", "codegen.ts", "plancache.ts"];
+const COMPILER_MODULES = ["ast.ts", "ir.ts", "symbolic.ts", "view.ts", "scheduler.ts", "lower.ts", "codegen.ts", "cache.ts"];
 let modulesStamp: string | undefined;
 function compilerModulesStamp(): string {
   if (modulesStamp !== undefined) return modulesStamp;
@@ -71,6 +83,25 @@ export interface CachedPlan {
 /** What the plan cache did in this process. */
 export const planCacheCounters = { hits: 0, misses: 0, rebuilt: 0 };
 
+/** What the tensor compiler did in this process (tests count compiles with it). */
+export const tensorCompileStats = {
+  compiles: 0,
+  kernelsCompiled: 0,
+  cacheHits: 0,
+  /** Plans built from the plan cache (scheduling, lowering and codegen skipped). */
+  get planCacheHits(): number {
+    return planCacheCounters.hits;
+  },
+  /** Plans scheduled, lowered and generated (then stored in the plan cache). */
+  get planCacheMisses(): number {
+    return planCacheCounters.misses;
+  },
+  /** Plan-cache entries found corrupt or not fitting their program: removed and rebuilt. */
+  get planCacheRebuilt(): number {
+    return planCacheCounters.rebuilt;
+  },
+};
+
 function dimKey(d: Dim): string {
   return typeof d === "number" ? String(d) : `${d.name}:${d.min}:${d.max}`;
 }
@@ -100,24 +131,77 @@ function argKey(n: LazyNode): string {
 }
 
 /**
- * The cache key of a program: `nodes` in topological order (toposort), `outputs` among them,
- * `context` the rest (options, device, compiler, version). One walk, one hash.
+ * The structural key of a program: `nodes` in topological order (toposort), `outputs` among them,
+ * `pos` each node's position in `nodes`. One walk; every cache of the tensor compiler keys on it.
  */
-export function planKey(nodes: readonly LazyNode[], pos: ReadonlyMap<LazyNode, number>, outputs: readonly LazyNode[], context: string): string {
-  const h = new Bun.CryptoHasher("sha256");
-  h.update(`v${PLAN_CACHE_VERSION}|${compilerModulesStamp()}|${context}|outs=${outputs.map((o) => pos.get(o)).join(",")}\n`);
-  let chunk = "";
+export function structureKey(nodes: readonly LazyNode[], pos: ReadonlyMap<LazyNode, number>, outputs: readonly LazyNode[]): string {
+  let out = `outs=${outputs.map((o) => pos.get(o)).join(",")}\n`;
   for (const n of nodes) {
     let srcs = "";
     for (let i = 0; i < n.srcs.length; i++) srcs += (i ? "," : "") + pos.get(n.srcs[i]!);
-    chunk += `${n.op}:${n.dtype}:${shapeKey(n.shape)}:${argKey(n)}(${srcs});`;
-    if (chunk.length > 16384) {
-      h.update(chunk);
-      chunk = "";
-    }
+    out += `${n.op}:${n.dtype}:${shapeKey(n.shape)}:${argKey(n)}(${srcs});`;
   }
-  h.update(chunk);
+  return out;
+}
+
+/**
+ * What besides the structure a plan-cache entry depends on: the schedule options that change the
+ * kernels (fusion; memory planning is recomputed from the live options), the device by backend and
+ * ordinal, a GPU by name too (the C for the CPU does not depend on its model), and the compiler.
+ */
+export function planCacheContext(dev: Device, opts: ScheduleOptions = {}): string {
+  return `${(opts.fusion ?? true) ? "F" : "U"}|${dev.spec}|${dev.backend === "cpu" ? "" : dev.name}|${compilerIdentity(dev)}`;
+}
+
+/** The plan-cache key: a hash of the structural key, `context` (planCacheContext) and the version. */
+export function planKey(structure: string, context: string): string {
+  const h = new Bun.CryptoHasher("sha256");
+  h.update(`v${PLAN_CACHE_VERSION}|${compilerModulesStamp()}|${context}|`);
+  h.update(structure);
   return h.digest("hex");
+}
+
+// ---- schedules, generated code and compiled kernels (memory) -----------------------------------
+
+/** A schedule by position: kernel targets and inputs as positions in the program's nodes. */
+interface CachedSchedule {
+  kernels: { ir: KernelIR; target: number; inputs: number[] }[];
+}
+const schedules = new Map<string, CachedSchedule>();
+const SCHEDULES_MAX = 512;
+
+/** The kernels of a structure scheduled and lowered before (`fusion` and structural key), bound to `nodes`. */
+export function cachedSchedule(fusion: boolean, structure: string, nodes: readonly LazyNode[]): ScheduledKernel[] | null {
+  const hit = schedules.get(`${fusion ? "F" : "U"}|${structure}`);
+  return hit ? hit.kernels.map((k) => ({ ir: k.ir, target: nodes[k.target]!, inputs: k.inputs.map((i) => nodes[i]!) })) : null;
+}
+
+export function rememberSchedule(fusion: boolean, structure: string, kernels: readonly ScheduledKernel[], pos: ReadonlyMap<LazyNode, number>): void {
+  if (schedules.size >= SCHEDULES_MAX) schedules.delete(schedules.keys().next().value!);
+  schedules.set(`${fusion ? "F" : "U"}|${structure}`, { kernels: kernels.map((k) => ({ ir: k.ir, target: pos.get(k.target)!, inputs: k.inputs.map((n) => pos.get(n)!) })) });
+}
+
+const generated = new Map<string, GeneratedKernel>();
+
+/** The generated code of a lowered kernel in `lang` (generated once per kernel name). */
+export function generateCached(ir: KernelIR, lang: Lang): GeneratedKernel {
+  const key = `${lang}:${ir.name}`;
+  let g = generated.get(key);
+  if (!g) {
+    g = generate(ir, lang);
+    if (generated.size > 4096) generated.clear();
+    generated.set(key, g);
+  }
+  return g;
+}
+
+const kernels = new WeakMap<Device, Map<string, Kernel>>();
+
+/** The compiled kernels of `dev`, by kernel name (an entry whose module was disposed is stale). */
+export function kernelCache(dev: Device): Map<string, Kernel> {
+  let cache = kernels.get(dev);
+  if (!cache) kernels.set(dev, (cache = new Map()));
+  return cache;
 }
 
 // Entries this process has read or written, so that a program prepared again in the same process

@@ -1,0 +1,151 @@
+// The allocate stage of prepare(): a plan's buffers (inputs, then one per kernel target), the
+// memory plan that places intermediates whose lifetimes do not overlap in one shared arena, and
+// the device allocations themselves; and reading a value back out of its buffer.
+import type { Buffer } from "../buffer";
+import type { Device } from "../device";
+import { hostArray } from "../errors";
+import type { DType, LazyNode } from "./ast";
+import type { Scheduled } from "./scheduler";
+import { dimValue } from "./variable";
+import { maxNumel, maxStrides } from "./view";
+
+export interface PlanBuffer {
+  readonly index: number;
+  readonly kind: "input" | "output" | "intermediate";
+  readonly dtype: DType;
+  readonly astId: number;
+  readonly elements: number;
+  readonly bytes: number;
+  /** Arena offset (intermediates). */
+  readonly offset: number;
+  /** Kernel index range [first, last] during which the buffer holds a live value. */
+  readonly lifetime: readonly [number, number];
+}
+
+/** A plan's buffers and their placement. */
+export interface BufferLayout {
+  readonly bufs: PlanBuffer[];
+  /** Buffer index of each realized node. */
+  readonly nodeToBuf: Map<LazyNode, number>;
+  /** Bytes of the intermediates' arena (0 without memory planning). */
+  readonly arenaBytes: number;
+  /** Index of the first intermediate buffer, -1 when there is none. */
+  readonly firstIntermediate: number;
+}
+
+const ALIGN = 256;
+
+/** Greedy offset assignment: largest first, lowest offset free over its lifetime. */
+export function planArena(items: { bytes: number; life: readonly [number, number] }[]): { offsets: number[]; size: number } {
+  const order = items.map((_, i) => i).sort((a, b) => items[b]!.bytes - items[a]!.bytes || a - b);
+  const placed: { off: number; end: number; life: readonly [number, number] }[] = [];
+  const offsets = new Array<number>(items.length).fill(0);
+  let size = 0;
+  for (const i of order) {
+    const it = items[i]!;
+    const conflicts = placed
+      .filter((p) => p.life[0] <= it.life[1] && it.life[0] <= p.life[1])
+      .sort((a, b) => a.off - b.off);
+    let off = 0;
+    for (const c of conflicts) {
+      if (off + it.bytes <= c.off) break;
+      off = Math.max(off, Math.ceil(c.end / ALIGN) * ALIGN);
+    }
+    offsets[i] = off;
+    placed.push({ off, end: off + it.bytes, life: it.life });
+    size = Math.max(size, off + it.bytes);
+  }
+  return { offsets, size: Math.ceil(size / ALIGN) * ALIGN };
+}
+
+/** Buffers of a schedule: inputs, then kernel targets in order; intermediates placed in the arena. */
+export function layoutBuffers(sched: Scheduled, noPlanning: boolean): BufferLayout {
+  const bufs: PlanBuffer[] = [];
+  const nodeToBuf = new Map<LazyNode, number>();
+  const outSet = new Set(sched.outputs);
+  const lastUse = new Map<LazyNode, number>();
+  sched.kernels.forEach((k, ki) => k.inputs.forEach((n) => lastUse.set(n, ki)));
+  const addBuf = (n: LazyNode, kind: PlanBuffer["kind"], first: number) => {
+    const elements = maxNumel(n.shape);
+    const b: PlanBuffer = {
+      index: bufs.length,
+      kind,
+      dtype: n.dtype,
+      astId: n.id,
+      elements,
+      bytes: elements * 4,
+      offset: 0,
+      lifetime: [first, Math.max(first, lastUse.get(n) ?? first)],
+    };
+    nodeToBuf.set(n, b.index);
+    bufs.push(b);
+  };
+  for (const n of sched.inputs) addBuf(n, "input", 0);
+  sched.kernels.forEach((k, ki) => addBuf(k.target, outSet.has(k.target) ? "output" : "intermediate", ki));
+  const inter = bufs.filter((b) => b.kind === "intermediate");
+  let arenaBytes = 0;
+  if (!noPlanning && inter.length) {
+    const { offsets, size } = planArena(inter.map((b) => ({ bytes: b.bytes, life: b.lifetime })));
+    inter.forEach((b, i) => ((b as { offset: number }).offset = offsets[i]!));
+    arenaBytes = size;
+  }
+  return { bufs, nodeToBuf, arenaBytes, firstIntermediate: inter.length ? inter[0]!.index : -1 };
+}
+
+/**
+ * Allocate the inputs (uploading `inputData`, by input index) and outputs into `mem`, then the
+ * intermediates. On failure whatever was allocated is left in `mem` for the caller to free.
+ */
+export function allocateBuffers(device: Device, layout: BufferLayout, inputData: readonly (Float32Array | Int32Array)[], mem: (Buffer | null)[], noPlanning: boolean): Buffer | null {
+  for (const b of layout.bufs) {
+    if (b.kind === "intermediate") continue;
+    const buf = device.alloc(Math.max(b.bytes, 4));
+    mem[b.index] = buf;
+    if (b.kind === "input") buf.write(inputData[b.index]!);
+  }
+  return allocateIntermediates(device, layout, mem, noPlanning);
+}
+
+/** Allocate the intermediates into `mem`: views of one arena (returned), or one buffer each. */
+export function allocateIntermediates(device: Device, layout: BufferLayout, mem: (Buffer | null)[], noPlanning: boolean): Buffer | null {
+  const inter = layout.bufs.filter((b) => b.kind === "intermediate");
+  if (!inter.length) return null;
+  if (noPlanning) {
+    for (const b of inter) mem[b.index] = device.alloc(Math.max(b.bytes, 4));
+    return null;
+  }
+  const arena = device.alloc(Math.max(layout.arenaBytes, 4));
+  try {
+    for (const b of inter) mem[b.index] = arena.view(b.offset, Math.max(b.bytes, 0));
+  } catch (e) {
+    arena.dispose();
+    throw e;
+  }
+  return arena;
+}
+
+/**
+ * The value of `node` held in `buf`, in its shape under the variable values `vals` (the buffer
+ * holds the layout of the variables' maxima: a smaller value is gathered out of it).
+ */
+export function readValue(call: string, buf: Buffer, node: LazyNode, vals: ReadonlyMap<string, number>): Float32Array | Int32Array {
+  const C = node.dtype === "float32" ? Float32Array : Int32Array;
+  const shape = node.shape.map((d) => dimValue(d, vals));
+  const numel = shape.reduce((p, q) => p * q, 1);
+  const max = maxNumel(node.shape);
+  if (numel === max) return buf.read(hostArray(call, numel * 4, () => new C(numel)));
+  const all = buf.read(hostArray(call, max * 4, () => new C(max)));
+  const out = hostArray(call, numel * 4, () => new C(numel));
+  const st = maxStrides(node.shape);
+  const idx = new Array<number>(shape.length).fill(0);
+  for (let i = 0; i < numel; i++) {
+    let rem = i, off = 0;
+    for (let d = shape.length - 1; d >= 0; d--) {
+      idx[d] = rem % shape[d]!;
+      rem = Math.floor(rem / shape[d]!);
+      off += idx[d]! * st[d]!;
+    }
+    out[i] = all[off]!;
+  }
+  return out;
+}

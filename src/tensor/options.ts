@@ -1,0 +1,124 @@
+// What a plan's calls take: prepare, execute and run options; and run()'s arguments (inputs by
+// position or by name, variable values, the mode), checked and copied before anything is queued.
+import type { Device } from "../device";
+import { describeValue, invalid, options } from "../errors";
+import { ExecMode } from "../schedule";
+import type { Stream } from "../stream";
+import type { PlanBuffer } from "./memory";
+import type { PreparedKernel } from "./prepare";
+import type { ScheduleOptions } from "./scheduler";
+import type { Variable } from "./variable";
+
+export interface PrepareOptions extends ScheduleOptions {
+  /** Names of the outputs, in order, for ExecutionPlan.run by name (default output0, output1, …). */
+  outputNames?: readonly string[];
+  /** Device to run on (default Device.default()). */
+  device?: Device;
+  /** Disable the memory planner: every intermediate gets its own allocation. */
+  noMemoryPlanning?: boolean;
+  /**
+   * Use the plan cache (default true): a program whose structure was prepared before (in this
+   * process or an earlier one) skips scheduling, lowering and code generation.
+   */
+  planCache?: boolean;
+}
+
+export interface ExecuteOptions {
+  /**
+   * How to run. Default: the plan's kernels as one prebuilt command list on the plan's own stream,
+   * submitted (and waited for) in one crossing; grids sized for the current variable values. With
+   * a mode, the plan's kernels form a Schedule (one Step per kernel, with the byte ranges it reads
+   * and writes) compiled once per mode and cached; Eager compiles, runs and drops it. Grids are sized for the variables' maxima so a compiled
+   * schedule (or a captured graph) stays valid for every value: kernels skip the blocks past
+   * the current extent, and a new value only updates the kernels' i32 arguments.
+   */
+  mode?: ExecMode;
+  /**
+   * Submit the command list on this stream instead (a stream of the plan's device; the wait is
+   * Stream.synchronize). Ignored when `mode` is given.
+   */
+  stream?: Stream;
+  /** Return after enqueueing, without waiting (default false: execute() waits). */
+  async?: boolean;
+  /**
+   * @internal How a run without `mode` issues its kernels: "list" (the default: the plan's one
+   * prebuilt command list, one crossing) or "each" (one launch call per kernel, the way before
+   * command lists; kept for comparison).
+   */
+  launch?: "list" | "each";
+}
+
+export type PreparedOp =
+  | { readonly kind: "kernel"; readonly kernel: PreparedKernel; readonly reads: readonly number[]; readonly writes: readonly number[] };
+
+/** What ExecutionPlan.run takes for one input: its elements, in the input's dtype. */
+export type RunInput = Float32Array | Int32Array;
+/** What ExecutionPlan.run gives back for one output: a fresh array the caller owns. */
+export type RunOutput = Float32Array | Int32Array;
+
+export interface PlanRunOptions {
+  /** Variable values for this run (unlisted variables take their prepare-time values). */
+  vars?: Readonly<Record<string, number>>;
+  /** How to run (default: the plan's prebuilt command list, submitted on its own stream). */
+  mode?: ExecMode;
+}
+
+/** What runArgs needs of the plan. */
+export interface RunPlan {
+  readonly bufs: readonly PlanBuffer[];
+  readonly inputNames: readonly string[];
+  readonly vars: ReadonlyMap<string, Variable>;
+}
+
+/** Check run()'s arguments and copy the inputs; throws GpuError before anything is queued. */
+export function runArgs(
+  call: string,
+  feeds: unknown,
+  opts: PlanRunOptions | undefined,
+  plan: RunPlan,
+): { inputs: Map<number, RunInput>; vals: Map<string, number>; mode: ExecMode | undefined; byName: boolean } {
+  const o = options(call, opts);
+  if (o.mode !== undefined && !(o.mode instanceof ExecMode)) invalid(call, `mode must be an ExecMode, got ${describeValue(o.mode)}`);
+  const inputs = new Map<number, RunInput>();
+  const vals = new Map<string, number>();
+  const setVar = (name: string, v: unknown) => {
+    const vr = plan.vars.get(name);
+    if (!vr) invalid(call, `the plan has no variable ${name} (it has ${[...plan.vars.keys()].join(", ") || "none"})`);
+    vals.set(name, vr.check(v, call));
+  };
+  const setInput = (i: number, what: string, data: unknown) => {
+    const b = plan.bufs[i]!;
+    const C = b.dtype === "float32" ? Float32Array : Int32Array;
+    if (!(data instanceof C)) invalid(call, `${what} must be a ${C.name} (the input is ${b.dtype}), got ${describeValue(data)}`);
+    if (data.length !== b.elements) invalid(call, `${what} has ${data.length} elements, the input holds ${b.elements}`);
+    inputs.set(i, data.slice() as RunInput);
+  };
+  let byName = false;
+  if (feeds === undefined || feeds === null) {
+    if (feeds === null) invalid(call, "inputs must be an array or an object, got null");
+  } else if (Array.isArray(feeds)) {
+    if (feeds.length > plan.inputNames.length) invalid(call, `${feeds.length} inputs given, the plan has ${plan.inputNames.length}`);
+    feeds.forEach((d, i) => {
+      if (d !== undefined && d !== null) setInput(i, `input ${i} (${plan.inputNames[i]})`, d);
+    });
+  } else if (typeof feeds === "object" && !ArrayBuffer.isView(feeds)) {
+    byName = true;
+    for (const [name, d] of Object.entries(feeds)) {
+      if (plan.vars.has(name) && typeof d === "number") {
+        setVar(name, d);
+        continue;
+      }
+      const at = plan.inputNames.flatMap((n, i) => (n === name ? [i] : []));
+      if (at.length === 0)
+        invalid(call, `no input or variable named ${JSON.stringify(name)} (inputs: ${plan.inputNames.join(", ") || "none"}; variables: ${[...plan.vars.keys()].join(", ") || "none"})`);
+      if (at.length > 1) invalid(call, `${at.length} inputs are named ${JSON.stringify(name)}; give them by position`);
+      setInput(at[0]!, `input ${JSON.stringify(name)}`, d);
+    }
+  } else invalid(call, `inputs must be an array or an object, got ${describeValue(feeds)}`);
+  if (o.vars !== undefined) {
+    if (o.vars === null || typeof o.vars !== "object" || Array.isArray(o.vars)) invalid(call, `vars must be an object, got ${describeValue(o.vars)}`);
+    for (const [name, v] of Object.entries(o.vars)) setVar(name, v);
+  }
+  return { inputs, vals, mode: o.mode, byName };
+}
+

@@ -1,0 +1,216 @@
+// The prepare() pipeline: a tensor program from its outputs to compiled kernels bound to device
+// buffers, in five named stages:
+//   schedule  which nodes are realized (scheduler.ts)
+//   lower     each realized node as one kernel IR (lower.ts)
+//   render    each kernel as source in the device's language (codegen.ts)
+//   compile   every kernel not compiled before, in one module (Program.compile)
+//   allocate  the plan's buffers and the memory plan of its intermediates (memory.ts)
+// Every cache on the way (cache.ts) hangs on one structural key computed once per prepare: a plan
+// seen before (this process or an earlier one) skips schedule, lower and render.
+import type { Buffer } from "../buffer";
+import type { Device } from "../device";
+import { Program, type Kernel, type Module } from "../kernel";
+import { toposort, type LazyNode } from "./ast";
+import {
+  cachedSchedule,
+  discardPlan,
+  generateCached,
+  kernelCache,
+  loadPlan,
+  planCacheContext,
+  planCacheCounters,
+  planFromCache,
+  planKey,
+  planToCache,
+  rememberSchedule,
+  storePlan,
+  structureKey,
+  tensorCompileStats,
+} from "./cache";
+import { prelude, type GeneratedKernel, type Lang } from "./codegen";
+import type { KernelIR } from "./ir";
+import { lowerAll } from "./lower";
+import { allocateBuffers, layoutBuffers, type BufferLayout } from "./memory";
+import { collectVars, scheduleTargets, type Scheduled, type ScheduleOptions } from "./scheduler";
+
+/** A compiled kernel: the generated source and its entry point. */
+export interface CachedKernel {
+  readonly entryPoint: string;
+  readonly source: string;
+  readonly lang: Lang;
+  readonly device: string;
+}
+
+/** A kernel of the plan with its arguments bound to plan buffers. */
+export interface PreparedKernel extends CachedKernel {
+  readonly ir: KernelIR;
+  readonly signature: readonly ("buffer" | "i32")[];
+  /** Plan buffer index of each buffer argument, in argument order ([0] is written). */
+  readonly bufferIndices: readonly number[];
+  /** Variable names passed after the buffers. */
+  readonly vars: readonly string[];
+  /** AST id of the node this kernel computes. */
+  readonly astId: number;
+}
+
+/** The kernel language of a device. */
+export function langOf(dev: Device): Lang {
+  return dev.backend === "cpu" ? "c" : dev.backend === "cuda" ? "cuda" : "metal";
+}
+
+// ---- the stages ------------------------------------------------------------------------------------
+
+/** A program's nodes in topological order, each node's position, its variables and structural key. */
+interface Graph {
+  readonly outputs: readonly LazyNode[];
+  readonly nodes: LazyNode[];
+  readonly pos: Map<LazyNode, number>;
+  readonly vars: Scheduled["vars"];
+  readonly structure: string;
+}
+
+function program(outputs: readonly LazyNode[], call: string): Graph {
+  const nodes = toposort(outputs);
+  const vars = collectVars(nodes, call);
+  const pos = new Map<LazyNode, number>();
+  for (let i = 0; i < nodes.length; i++) pos.set(nodes[i]!, i);
+  return { outputs, nodes, pos, vars, structure: structureKey(nodes, pos, outputs) };
+}
+
+/** Stages schedule and lower, through the schedule cache. */
+function scheduleAndLower(p: Graph, fusion: boolean): Scheduled {
+  const inputs = p.nodes.filter((n) => n.op === "buffer");
+  let kernels = cachedSchedule(fusion, p.structure, p.nodes);
+  if (!kernels) {
+    const targets = scheduleTargets(p.nodes, p.outputs, fusion); // schedule
+    kernels = lowerAll(targets, p.vars); // lower
+    rememberSchedule(fusion, p.structure, kernels, p.pos);
+  }
+  return { kernels, outputs: [...p.outputs], inputs, realized: [...inputs, ...kernels.map((k) => k.target)], vars: p.vars };
+}
+
+/** Stage render: each kernel's source in `lang`. */
+function render(sched: Scheduled, lang: Lang): GeneratedKernel[] {
+  return sched.kernels.map((k) => generateCached(k.ir, lang));
+}
+
+/** Stage compile: the kernels of `gens` on `dev`, those not compiled before in one module. */
+function compile(dev: Device, gens: readonly GeneratedKernel[]): Kernel[] {
+  const cache = kernelCache(dev);
+  const missing = new Map<string, GeneratedKernel>();
+  for (const g of gens) {
+    const k = cache.get(g.name);
+    if (k && !k.module.disposed) tensorCompileStats.cacheHits++;
+    else missing.set(g.name, g);
+  }
+  if (missing.size) {
+    const lang = langOf(dev);
+    const list = [...missing.values()];
+    const source = prelude(lang) + list.map((g) => g.body).join("\n");
+    tensorCompileStats.compiles++;
+    tensorCompileStats.kernelsCompiled += list.length;
+    // CPU: let the compiler contract a*b+c into FMA (one rounding instead of two).
+    const options = dev.backend === "cpu" ? ["-ffp-contract=fast"] : [];
+    const mod: Module = Program.compile(dev, source, { name: list.length === 1 ? list[0]!.name : `tensor_${list.length}k`, options });
+    for (const g of list) cache.set(g.name, mod.kernel(g.name, g.signature));
+  }
+  return gens.map((g) => cache.get(g.name)!);
+}
+
+/**
+ * The schedule of a program (stages schedule and lower): its kernels in execution order, the
+ * buffers they read and write. Cached by structure: a program built again reuses its lowering.
+ */
+export function schedule(outputs: readonly LazyNode[], opts: ScheduleOptions = {}, call = "prepare"): Scheduled {
+  return scheduleAndLower(program(outputs, call), opts.fusion ?? true);
+}
+
+// ---- the pipeline ------------------------------------------------------------------------------
+
+export interface PipelineOptions extends ScheduleOptions {
+  /** Use the plan cache (default true). */
+  planCache?: boolean;
+  /** Disable the memory planner: every intermediate gets its own allocation. */
+  noMemoryPlanning?: boolean;
+}
+
+/** Everything prepare() makes: the schedule, the kernels, the buffers (allocated, inputs uploaded). */
+export interface Prepared {
+  readonly sched: Scheduled;
+  readonly gens: GeneratedKernel[];
+  readonly compiled: Kernel[];
+  readonly kernels: PreparedKernel[];
+  readonly layout: BufferLayout;
+  /** Per buffer index: its allocation (intermediates: views of `arena` with memory planning). */
+  readonly mem: (Buffer | null)[];
+  readonly arena: Buffer | null;
+  /** Prepare-time data of each input (buffers 0..n-1). */
+  readonly inputData: (Float32Array | Int32Array)[];
+}
+
+/**
+ * Prepare `outputs` on `device`: schedule → lower → render (or all three from the plan cache) →
+ * compile → allocate. Throws GpuError naming `call`; nothing stays allocated when it throws.
+ */
+export function prepare(outputs: readonly LazyNode[], device: Device, opts: PipelineOptions, call: string): Prepared {
+  const lang = langOf(device);
+  const p = program(outputs, call);
+  const fusion = opts.fusion ?? true;
+  let sched: Scheduled | null = null;
+  let gens: GeneratedKernel[] = [];
+  let kvars: (readonly string[])[] = [];
+  let cacheKey: string | null = null;
+  if (opts.planCache ?? true) {
+    cacheKey = planKey(p.structure, planCacheContext(device, opts));
+    const hit = loadPlan(cacheKey);
+    if (hit) {
+      try {
+        ({ sched, gens, kvars } = planFromCache(hit, p.nodes, outputs, p.vars, lang));
+        planCacheCounters.hits++;
+      } catch {
+        discardPlan(cacheKey);
+        sched = null;
+      }
+    }
+  }
+  const fromPlanCache = sched !== null;
+  if (!sched) {
+    if (cacheKey) planCacheCounters.misses++;
+    sched = scheduleAndLower(p, fusion);
+    gens = render(sched, lang);
+    kvars = sched.kernels.map((k) => k.ir.vars);
+  }
+  const compiled = compile(device, gens);
+  if (cacheKey && !fromPlanCache) storePlan(cacheKey, planToCache(sched, gens, p.nodes, lang));
+  // allocate
+  const noPlanning = opts.noMemoryPlanning ?? false;
+  const layout = layoutBuffers(sched, noPlanning);
+  const devName = device.spec;
+  const s = sched;
+  const kernels: PreparedKernel[] = s.kernels.map((k, i) => {
+    const g = gens[i]!;
+    return {
+      entryPoint: g.name,
+      source: g.source,
+      lang,
+      device: devName,
+      get ir(): KernelIR {
+        return k.ir;
+      },
+      signature: g.signature,
+      bufferIndices: [layout.nodeToBuf.get(k.target)!, ...k.inputs.map((n) => layout.nodeToBuf.get(n)!)],
+      vars: kvars[i]!,
+      astId: k.target.id,
+    };
+  });
+  const inputData = s.inputs.map((n) => (n.arg as { data: Float32Array | Int32Array }).data);
+  const mem: (Buffer | null)[] = layout.bufs.map(() => null);
+  let arena: Buffer | null = null;
+  try {
+    arena = allocateBuffers(device, layout, inputData, mem, noPlanning);
+  } catch (e) {
+    for (const m of mem) if (m && !m.isView) m.dispose();
+    throw e;
+  }
+  return { sched: s, gens, compiled, kernels, layout, mem, arena, inputData };
+}
