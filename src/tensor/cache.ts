@@ -45,7 +45,7 @@ export const PLAN_CACHE_VERSION = 1;
 
 // The modules whose behaviour a cached plan records. Their size and mtime are part of every key,
 // so an edited compiler (a forgotten version bump) misses instead of serving stale kernels.
-const COMPILER_MODULES = ["ast.ts", "ir.ts", "symbolic.ts", "view.ts", "scheduler.ts", "lower.ts", "codegen.ts", "cache.ts"];
+const COMPILER_MODULES = ["ast.ts", "ir.ts", "symbolic.ts", "view.ts", "scheduler.ts", "lower.ts", "codegen.ts", "cache.ts", "../backends/dialect.ts"];
 let modulesStamp: string | undefined;
 function compilerModulesStamp(): string {
   if (modulesStamp !== undefined) return modulesStamp;
