@@ -1,4 +1,5 @@
-// GraphExecutor / GraphSession / ComputeGraph: batched dispatch over one CommandEncoder.
+// GraphExecutor / GraphSession / ComputeGraph: policies over command lists (commands.ts) and
+// hazards (hazards.ts).
 //
 //  - GraphExecutor(device, { stream? }): begin() → a direct session (each op is encoded into the
 //    session's one encoder as it is called); beginRecorded() → a record session (each op becomes
@@ -18,9 +19,13 @@
 import { Buffer, checkSize, type FillType } from "./buffer";
 import type { Device, DeviceState } from "./device";
 import { disposed, illegalState, invalid, options } from "./errors";
-import { CommandEncoder, type CopyOptions, type DispatchOptions, type EncoderMark, type FillOptions } from "./encoder";
-import { Kernel, dim3, packArgs, type ArgArea, type ArgValue } from "./kernel";
+import { checkArgs, type CopyOptions, type EncoderMark, type FillOptions } from "./commands";
+import { CommandEncoder, type DispatchOptions } from "./encoder";
+import { bufferRange, planBarriers, type BufferRange, type PlannedBarrier } from "./hazards";
+import { Kernel, dim3, type ArgValue } from "./kernel";
 import { Stream } from "./stream";
+
+export type { Hazard, PlannedBarrier } from "./hazards";
 
 /** A byte range a node reads or writes: a whole buffer (view), or part of one. */
 export type Access = Buffer | { buffer: Buffer; offset?: number; bytes?: number };
@@ -32,17 +37,7 @@ export interface GraphDispatchOptions extends DispatchOptions {
   writes?: readonly Access[];
 }
 
-export interface ByteRange {
-  buffer: Buffer;
-  /** Offset inside `buffer`. */
-  offset: number;
-  bytes: number;
-  /** Device address of the first byte (hazards compare these, so views of one allocation meet). */
-  address: number;
-}
-
 export type NodeKind = "dispatch" | "copy" | "fill" | "barrier";
-export type Hazard = "RAW" | "WAR" | "WAW";
 export type BarrierMode = "recorded" | "computed";
 
 export interface GraphNode {
@@ -55,15 +50,9 @@ export interface GraphNode {
   readonly grid: readonly [number, number, number] | null;
   readonly block: readonly [number, number, number] | null;
   readonly sharedBytes: number;
-  readonly reads: readonly ByteRange[];
-  readonly writes: readonly ByteRange[];
-}
-
-/** A barrier encodeWithBarriers places: before node `before`, for a `hazard` against node `against`. */
-export interface PlannedBarrier {
-  before: number;
-  hazard: Hazard;
-  against: number;
+  /** Byte ranges read and written (allocation base + offset, with the buffer and first address). */
+  readonly reads: readonly BufferRange[];
+  readonly writes: readonly BufferRange[];
 }
 
 const EMPTY_MARK: EncoderMark = { bytes: 0, refs: 0, commands: 0, dispatches: 0, barriers: 0, copies: 0, fills: 0, events: 0 };
@@ -76,12 +65,12 @@ class Node implements GraphNode {
   grid: readonly [number, number, number] | null = null;
   block: readonly [number, number, number] | null = null;
   sharedBytes = 0;
-  reads: readonly ByteRange[] = [];
-  writes: readonly ByteRange[] = [];
-  /** Marks of the graph's sequential encoder around this node's command. */
+  reads: readonly BufferRange[] = [];
+  writes: readonly BufferRange[] = [];
+  /** Marks of the graph's sequential list around this node's command. */
   before: EncoderMark;
   after: EncoderMark = EMPTY_MARK;
-  /** Byte offset of the argument slots in the sequential encoding, and in the computed one. */
+  /** Byte offset of the argument slots in the sequential list, and in the computed one. */
   argOffset = -1;
   computedArgOffset = -1;
 
@@ -92,19 +81,9 @@ class Node implements GraphNode {
   }
 }
 
-// A private packing area: setArgs packs (and so validates) here before patching anything.
-const SCRATCH_AB = new ArrayBuffer(65536);
-const SCRATCH: ArgArea = {
-  u32: new Uint32Array(SCRATCH_AB),
-  i32: new Int32Array(SCRATCH_AB),
-  f32: new Float32Array(SCRATCH_AB),
-  f64: new Float64Array(SCRATCH_AB),
-  i64: new BigInt64Array(SCRATCH_AB),
-};
-
-function resolveAccess(call: string, dev: DeviceState, what: string, list: unknown): ByteRange[] {
+function resolveAccess(call: string, dev: DeviceState, what: string, list: unknown): BufferRange[] {
   if (!Array.isArray(list)) invalid(call, `${what} must be an array of Buffers or { buffer, offset?, bytes? }`);
-  const out: ByteRange[] = [];
+  const out: BufferRange[] = [];
   for (let i = 0; i < list.length; i++) {
     const a = list[i] as unknown;
     let buffer: unknown, offset = 0, bytes: number;
@@ -122,17 +101,9 @@ function resolveAccess(call: string, dev: DeviceState, what: string, list: unkno
     const b = buffer as Buffer;
     if (b.device.state !== dev) invalid(call, `${what}[${i}] is a buffer of another device (${b.device.spec})`);
     if (b.disposed) disposed(call, "buffer");
-    if (bytes > 0) out.push({ buffer: b, offset, bytes, address: b.address + offset });
+    if (bytes > 0) out.push(bufferRange(b, offset, bytes));
   }
   return out;
-}
-
-function whole(b: Buffer): ByteRange[] {
-  return b.byteLength > 0 ? [{ buffer: b, offset: 0, bytes: b.byteLength, address: b.address }] : [];
-}
-
-function overlaps(a: ByteRange, b: ByteRange): boolean {
-  return a.address < b.address + b.bytes && b.address < a.address + a.bytes;
 }
 
 export class ComputeGraph {
@@ -197,9 +168,9 @@ export class ComputeGraph {
     n.block = dim3(call, "block", cfg.block);
     n.sharedBytes = cfg.sharedBytes ?? 0;
     if (reads === null || writes === null) {
-      const all: ByteRange[] = [];
+      const all: BufferRange[] = [];
       const sig = kernel.signature;
-      for (let i = 0; i < sig.length; i++) if (sig[i] === "buffer") all.push(...whole(cfg.args[i] as Buffer));
+      for (let i = 0; i < sig.length; i++) if (sig[i] === "buffer" && (cfg.args[i] as Buffer).byteLength > 0) all.push(bufferRange(cfg.args[i] as Buffer));
       n.reads = reads ?? all;
       n.writes = writes ?? all;
     } else {
@@ -218,8 +189,8 @@ export class ComputeGraph {
     const bytes = opts.bytes ?? src.byteLength - so;
     n.args = [dst, src];
     if (bytes > 0) {
-      n.reads = [{ buffer: src, offset: so, bytes, address: src.address + so }];
-      n.writes = [{ buffer: dst, offset: dO, bytes, address: dst.address + dO }];
+      n.reads = [bufferRange(src, so, bytes)];
+      n.writes = [bufferRange(dst, dO, bytes)];
     }
     return this.#end(n);
   }
@@ -232,7 +203,7 @@ export class ComputeGraph {
     const off = opts.offset ?? 0;
     const bytes = opts.bytes ?? buf.byteLength - off;
     n.args = [buf];
-    if (bytes > 0) n.writes = [{ buffer: buf, offset: off, bytes, address: buf.address + off }];
+    if (bytes > 0) n.writes = [bufferRange(buf, off, bytes)];
     return this.#end(n);
   }
 
@@ -248,34 +219,7 @@ export class ComputeGraph {
    * last barrier wrote (RAW), writes what one read (WAR) or writes what one wrote (WAW).
    */
   barrierPlan(): readonly PlannedBarrier[] {
-    if (this.#plan) return this.#plan;
-    const plan: PlannedBarrier[] = [];
-    let pr: { r: ByteRange; node: number }[] = [];
-    let pw: { r: ByteRange; node: number }[] = [];
-    for (const n of this.#nodes) {
-      if (n.kind === "barrier") continue;
-      let found: PlannedBarrier | null = null;
-      for (const r of n.reads) {
-        for (const p of pw) if (overlaps(r, p.r)) { found = { before: n.index, hazard: "RAW", against: p.node }; break; }
-        if (found) break;
-      }
-      if (!found)
-        for (const w of n.writes) {
-          for (const p of pw) if (overlaps(w, p.r)) { found = { before: n.index, hazard: "WAW", against: p.node }; break; }
-          if (found) break;
-          for (const p of pr) if (overlaps(w, p.r)) { found = { before: n.index, hazard: "WAR", against: p.node }; break; }
-          if (found) break;
-        }
-      if (found) {
-        plan.push(found);
-        pr = [];
-        pw = [];
-      }
-      for (const r of n.reads) pr.push({ r, node: n.index });
-      for (const w of n.writes) pw.push({ r: w, node: n.index });
-    }
-    this.#plan = plan;
-    return plan;
+    return (this.#plan ??= planBarriers(this.#nodes.map((n) => (n.kind === "barrier" ? null : n))));
   }
 
   #computedEncoding(): CommandEncoder {
@@ -375,16 +319,15 @@ export class ComputeGraph {
     const k = n.kernel!;
     k.handle; // the module is alive
     const sig = k.signature;
-    packArgs(call, k.name, sig, args, this.#dev.handle, SCRATCH, 0);
+    checkArgs(call, k, args);
     for (let i = 0; i < sig.length; i++) {
       if (sig[i] !== "buffer") continue;
       const now = args[i] as Buffer, was = n.args[i] as Buffer;
       if (now !== was && (now.address !== was.address || now.byteLength !== was.byteLength))
         invalid(call, `${k.name}: argument ${i} must bind the buffer range it was recorded with (setArgs changes scalars; record a new graph to rebind buffers)`);
     }
-    const words = 2 * sig.length;
-    this.#seq.patch(n.argOffset, SCRATCH.u32, words);
-    if (this.#computed && n.computedArgOffset >= 0) this.#computed.patch(n.computedArgOffset, SCRATCH.u32, words);
+    this.#seq.patchArgs(call, n.argOffset, k, args);
+    if (this.#computed && n.computedArgOffset >= 0) this.#computed.patchArgs(call, n.computedArgOffset, k, args);
     n.args = [...args];
   }
 

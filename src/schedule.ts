@@ -7,39 +7,17 @@
 //                   (read-after-write, write-after-read, write-after-write), events only at
 //                   cross-stream edges
 // Every mode gives the results of running the steps one by one, in order.
-import { N, check, addressOf } from "../ffi/native";
-import { Status } from "../ffi/symbols";
-import { Buffer, HostBuffer, checkSize, fillPattern, type FillType, type HostData } from "./buffer";
+import { Buffer, HostBuffer, fillPattern, type FillType, type HostData } from "./buffer";
 import { Device } from "./device";
-import { GpuError, describeValue, invalid, disposed, illegalState, options } from "./errors";
+import { describeValue, invalid, disposed, illegalState, options } from "./errors";
 import { Event } from "./event";
 import { CaptureMode, GraphExec } from "./capture";
-import { Kernel, dim3, packArgs, type ArgArea, type ArgValue, type Dim3 } from "./kernel";
+import { CommandList, checkArgs, checkLaunch, graphFromCommands, validateCommand } from "./commands";
+import { dependencies, hazardBetween, overlaps, planStreams, rangeOf, segments, singleStreamPlan, type ByteRange, type StreamPlan } from "./hazards";
+import { Kernel, type ArgValue, type Dim3 } from "./kernel";
 import { Stream } from "./stream";
 
-// ---- byte ranges ---------------------------------------------------------------------------------
-
-/** `bytes` bytes at `offset` inside the allocation whose base address is `base`. */
-export interface ByteRange {
-  readonly base: number;
-  readonly offset: number;
-  readonly bytes: number;
-}
-
-/** The bytes a buffer (or view) covers: its allocation's base plus its byteOffset. */
-export function rangeOf(b: Buffer, offset = 0, bytes = b.byteLength - offset): ByteRange {
-  return Object.freeze({ base: b.allocation.address, offset: b.byteOffset + offset, bytes });
-}
-
-/** True when the two ranges share at least one byte (empty ranges share none). */
-export function overlaps(a: ByteRange, b: ByteRange): boolean {
-  return a.base === b.base && a.bytes > 0 && b.bytes > 0 && a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
-}
-
-function anyOverlap(as: readonly ByteRange[], bs: readonly ByteRange[]): boolean {
-  for (const a of as) for (const b of bs) if (overlaps(a, b)) return true;
-  return false;
-}
+export { overlaps, planStreams, rangeOf, type ByteRange, type StreamPlan } from "./hazards";
 
 // ---- steps -----------------------------------------------------------------------------------------
 
@@ -78,18 +56,8 @@ type KernelOp = {
   args: readonly ArgValue[];
 };
 type CopyOp = { kind: "copy"; dst: Buffer; src: Buffer; dstOffset: number; srcOffset: number; bytes: number };
-type FillOp = { kind: "fill"; buffer: Buffer; offset: number; bytes: number; pattern: number; elemSize: 1 | 2 | 4 };
+type FillOp = { kind: "fill"; buffer: Buffer; offset: number; bytes: number; pattern: number; elemSize: 1 | 2 | 4; value: number; type: FillType };
 type StepOp = KernelOp | CopyOp | FillOp;
-
-// Validation scratch for packArgs (an explicit ArrayBuffer; its contents are never submitted).
-const CHECK_AB = new ArrayBuffer(16384);
-const CHECK_AREA: ArgArea = {
-  u32: new Uint32Array(CHECK_AB),
-  i32: new Int32Array(CHECK_AB),
-  f32: new Float32Array(CHECK_AB),
-  f64: new Float64Array(CHECK_AB),
-  i64: new BigInt64Array(CHECK_AB),
-};
 
 function isBuffer(b: unknown): b is Buffer {
   return b instanceof Buffer;
@@ -122,15 +90,8 @@ export class Step {
   /** A kernel launch. Its ranges are `reads`/`writes`, or, when neither is given, every buffer argument read and written. */
   static kernel(kernel: Kernel, cfg: KernelStepConfig): Step {
     const call = "Step.kernel";
-    if (!(kernel instanceof Kernel)) invalid(call, "expected a Kernel");
-    if (!cfg || typeof cfg !== "object") invalid(call, "expected a launch configuration { grid, block, args }");
-    kernel.handle; // throws if its module is gone
+    const { grid, block, sharedBytes } = checkLaunch(call, kernel, cfg);
     const dev = kernel.device;
-    const grid = dim3(call, "grid", cfg.grid);
-    const block = dim3(call, "block", cfg.block);
-    const shared = cfg.sharedBytes ?? 0;
-    if (!Number.isInteger(shared) || shared < 0) invalid(call, "sharedBytes must be a non-negative integer");
-    packArgs(call, kernel.name, kernel.signature, cfg.args, dev.state.handle, CHECK_AREA, 0);
     const args = [...cfg.args];
     const argBufs = args.filter(isBuffer);
     const list = (what: string, l: readonly Buffer[] | undefined): Buffer[] => {
@@ -153,7 +114,7 @@ export class Step {
     }
     const buffers = [...new Set([...argBufs, ...reads, ...writes])];
     return new Step(
-      { kind: "kernel", kernel, grid, block, sharedBytes: shared, args: Object.freeze(args) },
+      { kind: "kernel", kernel, grid, block, sharedBytes, args: Object.freeze(args) },
       dev,
       reads.map((b) => rangeOf(b)),
       writes.map((b) => rangeOf(b)),
@@ -164,16 +125,13 @@ export class Step {
 
   /** A device-to-device copy (the ranges may not overlap). Reads src's range, writes dst's. */
   static copy(dst: Buffer, src: Buffer, opts: CopyStepOptions = {}): Step {
-    opts = options("Step.copy", opts);
     const call = "Step.copy";
+    opts = options(call, opts);
     if (!isBuffer(dst) || !isBuffer(src)) invalid(call, "dst and src must be Buffers");
     if (dst.device.state.handle !== src.device.state.handle) invalid(call, `dst is on ${dst.device.spec}, src on ${src.device.spec}`);
-    if (dst.disposed || src.disposed) disposed(call, "buffer");
-    const so = checkSize(call, "srcOffset", opts.srcOffset ?? 0);
-    const dO = checkSize(call, "dstOffset", opts.dstOffset ?? 0);
-    const bytes = checkSize(call, "byte count", opts.bytes ?? src.byteLength - so);
-    if (so + bytes > src.byteLength) rangeError(call, "src", so, bytes, src.byteLength);
-    if (dO + bytes > dst.byteLength) rangeError(call, "dst", dO, bytes, dst.byteLength);
+    const so = opts.srcOffset ?? 0, dO = opts.dstOffset ?? 0;
+    validateCommand(dst.device, (l) => l.copy(dst, src, { srcOffset: so, dstOffset: dO, bytes: opts.bytes }, call));
+    const bytes = opts.bytes ?? src.byteLength - so;
     const r = rangeOf(src, so, bytes), w = rangeOf(dst, dO, bytes);
     if (overlaps(r, w)) invalid(call, "source and destination ranges overlap");
     return new Step({ kind: "copy", dst, src, dstOffset: dO, srcOffset: so, bytes }, dst.device, [r], [w], [dst, src], opts.label ?? "copy");
@@ -181,17 +139,16 @@ export class Step {
 
   /** A memset of `value` as elements of `type` (default "u8"). Writes its range. */
   static fill(buffer: Buffer, value: number, opts: FillStepOptions = {}): Step {
-    opts = options("Step.fill", opts);
     const call = "Step.fill";
+    opts = options(call, opts);
     if (!isBuffer(buffer)) invalid(call, "expected a Buffer");
-    if (buffer.disposed) disposed(call, "buffer");
-    const { pattern, size } = fillPattern(call, value, opts.type ?? "u8");
-    const off = checkSize(call, "offset", opts.offset ?? 0);
-    const bytes = checkSize(call, "byte count", opts.bytes ?? buffer.byteLength - off);
-    if (off + bytes > buffer.byteLength) rangeError(call, "buffer", off, bytes, buffer.byteLength);
-    if (bytes % size || (buffer.address + off) % size) invalid(call, `range is not aligned to ${size}-byte elements`);
+    const type = opts.type ?? "u8";
+    const off = opts.offset ?? 0;
+    validateCommand(buffer.device, (l) => l.memset(buffer, value, { type, offset: off, bytes: opts.bytes }, call));
+    const { pattern, size } = fillPattern(call, value, type);
+    const bytes = opts.bytes ?? buffer.byteLength - off;
     return new Step(
-      { kind: "fill", buffer, offset: off, bytes, pattern, elemSize: size },
+      { kind: "fill", buffer, offset: off, bytes, pattern, elemSize: size, value, type },
       buffer.device,
       [],
       [rangeOf(buffer, off, bytes)],
@@ -202,19 +159,24 @@ export class Step {
 
   /** True when `later` must wait for this step: RAW, WAR or WAW on overlapping bytes. */
   hazardWith(later: Step): boolean {
-    return anyOverlap(later.reads, this.writes) || anyOverlap(later.writes, this.reads) || anyOverlap(later.writes, this.writes);
+    return hazardBetween(this, later) !== null;
+  }
+
+  /** Append this step's command to `list`; returns the byte offset of its argument slots (-1 when it has none). */
+  lower(list: CommandList, call: string): number {
+    const op = this.op;
+    if (op.kind === "kernel") {
+      list.launch(op.kernel, { grid: op.grid, block: op.block, args: op.args, sharedBytes: op.sharedBytes }, call);
+      return list.lastArgOffset;
+    }
+    if (op.kind === "copy") list.copy(op.dst, op.src, { dstOffset: op.dstOffset, srcOffset: op.srcOffset, bytes: op.bytes }, call);
+    else list.memset(op.buffer, op.value, { type: op.type, offset: op.offset, bytes: op.bytes }, call);
+    return -1;
   }
 
   toString(): string {
     return `Step(${this.kind}: ${this.label})`;
   }
-}
-
-function rangeError(call: string, what: string, off: number, bytes: number, len: number): never {
-  throw new GpuError(Status.INVALID_VALUE, `${call}: ${what} range [${off}, ${off + bytes}) is past the end (${len} bytes)`, {
-    backend: "typescript",
-    call,
-  });
 }
 
 // ---- exec modes ------------------------------------------------------------------------------------
@@ -301,7 +263,7 @@ export class Schedule {
 
   /** For each step, the earlier steps it has a hazard with (RAW, WAR, WAW on overlapping bytes), ascending. */
   dependencies(): number[][] {
-    return hazards(this.#steps);
+    return dependencies(this.#steps);
   }
 
   /** Prepare the schedule to run on `device` in `mode`. */
@@ -318,123 +280,6 @@ export class Schedule {
     exec.run(opts);
     await exec.done();
   }
-}
-
-/** Direct hazards of each step on earlier ones, by allocation, in O(accesses per allocation). */
-function hazards(steps: readonly Step[]): number[][] {
-  type Access = { step: number; offset: number; end: number; write: boolean };
-  const byBase = new Map<number, Access[]>();
-  const out: number[][] = [];
-  for (let i = 0; i < steps.length; i++) {
-    const st = steps[i]!;
-    const deps = new Set<number>();
-    const scan = (r: ByteRange, write: boolean) => {
-      if (r.bytes === 0) return;
-      const list = byBase.get(r.base);
-      if (!list) return;
-      const end = r.offset + r.bytes;
-      for (const a of list) if ((write || a.write) && a.offset < end && r.offset < a.end) deps.add(a.step);
-    };
-    for (const r of st.reads) scan(r, false);
-    for (const r of st.writes) scan(r, true);
-    const push = (r: ByteRange, write: boolean) => {
-      if (r.bytes === 0) return;
-      let list = byBase.get(r.base);
-      if (!list) byBase.set(r.base, (list = []));
-      list.push({ step: i, offset: r.offset, end: r.offset + r.bytes, write });
-    };
-    for (const r of st.reads) push(r, false);
-    for (const r of st.writes) push(r, true);
-    out.push([...deps].sort((a, b) => a - b));
-  }
-  return out;
-}
-
-// ---- multi-stream plan -----------------------------------------------------------------------------
-
-/** Where each step runs and which cross-stream waits order it; deterministic for a schedule. */
-export interface StreamPlan {
-  /** The stream index of each step. */
-  readonly stream: readonly number[];
-  /** For each step, the earlier steps (on other streams) whose completion event its stream waits on first. */
-  readonly waits: readonly (readonly number[])[];
-  /** Direct hazards of each step (see Schedule.dependencies). */
-  readonly deps: readonly (readonly number[])[];
-  /** Cross-stream waits per run between steps (not counting the per-run fork and join). */
-  readonly eventCount: number;
-  /** Streams that hold at least one step. */
-  readonly usedStreams: readonly number[];
-}
-
-/**
- * Assign steps to `n` streams. A step goes to the stream of its latest dependency when that
- * stream's last step is already an ancestor of it (no independent work would queue in front);
- * else to another such free stream (an empty one, or one whose tail it depends on), preferring the
- * most recent tail; else to the least-loaded stream, lowest index first. Each step waits only on
- * the events of dependencies its stream does not already know to be complete (vector clocks).
- */
-export function planStreams(steps: readonly Step[], n: number): StreamPlan {
-  const deps = hazards(steps);
-  const m = steps.length;
-  const stream: number[] = new Array(m);
-  const pos: number[] = new Array(m);
-  const vc: Int32Array[] = new Array(m);
-  const waits: number[][] = new Array(m);
-  const count = new Int32Array(n); // steps per stream
-  const tail = new Int32Array(n).fill(-1); // last step index per stream
-  const atPos: number[][] = Array.from({ length: n }, () => []); // stream, position -> step
-  const known: Int32Array[] = Array.from({ length: n }, () => new Int32Array(n).fill(-1));
-  let eventCount = 0;
-  for (let i = 0; i < m; i++) {
-    const d = deps[i]!;
-    const reach = new Int32Array(n).fill(-1); // what i must (transitively) come after, per stream
-    const need = new Int32Array(n).fill(-1); // latest direct dependency, per stream
-    for (const j of d) {
-      const v = vc[j]!;
-      for (let t = 0; t < n; t++) if (v[t]! > reach[t]!) reach[t] = v[t]!;
-      if (pos[j]! > need[stream[j]!]!) need[stream[j]!] = pos[j]!;
-    }
-    const free = (t: number) => count[t] === 0 || reach[t]! >= count[t]! - 1;
-    let s = -1;
-    const latest = d.length ? d[d.length - 1]! : -1;
-    if (latest >= 0 && free(stream[latest]!)) s = stream[latest]!;
-    if (s < 0) {
-      let best = -2;
-      for (let t = 0; t < n; t++) if (free(t) && tail[t]! > best) (best = tail[t]!), (s = t);
-    }
-    if (s < 0) {
-      s = 0;
-      for (let t = 1; t < n; t++) if (count[t]! < count[s]!) s = t;
-    }
-    // waits: the latest direct dependency on each other stream, unless already known or implied
-    const ks = known[s]!;
-    const cand: number[] = [];
-    for (let t = 0; t < n; t++) if (t !== s && need[t]! >= 0 && ks[t]! < need[t]!) cand.push(atPos[t]![need[t]!]!);
-    const w: number[] = [];
-    for (const j of cand) {
-      const t = stream[j]!, p = pos[j]!;
-      let implied = false;
-      for (const k of cand) if (k !== j && vc[k]![t]! >= p) implied = true;
-      if (!implied) w.push(j);
-    }
-    w.sort((a, b) => a - b);
-    for (const j of w) {
-      const v = vc[j]!;
-      for (let t = 0; t < n; t++) if (v[t]! > ks[t]!) ks[t] = v[t]!;
-    }
-    eventCount += w.length;
-    stream[i] = s;
-    pos[i] = count[s]!;
-    atPos[s]!.push(i);
-    count[s]!++;
-    tail[s] = i;
-    ks[s] = pos[i]!;
-    vc[i] = Int32Array.from(ks);
-    waits[i] = w;
-  }
-  const usedStreams: number[] = [];
-  for (let t = 0; t < n; t++) if (count[t]! > 0) usedStreams.push(t);
-  return Object.freeze({ stream, waits, deps, eventCount, usedStreams });
 }
 
 // ---- executables -----------------------------------------------------------------------------------
@@ -460,23 +305,7 @@ export interface ExecStats {
   replays: number;
 }
 
-/** Per-step issue data, flattened once at compile time. */
-interface Issued {
-  kind: 0 | 1 | 2; // kernel, copy, fill
-  k: number; // kernel handle
-  g0: number; g1: number; g2: number;
-  b0: number; b1: number; b2: number;
-  shared: number;
-  argPtr: number;
-  nargs: number;
-  knode: number; // kernel node index in capture order
-  dst: number;
-  src: number;
-  bytes: number;
-  pattern: number;
-  elemSize: number;
-  count: number;
-}
+const KEEP = Object.freeze({ keep: true });
 
 interface Staging {
   host: HostBuffer;
@@ -484,7 +313,13 @@ interface Staging {
   used: boolean;
 }
 
-/** A schedule compiled for one device and ExecMode. */
+/**
+ * A schedule compiled for one device and ExecMode: its steps lowered to command lists once.
+ * Stream and Eager submit one list in one crossing per run; MultiStream submits one list per
+ * segment of consecutive steps on one stream, with the event records and waits of the stream plan
+ * inside the lists; Graph makes a graph of the one list on the first run and replays it. setArgs
+ * rewrites the argument words of the step's launch in its list (and, in Graph mode, the node).
+ */
 export class Executable {
   readonly device: Device;
   readonly mode: ExecMode;
@@ -495,23 +330,20 @@ export class Executable {
   readonly plan: StreamPlan;
 
   #streams: Stream[] = [];
-  #sh: number[] = [];
-  #issued: Issued[] = [];
+  /** The command lists of one run, submitted in order, and the stream index of each. */
+  #lists: CommandList[] = [];
+  #listStream: number[] = [];
+  /** Per step: the list holding its launch, the byte offset of its argument slots, its kernel node. */
+  #argList: number[] = [];
+  #argOffset: number[] = [];
+  #knode: number[] = [];
   #args: ArgValue[][] = [];
-  #arena: ArrayBuffer;
-  #area: ArgArea;
-  #arenaPtr: number;
-  #stepEvents: (Event | null)[] = [];
-  #evh: number[] = [];
-  #waitH: number[][] = [];
-  #fork: Event | null = null;
-  #joins: Event[] = [];
+  #events: Event[] = [];
   #graph: GraphExec | null = null;
   #dirty = new Set<number>();
-  #buffers: Buffer[];
-  #kernels: Kernel[];
   #staging: Staging[] = [];
   #stageNext = 0;
+  #inputs: CommandList | null = null;
   #live = true;
   #eagerDone: Promise<void> | null = null;
 
@@ -533,78 +365,83 @@ export class Executable {
     this.mode = mode;
     this.steps = Object.freeze(steps);
     this.captureMode = captureMode;
-    this.#buffers = [...new Set(steps.flatMap((s) => s.buffers))];
-    this.#kernels = [...new Set(steps.flatMap((s) => (s.op.kind === "kernel" ? [s.op.kernel] : [])))];
-
-    // Pack every kernel's arguments once into one arena that never moves.
-    let slots = 0;
-    for (const s of steps) if (s.op.kind === "kernel") slots += s.op.kernel.signature.length;
-    this.#arena = new ArrayBuffer(Math.max(16384, slots * 8));
-    this.#area = {
-      u32: new Uint32Array(this.#arena),
-      i32: new Int32Array(this.#arena),
-      f32: new Float32Array(this.#arena),
-      f64: new Float64Array(this.#arena),
-      i64: new BigInt64Array(this.#arena),
-    };
-    this.#arenaPtr = addressOf(this.#arena);
-    let at = 0, knode = 0;
-    for (const s of steps) {
-      const op = s.op;
-      const it: Issued = { kind: 0, k: 0, g0: 0, g1: 0, g2: 0, b0: 0, b1: 0, b2: 0, shared: 0, argPtr: 0, nargs: 0, knode: -1, dst: 0, src: 0, bytes: 0, pattern: 0, elemSize: 0, count: 0 };
-      if (op.kind === "kernel") {
-        packArgs(call, op.kernel.name, op.kernel.signature, op.args, dh, this.#area, at);
-        Object.assign(it, {
-          kind: 0, k: op.kernel.handle, g0: op.grid[0], g1: op.grid[1], g2: op.grid[2], b0: op.block[0], b1: op.block[1], b2: op.block[2],
-          shared: op.sharedBytes, argPtr: this.#arenaPtr + at * 8, nargs: op.kernel.signature.length, knode: knode++,
-        });
-        this.#args.push([...op.args]);
-        at += op.kernel.signature.length;
-      } else if (op.kind === "copy") {
-        Object.assign(it, { kind: 1, dst: op.dst.address + op.dstOffset, src: op.src.address + op.srcOffset, bytes: op.bytes });
-        this.#args.push([]);
-      } else {
-        Object.assign(it, { kind: 2, dst: op.buffer.address + op.offset, pattern: op.pattern, elemSize: op.elemSize, count: op.bytes / op.elemSize });
-        this.#args.push([]);
-      }
-      this.#issued.push(it);
-    }
-
     const n = mode.kind === "MultiStream" ? mode.streams : 1;
-    this.plan =
-      n > 1
-        ? planStreams(steps, n)
-        : Object.freeze({
-            stream: steps.map(() => 0),
-            waits: steps.map(() => []),
-            deps: hazards(steps),
-            eventCount: 0,
-            usedStreams: steps.length ? [0] : [],
-          });
+    this.plan = n > 1 ? planStreams(steps, n) : singleStreamPlan(steps);
     try {
-      const used = Math.max(1, this.plan.usedStreams.length ? Math.max(...this.plan.usedStreams) + 1 : 1);
-      for (let t = 0; t < used; t++) {
-        const st = device.createStream({ nonBlocking: true });
-        this.#streams.push(st);
-        this.#sh.push(st.handle);
-      }
-      if (n > 1) {
-        const waitedOn = new Set(this.plan.waits.flat());
-        for (let i = 0; i < steps.length; i++) {
-          const ev = waitedOn.has(i) ? device.createEvent({ timing: false }) : null;
-          this.#stepEvents.push(ev);
-          this.#evh.push(ev ? ev.handle : 0);
-        }
-        for (let i = 0; i < steps.length; i++) this.#waitH.push(this.plan.waits[i]!.map((j) => this.#evh[j]!));
-        if (this.#streams.length > 1) {
-          this.#fork = device.createEvent({ timing: false });
-          for (let t = 1; t < this.#streams.length; t++) this.#joins.push(device.createEvent({ timing: false }));
-        }
-      }
+      this.#lower(call, device, steps, n);
     } catch (e) {
       this.#release();
       throw e;
     }
+  }
+
+  /** Lower the steps to command lists (see the class comment). */
+  #lower(call: string, device: Device, steps: readonly Step[], n: number): void {
+    const plan = this.plan;
+    const used = Math.max(1, plan.usedStreams.length ? Math.max(...plan.usedStreams) + 1 : 1);
+    for (let t = 0; t < used; t++) this.#streams.push(device.createStream({ nonBlocking: true }));
+    let knode = 0;
+    const lowerStep = (list: CommandList, li: number, i: number) => {
+      const st = steps[i]!;
+      const at = st.lower(list, call);
+      this.#argList[i] = at >= 0 ? li : -1;
+      this.#argOffset[i] = at;
+      this.#knode[i] = at >= 0 ? knode++ : -1;
+      this.#args[i] = st.op.kind === "kernel" ? [...st.op.args] : [];
+    };
+    const newList = (stream: number, bytes = 0): CommandList => {
+      const l = new CommandList(device, { initialBytes: bytes });
+      this.#lists.push(l);
+      this.#listStream.push(stream);
+      return l;
+    };
+    if (n === 1 || this.#streams.length === 1) {
+      let bytes = 0;
+      for (const st of steps) bytes += st.op.kind === "kernel" ? 48 + 8 * st.op.kernel.codes.length : 32;
+      const list = newList(0, bytes);
+      for (let i = 0; i < steps.length; i++) lowerStep(list, 0, i);
+      return;
+    }
+    // MultiStream: one list per segment of consecutive steps on one stream, submitted in order, so
+    // every wait is submitted after its record. Stream 0 forks the others at the start of a run and
+    // joins them at its end.
+    const ev = () => {
+      const e = device.createEvent({ timing: false });
+      this.#events.push(e);
+      return e;
+    };
+    const waitedOn = new Set(plan.waits.flat());
+    const stepEvent = new Map<number, Event>();
+    for (const j of waitedOn) stepEvent.set(j, ev());
+    const fork = ev();
+    const joins = this.#streams.slice(1).map(() => ev());
+    const started = new Set<number>([0]);
+    const segs = segments(plan);
+    let list = newList(0).eventRecord(fork, call);
+    let li = 0;
+    for (const seg of segs) {
+      if (seg.stream !== this.#listStream[li]) {
+        list = newList(seg.stream);
+        li = this.#lists.length - 1;
+      }
+      if (!started.has(seg.stream)) {
+        started.add(seg.stream);
+        list.eventWait(fork, call);
+      }
+      for (const i of seg.items) {
+        for (const j of plan.waits[i]!) list.eventWait(stepEvent.get(j)!, call);
+        lowerStep(list, li, i);
+        const e = stepEvent.get(i);
+        if (e) list.eventRecord(e, call);
+      }
+    }
+    // a stream's join is recorded at the end of its last list
+    for (let t = 1; t < this.#streams.length; t++) {
+      const last = this.#listStream.lastIndexOf(t);
+      if (last >= 0) this.#lists[last]!.eventRecord(joins[t - 1]!, call);
+    }
+    const tail = this.#listStream[this.#listStream.length - 1] === 0 ? this.#lists[this.#lists.length - 1]! : newList(0);
+    for (let t = 1; t < this.#streams.length; t++) if (this.#listStream.includes(t)) tail.eventWait(joins[t - 1]!, call);
   }
 
   get disposed(): boolean {
@@ -624,10 +461,7 @@ export class Executable {
   #alive(call: string): void {
     if (!this.#live) disposed(call, "executable");
     if (!this.device.state.open) disposed(call, "device of this executable");
-    const bs = this.#buffers;
-    for (let i = 0; i < bs.length; i++) if (bs[i]!.disposed) disposed(call, "buffer used by a step");
-    const ks = this.#kernels;
-    for (let i = 0; i < ks.length; i++) if (ks[i]!.module.disposed) disposed(call, `module of kernel ${ks[i]!.name}`);
+    for (const l of this.#lists) l.checkRefs(call, "used by a step");
   }
 
   /** The current arguments of kernel step `stepIndex`. */
@@ -647,29 +481,26 @@ export class Executable {
   /**
    * Change kernel step `stepIndex`'s arguments for the following runs. Scalars may change
    * freely; a buffer argument must stay the same range (the step's hazards depend on it). In
-   * Graph mode the next run updates the captured graph in place instead of capturing again.
+   * Graph mode the next run updates the graph in place instead of making it again.
    */
   setArgs(stepIndex: number, args: readonly ArgValue[]): this {
     const call = "Executable.setArgs";
     if (!this.#live) disposed(call, "executable");
-    const op = this.#kernelStep(call, stepIndex);
-    const k = op.kernel;
-    packArgs(call, k.name, k.signature, args, this.device.state.handle, CHECK_AREA, 0);
+    const k = this.#kernelStep(call, stepIndex).kernel;
     const old = this.#args[stepIndex]!;
+    // validate everything first (a scratch pack), then refuse a moved buffer binding, then patch
+    checkArgs(call, k, args);
     for (let i = 0; i < k.signature.length; i++) {
       if (k.signature[i] !== "buffer") continue;
       const a = args[i] as Buffer, b = old[i] as Buffer;
       if (a !== b && (a.address !== b.address || a.byteLength !== b.byteLength))
         invalid(call, `${k.name}: argument ${i} is a buffer binding; it may not change range in a compiled schedule (its hazards depend on it); build a new schedule`);
     }
-    const it = this.#issued[stepIndex]!;
-    const at = (it.argPtr - this.#arenaPtr) / 8;
-    packArgs(call, k.name, k.signature, args, this.device.state.handle, this.#area, at);
+    this.#lists[this.#argList[stepIndex]!]!.patchArgs(call, this.#argOffset[stepIndex]!, k, args);
     this.#args[stepIndex] = [...args];
     if (this.#graph) this.#dirty.add(stepIndex);
     return this;
   }
-
   /** Change one argument of kernel step `stepIndex` (see setArgs). */
   setArg(stepIndex: number, argIndex: number, value: ArgValue): this {
     const cur = [...this.args(stepIndex)];
@@ -713,43 +544,22 @@ export class Executable {
       old.dispose();
     }
     const bytes = st.host.bytes;
-    const base = st.host.hostAddress;
-    const s = this.#sh[0]!;
+    const list = (this.#inputs ??= new CommandList(this.device, { initialBytes: 0 }));
     let off = 0;
     for (const [b, data] of inputs) {
       const src = data instanceof ArrayBuffer ? new Uint8Array(data) : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
       bytes.set(src, off);
-      if (src.byteLength) check(N.bg_memcpy_htod_async(s, b.address, base + off, src.byteLength), "bg_memcpy_htod_async", this.device.backend);
+      list.copyHtoD(b, st.host, { srcOffset: off, bytes: src.byteLength }, "Executable.run");
       off += (src.byteLength + 63) & ~63;
     }
-    st.ev.record(this.#streams[0]!);
+    list.eventRecord(st.ev, "Executable.run");
+    list.submit(this.#streams[0]!, {}, "Executable.run");
     st.used = true;
   }
 
-  #issue(i: number, s: number): void {
-    const it = this.#issued[i]!;
-    let rc: number;
-    if (it.kind === 0) rc = N.bg_launch(it.k, s, it.g0, it.g1, it.g2, it.b0, it.b1, it.b2, it.shared, it.argPtr, it.nargs);
-    else if (it.kind === 1) rc = it.bytes ? N.bg_memcpy_dtod_async(s, it.dst, it.src, it.bytes) : 0;
-    else rc = it.count ? N.bg_memset_async(s, it.dst, it.pattern, it.elemSize, it.count) : 0;
-    if (rc !== 0) check(rc, it.kind === 0 ? "bg_launch" : it.kind === 1 ? "bg_memcpy_dtod_async" : "bg_memset_async", this.device.backend);
-  }
-
+  /** Graph mode's first run: a graph of the one list, instantiated. */
   #capture(): void {
-    const st = this.#streams[0]!;
-    st.beginCapture(this.captureMode);
-    try {
-      const s = this.#sh[0]!;
-      for (let i = 0; i < this.#issued.length; i++) this.#issue(i, s);
-    } catch (e) {
-      try {
-        st.endCapture().dispose();
-      } catch {
-        /* already discarded by the shim */
-      }
-      throw e;
-    }
-    const graph = st.endCapture();
+    const graph = graphFromCommands(this.#lists[0]!, this.#streams[0]!, this.captureMode);
     try {
       this.#graph = graph.instantiate();
     } finally {
@@ -771,9 +581,10 @@ export class Executable {
       if (!this.#graph) this.#capture();
       const g = this.#graph!;
       if (this.#dirty.size) {
+        const list = this.#lists[0]!;
         for (const i of this.#dirty) {
-          const it = this.#issued[i]!;
-          g.setPackedArgs(it.knode, it.argPtr, it.nargs);
+          const op = this.steps[i]!.op as KernelOp;
+          g.setPackedArgs(this.#knode[i]!, list.address + this.#argOffset[i]!, op.kernel.codes.length);
           this.stats.graphUpdates++;
         }
         this.#dirty.clear();
@@ -781,14 +592,10 @@ export class Executable {
       if (total) this.#upload(opts.inputs!, total);
       g.launch(this.#streams[0]!);
       this.stats.replays++;
-    } else if (this.#streams.length === 1) {
-      if (total) this.#upload(opts.inputs!, total);
-      const s = this.#sh[0]!;
-      const n = this.#issued.length;
-      for (let i = 0; i < n; i++) this.#issue(i, s);
     } else {
       if (total) this.#upload(opts.inputs!, total);
-      this.#runMulti();
+      const lists = this.#lists, at = this.#listStream, streams = this.#streams;
+      for (let i = 0; i < lists.length; i++) lists[i]!.submit(streams[at[i]!]!, KEEP, call);
     }
     this.stats.runs++;
     if (kind === "Eager") {
@@ -797,43 +604,6 @@ export class Executable {
       this.#eagerDone = p;
     }
     return this;
-  }
-
-  #runMulti(): void {
-    const sh = this.#sh;
-    const backend = this.device.backend;
-    const s0 = sh[0]!;
-    const fork = this.#fork!.handle;
-    let rc = N.bg_event_record(fork, s0);
-    if (rc !== 0) check(rc, "bg_event_record", backend);
-    for (let t = 1; t < sh.length; t++) {
-      rc = N.bg_stream_wait_event(sh[t]!, fork);
-      if (rc !== 0) check(rc, "bg_stream_wait_event", backend);
-    }
-    const stream = this.plan.stream;
-    const evh = this.#evh;
-    const waitH = this.#waitH;
-    for (let i = 0; i < this.#issued.length; i++) {
-      const s = sh[stream[i]!]!;
-      const w = waitH[i]!;
-      for (let k = 0; k < w.length; k++) {
-        rc = N.bg_stream_wait_event(s, w[k]!);
-        if (rc !== 0) check(rc, "bg_stream_wait_event", backend);
-      }
-      this.#issue(i, s);
-      const e = evh[i]!;
-      if (e) {
-        rc = N.bg_event_record(e, s);
-        if (rc !== 0) check(rc, "bg_event_record", backend);
-      }
-    }
-    for (let t = 1; t < sh.length; t++) {
-      const j = this.#joins[t - 1]!.handle;
-      rc = N.bg_event_record(j, sh[t]!);
-      if (rc !== 0) check(rc, "bg_event_record", backend);
-      rc = N.bg_stream_wait_event(s0, j);
-      if (rc !== 0) check(rc, "bg_stream_wait_event", backend);
-    }
   }
 
   /** Enqueue a run and resolve when it is done. */
@@ -885,9 +655,8 @@ export class Executable {
     };
     if (this.#graph) quiet(() => this.#graph!.dispose());
     this.#graph = null;
-    for (const e of this.#stepEvents) if (e) quiet(() => e.dispose());
-    if (this.#fork) quiet(() => this.#fork!.dispose());
-    for (const e of this.#joins) quiet(() => e.dispose());
+    for (const e of this.#events) quiet(() => e.dispose());
+    this.#events = [];
     for (const st of this.#staging) {
       quiet(() => st.ev.dispose());
       quiet(() => st.host.dispose());
@@ -895,7 +664,6 @@ export class Executable {
     this.#staging = [];
     for (const s of this.#streams) quiet(() => s.dispose());
     this.#streams = [];
-    this.#sh = [];
   }
 
   [Symbol.dispose](): void {
