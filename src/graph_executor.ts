@@ -19,7 +19,7 @@
 import { Buffer, checkSize, type FillType } from "./buffer";
 import type { Device, DeviceState } from "./device";
 import { disposed, illegalState, invalid, options } from "./errors";
-import { checkArgs, type CopyOptions, type EncoderMark, type FillOptions } from "./commands";
+import { type CopyOptions, type EncoderMark, type FillOptions } from "./commands";
 import { CommandEncoder, type DispatchOptions } from "./encoder";
 import { bufferRange, planBarriers, type BufferRange, type PlannedBarrier } from "./hazards";
 import { Kernel, dim3, type ArgValue } from "./kernel";
@@ -319,9 +319,9 @@ export class ComputeGraph {
     const k = n.kernel!;
     k.handle; // the module is alive
     const sig = k.signature;
-    checkArgs(call, k, args);
+    if (!Array.isArray(args)) invalid(call, `${k.name}: args must be an array`);
     for (let i = 0; i < sig.length; i++) {
-      if (sig[i] !== "buffer") continue;
+      if (sig[i] !== "buffer" || !(args[i] instanceof Buffer)) continue; // patchArgs refuses the rest
       const now = args[i] as Buffer, was = n.args[i] as Buffer;
       if (now !== was && (now.address !== was.address || now.byteLength !== was.byteLength))
         invalid(call, `${k.name}: argument ${i} must bind the buffer range it was recorded with (setArgs changes scalars; record a new graph to rebind buffers)`);
