@@ -451,29 +451,46 @@ export class CommandList {
    */
   submit(stream: Stream, opts: { keep?: boolean; wait?: boolean } = {}, call = "CommandList.submit"): boolean {
     opts = options(call, opts);
+    const s = this.#stream(call, stream);
+    this.checkRefs(call);
+    const wait = opts.wait === true;
+    const crossed = this.#len > 0 || wait;
+    if (crossed) this.#cross(s, 0, this.#len, wait ? SUBMIT_WAIT : 0);
+    if (!opts.keep) this.reset();
+    return crossed;
+  }
+
+  /**
+   * @internal Submit bytes [from, to) (whole commands: offsets taken between appends) without the
+   * reference check, which the caller has made for the whole list (one multi-stream run submits
+   * several ranges of one list).
+   */
+  submitRange(stream: Stream, from: number, to: number, call: string): void {
+    if (!Number.isInteger(from) || !Number.isInteger(to) || from < 0 || to > this.#len || from > to) invalid(call, "range outside the list");
+    if (to > from) this.#cross(this.#stream(call, stream), from, to, 0);
+  }
+
+  #stream(call: string, stream: Stream): number {
     if (!(stream instanceof Stream)) invalid(call, "expected a Stream");
     const s = stream.handle; // throws if disposed
     if (stream.device.state !== this.#dev) invalid(call, "stream of another device");
-    this.checkRefs(call);
-    let crossed = false;
-    const wait = opts.wait === true;
-    if (this.#len > 0 || wait) {
-      scratchU8.fill(0xff, 0, 8); // "no offset": the shim writes one only when a command is bad
-      const rc = wait ? N.bg_submit_ex(s, this.#ptr, this.#len, SUBMIT_WAIT, slot(0)) : N.bg_submit_checked(s, this.#ptr, this.#len, slot(0));
-      if (rc !== 0) {
-        const bad = readU64(0); // still all ones when the shim named no command
-        const msg = lastError() || "bg_submit failed";
-        if (bad >= this.#len) throw new GpuError(rc, msg, { backend: this.#dev.backend, call: "bg_submit" });
-        throw new CommandError(rc, msg, bad, this.#indexAt(bad), this.#dev.backend);
-      }
-      if (this.#len > 0) {
-        this.#submits++;
-        if (this.#dev.captures > 0) noteCaptured(this.#dev, s, null, this.#refs); // a graph replays it: keep what it uses
-      }
-      crossed = true;
+    return s;
+  }
+
+  #cross(s: number, from: number, to: number, flags: number): void {
+    scratchU8.fill(0xff, 0, 8); // "no offset": the shim writes one only when a command is bad
+    const len = to - from;
+    const rc = flags ? N.bg_submit_ex(s, this.#ptr + from, len, flags, slot(0)) : N.bg_submit_checked(s, this.#ptr + from, len, slot(0));
+    if (rc !== 0) {
+      const bad = readU64(0); // still all ones when the shim named no command
+      const msg = lastError() || "bg_submit failed";
+      if (bad >= len) throw new GpuError(rc, msg, { backend: this.#dev.backend, call: "bg_submit" });
+      throw new CommandError(rc, msg, from + bad, this.#indexAt(from + bad), this.#dev.backend);
     }
-    if (!opts.keep) this.reset();
-    return crossed;
+    if (len > 0) {
+      this.#submits++;
+      if (this.#dev.captures > 0) noteCaptured(this.#dev, s, null, this.#refs); // a graph replays it: keep what it uses
+    }
   }
 
   /** Throw INVALID_HANDLE when something a command uses was disposed since it was appended. */

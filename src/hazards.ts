@@ -230,28 +230,33 @@ export function planStreams(items: readonly Accesses[], n: number): StreamPlan {
   return Object.freeze({ stream, waits, deps, eventCount, usedStreams });
 }
 
-/**
- * One submission of a multi-stream run: consecutive items (in list order) on one stream, with the
- * events recorded after items other streams wait on, and the waits before items.
- */
+/** One submission of a multi-stream run: items (ascending) that run on one stream, in order. */
 export interface StreamSegment {
   readonly stream: number;
-  /** Item indices, ascending. */
   readonly items: readonly number[];
 }
 
 /**
- * Cut a stream plan into segments submittable in order: every event wait comes after the
- * submission that records it (an event waited on before its record is enqueued would not order
- * anything). A segment is a maximal run of consecutive items on one stream.
+ * Cut a stream plan into lists submittable in order, as few as the waits allow: every event wait
+ * is submitted after the list that records it (a wait enqueued before its record would order
+ * nothing). Each stream appends to its open list while the records its items wait on are in
+ * earlier lists, else opens a new one. Segment 0 is stream 0's first list (it may be empty: a
+ * run's fork is recorded there).
  */
 export function segments(plan: StreamPlan): StreamSegment[] {
-  const out: { stream: number; items: number[] }[] = [];
+  const out: { stream: number; items: number[] }[] = [{ stream: 0, items: [] }];
+  const open = new Map<number, number>([[0, 0]]); // stream -> index of its open segment
+  const segOf: number[] = new Array(plan.stream.length);
   for (let i = 0; i < plan.stream.length; i++) {
     const s = plan.stream[i]!;
-    const last = out[out.length - 1];
-    if (last && last.stream === s) last.items.push(i);
-    else out.push({ stream: s, items: [i] });
+    let k = open.get(s) ?? -1;
+    if (k < 0 || plan.waits[i]!.some((j) => segOf[j]! >= k)) {
+      k = out.length;
+      out.push({ stream: s, items: [] });
+      open.set(s, k);
+    }
+    out[k]!.items.push(i);
+    segOf[i] = k;
   }
   return out;
 }

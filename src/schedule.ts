@@ -305,8 +305,6 @@ export interface ExecStats {
   replays: number;
 }
 
-const KEEP = Object.freeze({ keep: true });
-
 interface Staging {
   host: HostBuffer;
   ev: Event;
@@ -330,11 +328,10 @@ export class Executable {
   readonly plan: StreamPlan;
 
   #streams: Stream[] = [];
-  /** The command lists of one run, submitted in order, and the stream index of each. */
-  #lists: CommandList[] = [];
-  #listStream: number[] = [];
-  /** Per step: the list holding its launch, the byte offset of its argument slots, its kernel node. */
-  #argList: number[] = [];
+  /** Every command of one run, and the ranges of it submitted in order: [stream, from, to] each. */
+  #list: CommandList;
+  #ranges: number[] = [];
+  /** Per step: the byte offset of its argument slots in the list (-1: none), its kernel node. */
   #argOffset: number[] = [];
   #knode: number[] = [];
   #args: ArgValue[][] = [];
@@ -367,6 +364,9 @@ export class Executable {
     this.captureMode = captureMode;
     const n = mode.kind === "MultiStream" ? mode.streams : 1;
     this.plan = n > 1 ? planStreams(steps, n) : singleStreamPlan(steps);
+    let bytes = 0;
+    for (const st of steps) bytes += st.op.kind === "kernel" ? 48 + 8 * st.op.kernel.codes.length : 32;
+    this.#list = new CommandList(device, { initialBytes: bytes * (n > 1 ? 2 : 1) });
     try {
       this.#lower(call, device, steps, n);
     } catch (e) {
@@ -381,67 +381,57 @@ export class Executable {
     const used = Math.max(1, plan.usedStreams.length ? Math.max(...plan.usedStreams) + 1 : 1);
     for (let t = 0; t < used; t++) this.#streams.push(device.createStream({ nonBlocking: true }));
     let knode = 0;
-    const lowerStep = (list: CommandList, li: number, i: number) => {
+    const list = this.#list;
+    const lowerStep = (i: number) => {
       const st = steps[i]!;
       const at = st.lower(list, call);
-      this.#argList[i] = at >= 0 ? li : -1;
       this.#argOffset[i] = at;
       this.#knode[i] = at >= 0 ? knode++ : -1;
       this.#args[i] = st.op.kind === "kernel" ? [...st.op.args] : [];
     };
-    const newList = (stream: number, bytes = 0): CommandList => {
-      const l = new CommandList(device, { initialBytes: bytes });
-      this.#lists.push(l);
-      this.#listStream.push(stream);
-      return l;
+    const ranges = this.#ranges;
+    const range = (stream: number, append: () => void) => {
+      const from = list.byteLength;
+      append();
+      ranges.push(stream, from, list.byteLength);
     };
     if (n === 1 || this.#streams.length === 1) {
-      let bytes = 0;
-      for (const st of steps) bytes += st.op.kind === "kernel" ? 48 + 8 * st.op.kernel.codes.length : 32;
-      const list = newList(0, bytes);
-      for (let i = 0; i < steps.length; i++) lowerStep(list, 0, i);
+      range(0, () => steps.forEach((_, i) => lowerStep(i)));
       return;
     }
-    // MultiStream: one list per segment of consecutive steps on one stream, submitted in order, so
-    // every wait is submitted after its record. Stream 0 forks the others at the start of a run and
-    // joins them at its end.
+    // MultiStream: ranges of the list submitted in order (hazards.ts's segments: every wait after
+    // the range that records it), event records and waits inside them. Stream 0 forks the others
+    // at the start of a run and joins them at its end.
     const ev = () => {
       const e = device.createEvent({ timing: false });
       this.#events.push(e);
       return e;
     };
-    const waitedOn = new Set(plan.waits.flat());
     const stepEvent = new Map<number, Event>();
-    for (const j of waitedOn) stepEvent.set(j, ev());
+    for (const j of new Set(plan.waits.flat())) stepEvent.set(j, ev());
     const fork = ev();
     const joins = this.#streams.slice(1).map(() => ev());
-    const started = new Set<number>([0]);
     const segs = segments(plan);
-    let list = newList(0).eventRecord(fork, call);
-    let li = 0;
-    for (const seg of segs) {
-      if (seg.stream !== this.#listStream[li]) {
-        list = newList(seg.stream);
-        li = this.#lists.length - 1;
-      }
-      if (!started.has(seg.stream)) {
+    const started = new Set<number>();
+    const joinAll = () => {
+      for (let t = 1; t < this.#streams.length; t++) if (started.has(t)) list.eventWait(joins[t - 1]!, call);
+    };
+    segs.forEach((seg, k) =>
+      range(seg.stream, () => {
+        if (k === 0) list.eventRecord(fork, call);
+        else if (!started.has(seg.stream)) list.eventWait(fork, call);
         started.add(seg.stream);
-        list.eventWait(fork, call);
-      }
-      for (const i of seg.items) {
-        for (const j of plan.waits[i]!) list.eventWait(stepEvent.get(j)!, call);
-        lowerStep(list, li, i);
-        const e = stepEvent.get(i);
-        if (e) list.eventRecord(e, call);
-      }
-    }
-    // a stream's join is recorded at the end of its last list
-    for (let t = 1; t < this.#streams.length; t++) {
-      const last = this.#listStream.lastIndexOf(t);
-      if (last >= 0) this.#lists[last]!.eventRecord(joins[t - 1]!, call);
-    }
-    const tail = this.#listStream[this.#listStream.length - 1] === 0 ? this.#lists[this.#lists.length - 1]! : newList(0);
-    for (let t = 1; t < this.#streams.length; t++) if (this.#listStream.includes(t)) tail.eventWait(joins[t - 1]!, call);
+        for (const i of seg.items) {
+          for (const j of plan.waits[i]!) list.eventWait(stepEvent.get(j)!, call);
+          lowerStep(i);
+          const e = stepEvent.get(i);
+          if (e) list.eventRecord(e, call);
+        }
+        if (seg.stream !== 0 && segs.findLastIndex((g) => g.stream === seg.stream) === k) list.eventRecord(joins[seg.stream - 1]!, call);
+        if (seg.stream === 0 && k === segs.length - 1) joinAll(); // every other stream's last list is in already
+      }),
+    );
+    if (segs[segs.length - 1]!.stream !== 0) range(0, joinAll);
   }
 
   get disposed(): boolean {
@@ -461,7 +451,7 @@ export class Executable {
   #alive(call: string): void {
     if (!this.#live) disposed(call, "executable");
     if (!this.device.state.open) disposed(call, "device of this executable");
-    for (const l of this.#lists) l.checkRefs(call, "used by a step");
+    this.#list.checkRefs(call, "used by a step");
   }
 
   /** The current arguments of kernel step `stepIndex`. */
@@ -496,7 +486,7 @@ export class Executable {
       if (a !== b && (a.address !== b.address || a.byteLength !== b.byteLength))
         invalid(call, `${k.name}: argument ${i} is a buffer binding; it may not change range in a compiled schedule (its hazards depend on it); build a new schedule`);
     }
-    this.#lists[this.#argList[stepIndex]!]!.patchArgs(call, this.#argOffset[stepIndex]!, k, args);
+    this.#list.patchArgs(call, this.#argOffset[stepIndex]!, k, args);
     this.#args[stepIndex] = [...args];
     if (this.#graph) this.#dirty.add(stepIndex);
     return this;
@@ -559,7 +549,7 @@ export class Executable {
 
   /** Graph mode's first run: a graph of the one list, instantiated. */
   #capture(): void {
-    const graph = graphFromCommands(this.#lists[0]!, this.#streams[0]!, this.captureMode);
+    const graph = graphFromCommands(this.#list, this.#streams[0]!, this.captureMode);
     try {
       this.#graph = graph.instantiate();
     } finally {
@@ -581,7 +571,7 @@ export class Executable {
       if (!this.#graph) this.#capture();
       const g = this.#graph!;
       if (this.#dirty.size) {
-        const list = this.#lists[0]!;
+        const list = this.#list;
         for (const i of this.#dirty) {
           const op = this.steps[i]!.op as KernelOp;
           g.setPackedArgs(this.#knode[i]!, list.address + this.#argOffset[i]!, op.kernel.codes.length);
@@ -594,8 +584,8 @@ export class Executable {
       this.stats.replays++;
     } else {
       if (total) this.#upload(opts.inputs!, total);
-      const lists = this.#lists, at = this.#listStream, streams = this.#streams;
-      for (let i = 0; i < lists.length; i++) lists[i]!.submit(streams[at[i]!]!, KEEP, call);
+      const list = this.#list, r = this.#ranges, streams = this.#streams;
+      for (let i = 0; i < r.length; i += 3) list.submitRange(streams[r[i]!]!, r[i + 1]!, r[i + 2]!, call);
     }
     this.stats.runs++;
     if (kind === "Eager") {

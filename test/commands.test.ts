@@ -104,6 +104,13 @@ describe("hazards", () => {
     expect(hazardBetween(acc([lo], []), acc([lo], []))).toBeNull(); // two reads never conflict
   });
 
+  test("independent items on two streams need two lists, not one per item", () => {
+    const plan = planStreams(Array.from({ length: 100 }, () => acc([], [])), 2);
+    expect(new Set(plan.stream).size).toBe(2);
+    const segs = segments(plan).filter((g) => g.items.length);
+    expect(segs.length).toBe(2);
+  });
+
   test("dependencies, barriers and stream segments", () => {
     const items = [acc([], [lo]), acc([], [hi]), acc([mid], []), acc([], [lo]), acc([hi], [])];
     expect(dependencies(items)).toEqual([[], [], [0, 1], [0, 2], [1]]);
@@ -114,10 +121,12 @@ describe("hazards", () => {
     const plan = planStreams(items, 2);
     const segs = segments(plan);
     // every step appears once, in order, and each wait is submitted after the record it waits on
-    expect(segs.flatMap((g) => g.items)).toEqual([0, 1, 2, 3, 4]);
+    expect(segs.flatMap((g) => g.items).sort()).toEqual([0, 1, 2, 3, 4]);
+    for (const g of segs) expect(g.items).toEqual([...g.items].sort());
     const segOf = (i: number) => segs.findIndex((g) => g.items.includes(i));
     for (let i = 0; i < items.length; i++) {
       for (const j of plan.waits[i]!) expect(segOf(j)).toBeLessThan(segOf(i));
+      for (let k = 0; k < i; k++) if (plan.stream[k] === plan.stream[i]) expect(segOf(k)).toBeLessThanOrEqual(segOf(i));
       for (const g of segs) expect(g.items.every((k) => plan.stream[k] === g.stream)).toBe(true);
     }
   });
