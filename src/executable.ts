@@ -5,7 +5,7 @@ import { Device } from "./device";
 import { invalid, disposed, illegalState, options } from "./errors";
 import { Event } from "./event";
 import { CaptureMode, GraphExec } from "./capture";
-import { CommandList, graphFromCommands } from "./commands";
+import { CMD_BYTES, CommandList, graphFromCommands } from "./commands";
 import { planStreams, segments, singleStreamPlan, type StreamPlan } from "./hazards";
 import type { ArgValue } from "./kernel";
 import type { Stream } from "./stream";
@@ -85,11 +85,11 @@ interface Staging {
 }
 
 /**
- * A schedule compiled for one device and ExecMode: its steps lowered to command lists once.
- * Stream and Eager submit one list in one crossing per run; MultiStream submits one list per
- * segment of consecutive steps on one stream, with the event records and waits of the stream plan
- * inside the lists; Graph makes a graph of the one list on the first run and replays it. setArgs
- * rewrites the argument words of the step's launch in its list (and, in Graph mode, the node).
+ * A schedule compiled for one device and ExecMode: its steps lowered to one command list once.
+ * Stream and Eager submit the list in one crossing per run; MultiStream submits ranges of it, one
+ * per stream segment (hazards.ts), with the event records and waits of the stream plan inside;
+ * Graph makes a graph of the list on the first run (graphFromCommands) and replays it. setArgs
+ * rewrites the argument words of the step's launch in the list (and, in Graph mode, the node).
  */
 export class Executable {
   readonly device: Device;
@@ -138,7 +138,7 @@ export class Executable {
     const n = mode.kind === "MultiStream" ? mode.streams : 1;
     this.plan = n > 1 ? planStreams(steps, n) : singleStreamPlan(steps);
     let bytes = 0;
-    for (const st of steps) bytes += st.op.kind === "kernel" ? 48 + 8 * st.op.kernel.codes.length : 32;
+    for (const st of steps) bytes += st.op.kind === "kernel" ? CMD_BYTES.LAUNCH_HEADER + 8 * st.op.kernel.codes.length : CMD_BYTES.COPY;
     this.#list = new CommandList(device, { initialBytes: bytes * (n > 1 ? 2 : 1) });
     try {
       this.#lower(call, device, steps, n);
