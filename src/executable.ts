@@ -185,6 +185,7 @@ export class Executable {
     const fork = ev();
     const joins = this.#streams.slice(1).map(() => ev());
     const segs = segments(plan);
+    const lastOf = new Map(segs.map((g, k) => [g.stream, k] as const)); // later entries win
     const started = new Set<number>();
     const joinAll = () => {
       for (let t = 1; t < this.#streams.length; t++) if (started.has(t)) list.eventWait(joins[t - 1]!, call);
@@ -200,7 +201,7 @@ export class Executable {
           const e = stepEvent.get(i);
           if (e) list.eventRecord(e, call);
         }
-        if (seg.stream !== 0 && segs.findLastIndex((g) => g.stream === seg.stream) === k) list.eventRecord(joins[seg.stream - 1]!, call);
+        if (seg.stream !== 0 && lastOf.get(seg.stream) === k) list.eventRecord(joins[seg.stream - 1]!, call);
         if (seg.stream === 0 && k === segs.length - 1) joinAll(); // every other stream's last list is in already
       }),
     );
