@@ -1,0 +1,669 @@
+// CommandList: the one TypeScript encoder of the bg_submit byte format. Every batching mode
+// (schedules in Stream, MultiStream and Graph mode, command encoders, compute graphs) lowers its
+// work to command lists and hands them to the shim in one crossing each.
+//
+// Format (shim/bungpu.h, "command buffers"): every command is an 8-byte header {u32 op, u32 size}
+// and an 8-byte-aligned, little-endian body. A launch is 48 + 8·nargs bytes: u64 kernel;
+// u32 grid[3]; u32 block[3]; u32 shared; u32 nargs; then the argument slots, packed by kernel.ts's
+// packArgs straight into the list's memory. The list remembers where each launch's slots start,
+// so arguments can be rewritten in place later (patchArgs) and a replay submits the same bytes.
+//
+// Every command is validated as it is appended, with the rules of Kernel.launch and Stream.copy /
+// Stream.fill: a bad command throws GpuError and leaves the list exactly as it was (bytes written
+// past the end while validating are not part of it until the length moves).
+//
+// Memory: one explicit ArrayBuffer of at least 64 KiB (Bun never moves those), doubled when full.
+// The shim copies the bytes before bg_submit returns, so the memory is free again at once.
+//
+// Over 600 lines on purpose: the format, its one encoder and its one launch validation are kept
+// in one file so that nothing else writes command bytes.
+import { N, addressOf, lastError, readU64, scratchU8, slot } from "../ffi/native";
+import { Cmd } from "../ffi/symbols";
+import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buffer";
+import { noteCaptured, type Device, type DeviceState } from "./device";
+import { GpuError, disposed, invalid, options, type BackendLabel } from "./errors";
+import { Event } from "./event";
+import { Graph, type CaptureMode } from "./capture";
+import { Kernel, dim3, packArgs, type ArgArea, type ArgValue, type Dim3 } from "./kernel";
+import { Stream } from "./stream";
+
+// ---- the format: tags and sizes in one spot ------------------------------------------------------
+
+/** Command tags (BG_CMD_*). */
+export const CMD = Cmd;
+/** Byte sizes of the fixed commands, and of a launch before its argument slots. */
+export const CMD_BYTES = { LAUNCH_HEADER: 48, COPY: 32, MEMSET: 32, BARRIER: 8, EVENT: 16 } as const;
+/** bg_submit_ex flag: wait for the stream in the same crossing. */
+export const SUBMIT_WAIT = 1;
+
+export interface LaunchOptions {
+  grid: Dim3;
+  block: Dim3;
+  args: readonly ArgValue[];
+  sharedBytes?: number;
+}
+
+export interface CopyOptions {
+  bytes?: number;
+  srcOffset?: number;
+  dstOffset?: number;
+}
+
+export interface FillOptions {
+  type?: FillType;
+  offset?: number;
+  bytes?: number;
+}
+
+/** Counts of what a list holds (or what a range of it holds). */
+export interface EncoderCounts {
+  commands: number;
+  dispatches: number;
+  barriers: number;
+  copies: number;
+  fills: number;
+  events: number;
+}
+
+/**
+ * A position in a list: its length and counts at one moment. A ComputeGraph keeps one before and
+ * after each node, so it can copy a node's commands into another list.
+ * @internal
+ */
+export interface EncoderMark extends EncoderCounts {
+  bytes: number;
+  refs: number;
+}
+
+/** One decoded command (for tests and debugging). */
+export interface CommandInfo {
+  op: "launch" | "copy" | "memset" | "barrier" | "eventRecord" | "eventWait" | "copyHtoD" | "copyDtoH" | "unknown";
+  offset: number;
+  bytes: number;
+}
+
+const OP_NAMES: CommandInfo["op"][] = ["unknown", "launch", "copy", "memset", "barrier", "eventRecord", "eventWait", "copyHtoD", "copyDtoH"];
+
+/** What a command refers to and must still be alive when the list is submitted. */
+interface Ref {
+  readonly disposed: boolean;
+}
+
+const MIN_BYTES = 65536;
+const TWO32 = 4294967296;
+const U32_MAX = 4294967295;
+const DIM_MAX = 2147483647;
+
+// ---- launch validation: the one TypeScript check of a launch's geometry ---------------------------
+
+/** Each kernel's most threads per block, asked of the backend once. */
+const maxThreadsOf = new WeakMap<Kernel, number>();
+function maxThreads(kernel: Kernel): number {
+  let m = maxThreadsOf.get(kernel);
+  if (m === undefined) maxThreadsOf.set(kernel, (m = kernel.maxThreadsPerBlock));
+  return m;
+}
+
+/**
+ * The device's limits, checked as the backend checks them, so that a launch it would refuse is
+ * refused as it is appended, naming the kernel, not at submit after the commands before it ran.
+ */
+function checkGeometry(call: string, kernel: Kernel, backend: BackendLabel, max: number, gx: number, gy: number, gz: number, bx: number, by: number, bz: number): void {
+  if (bx * by * bz > max || (backend !== "metal" && (bx > 1024 || by > 1024 || bz > 64 || gy > 65535 || gz > 65535)))
+    invalid(
+      call,
+      `${kernel.name}: grid ${gx}x${gy}x${gz}, block ${bx}x${by}x${bz} exceeds the limits (${max} threads per block for this kernel; block x,y <= 1024, z <= 64; grid y,z <= 65535)`,
+    );
+  if (backend === "cpu" && gx * gy * gz > U32_MAX) invalid(call, `${kernel.name}: grid ${gx}x${gy}x${gz} has more than 2^32-1 blocks (the cpu backend's limit)`);
+}
+
+function checkShared(call: string, shared: unknown): number {
+  if (typeof shared !== "number" || !Number.isInteger(shared) || shared < 0 || shared > U32_MAX)
+    invalid(call, `sharedBytes must be a non-negative 32-bit integer, got ${String(shared)}`);
+  return shared;
+}
+
+// Validation scratch for checkLaunch (an explicit ArrayBuffer; its contents are never submitted).
+const CHECK_AB = new ArrayBuffer(16384);
+const CHECK_AREA = areaOf(CHECK_AB);
+
+/**
+ * Validate a launch without appending it anywhere (a Step is made before its list): kernel alive,
+ * grid and block, shared bytes, and every argument (packed into scratch). Returns the normalised
+ * geometry.
+ */
+export function checkLaunch(call: string, kernel: Kernel, cfg: LaunchOptions): { grid: [number, number, number]; block: [number, number, number]; sharedBytes: number } {
+  if (!(kernel instanceof Kernel)) invalid(call, "expected a Kernel");
+  if (!cfg || typeof cfg !== "object") invalid(call, "expected a launch configuration { grid, block, args }");
+  kernel.handle; // throws if its module is gone
+  const grid = dim3(call, "grid", cfg.grid);
+  const block = dim3(call, "block", cfg.block);
+  const sharedBytes = checkShared(call, cfg.sharedBytes ?? 0);
+  checkArgs(call, kernel, cfg.args);
+  return { grid, block, sharedBytes };
+}
+
+/** Validate `args` for `kernel` (packed into scratch, never submitted). */
+export function checkArgs(call: string, kernel: Kernel, args: readonly ArgValue[]): void {
+  packArgs(call, kernel.name, kernel.signature, args, kernel.device.state.handle, CHECK_AREA, 0, kernel.codes);
+}
+
+// ---- the list ------------------------------------------------------------------------------------
+
+export class CommandList {
+  readonly device: Device;
+  readonly #dev: DeviceState;
+  #ab: ArrayBuffer;
+  #u8: Uint8Array;
+  #u32: Uint32Array;
+  #area: ArgArea;
+  #ptr: number;
+  #cap: number;
+  #len = 0;
+  #refs: Ref[] = [];
+  #cmds = 0;
+  #dispatches = 0;
+  #barriers = 0;
+  #copies = 0;
+  #fills = 0;
+  #events = 0;
+  #lastArgOffset = -1;
+  /** The last kernel launched, checked once: its module, handle and most threads per block. */
+  #kernel: Kernel | null = null;
+  #module: Kernel["module"] | null = null;
+  #khandle = 0;
+  #maxThreads = 0;
+  /** The last four references added: one used again soon after is not added again. */
+  #r0: Ref | null = null;
+  #r1: Ref | null = null;
+  #r2: Ref | null = null;
+  #r3: Ref | null = null;
+  /** Successful bg_submit crossings made by submit(). */
+  #submits = 0;
+
+  constructor(device: Device, opts: { initialBytes?: number } = {}, call = "new CommandList") {
+    opts = options(call, opts);
+    if (!device || typeof device !== "object" || !("state" in device)) invalid(call, "expected a Device");
+    if (device.disposed) disposed(call, "device");
+    this.device = device;
+    this.#dev = device.state;
+    const want = checkSize(call, "initialBytes", opts.initialBytes ?? MIN_BYTES);
+    let cap = MIN_BYTES;
+    while (cap < want) cap *= 2;
+    this.#ab = new ArrayBuffer(cap);
+    this.#u8 = new Uint8Array(this.#ab);
+    this.#u32 = new Uint32Array(this.#ab);
+    this.#area = areaOf(this.#ab);
+    this.#ptr = addressOf(this.#ab);
+    this.#cap = cap;
+  }
+
+  /** Bytes of packed commands so far. */
+  get byteLength(): number {
+    return this.#len;
+  }
+
+  get commandCount(): number {
+    return this.#cmds;
+  }
+
+  /** Bytes the list can hold before it grows. */
+  get capacity(): number {
+    return this.#cap;
+  }
+
+  /** Address of the first byte (moves when the list grows). */
+  get address(): number {
+    return this.#ptr;
+  }
+
+  get counts(): EncoderCounts {
+    return { commands: this.#cmds, dispatches: this.#dispatches, barriers: this.#barriers, copies: this.#copies, fills: this.#fills, events: this.#events };
+  }
+
+  /** bg_submit crossings this list has made. */
+  get submits(): number {
+    return this.#submits;
+  }
+
+  /** Byte offset of the argument slots of the last launch appended (-1 before any). */
+  get lastArgOffset(): number {
+    return this.#lastArgOffset;
+  }
+
+  #grow(extra: number): void {
+    const need = this.#len + extra;
+    if (need <= this.#cap) return;
+    let cap = this.#cap * 2;
+    while (cap < need) cap *= 2;
+    const ab = new ArrayBuffer(cap);
+    const u8 = new Uint8Array(ab);
+    u8.set(this.#u8.subarray(0, this.#len));
+    this.#ab = ab;
+    this.#u8 = u8;
+    this.#u32 = new Uint32Array(ab);
+    this.#area = areaOf(ab);
+    this.#ptr = addressOf(ab);
+    this.#cap = cap;
+  }
+
+  #useKernel(call: string, kernel: Kernel): void {
+    if (!(kernel instanceof Kernel)) invalid(call, "expected a Kernel");
+    const h = kernel.handle; // throws if its module or device is gone
+    if (kernel.module.device.state !== this.#dev) invalid(call, `${kernel.name}: kernel of another device`);
+    this.#maxThreads = maxThreads(kernel);
+    this.#khandle = h;
+    this.#module = kernel.module;
+    this.#kernel = kernel;
+  }
+
+  #ref(x: Ref): void {
+    if (x === this.#r0 || x === this.#r1 || x === this.#r2 || x === this.#r3) return;
+    this.#r3 = this.#r2;
+    this.#r2 = this.#r1;
+    this.#r1 = this.#r0;
+    this.#r0 = x;
+    this.#refs.push(x);
+  }
+
+  #forgetRecent(): void {
+    this.#r0 = this.#r1 = this.#r2 = this.#r3 = null;
+  }
+
+  #live(call: string): void {
+    if (!this.#dev.open) disposed(call, "device of this encoder");
+  }
+
+  #buffer(call: string, what: string, b: unknown): Buffer {
+    if (!(b instanceof Buffer)) invalid(call, `${what} must be a Buffer`);
+    if (b.device.state !== this.#dev) invalid(call, `${what} is a buffer of another device (${b.device.spec})`);
+    if (b.disposed) disposed(call, "buffer");
+    return b;
+  }
+
+  #host(call: string, what: string, h: unknown): HostBuffer {
+    if (!(h instanceof HostBuffer)) invalid(call, `${what} must be a HostBuffer (pinned host memory)`);
+    if (h.device.state !== this.#dev) invalid(call, `${what} is host memory of another device`);
+    if (h.disposed) disposed(call, "host buffer");
+    return h;
+  }
+
+  /** Append a kernel launch: the same checks as Kernel.launch, no FFI crossing. */
+  launch(kernel: Kernel, cfg: LaunchOptions, call = "CommandList.launch"): this {
+    const dev = this.#dev;
+    if (kernel !== this.#kernel || this.#kernel === null) this.#useKernel(call, kernel);
+    const m = this.#module!;
+    if (m.disposed) kernel.handle; // throws: its module or device is gone
+    const k = this.#khandle;
+    if (cfg === null || typeof cfg !== "object") invalid(call, `${kernel.name}: expected { grid, block, args }`);
+    const n = kernel.codes.length;
+    const size = CMD_BYTES.LAUNCH_HEADER + 8 * n;
+    if (this.#len + size > this.#cap) this.#grow(size);
+    const off = this.#len;
+    // Grid and block: numbers take a path with no allocation; arrays go through dim3.
+    let gx: number, gy = 1, gz = 1, bx: number, by = 1, bz = 1;
+    const grid = cfg.grid, block = cfg.block;
+    if (typeof grid === "number" && grid >= 1 && grid <= DIM_MAX && Math.floor(grid) === grid) gx = grid;
+    else [gx, gy, gz] = dim3(call, "grid", grid);
+    if (typeof block === "number" && block >= 1 && block <= DIM_MAX && Math.floor(block) === block) bx = block;
+    else [bx, by, bz] = dim3(call, "block", block);
+    checkGeometry(call, kernel, dev.backend, this.#maxThreads, gx, gy, gz, bx, by, bz);
+    const shared = cfg.sharedBytes === undefined ? 0 : checkShared(call, cfg.sharedBytes);
+    // Arguments straight into their slots (validated first; the length has not moved yet).
+    const args = cfg.args;
+    packArgs(call, kernel.name, kernel.signature, args, dev.handle, this.#area, (off + CMD_BYTES.LAUNCH_HEADER) >>> 3, kernel.codes);
+    const u32 = this.#u32;
+    const w = off >>> 2;
+    u32[w] = CMD.LAUNCH;
+    u32[w + 1] = size;
+    u32[w + 2] = k >>> 0;
+    u32[w + 3] = (k - (k >>> 0)) / TWO32;
+    u32[w + 4] = gx;
+    u32[w + 5] = gy;
+    u32[w + 6] = gz;
+    u32[w + 7] = bx;
+    u32[w + 8] = by;
+    u32[w + 9] = bz;
+    u32[w + 10] = shared;
+    u32[w + 11] = n;
+    this.#ref(m);
+    const codes = kernel.codes;
+    for (let i = 0; i < n; i++) if (codes[i] === 0) this.#ref(args[i] as Buffer);
+    this.#len = off + size;
+    this.#lastArgOffset = off + CMD_BYTES.LAUNCH_HEADER;
+    this.#cmds++;
+    this.#dispatches++;
+    return this;
+  }
+
+  /** One copy command of any direction: sizes checked against both ends, then appended. */
+  #copy(call: string, op: number, opts: CopyOptions, dst: Buffer | HostBuffer, src: Buffer | HostBuffer): this {
+    opts = options(call, opts);
+    this.#live(call);
+    const addr = (what: string, x: Buffer | HostBuffer, host: boolean) =>
+      host ? this.#host(call, what, x).hostAddress : this.#buffer(call, what, x).address;
+    const dstAddr = addr("dst", dst, op === CMD.COPY_DTOH);
+    const srcAddr = addr("src", src, op === CMD.COPY_HTOD);
+    const so = checkSize(call, "src offset", opts.srcOffset ?? 0);
+    const dO = checkSize(call, "dst offset", opts.dstOffset ?? 0);
+    const bytes = checkSize(call, "byte count", opts.bytes ?? src.byteLength - so);
+    inRange(call, "src", src.byteLength, so, bytes);
+    inRange(call, "dst", dst.byteLength, dO, bytes);
+    if (this.#len + CMD_BYTES.COPY > this.#cap) this.#grow(CMD_BYTES.COPY);
+    const w = this.#len >>> 2, u32 = this.#u32;
+    u32[w] = op;
+    u32[w + 1] = CMD_BYTES.COPY;
+    put64(u32, w + 2, dstAddr + dO);
+    put64(u32, w + 4, srcAddr + so);
+    put64(u32, w + 6, bytes);
+    this.#ref(dst);
+    this.#ref(src);
+    this.#len += CMD_BYTES.COPY;
+    this.#cmds++;
+    this.#copies++;
+    return this;
+  }
+
+  /** Append a device-to-device copy (Stream.copy's rules). */
+  copy(dst: Buffer, src: Buffer, opts: CopyOptions = {}, call = "CommandList.copy"): this {
+    return this.#copy(call, CMD.COPY, opts, dst, src);
+  }
+
+  /** Append a copy from pinned host memory into a buffer (the host memory is kept alive by the caller). */
+  copyHtoD(dst: Buffer, src: HostBuffer, opts: CopyOptions = {}, call = "CommandList.copyHtoD"): this {
+    return this.#copy(call, CMD.COPY_HTOD, opts, dst, src);
+  }
+
+  /** Append a copy from a buffer into pinned host memory (the host memory is kept alive by the caller). */
+  copyDtoH(dst: HostBuffer, src: Buffer, opts: CopyOptions = {}, call = "CommandList.copyDtoH"): this {
+    return this.#copy(call, CMD.COPY_DTOH, opts, dst, src);
+  }
+
+  /** Append a fill of `value` as elements of `type` (Stream.fill's rules). */
+  memset(buf: Buffer, value: number, opts: FillOptions = {}, call = "CommandList.memset"): this {
+    opts = options(call, opts);
+    this.#live(call);
+    this.#buffer(call, "buffer", buf);
+    const { pattern, size } = fillPattern(call, value, opts.type ?? "u8");
+    const off = checkSize(call, "offset", opts.offset ?? 0);
+    const bytes = checkSize(call, "byte count", opts.bytes ?? buf.byteLength - off);
+    inRange(call, "buffer", buf.byteLength, off, bytes);
+    if (bytes % size || (buf.address + off) % size) invalid(call, `range is not aligned to ${size}-byte elements`);
+    if (this.#len + CMD_BYTES.MEMSET > this.#cap) this.#grow(CMD_BYTES.MEMSET);
+    const w = this.#len >>> 2, u32 = this.#u32;
+    u32[w] = CMD.MEMSET;
+    u32[w + 1] = CMD_BYTES.MEMSET;
+    put64(u32, w + 2, buf.address + off);
+    u32[w + 4] = pattern;
+    u32[w + 5] = size;
+    put64(u32, w + 6, bytes / size);
+    this.#ref(buf);
+    this.#len += CMD_BYTES.MEMSET;
+    this.#cmds++;
+    this.#fills++;
+    return this;
+  }
+
+  /** Later commands see every write of earlier ones (a no-op on an in-order CPU stream). */
+  barrier(call = "CommandList.barrier"): this {
+    this.#live(call);
+    if (this.#len + CMD_BYTES.BARRIER > this.#cap) this.#grow(CMD_BYTES.BARRIER);
+    const w = this.#len >>> 2;
+    this.#u32[w] = CMD.BARRIER;
+    this.#u32[w + 1] = CMD_BYTES.BARRIER;
+    this.#len += CMD_BYTES.BARRIER;
+    this.#cmds++;
+    this.#barriers++;
+    return this;
+  }
+
+  #event(call: string, op: number, ev: Event): this {
+    this.#live(call);
+    if (!(ev instanceof Event)) invalid(call, "expected an Event");
+    if (ev.device.state !== this.#dev) invalid(call, "event of another device");
+    const h = ev.handle; // throws if disposed
+    if (this.#len + CMD_BYTES.EVENT > this.#cap) this.#grow(CMD_BYTES.EVENT);
+    const w = this.#len >>> 2, u32 = this.#u32;
+    u32[w] = op;
+    u32[w + 1] = CMD_BYTES.EVENT;
+    put64(u32, w + 2, h);
+    this.#refs.push(eventRef(ev));
+    this.#len += CMD_BYTES.EVENT;
+    this.#cmds++;
+    this.#events++;
+    return this;
+  }
+
+  /** Record `ev` at this point of the commands. */
+  eventRecord(ev: Event, call = "CommandList.eventRecord"): this {
+    return this.#event(call, CMD.EVENT_RECORD, ev);
+  }
+
+  /** Make the commands after this point wait for `ev`'s latest record. */
+  eventWait(ev: Event, call = "CommandList.eventWait"): this {
+    return this.#event(call, CMD.EVENT_WAIT, ev);
+  }
+
+  /**
+   * Submit every command to `stream` in one crossing (bg_submit_ex; with `wait`, the stream is
+   * synchronized in the same crossing), then empty the list unless `keep`. An empty list crosses
+   * nothing (unless `wait`). Returns true when a crossing was made.
+   */
+  submit(stream: Stream, opts: { keep?: boolean; wait?: boolean } = {}, call = "CommandList.submit"): boolean {
+    opts = options(call, opts);
+    const s = this.#stream(call, stream);
+    this.checkRefs(call);
+    const wait = opts.wait === true;
+    const crossed = this.#len > 0 || wait;
+    if (crossed) this.#cross(s, 0, this.#len, wait ? SUBMIT_WAIT : 0);
+    if (!opts.keep) this.reset();
+    return crossed;
+  }
+
+  /**
+   * @internal Submit bytes [from, to) (whole commands: offsets taken between appends) without the
+   * reference check, which the caller has made for the whole list (one multi-stream run submits
+   * several ranges of one list).
+   */
+  submitRange(stream: Stream, from: number, to: number, call: string): void {
+    if (!Number.isInteger(from) || !Number.isInteger(to) || from < 0 || to > this.#len || from > to) invalid(call, "range outside the list");
+    if (to > from) this.#cross(this.#stream(call, stream), from, to, 0);
+  }
+
+  #stream(call: string, stream: Stream): number {
+    if (!(stream instanceof Stream)) invalid(call, "expected a Stream");
+    const s = stream.handle; // throws if disposed
+    if (stream.device.state !== this.#dev) invalid(call, "stream of another device");
+    return s;
+  }
+
+  #cross(s: number, from: number, to: number, flags: number): void {
+    scratchU8.fill(0xff, 0, 8); // "no offset": the shim writes one only when a command is bad
+    const len = to - from;
+    const rc = flags ? N.bg_submit_ex(s, this.#ptr + from, len, flags, slot(0)) : N.bg_submit_checked(s, this.#ptr + from, len, slot(0));
+    if (rc !== 0) {
+      const bad = readU64(0); // still all ones when the shim named no command
+      const msg = lastError() || "bg_submit failed";
+      if (bad >= len) throw new GpuError(rc, msg, { backend: this.#dev.backend, call: "bg_submit" });
+      throw new CommandError(rc, msg, from + bad, this.#indexAt(from + bad), this.#dev.backend);
+    }
+    if (len > 0) {
+      this.#submits++;
+      if (this.#dev.captures > 0) noteCaptured(this.#dev, s, null, this.#refs); // a graph replays it: keep what it uses
+    }
+  }
+
+  /** Throw INVALID_HANDLE when something a command uses was disposed since it was appended. */
+  checkRefs(call: string, what = "an encoded command uses"): void {
+    const refs = this.#refs;
+    for (let i = 0; i < refs.length; i++) if (refs[i]!.disposed) disposed(call, `${refName(refs[i]!)} ${what}`);
+  }
+
+  #indexAt(offset: number): number {
+    let i = 0;
+    for (let off = 0; off < this.#len && off < offset; i++) {
+      const size = this.#u32[(off >>> 2) + 1]!;
+      if (size < 8) break;
+      off += size;
+    }
+    return i;
+  }
+
+  /** Forget every command (the memory is kept for the next use). */
+  reset(): void {
+    this.#len = 0;
+    this.#refs.length = 0;
+    this.#forgetRecent();
+    this.#cmds = this.#dispatches = this.#barriers = this.#copies = this.#fills = this.#events = 0;
+    this.#lastArgOffset = -1;
+  }
+
+  /** A copy of the packed commands. */
+  bytes(): Uint8Array {
+    return this.#u8.slice(0, this.#len);
+  }
+
+  /** The commands, decoded (for tests and debugging). */
+  describe(): CommandInfo[] {
+    const out: CommandInfo[] = [];
+    for (let off = 0; off < this.#len; ) {
+      const op = this.#u32[off >>> 2]!, size = this.#u32[(off >>> 2) + 1]!;
+      out.push({ op: OP_NAMES[op] ?? "unknown", offset: off, bytes: size });
+      if (size < 8) break;
+      off += size;
+    }
+    return out;
+  }
+
+  // ---- ranges and patches (compute graphs, executables) -----------------------------------------
+
+  /** @internal The current length, counts and reference count. */
+  mark(): EncoderMark {
+    this.#forgetRecent(); // a node's reference range names its module too
+    return { bytes: this.#len, refs: this.#refs.length, ...this.counts };
+  }
+
+  /** @internal Append the commands of `src` between two of its marks (one memcpy). */
+  appendRange(src: CommandList, from: EncoderMark, to: EncoderMark): void {
+    if (!(src instanceof CommandList)) invalid("CommandEncoder.appendRange", "src must be a CommandEncoder");
+    src.#markRange("CommandEncoder.appendRange", from, to);
+    if (src.#dev !== this.#dev) invalid("CommandEncoder.append", "commands of another device");
+    const bytes = to.bytes - from.bytes;
+    if (bytes <= 0) return;
+    if (this.#len + bytes > this.#cap) this.#grow(bytes);
+    this.#u8.set(src.#u8.subarray(from.bytes, to.bytes), this.#len);
+    this.#len += bytes;
+    for (let i = from.refs; i < to.refs; i++) this.#refs.push(src.#refs[i]!);
+    this.#forgetRecent();
+    this.#cmds += to.commands - from.commands;
+    this.#dispatches += to.dispatches - from.dispatches;
+    this.#barriers += to.barriers - from.barriers;
+    this.#copies += to.copies - from.copies;
+    this.#fills += to.fills - from.fills;
+    this.#events += to.events - from.events;
+  }
+
+  /** @internal Check the references of a range are alive (before a partial append). */
+  checkRange(call: string, from: EncoderMark, to: EncoderMark): void {
+    this.#markRange(typeof call === "string" ? call : "CommandEncoder.checkRange", from, to);
+    for (let i = from.refs; i < to.refs; i++) if (this.#refs[i]!.disposed) disposed(call, `${refName(this.#refs[i]!)} a recorded command uses`);
+  }
+
+  /** Two marks of this list, in order (mark() made them), else INVALID_VALUE. */
+  #markRange(call: string, from: EncoderMark, to: EncoderMark): void {
+    const ok = (m: EncoderMark) =>
+      m !== null && typeof m === "object" && Number.isInteger(m.bytes) && Number.isInteger(m.refs) && m.bytes >= 0 && m.refs >= 0 && m.bytes <= this.#len && m.refs <= this.#refs.length;
+    if (!ok(from) || !ok(to) || from.bytes > to.bytes || from.refs > to.refs) invalid(call, "from and to must be marks of this encoder, in order");
+  }
+
+  /** @internal Overwrite `words` u32 words at byte `offset` (an argument block) from `src`. */
+  patch(offset: number, src: Uint32Array, words: number): void {
+    if (!(src instanceof Uint32Array) || !Number.isInteger(words) || words < 0 || words > src.length ||
+        !Number.isInteger(offset) || offset < 0 || offset % 4 || offset + 4 * words > this.#len)
+      invalid("CommandEncoder.patch", "offset, src and words must name whole u32 words inside the encoded commands");
+    const u32 = this.#u32;
+    const w = offset >>> 2;
+    for (let i = 0; i < words; i++) u32[w + i] = src[i]!;
+  }
+
+  /**
+   * @internal Rewrite the argument slots at byte `argOffset` (a launch of `kernel`) with `args`,
+   * validated in full first (packed into scratch), then copied in: nothing changes on a bad value.
+   */
+  patchArgs(call: string, argOffset: number, kernel: Kernel, args: readonly ArgValue[]): void {
+    if (kernel.device.state !== this.#dev) invalid(call, `${kernel.name}: kernel of another device`);
+    checkArgs(call, kernel, args);
+    this.patch(argOffset, CHECK_AREA.u32, 2 * kernel.codes.length);
+  }
+}
+
+/** A submit the shim refused: `offset` and `index` name the offending command. Nothing ran. */
+export class CommandError extends GpuError {
+  readonly offset: number;
+  readonly index: number;
+  constructor(code: number, message: string, offset: number, index: number, backend: BackendLabel) {
+    super(code, `${message} (command ${index} at byte ${offset})`, { backend, call: "bg_submit" });
+    this.offset = offset;
+    this.index = index;
+  }
+}
+
+// ---- graphs --------------------------------------------------------------------------------------
+
+/**
+ * A graph that runs `list` (kernel nodes in launch order, so argument updates index them by the
+ * list's launch order). Today: a capture of one submit of the list on `stream` (a created stream,
+ * idle, of the list's device).
+ */
+export function graphFromCommands(list: CommandList, stream: Stream, mode?: CaptureMode): Graph {
+  return Graph.capture(stream, (s) => void list.submit(s, { keep: true }), mode ? { mode } : {});
+}
+
+// ---- helpers -------------------------------------------------------------------------------------
+
+// Event has no `disposed` getter: its handle getter throws once it is disposed.
+function eventRef(ev: Event): Ref {
+  return {
+    get disposed(): boolean {
+      try {
+        ev.handle;
+        return false;
+      } catch {
+        return true;
+      }
+    },
+    constructor: Event,
+  } as Ref;
+}
+
+function refName(r: Ref): string {
+  return r instanceof HostBuffer ? "host buffer" : r.constructor.name.toLowerCase();
+}
+
+function areaOf(ab: ArrayBuffer): ArgArea {
+  return { u32: new Uint32Array(ab), i32: new Int32Array(ab), f32: new Float32Array(ab), f64: new Float64Array(ab), i64: new BigInt64Array(ab) };
+}
+
+function put64(u32: Uint32Array, w: number, v: number): void {
+  const lo = v >>> 0;
+  u32[w] = lo;
+  u32[w + 1] = (v - lo) / TWO32;
+}
+
+function inRange(call: string, what: string, len: number, off: number, bytes: number): void {
+  if (off + bytes > len) invalid(call, `${what} range [${off}, ${off + bytes}) is past the end (${len} bytes)`);
+}
+
+/** One scratch list per device, for validating a command without keeping it. */
+const scratchLists = new WeakMap<DeviceState, CommandList>();
+
+/** Run `append` on an empty scratch list of `device` (it throws what appending would throw), then empty it. */
+export function validateCommand(device: Device, append: (list: CommandList) => void): void {
+  let list = scratchLists.get(device.state);
+  if (!list) scratchLists.set(device.state, (list = new CommandList(device)));
+  try {
+    append(list);
+  } finally {
+    list.reset();
+  }
+}

@@ -1,0 +1,440 @@
+// Executables: a schedule compiled for one device and ExecMode, its steps lowered to one command
+// list (see Executable), and the ExecModes themselves.
+import { Buffer, HostBuffer, type HostData } from "./buffer";
+import { Device } from "./device";
+import { invalid, disposed, illegalState, options } from "./errors";
+import { Event } from "./event";
+import { CaptureMode, GraphExec } from "./capture";
+import { CMD_BYTES, CommandList, graphFromCommands } from "./commands";
+import { planStreams, segments, singleStreamPlan, type StreamPlan } from "./hazards";
+import type { ArgValue } from "./kernel";
+import type { Stream } from "./stream";
+import { isBuffer, type KernelOp, type Step } from "./step";
+
+// ---- exec modes ------------------------------------------------------------------------------------
+
+export type ExecKind = "Stream" | "Graph" | "Eager" | "MultiStream";
+
+/** How a Schedule runs. `ExecMode.Stream` is the default. */
+export class ExecMode {
+  /** Every step issued on one stream, every run. */
+  static readonly Stream = new ExecMode("Stream", 1);
+  /** Capture on the first run, replay the graph after; changed scalars update it in place. */
+  static readonly Graph = new ExecMode("Graph", 1);
+  /** Compile, run once and dispose. */
+  static readonly Eager = new ExecMode("Eager", 1);
+  static readonly default = ExecMode.Stream;
+
+  readonly kind: ExecKind;
+  /** Streams the mode uses. */
+  readonly streams: number;
+
+  private constructor(kind: ExecKind, streams: number) {
+    this.kind = kind;
+    this.streams = streams;
+    Object.freeze(this);
+  }
+
+  /** A pool of `n` streams; steps assigned by their data dependencies. */
+  static MultiStream(n: number): ExecMode {
+    if (!Number.isInteger(n) || n < 1 || n > 64) invalid("ExecMode.MultiStream", `n must be an integer from 1 to 64, got ${String(n)}`);
+    return new ExecMode("MultiStream", n);
+  }
+
+  equals(o: ExecMode): boolean {
+    return o instanceof ExecMode && o.kind === this.kind && o.streams === this.streams;
+  }
+
+  toString(): string {
+    return this.kind === "MultiStream" ? `MultiStream(${this.streams})` : this.kind;
+  }
+}
+
+export interface ScheduleCompileOptions {
+  /** Graph mode: the capture mode (default CaptureMode.Global). */
+  captureMode?: CaptureMode;
+}
+
+// ---- executables -----------------------------------------------------------------------------------
+
+export type InputPair = readonly [Buffer, HostData];
+
+export interface RunOptions {
+  /**
+   * Host data written into buffers before this run's steps, in stream order (and in Graph mode
+   * outside the captured region, before the graph launch).
+   */
+  inputs?: readonly InputPair[];
+}
+
+export interface ExecStats {
+  /** Runs enqueued. */
+  runs: number;
+  /** Graph captures made (Graph mode: 1 after the first run, however many scalars changed). */
+  captures: number;
+  /** Kernel nodes updated in place in the graph exec (instead of re-capturing). */
+  graphUpdates: number;
+  /** Graph launches (replays). */
+  replays: number;
+}
+
+interface Staging {
+  host: HostBuffer;
+  ev: Event;
+  used: boolean;
+}
+
+/**
+ * A schedule compiled for one device and ExecMode: its steps lowered to one command list once.
+ * Stream and Eager submit the list in one crossing per run; MultiStream submits ranges of it, one
+ * per stream segment (hazards.ts), with the event records and waits of the stream plan inside;
+ * Graph makes a graph of the list on the first run (graphFromCommands) and replays it. setArgs
+ * rewrites the argument words of the step's launch in the list (and, in Graph mode, the node).
+ */
+export class Executable {
+  readonly device: Device;
+  readonly mode: ExecMode;
+  readonly steps: readonly Step[];
+  readonly captureMode: CaptureMode;
+  readonly stats: ExecStats = { runs: 0, captures: 0, graphUpdates: 0, replays: 0 };
+  /** The stream assignment (MultiStream; for other modes every step is on stream 0). */
+  readonly plan: StreamPlan;
+
+  #streams: Stream[] = [];
+  /** Every command of one run, and the ranges of it submitted in order: [stream, from, to] each. */
+  #list: CommandList;
+  #ranges: number[] = [];
+  /** Per step: the byte offset of its argument slots in the list (-1: none), its kernel node. */
+  #argOffset: number[] = [];
+  #knode: number[] = [];
+  #args: ArgValue[][] = [];
+  #events: Event[] = [];
+  #graph: GraphExec | null = null;
+  #dirty = new Set<number>();
+  #staging: Staging[] = [];
+  #stageNext = 0;
+  #inputs: CommandList | null = null;
+  #live = true;
+  #eagerDone: Promise<void> | null = null;
+
+  /** @internal use `schedule.compile(device, mode)`. */
+  constructor(device: Device, steps: Step[], mode: ExecMode, opts: ScheduleCompileOptions) {
+    const call = "Schedule.compile";
+    if (!(device instanceof Device)) invalid(call, "expected a Device");
+    if (!(mode instanceof ExecMode)) invalid(call, `mode must be an ExecMode (Stream, Graph, Eager or MultiStream(n)), got ${String(mode)}`);
+    const captureMode = opts.captureMode ?? CaptureMode.Global;
+    if (!(captureMode instanceof CaptureMode)) invalid(call, "captureMode must be a CaptureMode");
+    const dh = device.handle;
+    for (let i = 0; i < steps.length; i++) {
+      const st = steps[i]!;
+      if (st.device.state.handle !== dh) invalid(call, `step ${i} (${st.label}) is for ${st.device.spec}, not ${device.spec}`);
+      for (const b of st.buffers) if (b.disposed) disposed(call, `buffer of step ${i} (${st.label})`);
+      if (st.op.kind === "kernel") st.op.kernel.handle;
+    }
+    this.device = device;
+    this.mode = mode;
+    this.steps = Object.freeze(steps);
+    this.captureMode = captureMode;
+    const n = mode.kind === "MultiStream" ? mode.streams : 1;
+    this.plan = n > 1 ? planStreams(steps, n) : singleStreamPlan(steps);
+    let bytes = 0;
+    for (const st of steps) bytes += st.op.kind === "kernel" ? CMD_BYTES.LAUNCH_HEADER + 8 * st.op.kernel.codes.length : CMD_BYTES.COPY;
+    this.#list = new CommandList(device, { initialBytes: bytes * (n > 1 ? 2 : 1) });
+    try {
+      this.#lower(call, device, steps, n);
+    } catch (e) {
+      this.#release();
+      throw e;
+    }
+  }
+
+  /** Lower the steps to command lists (see the class comment). */
+  #lower(call: string, device: Device, steps: readonly Step[], n: number): void {
+    const plan = this.plan;
+    const used = Math.max(1, plan.usedStreams.length ? Math.max(...plan.usedStreams) + 1 : 1);
+    for (let t = 0; t < used; t++) this.#streams.push(device.createStream({ nonBlocking: true }));
+    let knode = 0;
+    const list = this.#list;
+    const lowerStep = (i: number) => {
+      const st = steps[i]!;
+      const at = st.lower(list, call);
+      this.#argOffset[i] = at;
+      this.#knode[i] = at >= 0 ? knode++ : -1;
+      this.#args[i] = st.op.kind === "kernel" ? [...st.op.args] : [];
+    };
+    const ranges = this.#ranges;
+    const range = (stream: number, append: () => void) => {
+      const from = list.byteLength;
+      append();
+      ranges.push(stream, from, list.byteLength);
+    };
+    if (n === 1 || this.#streams.length === 1) {
+      range(0, () => steps.forEach((_, i) => lowerStep(i)));
+      return;
+    }
+    // MultiStream: ranges of the list submitted in order (hazards.ts's segments: every wait after
+    // the range that records it), event records and waits inside them. Stream 0 forks the others
+    // at the start of a run and joins them at its end.
+    const ev = () => {
+      const e = device.createEvent({ timing: false });
+      this.#events.push(e);
+      return e;
+    };
+    const stepEvent = new Map<number, Event>();
+    for (const j of new Set(plan.waits.flat())) stepEvent.set(j, ev());
+    const fork = ev();
+    const joins = this.#streams.slice(1).map(() => ev());
+    const segs = segments(plan);
+    const lastOf = new Map(segs.map((g, k) => [g.stream, k] as const)); // later entries win
+    const started = new Set<number>();
+    const joinAll = () => {
+      for (let t = 1; t < this.#streams.length; t++) if (started.has(t)) list.eventWait(joins[t - 1]!, call);
+    };
+    segs.forEach((seg, k) =>
+      range(seg.stream, () => {
+        if (k === 0) list.eventRecord(fork, call);
+        else if (!started.has(seg.stream)) list.eventWait(fork, call);
+        started.add(seg.stream);
+        for (const i of seg.items) {
+          for (const j of plan.waits[i]!) list.eventWait(stepEvent.get(j)!, call);
+          lowerStep(i);
+          const e = stepEvent.get(i);
+          if (e) list.eventRecord(e, call);
+        }
+        if (seg.stream !== 0 && lastOf.get(seg.stream) === k) list.eventRecord(joins[seg.stream - 1]!, call);
+        if (seg.stream === 0 && k === segs.length - 1) joinAll(); // every other stream's last list is in already
+      }),
+    );
+    if (segs[segs.length - 1]!.stream !== 0) range(0, joinAll);
+  }
+
+  get disposed(): boolean {
+    return !this.#live;
+  }
+
+  /** The streams this executable owns (stream 0 is where runs start and end). */
+  get streams(): readonly Stream[] {
+    return this.#streams;
+  }
+
+  /** The graph exec of Graph mode (null before the first run). */
+  get graphExec(): GraphExec | null {
+    return this.#graph;
+  }
+
+  #alive(call: string): void {
+    if (!this.#live) disposed(call, "executable");
+    if (!this.device.state.open) disposed(call, "device of this executable");
+    this.#list.checkRefs(call, "used by a step");
+  }
+
+  /** The current arguments of kernel step `stepIndex`. */
+  args(stepIndex: number): readonly ArgValue[] {
+    this.#kernelStep("Executable.args", stepIndex);
+    return this.#args[stepIndex]!;
+  }
+
+  #kernelStep(call: string, stepIndex: number): KernelOp {
+    if (!Number.isInteger(stepIndex) || stepIndex < 0 || stepIndex >= this.steps.length)
+      invalid(call, `step ${String(stepIndex)} out of range (the schedule has ${this.steps.length})`);
+    const op = this.steps[stepIndex]!.op;
+    if (op.kind !== "kernel") invalid(call, `step ${stepIndex} is a ${op.kind}, not a kernel launch`);
+    return op;
+  }
+
+  /**
+   * Change kernel step `stepIndex`'s arguments for the following runs. Scalars may change
+   * freely; a buffer argument must stay the same range (the step's hazards depend on it). In
+   * Graph mode the next run updates the graph in place instead of making it again.
+   */
+  setArgs(stepIndex: number, args: readonly ArgValue[]): this {
+    const call = "Executable.setArgs";
+    if (!this.#live) disposed(call, "executable");
+    const k = this.#kernelStep(call, stepIndex).kernel;
+    const old = this.#args[stepIndex]!;
+    // validate everything first (a scratch pack), then refuse a moved buffer binding, then patch
+    if (!Array.isArray(args)) invalid(call, `${k.name}: args must be an array`);
+    for (let i = 0; i < k.signature.length; i++) {
+      if (k.signature[i] !== "buffer" || !(args[i] instanceof Buffer)) continue; // patchArgs refuses the rest
+      const a = args[i] as Buffer, b = old[i] as Buffer;
+      if (a !== b && (a.address !== b.address || a.byteLength !== b.byteLength))
+        invalid(call, `${k.name}: argument ${i} is a buffer binding; it may not change range in a compiled schedule (its hazards depend on it); build a new schedule`);
+    }
+    this.#list.patchArgs(call, this.#argOffset[stepIndex]!, k, args);
+    this.#args[stepIndex] = [...args];
+    if (this.#graph) this.#dirty.add(stepIndex);
+    return this;
+  }
+  /** Change one argument of kernel step `stepIndex` (see setArgs). */
+  setArg(stepIndex: number, argIndex: number, value: ArgValue): this {
+    const cur = [...this.args(stepIndex)];
+    if (!Number.isInteger(argIndex) || argIndex < 0 || argIndex >= cur.length)
+      invalid("Executable.setArg", `argument ${String(argIndex)} out of range (the kernel takes ${cur.length})`);
+    cur[argIndex] = value;
+    return this.setArgs(stepIndex, cur);
+  }
+
+  #checkInputs(call: string, inputs: readonly InputPair[] | undefined): number {
+    if (inputs === undefined) return 0;
+    if (!Array.isArray(inputs)) invalid(call, "inputs must be an array of [Buffer, data] pairs");
+    let total = 0;
+    for (const pair of inputs) {
+      if (!Array.isArray(pair) || pair.length !== 2) invalid(call, "each input must be a [Buffer, data] pair");
+      const [b, data] = pair;
+      if (!isBuffer(b)) invalid(call, "an input's first element must be a Buffer");
+      if (b.device.state.handle !== this.device.state.handle) invalid(call, `an input buffer of another device (${b.device.spec})`);
+      if (b.disposed) disposed(call, "input buffer");
+      if (!(data instanceof ArrayBuffer) && !ArrayBuffer.isView(data)) invalid(call, "an input's data must be a TypedArray, DataView or ArrayBuffer");
+      if (data.byteLength > b.byteLength) invalid(call, `input of ${data.byteLength} bytes does not fit a ${b.byteLength}-byte buffer`);
+      total += (data.byteLength + 63) & ~63;
+    }
+    return total;
+  }
+
+  /** Copy inputs through pinned staging memory on stream 0, in stream order. */
+  #upload(inputs: readonly InputPair[], total: number): void {
+    if (total === 0) return;
+    // Two staging areas in turn; one is reused only once its last upload has finished.
+    if (this.#staging.length < 2) {
+      this.#staging.push({ host: this.device.allocHost(Math.max(total, 4096)), ev: this.device.createEvent({ timing: false }), used: false });
+      if (this.#staging.length < 2) this.#staging.push({ host: this.device.allocHost(Math.max(total, 4096)), ev: this.device.createEvent({ timing: false }), used: false });
+    }
+    const st = this.#staging[this.#stageNext]!;
+    this.#stageNext = (this.#stageNext + 1) % this.#staging.length;
+    if (st.used) st.ev.synchronize();
+    if (st.host.byteLength < total) {
+      const old = st.host;
+      st.host = this.device.allocHost(total);
+      old.dispose();
+    }
+    const bytes = st.host.bytes;
+    const list = (this.#inputs ??= new CommandList(this.device, { initialBytes: 0 }));
+    let off = 0;
+    for (const [b, data] of inputs) {
+      const src = data instanceof ArrayBuffer ? new Uint8Array(data) : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+      bytes.set(src, off);
+      list.copyHtoD(b, st.host, { srcOffset: off, bytes: src.byteLength }, "Executable.run");
+      off += (src.byteLength + 63) & ~63;
+    }
+    list.eventRecord(st.ev, "Executable.run");
+    list.submit(this.#streams[0]!, {}, "Executable.run");
+    st.used = true;
+  }
+
+  /** Graph mode's first run: a graph of the one list, instantiated. */
+  #capture(): void {
+    const graph = graphFromCommands(this.#list, this.#streams[0]!, this.captureMode);
+    try {
+      this.#graph = graph.instantiate();
+    } finally {
+      graph.dispose();
+    }
+    this.#dirty.clear();
+    this.stats.captures++;
+  }
+
+  /** Enqueue one run of the schedule. Returns at once; see done() and synchronize(). */
+  run(opts: RunOptions = {}): this {
+    opts = options("Executable.run", opts);
+    const call = "Executable.run";
+    this.#alive(call);
+    if (this.mode.kind === "Eager" && this.stats.runs > 0) illegalState(call, "an Eager executable runs once");
+    const total = this.#checkInputs(call, opts.inputs);
+    const kind = this.mode.kind;
+    if (kind === "Graph") {
+      if (!this.#graph) this.#capture();
+      const g = this.#graph!;
+      if (this.#dirty.size) {
+        const list = this.#list;
+        for (const i of this.#dirty) {
+          const op = this.steps[i]!.op as KernelOp;
+          g.setPackedArgs(this.#knode[i]!, list.address + this.#argOffset[i]!, op.kernel.codes.length);
+          this.stats.graphUpdates++;
+        }
+        this.#dirty.clear();
+      }
+      if (total) this.#upload(opts.inputs!, total);
+      g.launch(this.#streams[0]!);
+      this.stats.replays++;
+    } else {
+      if (total) this.#upload(opts.inputs!, total);
+      const list = this.#list, r = this.#ranges, streams = this.#streams;
+      for (let i = 0; i < r.length; i += 3) list.submitRange(streams[r[i]!]!, r[i + 1]!, r[i + 2]!, call);
+    }
+    this.stats.runs++;
+    if (kind === "Eager") {
+      const p = this.#streams[0]!.done().finally(() => this.dispose());
+      p.catch(() => {});
+      this.#eagerDone = p;
+    }
+    return this;
+  }
+
+  /** Enqueue a run and resolve when it is done. */
+  runAsync(opts: RunOptions = {}): Promise<void> {
+    opts = options("Executable.runAsync", opts);
+    this.run(opts);
+    return this.done();
+  }
+
+  /** Resolves when every run enqueued so far is done; never blocks the event loop. */
+  async done(): Promise<void> {
+    if (this.#eagerDone) return this.#eagerDone;
+    if (!this.#live) return;
+    await this.#streams[0]!.done();
+  }
+
+  /** Block until every run enqueued so far is done. */
+  synchronize(): void {
+    if (!this.#live) return;
+    for (const s of this.#streams) s.synchronize();
+    if (this.mode.kind === "Eager" && this.stats.runs > 0) this.dispose();
+  }
+
+  /** Wait for the runs in flight (nothing is lost), then free the streams, events and graph. */
+  dispose(): void {
+    if (!this.#live) return;
+    this.#live = false;
+    let err: unknown;
+    if (this.device.state.open)
+      for (const s of this.#streams) {
+        try {
+          s.synchronize();
+        } catch (e) {
+          err ??= e;
+        }
+      }
+    this.#release();
+    if (err) throw err;
+  }
+
+  #release(): void {
+    this.#live = false;
+    const quiet = (f: () => void) => {
+      try {
+        f();
+      } catch {
+        /* recorded by the first failure above */
+      }
+    };
+    if (this.#graph) quiet(() => this.#graph!.dispose());
+    this.#graph = null;
+    for (const e of this.#events) quiet(() => e.dispose());
+    this.#events = [];
+    for (const st of this.#staging) {
+      quiet(() => st.ev.dispose());
+      quiet(() => st.host.dispose());
+    }
+    this.#staging = [];
+    for (const s of this.#streams) quiet(() => s.dispose());
+    this.#streams = [];
+  }
+
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+
+  toString(): string {
+    return `Executable(${this.mode}, ${this.steps.length} steps${this.#live ? "" : ", disposed"})`;
+  }
+}

@@ -1,0 +1,169 @@
+// Steps: one unit of schedule work (a kernel launch, a copy, a fill) with the byte ranges it reads
+// and writes, validated as it is made by the command list's own checks, and lowered to one
+// command of a list when a schedule is compiled.
+import { Buffer, fillPattern, type FillType } from "./buffer";
+import type { Device } from "./device";
+import { invalid, disposed, options } from "./errors";
+import { CommandList, checkLaunch, validateCommand } from "./commands";
+import { hazardBetween, overlaps, rangeOf, type ByteRange } from "./hazards";
+import type { Kernel, ArgValue, Dim3 } from "./kernel";
+
+// ---- steps -----------------------------------------------------------------------------------------
+
+export interface KernelStepConfig {
+  grid: Dim3;
+  block: Dim3;
+  args: readonly ArgValue[];
+  sharedBytes?: number;
+  /** Buffers (views) the kernel reads. With neither list given, every buffer argument counts as read and written. */
+  reads?: readonly Buffer[];
+  /** Buffers (views) the kernel writes. */
+  writes?: readonly Buffer[];
+  label?: string;
+}
+
+export interface CopyStepOptions {
+  bytes?: number;
+  dstOffset?: number;
+  srcOffset?: number;
+  label?: string;
+}
+
+export interface FillStepOptions {
+  type?: FillType;
+  offset?: number;
+  bytes?: number;
+  label?: string;
+}
+
+export type KernelOp = {
+  kind: "kernel";
+  kernel: Kernel;
+  grid: [number, number, number];
+  block: [number, number, number];
+  sharedBytes: number;
+  args: readonly ArgValue[];
+};
+type CopyOp = { kind: "copy"; dst: Buffer; src: Buffer; dstOffset: number; srcOffset: number; bytes: number };
+type FillOp = { kind: "fill"; buffer: Buffer; offset: number; bytes: number; pattern: number; elemSize: 1 | 2 | 4; value: number; type: FillType };
+type StepOp = KernelOp | CopyOp | FillOp;
+
+export function isBuffer(b: unknown): b is Buffer {
+  return b instanceof Buffer;
+}
+
+/** One unit of work with the byte ranges it reads and writes. Immutable once made. */
+export class Step {
+  readonly op: Readonly<StepOp>;
+  readonly reads: readonly ByteRange[];
+  readonly writes: readonly ByteRange[];
+  readonly label: string;
+  readonly device: Device;
+  /** Every buffer the step touches (for liveness checks). */
+  readonly buffers: readonly Buffer[];
+
+  private constructor(op: StepOp, device: Device, reads: ByteRange[], writes: ByteRange[], buffers: Buffer[], label: string) {
+    this.op = Object.freeze(op);
+    this.device = device;
+    this.reads = Object.freeze(reads);
+    this.writes = Object.freeze(writes);
+    this.buffers = Object.freeze(buffers);
+    this.label = label;
+    Object.freeze(this);
+  }
+
+  get kind(): StepOp["kind"] {
+    return this.op.kind;
+  }
+
+  /** A kernel launch. Its ranges are `reads`/`writes`, or, when neither is given, every buffer argument read and written. */
+  static kernel(kernel: Kernel, cfg: KernelStepConfig): Step {
+    const call = "Step.kernel";
+    const { grid, block, sharedBytes } = checkLaunch(call, kernel, cfg);
+    const dev = kernel.device;
+    const args = [...cfg.args];
+    const argBufs = args.filter(isBuffer);
+    const list = (what: string, l: readonly Buffer[] | undefined): Buffer[] => {
+      if (l === undefined) return [];
+      if (!Array.isArray(l)) invalid(call, `${what} must be an array of Buffers`);
+      for (const b of l) {
+        if (!isBuffer(b)) invalid(call, `${what} must hold Buffers (views), got ${String(b)}`);
+        if (b.device.state.handle !== dev.state.handle) invalid(call, `${what}: a buffer of another device (${b.device.spec})`);
+        if (b.disposed) disposed(call, `buffer in ${what}`);
+      }
+      return [...l];
+    };
+    let reads: Buffer[], writes: Buffer[];
+    if (cfg.reads === undefined && cfg.writes === undefined) {
+      reads = argBufs;
+      writes = argBufs;
+    } else {
+      reads = list("reads", cfg.reads);
+      writes = list("writes", cfg.writes);
+    }
+    const buffers = [...new Set([...argBufs, ...reads, ...writes])];
+    return new Step(
+      { kind: "kernel", kernel, grid, block, sharedBytes, args: Object.freeze(args) },
+      dev,
+      reads.map((b) => rangeOf(b)),
+      writes.map((b) => rangeOf(b)),
+      buffers,
+      cfg.label ?? kernel.name,
+    );
+  }
+
+  /** A device-to-device copy (the ranges may not overlap). Reads src's range, writes dst's. */
+  static copy(dst: Buffer, src: Buffer, opts: CopyStepOptions = {}): Step {
+    const call = "Step.copy";
+    opts = options(call, opts);
+    if (!isBuffer(dst) || !isBuffer(src)) invalid(call, "dst and src must be Buffers");
+    if (dst.device.state.handle !== src.device.state.handle) invalid(call, `dst is on ${dst.device.spec}, src on ${src.device.spec}`);
+    const so = opts.srcOffset ?? 0, dO = opts.dstOffset ?? 0;
+    validateCommand(dst.device, (l) => l.copy(dst, src, { srcOffset: so, dstOffset: dO, bytes: opts.bytes }, call));
+    const bytes = opts.bytes ?? src.byteLength - so;
+    const r = rangeOf(src, so, bytes), w = rangeOf(dst, dO, bytes);
+    if (overlaps(r, w)) invalid(call, "source and destination ranges overlap");
+    return new Step({ kind: "copy", dst, src, dstOffset: dO, srcOffset: so, bytes }, dst.device, [r], [w], [dst, src], opts.label ?? "copy");
+  }
+
+  /** A memset of `value` as elements of `type` (default "u8"). Writes its range. */
+  static fill(buffer: Buffer, value: number, opts: FillStepOptions = {}): Step {
+    const call = "Step.fill";
+    opts = options(call, opts);
+    if (!isBuffer(buffer)) invalid(call, "expected a Buffer");
+    const type = opts.type ?? "u8";
+    const off = opts.offset ?? 0;
+    validateCommand(buffer.device, (l) => l.memset(buffer, value, { type, offset: off, bytes: opts.bytes }, call));
+    const { pattern, size } = fillPattern(call, value, type);
+    const bytes = opts.bytes ?? buffer.byteLength - off;
+    return new Step(
+      { kind: "fill", buffer, offset: off, bytes, pattern, elemSize: size, value, type },
+      buffer.device,
+      [],
+      [rangeOf(buffer, off, bytes)],
+      [buffer],
+      opts.label ?? "fill",
+    );
+  }
+
+  /** True when `later` must wait for this step: RAW, WAR or WAW on overlapping bytes. */
+  hazardWith(later: Step): boolean {
+    return hazardBetween(this, later) !== null;
+  }
+
+  /** Append this step's command to `list`; returns the byte offset of its argument slots (-1 when it has none). */
+  lower(list: CommandList, call: string): number {
+    const op = this.op;
+    if (op.kind === "kernel") {
+      list.launch(op.kernel, { grid: op.grid, block: op.block, args: op.args, sharedBytes: op.sharedBytes }, call);
+      return list.lastArgOffset;
+    }
+    if (op.kind === "copy") list.copy(op.dst, op.src, { dstOffset: op.dstOffset, srcOffset: op.srcOffset, bytes: op.bytes }, call);
+    else list.memset(op.buffer, op.value, { type: op.type, offset: op.offset, bytes: op.bytes }, call);
+    return -1;
+  }
+
+  toString(): string {
+    return `Step(${this.kind}: ${this.label})`;
+  }
+}
