@@ -5,7 +5,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync 
 import { join } from "node:path";
 import { findCompilers } from "./compilers";
 import { compileArgs, hostTarget, libName, PREBUILT_DIR, sourceHash, TARGETS, ZIG_TRIPLE, type Target } from "./shimsrc";
-import { ABI_VERSION } from "./symbols";
+import { ABI_VERSION } from "./sys";
 
 export interface Manifest {
   abiVersion: number;

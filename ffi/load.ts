@@ -17,7 +17,7 @@ import { join } from "node:path";
 import { GpuError, Status } from "../src/errors";
 import { findCompilers } from "./compilers";
 import { compileArgs, hostTarget, libName, PREBUILT_DIR, sourceHash } from "./shimsrc";
-import { ABI_VERSION, symbols, type Symbols } from "./symbols";
+import { ABI_VERSION, symbols, type Symbols } from "./sys";
 
 export type Lib = ReturnType<typeof dlopen<Symbols>>;
 

@@ -14,7 +14,7 @@ type Loose<T> = { readonly [K in keyof T]: (...args: NativeArg[]) => number };
  * number to a pointer argument as the address), so the table is typed loosely on purpose: the
  * C signatures live in symbols.ts.
  */
-export const N = loadLib().symbols as unknown as Loose<typeof import("./symbols").symbols>;
+export const N = loadLib().symbols as unknown as Loose<typeof import("./sys").symbols>;
 export const loadInfo = load().info;
 
 // A 64 KiB ArrayBuffer: large enough that Bun never moves it, so its address is stable.

@@ -2,7 +2,7 @@
 // memory exposed as a TypedArray without copying. Every call is validated before it reaches the
 // FFI; a bad call throws GpuError and changes nothing.
 import { N, check, slot, readPtr, nativeView } from "../ffi/native";
-import { Status } from "../ffi/symbols";
+import { Status } from "../ffi/sys";
 import { Device, factories, releaseOutsideCapture, type DeviceState } from "./device";
 import { GpuError, describeValue, hostArray, invalid, disposed, options } from "./errors";
 import { hostFnsPending } from "./hostfn";

@@ -4,7 +4,7 @@
 // replaced in the exec without capturing again (cuGraphExecKernelNodeSetParams on CUDA; the same
 // in the CPU shim, which replays an exec in one C loop).
 import { N, check, slot, readPtr, readI32, readU32, addressOf } from "../ffi/native";
-import { Status } from "../ffi/symbols";
+import { Status } from "../ffi/sys";
 import { Device, captureEnded, type DeviceState } from "./device";
 import { GpuError, describeValue, invalid, disposed, options } from "./errors";
 import { packArgs, type ArgArea, type ArgValue, type Kernel } from "./kernel";

@@ -1,7 +1,7 @@
 // Device: one opened backend device. Device.open("cpu" | "cuda[:N]" | "metal[:N]"),
 // Device.default() (CUDA, then Metal, then CPU; BUNGPU_DEVICE overrides), Device.list().
 import { N, check, slot, readPtr, readI32, readU64, scratchU8, MSG_AREA, readMsg } from "../ffi/native";
-import { Backend, PROPS_SIZE, Status, type BackendName } from "../ffi/symbols";
+import { Backend, PROPS_SIZE, Status, type BackendName } from "../ffi/sys";
 import { GpuError, invalid, disposed, options } from "./errors";
 import { beforeBlockingWait, raiseDeviceFailures } from "./hostfn";
 import type { Buffer, HostBuffer } from "./buffer";

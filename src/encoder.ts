@@ -15,7 +15,7 @@
 // Memory: one explicit ArrayBuffer of at least 64 KiB (Bun never moves those), doubled when full.
 // The shim copies the bytes before bg_submit returns, so the buffer is free again at once.
 import { N, addressOf, lastError, readU64, scratchU8, slot } from "../ffi/native";
-import { Cmd } from "../ffi/symbols";
+import { Cmd } from "../ffi/sys";
 import { Buffer, checkSize, fillPattern, type FillType } from "./buffer";
 import { noteCaptured, type Device, type DeviceState } from "./device";
 import { GpuError, disposed, invalid, type BackendLabel, options } from "./errors";

@@ -1,7 +1,7 @@
 // GpuError: every failure bungpu reports. `code` is the shim's status (CUDA's numbering where
 // CUDA has the same error), `name` its symbolic name, `backend` where it happened and `call` the
 // bg_* (or TypeScript) call that refused.
-import { Status, StatusName } from "../ffi/symbols";
+import { Status, StatusName } from "../ffi/sys";
 
 export type BackendLabel = "cpu" | "cuda" | "metal" | "loader" | "compiler" | "typescript";
 

@@ -1,7 +1,7 @@
 // Event: a point in a stream's work. Other streams can wait on it; the host can query, block
 // on it or await it; two timing events give the milliseconds between them.
 import { N, check, slot, readPtr, readF32 } from "../ffi/native";
-import { Status } from "../ffi/symbols";
+import { Status } from "../ffi/sys";
 import { Device, factories } from "./device";
 import { describeValue, invalid, disposed, options } from "./errors";
 import { beforeBlockingWait } from "./hostfn";

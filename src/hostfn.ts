@@ -9,7 +9,7 @@
 //  - Elsewhere (and on a CUDA driver without stream memory operations): a shim signal, a host
 //    function that stores REACHED in its state word and waits for RELEASED.
 import { N, check, slot, readPtr, nativeView } from "../ffi/native";
-import { Signal, Status } from "../ffi/symbols";
+import { Signal, Status } from "../ffi/sys";
 import type { DeviceState } from "./device";
 import { GpuError } from "./errors";
 

@@ -1,6 +1,6 @@
 // bungpu: driver-level GPU control for Bun.
 export { GpuError } from "./errors";
-export { Status, StatusName } from "../ffi/symbols";
+export { Status, StatusName } from "../ffi/sys";
 export { Device, type DeviceProps, type BackendInfo } from "./device";
 export { Buffer, HostBuffer, memoryStats, setMemoryBudget, type FillType, type HostData } from "./buffer";
 export { Stream, type StreamOptions } from "./stream";

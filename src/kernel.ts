@@ -14,7 +14,7 @@ import { tinyccCompile } from "../ffi/tinycc";
 import { cacheRoot } from "../ffi/load";
 import { N, check, cstr, slot, readPtr, readI32, readU64, addressOf, lastError } from "../ffi/native";
 import { SHIM_DIR } from "../ffi/shimsrc";
-import { ImageKind, Status } from "../ffi/symbols";
+import { ImageKind, Status } from "../ffi/sys";
 import { Buffer } from "./buffer";
 import { Device, noteCaptured } from "./device";
 import { GpuError, invalid, disposed, options } from "./errors";

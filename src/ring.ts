@@ -19,7 +19,7 @@
 //    either to a `request()` promise or to the receive queue (`send()`), so mixing the two is
 //    unambiguous: a request never sees a send's response and receive never sees a request's.
 import { N, check, slot, readU32, readPtr, nativeView } from "../ffi/native";
-import { Status, RING_HEAD_OFFSET, RING_TAIL_OFFSET, RING_META_OFFSET, type BackendName } from "../ffi/symbols";
+import { Status, RING_HEAD_OFFSET, RING_TAIL_OFFSET, RING_META_OFFSET, type BackendName } from "../ffi/sys";
 import { Buffer } from "./buffer";
 import { Device } from "./device";
 import { GpuError, invalid, illegalState, disposed, type BackendLabel } from "./errors";

@@ -8,7 +8,7 @@
 //                   cross-stream edges
 // Every mode gives the results of running the steps one by one, in order.
 import { N, check, addressOf } from "../ffi/native";
-import { Status } from "../ffi/symbols";
+import { Status } from "../ffi/sys";
 import { Buffer, HostBuffer, checkSize, fillPattern, type FillType, type HostData } from "./buffer";
 import { Device } from "./device";
 import { GpuError, describeValue, invalid, disposed, illegalState, options } from "./errors";

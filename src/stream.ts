@@ -1,7 +1,7 @@
 // Stream: an in-order queue of device work. Enqueueing returns at once; synchronize() blocks,
 // done() is its awaitable twin that polls and never blocks the event loop.
 import { N, check, slot, readPtr, readI32 } from "../ffi/native";
-import { Status } from "../ffi/symbols";
+import { Status } from "../ffi/sys";
 import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buffer";
 import { Device, captureEnded, factories, noteCaptured } from "./device";
 import { GpuError, invalid, disposed } from "./errors";

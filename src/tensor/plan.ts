@@ -7,7 +7,7 @@ import { Device } from "../device";
 import "../buffer";
 import "../stream";
 import { GpuError, describeValue, hostArray, illegalState, invalid, options } from "../errors";
-import { Status } from "../../ffi/symbols";
+import { Status } from "../../ffi/sys";
 import { Event } from "../event";
 import { Program, compilerIdentity, type Kernel, type Module } from "../kernel";
 import { ExecMode, Schedule, Step, type Executable } from "../schedule";
