@@ -3,10 +3,11 @@
 // Device addresses (bg_devptr, a uint64_t) cross as "ptr" so they stay plain numbers: user-space
 // and CUDA unified addresses fit in 53 bits.
 import { FFIType } from "bun:ffi";
+import { BackendId, ImageKindId, Status, bg_device_props } from "./constants";
 
 const { i32, u32, u64, ptr } = FFIType;
 
-export const ABI_VERSION = 2;
+export { ABI_VERSION } from "./constants";
 
 export const symbols = {
   // ---- library
@@ -143,72 +144,25 @@ export const symbols = {
 
 export type Symbols = typeof symbols;
 
-// Status codes (shim/bungpu.h). CUDA's numbering where CUDA has the same error.
-export const Status = {
-  OK: 0,
-  INVALID_VALUE: 1,
-  OUT_OF_MEMORY: 2,
-  NOT_INITIALIZED: 3,
-  DEINITIALIZED: 4,
-  NO_DEVICE: 100,
-  INVALID_DEVICE: 101,
-  INVALID_IMAGE: 200,
-  INVALID_CONTEXT: 201,
-  NO_BINARY_FOR_GPU: 209,
-  INVALID_PTX: 218,
-  UNSUPPORTED_PTX_VERSION: 222,
-  INVALID_SOURCE: 300,
-  FILE_NOT_FOUND: 301,
-  INVALID_HANDLE: 400,
-  ILLEGAL_STATE: 401,
-  NOT_FOUND: 500,
-  NOT_READY: 600,
-  ILLEGAL_ADDRESS: 700,
-  LAUNCH_OUT_OF_RESOURCES: 701,
-  LAUNCH_TIMEOUT: 702,
-  LAUNCH_FAILED: 719,
-  NOT_PERMITTED: 800,
-  NOT_SUPPORTED: 801,
-  STREAM_CAPTURE_UNSUPPORTED: 900,
-  STREAM_CAPTURE_INVALIDATED: 901,
-  STREAM_CAPTURE_MERGE: 902,
-  STREAM_CAPTURE_UNMATCHED: 903,
-  STREAM_CAPTURE_UNJOINED: 904,
-  STREAM_CAPTURE_ISOLATION: 905,
-  STREAM_CAPTURE_IMPLICIT: 906,
-  CAPTURED_EVENT: 907,
-  STREAM_CAPTURE_WRONG_THREAD: 908,
-  BACKEND_UNAVAILABLE: 990,
-  COMPILE: 991,
-  UNKNOWN: 999,
-} as const;
+// The numbers of shim/bungpu.h, generated into constants.ts (`bun run gen:constants`), under the
+// names TypeScript has always used.
+export { Cmd, Signal, Status, RING_HEAD_OFFSET, RING_TAIL_OFFSET, RING_META_OFFSET, RING_DATA_OFFSET } from "./constants";
 
 export const StatusName: Record<number, string> = Object.fromEntries(
   Object.entries(Status).map(([k, v]) => [v, k === "OK" ? "BG_OK" : `BG_ERR_${k}`]),
 );
 
-export const Backend = { cpu: 0, cuda: 1, metal: 2 } as const;
+export const Backend = { cpu: BackendId.CPU, cuda: BackendId.CUDA, metal: BackendId.METAL } as const;
 export type BackendName = keyof typeof Backend;
 
-export const ImageKind = { sharedLibrary: 0, ptx: 1, cubin: 2, mslSource: 3, metallib: 4, symbols: 5 } as const;
-
-export const Cmd = {
-  LAUNCH: 1,
-  COPY: 2,
-  MEMSET: 3,
-  BARRIER: 4,
-  EVENT_RECORD: 5,
-  EVENT_WAIT: 6,
-  COPY_HTOD: 7,
-  COPY_DTOH: 8,
+export const ImageKind = {
+  sharedLibrary: ImageKindId.SHARED_LIBRARY,
+  ptx: ImageKindId.PTX,
+  cubin: ImageKindId.CUBIN,
+  mslSource: ImageKindId.MSL_SOURCE,
+  metallib: ImageKindId.METALLIB,
+  symbols: ImageKindId.SYMBOLS,
 } as const;
 
-export const Signal = { IDLE: 0, PENDING: 1, REACHED: 2, RELEASED: 3 } as const;
-
-export const RING_HEAD_OFFSET = 0;
-export const RING_TAIL_OFFSET = 128;
-export const RING_META_OFFSET = 256;
-export const RING_DATA_OFFSET = 384;
-
 // bg_device_props layout (shim/bungpu.h)
-export const PROPS_SIZE = 256 + 12 * 4 + 8 + 6 * 8;
+export const PROPS_SIZE = bg_device_props.size;
