@@ -1,5 +1,13 @@
-// The one symbol table of libbungpu: it mirrors shim/bungpu.h line for line. Every function
-// returns an i32 status; results come back through out-pointers into a scratch block.
+// The one symbol table of libbungpu (the "sys" layer): it mirrors shim/bungpu.h line for line.
+// Every function returns an i32 status; results come back through out-pointers into a scratch
+// block. Where it helps, an entry describes itself further, and result.ts derives its typed
+// wrapper from that description:
+//   out: ["ptr", "u32", ...]  the trailing arguments are out-pointers of these kinds ("ptr" and
+//                             "u64" read as numbers); the wrapper takes the other arguments and
+//                             returns the value (one out) or a tuple of them (several)
+//   query: true               BG_ERR_NOT_READY is an answer, not a failure: the wrapper returns
+//                             true (BG_OK) or false (not ready)
+//   value: true               the return is a value, not a status (no wrapper)
 // Device addresses (bg_devptr, a uint64_t) cross as "ptr" so they stay plain numbers: user-space
 // and CUDA unified addresses fit in 53 bits.
 import { FFIType } from "bun:ffi";
@@ -11,10 +19,10 @@ export { ABI_VERSION } from "./constants";
 
 export const symbols = {
   // ---- library
-  bg_abi_version: { args: [], returns: i32 },
-  bg_source_hash: { args: [ptr /* char* buf */, u64 /* cap */], returns: i32 },
-  bg_last_error: { args: [ptr /* char* buf */, u64 /* cap */], returns: i32 },
-  bg_last_error_code: { args: [], returns: i32 },
+  bg_abi_version: { args: [], returns: i32, value: true },
+  bg_source_hash: { args: [ptr /* char* buf */, u64 /* cap */], returns: i32, value: true },
+  bg_last_error: { args: [ptr /* char* buf */, u64 /* cap */], returns: i32, value: true },
+  bg_last_error_code: { args: [], returns: i32, value: true },
   bg_init: { args: [], returns: i32 },
   bg_noop: { args: [], returns: i32 },
 
@@ -23,18 +31,18 @@ export const symbols = {
     args: [i32 /* backend */, ptr /* i32* available */, ptr /* i32* count */, ptr /* char* msg */, u64 /* cap */],
     returns: i32,
   },
-  bg_device_open: { args: [i32 /* backend */, i32 /* ordinal */, ptr /* void** out */], returns: i32 },
+  bg_device_open: { args: [i32 /* backend */, i32 /* ordinal */, ptr /* void** out */], returns: i32, out: ["ptr"] },
   bg_device_close: { args: [ptr /* dev */], returns: i32 },
   bg_device_props_get: { args: [ptr /* dev */, ptr /* bg_device_props* */], returns: i32 },
-  bg_device_mem_info: { args: [ptr /* dev */, ptr /* u64* free */, ptr /* u64* total */], returns: i32 },
+  bg_device_mem_info: { args: [ptr /* dev */, ptr /* u64* free */, ptr /* u64* total */], returns: i32, out: ["u64", "u64"] },
   bg_device_synchronize: { args: [ptr /* dev */], returns: i32 },
 
   // ---- memory
-  bg_mem_alloc: { args: [ptr /* dev */, u64 /* bytes */, ptr /* bg_devptr* out */], returns: i32 },
+  bg_mem_alloc: { args: [ptr /* dev */, u64 /* bytes */, ptr /* bg_devptr* out */], returns: i32, out: ["ptr"] },
   bg_mem_free: { args: [ptr /* dev */, ptr /* bg_devptr */], returns: i32 },
   bg_host_alloc: {
     args: [ptr /* dev */, u64 /* bytes */, u32 /* flags */, ptr /* void** host */, ptr /* bg_devptr* dev */],
-    returns: i32,
+    returns: i32, out: ["ptr", "ptr"],
   },
   bg_host_free: { args: [ptr /* dev */, ptr /* host */], returns: i32 },
   bg_memcpy_htod: { args: [ptr /* dev */, ptr /* dst */, ptr /* const void* src */, u64 /* bytes */], returns: i32 },
@@ -46,11 +54,11 @@ export const symbols = {
   },
 
   // ---- streams
-  bg_stream_create: { args: [ptr /* dev */, u32 /* flags */, i32 /* priority */, ptr /* void** out */], returns: i32 },
-  bg_stream_default: { args: [ptr /* dev */, ptr /* void** out */], returns: i32 },
+  bg_stream_create: { args: [ptr /* dev */, u32 /* flags */, i32 /* priority */, ptr /* void** out */], returns: i32, out: ["ptr"] },
+  bg_stream_default: { args: [ptr /* dev */, ptr /* void** out */], returns: i32, out: ["ptr"] },
   bg_stream_destroy: { args: [ptr /* stream */], returns: i32 },
   bg_stream_synchronize: { args: [ptr /* stream */], returns: i32 },
-  bg_stream_query: { args: [ptr /* stream */], returns: i32 },
+  bg_stream_query: { args: [ptr /* stream */], returns: i32, query: true },
   bg_stream_wait_event: { args: [ptr /* stream */, ptr /* event */], returns: i32 },
   bg_memcpy_htod_async: { args: [ptr /* stream */, ptr /* dst */, ptr /* src */, u64 /* bytes */], returns: i32 },
   bg_memcpy_dtoh_async: { args: [ptr /* stream */, ptr /* dst */, ptr /* src */, u64 /* bytes */], returns: i32 },
@@ -62,40 +70,40 @@ export const symbols = {
   bg_launch_host_func: { args: [ptr /* stream */, ptr /* bg_host_fn */, ptr /* user */], returns: i32 },
 
   // ---- signals
-  bg_signal_create: { args: [ptr /* void** out */], returns: i32 },
+  bg_signal_create: { args: [ptr /* void** out */], returns: i32, out: ["ptr"] },
   bg_signal_destroy: { args: [ptr /* sig */], returns: i32 },
-  bg_signal_address: { args: [ptr /* sig */, ptr /* void** out_word */], returns: i32 },
+  bg_signal_address: { args: [ptr /* sig */, ptr /* void** out_word */], returns: i32, out: ["ptr"] },
   bg_signal_release: { args: [ptr /* sig */], returns: i32 },
   bg_stream_host_signal: { args: [ptr /* stream */, ptr /* sig */], returns: i32 },
   bg_stream_wait_value32: { args: [ptr /* stream */, u64 /* addr */, u32 /* value */], returns: i32 },
   bg_stream_write_value32: { args: [ptr /* stream */, u64 /* addr */, u32 /* value */], returns: i32 },
 
   // ---- events
-  bg_event_create: { args: [ptr /* dev */, u32 /* flags */, ptr /* void** out */], returns: i32 },
+  bg_event_create: { args: [ptr /* dev */, u32 /* flags */, ptr /* void** out */], returns: i32, out: ["ptr"] },
   bg_event_destroy: { args: [ptr /* event */], returns: i32 },
   bg_event_record: { args: [ptr /* event */, ptr /* stream */], returns: i32 },
-  bg_event_query: { args: [ptr /* event */], returns: i32 },
+  bg_event_query: { args: [ptr /* event */], returns: i32, query: true },
   bg_event_synchronize: { args: [ptr /* event */], returns: i32 },
   bg_event_elapsed: { args: [ptr /* float* ms */, ptr /* start */, ptr /* end */], returns: i32 },
 
   // ---- runtime compilation
   bg_rtc_compile: {
     args: [ptr /* dev */, ptr /* src */, ptr /* name */, ptr /* options */, i32 /* want_cubin */, ptr /* void** out */],
-    returns: i32,
+    returns: i32, out: ["ptr"],
   },
-  bg_rtc_sizes: { args: [ptr /* result */, ptr /* u64* code */, ptr /* u64* log */], returns: i32 },
+  bg_rtc_sizes: { args: [ptr /* result */, ptr /* u64* code */, ptr /* u64* log */], returns: i32, out: ["u64", "u64"] },
   bg_rtc_copy: { args: [ptr /* result */, ptr /* code */, ptr /* log */], returns: i32 },
   bg_rtc_free: { args: [ptr /* result */], returns: i32 },
-  bg_rtc_version: { args: [ptr /* dev */, ptr /* i32* major */, ptr /* i32* minor */], returns: i32 },
+  bg_rtc_version: { args: [ptr /* dev */, ptr /* i32* major */, ptr /* i32* minor */], returns: i32, out: ["i32", "i32"] },
 
   // ---- modules and kernels
   bg_module_load: {
     args: [ptr /* dev */, i32 /* image_kind */, ptr /* data */, u64 /* bytes */, ptr /* void** out */],
-    returns: i32,
+    returns: i32, out: ["ptr"],
   },
   bg_module_unload: { args: [ptr /* module */], returns: i32 },
-  bg_module_get_kernel: { args: [ptr /* module */, ptr /* name */, ptr /* void** out */], returns: i32 },
-  bg_kernel_max_threads: { args: [ptr /* kernel */, ptr /* i32* out */], returns: i32 },
+  bg_module_get_kernel: { args: [ptr /* module */, ptr /* name */, ptr /* void** out */], returns: i32, out: ["ptr"] },
+  bg_kernel_max_threads: { args: [ptr /* kernel */, ptr /* i32* out */], returns: i32, out: ["i32"] },
   bg_launch: {
     args: [
       ptr /* kernel */, ptr /* stream */, u32 /* gx */, u32 /* gy */, u32 /* gz */,
@@ -106,11 +114,11 @@ export const symbols = {
 
   // ---- capture and graphs
   bg_stream_begin_capture: { args: [ptr /* stream */, i32 /* mode */], returns: i32 },
-  bg_stream_end_capture: { args: [ptr /* stream */, ptr /* void** graph */], returns: i32 },
-  bg_stream_capture_status: { args: [ptr /* stream */, ptr /* i32* status */], returns: i32 },
+  bg_stream_end_capture: { args: [ptr /* stream */, ptr /* void** graph */], returns: i32, out: ["ptr"] },
+  bg_stream_capture_status: { args: [ptr /* stream */, ptr /* i32* status */], returns: i32, out: ["i32"] },
   bg_graph_destroy: { args: [ptr /* graph */], returns: i32 },
-  bg_graph_node_count: { args: [ptr /* graph */, ptr /* u32* nodes */, ptr /* u32* kernel_nodes */], returns: i32 },
-  bg_graph_instantiate: { args: [ptr /* graph */, ptr /* void** exec */], returns: i32 },
+  bg_graph_node_count: { args: [ptr /* graph */, ptr /* u32* nodes */, ptr /* u32* kernel_nodes */], returns: i32, out: ["u32", "u32"] },
+  bg_graph_instantiate: { args: [ptr /* graph */, ptr /* void** exec */], returns: i32, out: ["ptr"] },
   bg_graph_exec_destroy: { args: [ptr /* exec */], returns: i32 },
   bg_graph_upload: { args: [ptr /* exec */, ptr /* stream */], returns: i32 },
   bg_graph_launch: { args: [ptr /* exec */, ptr /* stream */], returns: i32 },
@@ -121,16 +129,16 @@ export const symbols = {
 
   // ---- command buffers
   bg_submit: { args: [ptr /* stream */, ptr /* bytes */, u64 /* len */], returns: i32 },
-  bg_submit_checked: { args: [ptr /* stream */, ptr /* bytes */, u64 /* len */, ptr /* u64* bad */], returns: i32 },
-  bg_submit_ex: { args: [ptr /* stream */, ptr /* bytes */, u64 /* len */, u32 /* flags */, ptr /* u64* bad */], returns: i32 },
+  bg_submit_checked: { args: [ptr /* stream */, ptr /* bytes */, u64 /* len */, ptr /* u64* bad */], returns: i32, out: ["u64"] },
+  bg_submit_ex: { args: [ptr /* stream */, ptr /* bytes */, u64 /* len */, u32 /* flags */, ptr /* u64* bad */], returns: i32, out: ["u64"] },
 
   // ---- rings
-  bg_ring_create: { args: [ptr /* dev */, u32 /* msg_bytes */, u32 /* capacity */, ptr /* void** out */], returns: i32 },
+  bg_ring_create: { args: [ptr /* dev */, u32 /* msg_bytes */, u32 /* capacity */, ptr /* void** out */], returns: i32, out: ["ptr"] },
   bg_ring_destroy: { args: [ptr /* ring */], returns: i32 },
-  bg_ring_address: { args: [ptr /* ring */, ptr /* void** host */, ptr /* bg_devptr* dev */], returns: i32 },
-  bg_ring_push: { args: [ptr /* ring */, ptr /* msgs */, u32 /* n */, ptr /* u32* pushed */], returns: i32 },
-  bg_ring_pop: { args: [ptr /* ring */, ptr /* out */, u32 /* max */, ptr /* u32* popped */], returns: i32 },
-  bg_ring_count: { args: [ptr /* ring */, ptr /* u32* used */], returns: i32 },
+  bg_ring_address: { args: [ptr /* ring */, ptr /* void** host */, ptr /* bg_devptr* dev */], returns: i32, out: ["ptr", "ptr"] },
+  bg_ring_push: { args: [ptr /* ring */, ptr /* msgs */, u32 /* n */, ptr /* u32* pushed */], returns: i32, out: ["u32"] },
+  bg_ring_pop: { args: [ptr /* ring */, ptr /* out */, u32 /* max */, ptr /* u32* popped */], returns: i32, out: ["u32"] },
+  bg_ring_count: { args: [ptr /* ring */, ptr /* u32* used */], returns: i32, out: ["u32"] },
 
   // ---- measurement helpers
   bg_bench_noop_loop: { args: [u64 /* iters */], returns: i32 },

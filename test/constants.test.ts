@@ -18,8 +18,8 @@ describe("generated constants", () => {
     expect(Cmd.LAUNCH).toBe(1);
     expect(RING_DATA_OFFSET).toBe(384);
     // char name[256]; 12 x int32; uint64 total_mem; uint64 reserved[6]
-    expect(bg_device_props.size).toBe(256 + 12 * 4 + 8 + 6 * 8);
-    expect(bg_device_props.offset.total_mem).toBe(304);
+    expect(bg_device_props.size as number).toBe(256 + 12 * 4 + 8 + 6 * 8);
+    expect(bg_device_props.offset.total_mem as number).toBe(304);
   });
 
   test("a changed header changes the output, and layouts follow C's alignment rules", () => {
