@@ -1,4 +1,4 @@
-// The C compilers bungpu can use, in the order DESIGN.md gives: BUNGPU_CC, cc/clang/gcc on PATH,
+// The C compilers bungpu can use, in this order: BUNGPU_CC, cc/clang/gcc on PATH,
 // then zig from node_modules (or PATH). Used for the cache build of the shim and for CPU kernels.
 import { existsSync, readdirSync } from "node:fs";
 import { dirname, join } from "node:path";

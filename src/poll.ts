@@ -1,4 +1,4 @@
-// Completion is found by polling memory the shim writes (DESIGN.md): a short phase of
+// Completion is found by polling memory the shim writes: a short phase of
 // setImmediate turns, then setTimeout with a backing-off delay, so waiting never blocks the event
 // loop and an idle wait costs little CPU. Each turn also runs TypeScript host functions whose
 // stream has reached them.
