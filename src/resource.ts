@@ -37,7 +37,7 @@ export abstract class Resource {
    * whose handle is public expose it as `handle` (a Buffer's is not: an address is no stream).
    */
   protected get liveHandle(): number {
-    this.live(this.#label());
+    if (!this.dev.open || !this.#life.live) this.live(this.constructor.name);
     return this.#handle;
   }
 
@@ -54,10 +54,6 @@ export abstract class Resource {
   protected live(call: string): void {
     if (!this.dev.open) disposed(call, `device of this ${this.#what}`);
     if (!this.#life.live) disposed(call, this.#what);
-  }
-
-  #label(): string {
-    return this.constructor.name;
   }
 
   /** Release the native handle through the shared safety net if this is collected undisposed. */
