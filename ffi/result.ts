@@ -145,4 +145,26 @@ export function devicePropsBytes(dev: number, size: number, backend?: BackendLab
   return buf;
 }
 
+/** A command list the shim refused: `badOffset` is the byte offset of the command at fault, or null when it named none. */
+export class SubmitError extends GpuError {
+  readonly badOffset: number | null;
+  constructor(code: number, message: string, badOffset: number | null, backend?: BackendLabel) {
+    super(code, message, { backend, call: "bg_submit" });
+    this.badOffset = badOffset;
+  }
+}
+
+/**
+ * bg_submit_ex: run the `len` bytes of commands at `bytes` on `stream`, validated first (nothing
+ * runs if one is bad); with SUBMIT_WAIT, wait for them too. Throws SubmitError.
+ */
+export function submit(stream: number, bytes: Pointer, len: number, flags: number, backend?: BackendLabel): void {
+  scratchU32[0] = 0xffffffff; // "no offset": the shim writes one only when a command is bad
+  scratchU32[1] = 0xffffffff;
+  const rc = N.bg_submit_ex(stream, bytes, len, flags, SCRATCH);
+  if (rc === 0) return;
+  const bad = scratchU32[0]! + scratchU32[1]! * 4294967296;
+  throw new SubmitError(rc, lastError() || "bg_submit failed", bad < len ? bad : null, backend);
+}
+
 export { addressOf, cString, cstr, lastError, loadInfo, nativeView } from "./native";
