@@ -1,12 +1,12 @@
 // Stream: an in-order queue of device work. Enqueueing returns at once; synchronize() blocks,
 // done() is its awaitable twin that polls and never blocks the event loop.
-import { StreamFlag } from "../ffi/constants";
+import { CaptureStatusId, StreamFlag } from "../ffi/constants";
 import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buffer";
 import { captureEnded, isDevice, noteCaptured, type DeviceRef } from "./device_state";
 import { GpuError, Status, describeValue, invalid, disposed } from "./errors";
 import { Event, settled } from "./event";
 import { abandonFailures, beforeBlockingWait, enqueueHostFn, raiseFailures, recordFailure, type FailureSink } from "./hostfn";
-import { CaptureMode, beginCapture as beginCaptureOn, endCapture as endCaptureOn, type Graph } from "./capture";
+import { CaptureMode, beginCapture as beginCaptureOn, endCapture as endCaptureOn, type CaptureStatus, type Graph } from "./capture";
 import { pollUntil } from "./poll";
 import { RELEASE, Resource } from "./resource";
 
@@ -22,6 +22,12 @@ export interface StreamOptions {
   /** Lower numbers are higher priority, as in CUDA. Stored; the CPU backend ignores it. */
   priority?: number;
 }
+
+const CAPTURE_STATUS: Record<number, CaptureStatus> = {
+  [CaptureStatusId.NONE]: "None",
+  [CaptureStatusId.ACTIVE]: "Active",
+  [CaptureStatusId.INVALIDATED]: "Invalidated",
+};
 
 export interface CopyOptions {
   bytes?: number;
@@ -264,7 +270,7 @@ export class Stream extends Resource {
 
   /** Capture status of this stream: "None", "Active" or "Invalidated". */
   captureStatus(): "None" | "Active" | "Invalidated" {
-    return (["None", "Active", "Invalidated"] as const)[this.dev.api.stream_capture_status(this.handle)] ?? "None";
+    return CAPTURE_STATUS[this.dev.api.stream_capture_status(this.handle)] ?? "None";
   }
 
   /** The default stream is owned by its device: disposing it does nothing. */
