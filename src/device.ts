@@ -6,8 +6,9 @@ import { Backend, type BackendName } from "../ffi/sys";
 import { Buffer, HostBuffer, releaseDeviceMemory } from "./buffer";
 import { DEVICE, newDeviceState, type DeviceState } from "./device_state";
 import { GpuError, Status, invalid, disposed, options } from "./errors";
-import { Event, settled, type EventOptions } from "./event";
+import { Event, type EventOptions } from "./event";
 import { beforeBlockingWait, raiseDeviceFailures } from "./hostfn";
+import { settled } from "./poll";
 import { Stream, type StreamOptions } from "./stream";
 
 // The modules below this one (buffer, stream, event, capture) know a device as a DeviceRef, the

@@ -5,7 +5,7 @@ import { EventFlag } from "../ffi/constants";
 import { isDevice, type DeviceRef } from "./device_state";
 import { describeValue, invalid, options } from "./errors";
 import { beforeBlockingWait } from "./hostfn";
-import { pollUntil } from "./poll";
+import { pollUntil, settled } from "./poll";
 import { RELEASE, Resource } from "./resource";
 
 export interface EventOptions {
@@ -91,14 +91,5 @@ export class Event extends Resource {
   protected [RELEASE](): void {
     const handle = this.rawHandle;
     if (this.dev.open) this.dev.api.event_destroy(handle);
-  }
-}
-
-/** A query's answer where a failure counts as finished (a wait must not spin on a broken stream). */
-export function settled(query: () => boolean): boolean {
-  try {
-    return query();
-  } catch {
-    return true;
   }
 }

@@ -30,3 +30,12 @@ export function pollUntil(ready: () => boolean): Promise<void> {
     setImmediate(tick);
   });
 }
+
+/** A query's answer where a failure counts as finished (a wait must not spin on a broken stream). */
+export function settled(query: () => boolean): boolean {
+  try {
+    return query();
+  } catch {
+    return true;
+  }
+}

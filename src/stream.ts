@@ -4,10 +4,10 @@ import { CaptureStatusId, StreamFlag } from "../ffi/constants";
 import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buffer";
 import { captureEnded, isDevice, noteCaptured, type DeviceRef } from "./device_state";
 import { GpuError, Status, describeValue, invalid, disposed } from "./errors";
-import { Event, settled } from "./event";
+import { Event } from "./event";
 import { abandonFailures, beforeBlockingWait, enqueueHostFn, raiseFailures, recordFailure, type FailureSink } from "./hostfn";
 import { CaptureMode, beginCapture as beginCaptureOn, endCapture as endCaptureOn, type CaptureStatus, type Graph } from "./capture";
-import { pollUntil } from "./poll";
+import { pollUntil, settled } from "./poll";
 import { RELEASE, Resource } from "./resource";
 
 export interface StreamOptions {
