@@ -88,6 +88,12 @@ export interface DeviceRef {
   beforeSyncCopy(call: string): void;
 }
 
+/** What work is queued on, as the modules below Stream see one (a Stream). */
+export interface StreamRef {
+  readonly handle: number;
+  readonly device: DeviceRef;
+}
+
 /** Marks a Device object (set by its constructor), so the modules below can recognise one. */
 export const DEVICE: unique symbol = Symbol("bungpu.device");
 

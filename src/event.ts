@@ -2,7 +2,7 @@
 // on it or await it; two timing events give the milliseconds between them.
 import { eventElapsed } from "../ffi/result";
 import { EventFlag } from "../ffi/constants";
-import { isDevice, type DeviceRef } from "./device_state";
+import { isDevice, type DeviceRef, type StreamRef } from "./device_state";
 import { describeValue, invalid, options } from "./errors";
 import { beforeBlockingWait } from "./hostfn";
 import { pollUntil, settled } from "./poll";
@@ -13,12 +13,6 @@ export interface EventOptions {
   timing?: boolean;
   /** Block with a sleep instead of spinning in synchronize() (CU_EVENT_BLOCKING_SYNC). */
   blockingSync?: boolean;
-}
-
-/** What Event.record needs of a stream. */
-export interface RecordTarget {
-  readonly handle: number;
-  readonly device: DeviceRef;
 }
 
 export class Event extends Resource {
@@ -47,7 +41,7 @@ export class Event extends Resource {
   }
 
   /** Capture the work queued on `stream` so far (default: the device's default stream). */
-  record(stream?: RecordTarget): this {
+  record(stream?: StreamRef): this {
     const s = stream ?? this.device.defaultStream;
     if (typeof s !== "object" || s === null || !isDevice(s.device)) invalid("Event.record", `stream must be a Stream, got ${describeValue(s)}`);
     if (s.device.handle !== this.device.handle) invalid("Event.record", "stream of another device");
