@@ -12,7 +12,7 @@
 // Each wrapper is compiled once per backend label as a function of exactly its arity (no rest
 // arguments, no loops), so a call through it costs about what the raw symbol costs.
 import { GpuError, Status, type BackendLabel } from "./errors";
-import { MSG_AREA, N, SCRATCH, lastError, readF32, readI32, readMsg, scratchU8, slot } from "./native";
+import { MSG_AREA, N, SCRATCH, cstr, lastError, readF32, readI32, readMsg, readPtr, scratchU8, slot } from "./native";
 import { symbols, type Symbols } from "./sys";
 
 export { GpuError, Status, type BackendLabel };
@@ -143,6 +143,38 @@ export function devicePropsBytes(dev: number, size: number, backend?: BackendLab
   const rc = N.bg_device_props_get(dev, buf);
   if (rc !== 0) fail(rc, "bg_device_props_get", backend);
   return buf;
+}
+
+/**
+ * bg_rtc_compile, then bg_rtc_sizes, bg_rtc_copy and bg_rtc_free: the compiled code (NUL-
+ * terminated: `code` holds `bytes` + 1 bytes) and the compiler's log. A failed compilation throws
+ * GpuError with the log after the shim's message.
+ */
+export function rtcCompile(
+  dev: number,
+  source: string,
+  name: string,
+  options: string,
+  wantCubin: boolean,
+  backend: BackendLabel = "cuda",
+): { code: Uint8Array; bytes: number; log: string } {
+  scratchU32[0] = scratchU32[1] = 0; // a refusal before compiling writes no result
+  const rc = N.bg_rtc_compile(dev, cstr(source), cstr(name), cstr(options), wantCubin ? 1 : 0, slot(0));
+  const result = readPtr(0);
+  const msg = rc !== 0 ? lastError() : "";
+  if (!result) fail(rc || Status.UNKNOWN, "bg_rtc_compile", backend);
+  const calls = api(backend);
+  try {
+    const [codeLen, logLen] = calls.rtc_sizes(result);
+    const code = new Uint8Array(codeLen + 1);
+    const log = new Uint8Array(logLen + 1);
+    calls.rtc_copy(result, code, log);
+    const text = new TextDecoder().decode(log.subarray(0, logLen));
+    if (rc !== 0) throw new GpuError(rc, `${msg}\n${text}`, { backend, call: "bg_rtc_compile" });
+    return { code, bytes: codeLen, log: text };
+  } finally {
+    N.bg_rtc_free(result);
+  }
 }
 
 /** A command list the shim refused: `badOffset` is the byte offset of the command at fault, or null when it named none. */

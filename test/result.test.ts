@@ -4,7 +4,7 @@ import { describe, expect, test } from "bun:test";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Cmd } from "../ffi/constants";
-import { GpuError, Status, SubmitError, api, backendInfo, eventElapsed, submit } from "../ffi/result";
+import { GpuError, Status, SubmitError, api, backendInfo, eventElapsed, rtcCompile, submit } from "../ffi/result";
 
 describe("result layer", () => {
   const cpu = api("cpu");
@@ -75,6 +75,18 @@ describe("result layer", () => {
     expect((err as SubmitError).badOffset).toBe(8);
     submit(s, bytes, 8, 0, "cpu"); // the barrier alone is fine
     cpu.stream_destroy(s);
+  });
+
+  test("runtime compilation where there is none is a GpuError naming bg_rtc_compile", () => {
+    let err: unknown;
+    try {
+      rtcCompile(dev, "extern \"C\" __global__ void k() {}", "k.cu", "", true, "cpu");
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(GpuError);
+    expect((err as GpuError).call).toBe("bg_rtc_compile");
+    expect((err as GpuError).code).not.toBe(0);
   });
 
   test("backend info reads its flags and message", () => {
