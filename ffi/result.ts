@@ -12,7 +12,7 @@
 // Each wrapper is compiled once per backend label as a function of exactly its arity (no rest
 // arguments, no loops), so a call through it costs about what the raw symbol costs.
 import { GpuError, Status, type BackendLabel } from "./errors";
-import { MSG_AREA, N, SCRATCH, cstr, lastError, readF32, readI32, readMsg, readPtr, scratchU8, slot } from "./native";
+import { MSG_AREA, N, SCRATCH, cstr, fail, lastError, readF32, readI32, readMsg, readPtr, scratchU8, slot } from "./native";
 import { symbols, type Symbols } from "./sys";
 
 export { GpuError, Status, type BackendLabel };
@@ -78,12 +78,6 @@ function readOut(kind: OutKind, i: number): string {
 const scratchU32 = new Uint32Array(scratchU8.buffer);
 const scratchI32 = new Int32Array(scratchU8.buffer);
 const scratchF32 = new Float32Array(scratchU8.buffer);
-
-/** Throw the GpuError for status `rc` of `call`, with the shim's own message. */
-export function fail(rc: number, call: string, backend?: BackendLabel): never {
-  const msg = lastError() || `${call} failed`;
-  throw new GpuError(rc, msg, { backend, call });
-}
 
 function wrap(name: string, e: EntryInfo, backend: BackendLabel | undefined): (...a: never[]) => unknown {
   const outs = e.out ?? [];
@@ -199,4 +193,4 @@ export function submit(stream: number, bytes: Pointer, len: number, flags: numbe
   throw new SubmitError(rc, lastError() || "bg_submit failed", bad < len ? bad : null, backend);
 }
 
-export { addressOf, cString, cstr, lastError, loadInfo, nativeView } from "./native";
+export { addressOf, cString, cstr, fail, lastError, loadInfo, nativeView } from "./native";
