@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { bench, do_not_optimize, group, run, summary } from "mitata";
 import { N, nativeView, readPtr, slot } from "../ffi/native";
-import { Signal } from "../ffi/symbols";
+import { Signal } from "../ffi/sys";
 import { Device, Program } from "../src";
 import { cpuKernels } from "../test/kernels";
 

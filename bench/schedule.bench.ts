@@ -4,7 +4,7 @@
 // enqueue + synchronize. Run: bun run bench/schedule.bench.ts
 import { bench, do_not_optimize, group, run, summary } from "mitata";
 import { N, addressOf, check } from "../ffi/native";
-import { Cmd } from "../ffi/symbols";
+import { Cmd } from "../ffi/sys";
 import { Device, Program } from "../src";
 import { ExecMode, Schedule, type Executable } from "../src/schedule";
 import { kernelSources } from "../test/kernels";

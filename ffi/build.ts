@@ -1,11 +1,13 @@
 // bun run build:shim — cross-compile libbungpu for every platform with `zig cc` into
 // ffi/prebuilt/<platform>-<arch>/ and write ffi/prebuilt/manifest.json with the source hash.
 // `bun run build:shim --host` builds only this machine's target (with zig, or cc if no zig).
+// Either way ffi/constants.ts is regenerated from shim/bungpu.h first.
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { findCompilers } from "./compilers";
+import { writeConstants } from "./gen_constants";
 import { compileArgs, hostTarget, libName, PREBUILT_DIR, sourceHash, TARGETS, ZIG_TRIPLE, type Target } from "./shimsrc";
-import { ABI_VERSION } from "./symbols";
+import { ABI_VERSION } from "./sys";
 
 export interface Manifest {
   abiVersion: number;
@@ -58,6 +60,7 @@ export function buildAll(targets: Target[] = TARGETS): Manifest {
 }
 
 if (import.meta.main) {
+  if (writeConstants()) console.log("ffi/constants.ts regenerated from shim/bungpu.h");
   const host = process.argv.includes("--host");
   const t = hostTarget() as Target;
   buildAll(host ? [t] : TARGETS);

@@ -14,10 +14,10 @@ import { dlopen } from "bun:ffi";
 import { accessSync, constants, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
-import { GpuError, Status } from "../src/errors";
+import { GpuError, Status } from "./errors";
 import { findCompilers } from "./compilers";
 import { compileArgs, hostTarget, libName, PREBUILT_DIR, sourceHash } from "./shimsrc";
-import { ABI_VERSION, symbols, type Symbols } from "./symbols";
+import { ABI_VERSION, symbols, type Symbols } from "./sys";
 
 export type Lib = ReturnType<typeof dlopen<Symbols>>;
 

@@ -1,8 +1,9 @@
-// The thin "result" layer over the symbol table: a scratch block for out-values, one `check`
-// that turns a status into a GpuError carrying the shim's message, and the few bun:ffi helpers
-// src/ needs (pointers to memory, views of native memory). Nothing here knows about tensors.
+// The opened symbol table and its raw helpers: a scratch block for out-values, one `check` that
+// turns a status into a GpuError carrying the shim's message, and the bun:ffi helpers for
+// pointers to memory and views of native memory. result.ts builds the typed wrappers on these;
+// src/ calls result.ts (the files not yet converted still use these directly).
 import { ptr as ffiPtr, toArrayBuffer, CString } from "bun:ffi";
-import { GpuError, type BackendLabel } from "../src/errors";
+import { GpuError, type BackendLabel } from "./errors";
 import { lib as loadLib, load } from "./load";
 
 /** What a native call accepts: numbers for handles, addresses and sizes; views for memory. */
@@ -12,9 +13,9 @@ type Loose<T> = { readonly [K in keyof T]: (...args: NativeArg[]) => number };
 /**
  * The shim's functions. Handles and device addresses are plain numbers here (bun:ffi passes a
  * number to a pointer argument as the address), so the table is typed loosely on purpose: the
- * C signatures live in symbols.ts.
+ * C signatures live in sys.ts.
  */
-export const N = loadLib().symbols as unknown as Loose<typeof import("./symbols").symbols>;
+export const N = loadLib().symbols as unknown as Loose<typeof import("./sys").symbols>;
 export const loadInfo = load().info;
 
 // A 64 KiB ArrayBuffer: large enough that Bun never moves it, so its address is stable.

@@ -1,12 +1,13 @@
 // Buffer: device memory (an allocation, or a view of part of one). HostBuffer: pinned host
 // memory exposed as a TypedArray without copying. Every call is validated before it reaches the
 // FFI; a bad call throws GpuError and changes nothing.
-import { N, check, slot, readPtr, nativeView } from "../ffi/native";
-import { Status } from "../ffi/symbols";
-import { Device, factories, releaseOutsideCapture, type DeviceState } from "./device";
-import { GpuError, describeValue, hostArray, invalid, disposed, options } from "./errors";
+import { GpuError, nativeView } from "../ffi/result";
+import { HostAllocFlag } from "../ffi/constants";
+import { isDevice, releaseOutsideCapture, type DeviceRef, type DeviceState } from "./device_state";
+import { Status, describeValue, hostArray, invalid, disposed, options } from "./errors";
 import { hostFnsPending } from "./hostfn";
 import { HOLD } from "./lifetime";
+import { RELEASE, Resource } from "./resource";
 
 type TypedArray =
   | Int8Array | Uint8Array | Uint8ClampedArray | Int16Array | Uint16Array | Int32Array | Uint32Array
@@ -140,10 +141,13 @@ export function collectNative(): void {
   memoryStats.budget = Math.max(baseBudget, 2 * liveNative());
 }
 
-/** Allocate through `alloc` (a shim call returning a status); on OUT_OF_MEMORY collect and retry once. */
-function allocRetry(alloc: () => number): number {
-  const rc = alloc();
-  if (rc !== Status.OUT_OF_MEMORY) return rc;
+/** Allocate through `alloc` (a result-layer call); on OUT_OF_MEMORY collect and retry once. */
+function allocRetry<T>(alloc: () => T): T {
+  try {
+    return alloc();
+  } catch (e) {
+    if (!(e instanceof GpuError && e.code === Status.OUT_OF_MEMORY)) throw e;
+  }
   collectNative();
   return alloc();
 }
@@ -197,14 +201,15 @@ function free(a: Allocation): number {
   owned.delete(a);
   memoryStats.liveAllocations--;
   memoryStats.liveBytes -= a.bytes;
-  return a.dev.open ? N.bg_mem_free(a.dev.handle, a.address) : 0; // a closed device freed it
+  if (a.dev.open) a.dev.api.mem_free(a.dev.handle, a.address); // a closed device freed it
+  return 0;
 }
 
 // never inside an open capture: bg_mem_free there is illegal and would invalidate it
 const registry = new FinalizationRegistry<Allocation>((a) => releaseOutsideCapture(a.dev, () => void release(a)));
 
-export class Buffer {
-  readonly device: Device;
+export class Buffer extends Resource {
+  readonly device: DeviceRef;
   readonly #alloc: Allocation;
   /** Offset of this view inside its allocation. */
   readonly byteOffset: number;
@@ -212,7 +217,8 @@ export class Buffer {
   /** A view keeps its root alive, so the finalizer never frees memory a view still uses. */
   readonly #root: Buffer | null;
 
-  private constructor(device: Device, alloc: Allocation, byteOffset: number, byteLength: number, root: Buffer | null = null) {
+  private constructor(device: DeviceRef, alloc: Allocation, byteOffset: number, byteLength: number, root: Buffer | null = null) {
+    super(alloc.dev, alloc.address, "buffer", alloc);
     this.device = device;
     this.#alloc = alloc;
     this.#root = root;
@@ -220,22 +226,21 @@ export class Buffer {
     this.byteLength = byteLength;
   }
 
-  static alloc(device: Device, bytes: number): Buffer {
-    if (!(device instanceof Device)) invalid("Buffer.alloc", "device must be a Device");
+  static alloc(device: DeviceRef, bytes: number): Buffer {
+    if (!isDevice(device)) invalid("Buffer.alloc", "device must be a Device");
     checkSize("Buffer.alloc", "size", bytes);
     const dev = device.state;
     if (!dev.open) disposed("Buffer.alloc", "device");
     const a: Allocation = { dev, address: 0, bytes, live: true };
     if (bytes > 0) {
       reserve(bytes);
-      check(allocRetry(() => N.bg_mem_alloc(dev.handle, bytes, slot(0))), "bg_mem_alloc", dev.backend);
-      a.address = readPtr(0);
+      a.address = allocRetry(() => dev.api.mem_alloc(dev.handle, bytes));
       memoryStats.liveAllocations++;
       memoryStats.liveBytes += bytes;
     }
     const b = new Buffer(device, a, 0, bytes);
     if (bytes > 0) {
-      registry.register(b, a, a);
+      b.watch(registry, a, a);
       owned.set(a, new WeakRef(b));
     }
     return b;
@@ -247,7 +252,7 @@ export class Buffer {
     return this.#alloc.address + this.byteOffset;
   }
 
-  get disposed(): boolean {
+  override get disposed(): boolean {
     return !this.#alloc.live || !this.#alloc.dev.open;
   }
 
@@ -302,7 +307,7 @@ export class Buffer {
     const offset = opts.offset ?? 0;
     this.#range("Buffer.write", offset, src.byteLength);
     if (src.byteLength > 0)
-      check(N.bg_memcpy_htod(h, this.#alloc.address + this.byteOffset + offset, src, src.byteLength), "bg_memcpy_htod", this.device.backend);
+      this.#alloc.dev.api.memcpy_htod(h, this.#alloc.address + this.byteOffset + offset, src, src.byteLength);
     return this;
   }
 
@@ -334,7 +339,7 @@ export class Buffer {
     const dst = bytesOf(out);
     this.#range("Buffer.read", offset, dst.byteLength);
     if (dst.byteLength > 0)
-      check(N.bg_memcpy_dtoh(h, dst, this.#alloc.address + this.byteOffset + offset, dst.byteLength), "bg_memcpy_dtoh", this.device.backend);
+      this.#alloc.dev.api.memcpy_dtoh(h, dst, this.#alloc.address + this.byteOffset + offset, dst.byteLength);
     return out;
   }
 
@@ -356,7 +361,7 @@ export class Buffer {
     this.#range("Buffer.copyTo", srcOffset, bytes);
     dst.#range("Buffer.copyTo", dstOffset, bytes);
     if (bytes > 0)
-      check(N.bg_memcpy_dtod(h, dst.address + dstOffset, this.address + srcOffset, bytes), "bg_memcpy_dtod", this.device.backend);
+      this.#alloc.dev.api.memcpy_dtod(h, dst.address + dstOffset, this.address + srcOffset, bytes);
   }
 
   /**
@@ -375,7 +380,7 @@ export class Buffer {
     if (bytes % size) invalid("Buffer.fill", `${bytes} bytes is not a whole number of ${size}-byte elements`);
     if ((this.byteOffset + offset) % size) invalid("Buffer.fill", `offset is not aligned to ${size} bytes`);
     if (bytes > 0)
-      check(N.bg_memset(h, this.address + offset, pattern, size, bytes / size), "bg_memset", this.device.backend);
+      this.#alloc.dev.api.memset(h, this.address + offset, pattern, size, bytes / size);
     return this;
   }
 
@@ -398,24 +403,22 @@ export class Buffer {
     };
   }
 
+  /** A view only forgets itself: its root frees the allocation. */
+  protected override get owns(): boolean {
+    return !this.isView;
+  }
+
   /**
-   * Free the allocation (a view only forgets itself). Idempotent, and never throws: inside an
-   * open capture (where a free is illegal and would invalidate it) the free is queued and done
-   * when the device's captures have ended, like a finaliser's; a graph or exec that still
-   * replays work on the memory frees it when the last of them goes.
+   * Free the allocation (dispose(): idempotent, never throws). Inside an open capture (where a
+   * free is illegal and would invalidate it) the free is queued and done when the device's
+   * captures have ended, like a finaliser's; a graph or exec that still replays work on the
+   * memory frees it when the last of them goes.
    */
-  dispose(): void {
-    if (this.isView || !this.#alloc.live) return;
+  protected [RELEASE](): void {
     const a = this.#alloc;
-    registry.unregister(a);
-    a.live = false;
     if (owned.has(a)) owned.set(a, null);
     if (a.users) return;
     releaseOutsideCapture(a.dev, () => void freeUnused(a));
-  }
-
-  [Symbol.dispose](): void {
-    this.dispose();
   }
 }
 
@@ -471,7 +474,7 @@ function freeHostNow(h: HostAllocation): void {
   owned.delete(h);
   memoryStats.liveHostAllocations--;
   memoryStats.liveHostBytes -= h.bytes;
-  if (h.dev.open) N.bg_host_free(h.dev.handle, h.host);
+  if (h.dev.open) h.dev.api.host_free(h.dev.handle, h.host);
 }
 
 // A HostBuffer collected without dispose(): its memory is freed (outside any open capture).
@@ -487,8 +490,8 @@ const hostRegistry = new FinalizationRegistry<HostAllocation>((h) => {
 const viewOwners = new WeakMap<ArrayBuffer, HostBuffer>();
 
 /** Pinned host memory; `array` views it without copying. Mapped memory also has `deviceAddress`. */
-export class HostBuffer {
-  readonly device: Device;
+export class HostBuffer extends Resource {
+  readonly device: DeviceRef;
   readonly byteLength: number;
   readonly mapped: boolean;
   readonly #mem: HostAllocation;
@@ -497,9 +500,6 @@ export class HostBuffer {
 
   get #host(): number {
     return this.#mem.host;
-  }
-  get #live(): boolean {
-    return this.#mem.live;
   }
 
   /** @internal See Buffer's [HOLD]: the memory stays allocated until the returned function runs. */
@@ -515,35 +515,33 @@ export class HostBuffer {
     };
   }
 
-  private constructor(device: Device, host: number, devAddress: number, bytes: number, mapped: boolean) {
+  private constructor(device: DeviceRef, host: number, devAddress: number, bytes: number, mapped: boolean) {
+    const mem: HostAllocation = { dev: device.state, host, bytes, live: true, freed: false, users: 0 };
+    super(device.state, host, "host buffer", mem);
     this.device = device;
-    this.#mem = { dev: device.state, host, bytes, live: true, freed: false, users: 0 };
+    this.#mem = mem;
     owned.set(this.#mem, new WeakRef(this));
     memoryStats.liveHostAllocations++;
     memoryStats.liveHostBytes += bytes;
     this.#devAddress = devAddress;
     this.byteLength = bytes;
     this.mapped = mapped;
-    hostRegistry.register(this, this.#mem, this.#mem);
+    this.watch(hostRegistry, this.#mem, this.#mem);
   }
 
-  static alloc(device: Device, bytes: number, mapped = false): HostBuffer {
-    if (!(device instanceof Device)) invalid("HostBuffer.alloc", "device must be a Device");
+  static alloc(device: DeviceRef, bytes: number, mapped = false): HostBuffer {
+    if (!isDevice(device)) invalid("HostBuffer.alloc", "device must be a Device");
     checkSize("HostBuffer.alloc", "size", bytes);
     if (bytes === 0) invalid("HostBuffer.alloc", "size must be at least 1 byte");
     const h = device.handle;
     reserve(bytes);
-    check(allocRetry(() => N.bg_host_alloc(h, bytes, mapped ? 1 : 0, slot(0), slot(1))), "bg_host_alloc", device.backend);
-    return new HostBuffer(device, readPtr(0), mapped ? readPtr(1) : 0, bytes, mapped);
-  }
-
-  get disposed(): boolean {
-    return !this.#live || !this.device.state.open;
+    const flags = mapped ? HostAllocFlag.MAPPED : 0;
+    const [host, dptr] = allocRetry(() => device.state.api.host_alloc(h, bytes, flags));
+    return new HostBuffer(device, host, mapped ? dptr : 0, bytes, mapped);
   }
 
   #check(call: string): void {
-    if (!this.device.state.open) disposed(call, "device of this host buffer");
-    if (!this.#live) disposed(call, "host buffer");
+    this.live(call);
   }
 
   /** The host address (for async copies). */
@@ -583,14 +581,11 @@ export class HostBuffer {
   }
 
   /**
-   * Free the memory (views are detached first). Idempotent, never throws; inside an open capture
-   * the free waits for the capture to end, and a graph or exec still copying to or from the
-   * memory frees it when the last of them goes.
+   * Free the memory (views are detached first); dispose() is idempotent and never throws. Inside
+   * an open capture the free waits for the capture to end, and a graph or exec still copying to
+   * or from the memory frees it when the last of them goes.
    */
-  dispose(): void {
-    if (!this.#live) return;
-    this.#mem.live = false;
-    hostRegistry.unregister(this.#mem);
+  protected [RELEASE](): void {
     if (owned.has(this.#mem)) owned.set(this.#mem, null);
     // Detach every view first, so no TypedArray can reach freed memory.
     if (this.#ab) {
@@ -604,12 +599,4 @@ export class HostBuffer {
     if (this.#mem.users) return; // a graph or exec still copies to or from it: the last one frees it
     freeHost(this.#mem);
   }
-
-  [Symbol.dispose](): void {
-    this.dispose();
-  }
 }
-
-factories.alloc = (d, bytes) => Buffer.alloc(d, bytes);
-factories.allocHost = (d, bytes, mapped) => HostBuffer.alloc(d, bytes, mapped);
-factories.releaseMemory = releaseDeviceMemory;

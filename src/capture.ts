@@ -3,13 +3,13 @@
 // GraphExec that replays the whole of it with one launch. A kernel node's arguments can be
 // replaced in the exec without capturing again (cuGraphExecKernelNodeSetParams on CUDA; the same
 // in the CPU shim, which replays an exec in one C loop).
-import { N, check, slot, readPtr, readI32, readU32, addressOf } from "../ffi/native";
-import { Status } from "../ffi/symbols";
-import { Device, captureEnded, type DeviceState } from "./device";
-import { GpuError, describeValue, invalid, disposed, options } from "./errors";
+import { addressOf } from "../ffi/result";
+import { CaptureModeId } from "../ffi/constants";
+import { captureEnded, type DeviceRef, type DeviceState } from "./device_state";
+import { GpuError, Status, describeValue, invalid, options } from "./errors";
 import { packArgs, type ArgArea, type ArgValue, type Kernel } from "./kernel";
-import { Holds, track, untrack } from "./lifetime";
-import type { Stream } from "./stream";
+import { Holds } from "./lifetime";
+import { RELEASE, Resource } from "./resource";
 
 /**
  * How a capture treats calls that are illegal while it is open (synchronize, a synchronous copy,
@@ -21,11 +21,11 @@ import type { Stream } from "./stream";
  */
 export class CaptureMode {
   /** Illegal calls from any thread invalidate the capture (CU_STREAM_CAPTURE_MODE_GLOBAL). */
-  static readonly Global = new CaptureMode("Global", 0);
+  static readonly Global = new CaptureMode("Global", CaptureModeId.GLOBAL);
   /** Only illegal calls from the capturing thread invalidate it (CU_STREAM_CAPTURE_MODE_THREAD_LOCAL). */
-  static readonly ThreadLocal = new CaptureMode("ThreadLocal", 1);
+  static readonly ThreadLocal = new CaptureMode("ThreadLocal", CaptureModeId.THREAD_LOCAL);
   /** Nothing invalidates it: the caller guarantees no interference (CU_STREAM_CAPTURE_MODE_RELAXED). */
-  static readonly Relaxed = new CaptureMode("Relaxed", 2);
+  static readonly Relaxed = new CaptureMode("Relaxed", CaptureModeId.RELAXED);
   /** `Global` (see the class comment for why). */
   static readonly default = CaptureMode.Global;
 
@@ -54,37 +54,39 @@ export class CaptureMode {
 
 export type CaptureStatus = "None" | "Active" | "Invalidated";
 
+/** What capturing and replaying need of a stream (a Stream from device.createStream()). */
+export interface CaptureStream {
+  readonly handle: number;
+  readonly device: DeviceRef;
+  readonly isDefault: boolean;
+  readonly disposed: boolean;
+  captureStatus(): CaptureStatus;
+  beginCapture(mode?: CaptureMode): unknown;
+  endCapture(): Graph;
+}
+
 /** A captured graph: a DAG of the work issued while the capture was open. */
-export class Graph {
-  readonly device: Device;
-  #handle: number;
-  #live = true;
+export class Graph extends Resource {
+  readonly device: DeviceRef;
   /** What the captured work uses: kept alive (and its memory allocated) while the graph lives. */
   readonly #holds = new Holds();
   readonly #captured: Captured;
 
   /** @internal use `stream.endCapture()` or `Graph.capture()`. */
-  constructor(device: Device, handle: number, captured: Captured = { uses: [], kernels: null }) {
+  constructor(device: DeviceRef, handle: number, captured: Captured = { uses: [], kernels: null }) {
+    super(device.state, handle, "graph");
     this.device = device;
-    this.#handle = handle;
     this.#captured = captured;
     for (const u of captured.uses) this.#holds.add(u);
-    track(this, device.state, handle, "graph", this.#holds.drop);
+    this.track("graph", this.#holds.drop);
   }
 
   get handle(): number {
-    if (!this.device.state.open) disposed("Graph", "device of this graph");
-    if (!this.#live) disposed("Graph", "graph");
-    return this.#handle;
-  }
-
-  get disposed(): boolean {
-    return !this.#live || !this.device.state.open;
+    return this.liveHandle;
   }
 
   #counts(): [number, number] {
-    check(N.bg_graph_node_count(this.handle, slot(0), slot(1)), "bg_graph_node_count", this.device.backend);
-    return [readU32(0), readU32(1)];
+    return this.dev.api.graph_node_count(this.handle);
   }
 
   /** Nodes of the graph (kernels, copies, memsets, host functions, event waits). */
@@ -101,22 +103,18 @@ export class Graph {
   instantiate(): GraphExec {
     const h = this.handle;
     const kernels = this.kernelNodeCount;
-    check(N.bg_graph_instantiate(h, slot(0)), "bg_graph_instantiate", this.device.backend);
+    const exec = this.dev.api.graph_instantiate(h);
     const c = this.#captured;
-    return new GraphExec(this.device, readPtr(0), kernels, { uses: c.uses, kernels: c.kernels?.length === kernels ? c.kernels : null });
+    return new GraphExec(this.device, exec, kernels, { uses: c.uses, kernels: c.kernels?.length === kernels ? c.kernels : null });
   }
 
-  dispose(): void {
-    if (!this.#live) return;
-    this.#live = false;
-    untrack(this);
-    const rc = this.device.state.open ? N.bg_graph_destroy(this.#handle) : 0;
-    this.#holds.drop();
-    check(rc, "bg_graph_destroy", this.device.backend);
-  }
-
-  [Symbol.dispose](): void {
-    this.dispose();
+  protected [RELEASE](): void {
+    const handle = this.rawHandle;
+    try {
+      if (this.dev.open) this.dev.api.graph_destroy(handle);
+    } finally {
+      this.#holds.drop();
+    }
   }
 
   /**
@@ -124,11 +122,11 @@ export class Graph {
    * Graph. If `fn` throws (or its promise rejects), the capture is ended and discarded, the stream
    * is left out of capture and usable, and `fn`'s error is rethrown.
    */
-  static capture(stream: Stream, fn: (stream: Stream) => Promise<void>, opts?: { mode?: CaptureMode }): Promise<Graph>;
-  static capture(stream: Stream, fn: (stream: Stream) => void, opts?: { mode?: CaptureMode }): Graph;
-  static capture(stream: Stream, fn: (stream: Stream) => unknown, opts: { mode?: CaptureMode } = {}): Graph | Promise<Graph> {
+  static capture<S extends CaptureStream>(stream: S, fn: (stream: S) => Promise<void>, opts?: { mode?: CaptureMode }): Promise<Graph>;
+  static capture<S extends CaptureStream>(stream: S, fn: (stream: S) => void, opts?: { mode?: CaptureMode }): Graph;
+  static capture<S extends CaptureStream>(stream: S, fn: (stream: S) => unknown, opts: { mode?: CaptureMode } = {}): Graph | Promise<Graph> {
     if (typeof fn !== "function") invalid("Graph.capture", "fn must be a function");
-    if (stream === null || typeof stream !== "object" || typeof (stream as Stream).beginCapture !== "function")
+    if (stream === null || typeof stream !== "object" || typeof (stream as CaptureStream).beginCapture !== "function")
       invalid("Graph.capture", `stream must be a Stream, got ${describeValue(stream)}`);
     opts = options("Graph.capture", opts);
     stream.beginCapture(opts.mode ?? CaptureMode.Global);
@@ -153,7 +151,7 @@ export class Graph {
 }
 
 /** End a capture that is being given up, dropping its graph and any error ending it raises. */
-function abandon(stream: Stream): void {
+function abandon(stream: CaptureStream): void {
   if (stream.disposed) return;
   try {
     if (stream.captureStatus() === "None") return;
@@ -179,12 +177,10 @@ const SET_AREA: ArgArea = {
 const SET_PTR = addressOf(SET_AB);
 
 /** An instantiated graph: launch it on any created stream of its device, as often as wanted. */
-export class GraphExec {
-  readonly device: Device;
+export class GraphExec extends Resource {
+  readonly device: DeviceRef;
   /** Kernel nodes, in capture order. */
   readonly kernelNodeCount: number;
-  #handle: number;
-  #live = true;
   #replays = 0;
   /**
    * Every buffer and kernel a replay can touch (captured, or set by setKernelArgs): kept alive,
@@ -197,24 +193,18 @@ export class GraphExec {
   readonly #kernelSet: Set<Kernel>;
 
   /** @internal use `graph.instantiate()`. */
-  constructor(device: Device, handle: number, kernelNodes: number, captured: Captured = { uses: [], kernels: null }) {
+  constructor(device: DeviceRef, handle: number, kernelNodes: number, captured: Captured = { uses: [], kernels: null }) {
+    super(device.state, handle, "graph exec");
     this.device = device;
-    this.#handle = handle;
     this.kernelNodeCount = kernelNodes;
     this.#kernels = captured.kernels;
     this.#kernelSet = new Set(captured.uses.filter(isKernel));
     for (const u of captured.uses) this.#holds.add(u);
-    track(this, device.state, handle, "exec", this.#holds.drop);
+    this.track("exec", this.#holds.drop);
   }
 
   get handle(): number {
-    if (!this.device.state.open) disposed("GraphExec", "device of this graph exec");
-    if (!this.#live) disposed("GraphExec", "graph exec");
-    return this.#handle;
-  }
-
-  get disposed(): boolean {
-    return !this.#live || !this.device.state.open;
+    return this.liveHandle;
   }
 
   /** How many times this exec has been launched. */
@@ -222,27 +212,26 @@ export class GraphExec {
     return this.#replays;
   }
 
-  #stream(call: string, stream: Stream): number {
+  #stream(call: string, stream: CaptureStream): number {
     if (!stream || typeof stream !== "object" || !("device" in stream)) invalid(call, "expected a Stream");
     if (stream.device.state.handle !== this.device.state.handle) invalid(call, `stream of another device (${stream.device.spec})`);
     return stream.handle;
   }
 
   /** Enqueue one replay of the whole graph on `stream`. */
-  launch(stream: Stream): this {
+  launch(stream: CaptureStream): this {
     const x = this.handle;
     const s = this.#stream("GraphExec.launch", stream);
-    const rc = N.bg_graph_launch(x, s);
-    if (rc !== 0) check(rc, "bg_graph_launch", this.device.backend);
+    this.dev.api.graph_launch(x, s);
     this.#replays++;
     return this;
   }
 
   /** Prepare the exec on `stream` so the first launch costs no more than later ones. */
-  upload(stream: Stream): this {
+  upload(stream: CaptureStream): this {
     const x = this.handle;
     const s = this.#stream("GraphExec.upload", stream);
-    check(N.bg_graph_upload(x, s), "bg_graph_upload", this.device.backend);
+    this.dev.api.graph_upload(x, s);
     return this;
   }
 
@@ -280,25 +269,20 @@ export class GraphExec {
     for (const [what, v] of [["index", index], ["address", address], ["nargs", nargs]] as const)
       if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 0 || (what !== "address" && v > 0xffffffff))
         invalid("GraphExec.setPackedArgs", `${what} must be a non-negative integer, got ${describeValue(v)}`);
-    const rc = N.bg_graph_exec_set_kernel_args(this.handle, index, address, nargs);
-    if (rc !== 0) check(rc, "bg_graph_exec_set_kernel_args", this.device.backend);
+    this.dev.api.graph_exec_set_kernel_args(this.handle, index, address, nargs);
   }
 
   /**
    * Destroy the exec. Launches already enqueued still complete. Buffers disposed while the exec
    * used them are freed now.
    */
-  dispose(): void {
-    if (!this.#live) return;
-    this.#live = false;
-    untrack(this);
-    const rc = this.device.state.open ? N.bg_graph_exec_destroy(this.#handle) : 0;
-    this.#holds.drop();
-    check(rc, "bg_graph_exec_destroy", this.device.backend);
-  }
-
-  [Symbol.dispose](): void {
-    this.dispose();
+  protected [RELEASE](): void {
+    const handle = this.rawHandle;
+    try {
+      if (this.dev.open) this.dev.api.graph_exec_destroy(handle);
+    } finally {
+      this.#holds.drop();
+    }
   }
 }
 
@@ -322,7 +306,7 @@ function describeKernel(k: Kernel): string {
 }
 
 /** @internal Begin a capture on `stream` (validated here, before the FFI). */
-export function beginCapture(stream: Stream, mode: CaptureMode): void {
+export function beginCapture(stream: CaptureStream, mode: CaptureMode): void {
   const call = "Stream.beginCapture";
   if (!(mode instanceof CaptureMode)) invalid(call, `mode must be a CaptureMode (Global, ThreadLocal or Relaxed), got ${String(mode)}`);
   const s = stream.handle;
@@ -332,19 +316,25 @@ export function beginCapture(stream: Stream, mode: CaptureMode): void {
       `${call}: the device's default stream cannot be captured; capture on a stream from device.createStream()`,
       { backend: "typescript", call },
     );
-  check(N.bg_stream_begin_capture(s, mode.toCuda()), "bg_stream_begin_capture", stream.device.backend);
   const state = stream.device.state;
+  state.api.stream_begin_capture(s, mode.toCuda());
   if (state.captures === 0 || !state.captureLog) state.captureLog = { uses: new Set(), holds: new Holds(), kernels: [], overlapped: state.captures > 0 };
   else state.captureLog.overlapped = true;
   state.captures++;
 }
 
 /** @internal End the capture begun on `stream` and return its Graph. */
-export function endCapture(stream: Stream): Graph {
+export function endCapture(stream: CaptureStream): Graph {
   const s = stream.handle;
-  const rc = N.bg_stream_end_capture(s, slot(0));
-  const graph = rc === 0 ? readPtr(0) : 0;
-  const captured = takeLog(stream.device.state);
+  const state = stream.device.state;
+  let graph = 0;
+  let failure: unknown = null;
+  try {
+    graph = state.api.stream_end_capture(s);
+  } catch (e) {
+    failure = e;
+  }
+  const captured = takeLog(state);
   // Hold what the graph uses before the capture's record lets go of it (captureEnded, when this
   // was the last open capture): a buffer disposed during the capture must stay allocated for the
   // graph, and only its Graph (or nothing) keeps it from then on.
@@ -352,11 +342,20 @@ export function endCapture(stream: Stream): Graph {
   try {
     for (const u of captured.uses) bridge.add(u);
     // The capture is over unless the stream is still capturing (a refused end from another thread).
-    if (rc === 0 || N.bg_stream_capture_status(s, slot(1)) !== 0 || readI32(1) === 0) captureEnded(stream.device.state);
-    check(rc, "bg_stream_end_capture", stream.device.backend);
+    if (!failure || !stillCapturing(state, s)) captureEnded(state);
+    if (failure) throw failure;
     return new Graph(stream.device, graph, captured);
   } finally {
     bridge.drop();
+  }
+}
+
+/** Whether native stream `s` is still capturing (an unreadable status counts as not). */
+function stillCapturing(state: DeviceState, s: number): boolean {
+  try {
+    return state.api.stream_capture_status(s) !== 0;
+  } catch {
+    return false;
   }
 }
 

@@ -18,7 +18,7 @@
 // Over 600 lines on purpose: the format, its one encoder and its one launch validation are kept
 // in one file so that nothing else writes command bytes.
 import { N, addressOf, lastError, readU64, scratchU8, slot } from "../ffi/native";
-import { Cmd } from "../ffi/symbols";
+import { Cmd } from "../ffi/sys";
 import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buffer";
 import { noteCaptured, type Device, type DeviceState } from "./device";
 import { GpuError, disposed, invalid, options, type BackendLabel } from "./errors";

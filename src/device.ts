@@ -1,13 +1,25 @@
 // Device: one opened backend device. Device.open("cpu" | "cuda[:N]" | "metal[:N]"),
 // Device.default() (CUDA, then Metal, then CPU; BUNGPU_DEVICE overrides), Device.list().
-import { N, check, slot, readPtr, readI32, readU64, scratchU8, MSG_AREA, readMsg } from "../ffi/native";
-import { Backend, PROPS_SIZE, Status, type BackendName } from "../ffi/symbols";
-import { GpuError, invalid, disposed, options } from "./errors";
+import { api, backendInfo, devicePropsBytes } from "../ffi/result";
+import { bg_device_props } from "../ffi/constants";
+import { Backend, type BackendName } from "../ffi/sys";
+import { Buffer, HostBuffer, releaseDeviceMemory } from "./buffer";
+import { DEVICE, newDeviceState, type DeviceState } from "./device_state";
+import { GpuError, Status, invalid, disposed, options } from "./errors";
+import { Event, type EventOptions } from "./event";
 import { beforeBlockingWait, raiseDeviceFailures } from "./hostfn";
-import type { Buffer, HostBuffer } from "./buffer";
-import type { Stream, StreamOptions } from "./stream";
-import type { Event, EventOptions } from "./event";
-import type { Holds } from "./lifetime";
+import { settled } from "./poll";
+import { Stream, type StreamOptions } from "./stream";
+
+// The modules below this one (buffer, stream, event, capture) know a device as a DeviceRef, the
+// part of it they use; here that interface is widened to the whole class, so `buffer.device`,
+// `stream.device` and the rest are typed as a Device without importing this module.
+declare module "./device_state" {
+  interface DeviceRef extends Device {}
+}
+
+// What other modules have always imported from here.
+export { captureEnded, noteCaptured, releaseOutsideCapture, type CaptureLog, type DeviceState } from "./device_state";
 
 export interface DeviceProps {
   name: string;
@@ -33,112 +45,7 @@ export interface BackendInfo {
   message: string;
 }
 
-/** Shared state a device's resources hold, so a finalizer never touches a closed device. */
-export interface DeviceState {
-  handle: number;
-  open: boolean;
-  backend: BackendName;
-  /**
-   * Long-lived users of the device (a running RingKernel) that must be stopped before it closes,
-   * held weakly so they can still be collected.
-   */
-  dependents: Set<WeakRef<{ dispose(): void }>>;
-  /** Streams created on this device, held weakly: what device.done() waits for. */
-  streams: Set<WeakRef<{ done(): Promise<void>; readonly disposed: boolean; readonly handle: number; readonly nonBlocking: boolean }>>;
-  /**
-   * Native handles of streams running a persistent ring kernel, which never finishes on its own:
-   * device-wide waits leave them out (a RingKernel is stopped with stop(), not waited for).
-   */
-  residentStreams: Set<number>;
-  /** Captures begun through Stream.beginCapture and not yet ended, on any stream of this device. */
-  captures: number;
-  /**
-   * Releases by finalisers that ran while a capture was open: freeing then is illegal in a capture
-   * (it would invalidate it), so they wait here and run when the last capture ends.
-   */
-  deferredReleases: (() => void)[];
-  /**
-   * While a capture is open: what the captured work uses (buffers, kernels, host buffers) and the
-   * kernels of its kernel nodes in capture order, so the Graph and its GraphExec keep them alive.
-   */
-  captureLog: CaptureLog | null;
-}
-
-/** What the work captured while captures were open uses; see DeviceState.captureLog. */
-export interface CaptureLog {
-  uses: Set<object>;
-  /**
-   * A counted use of each of `uses`, taken when the work was captured: a buffer disposed while
-   * the capture is open stays allocated until the capture's graph takes over (endCapture) or the
-   * last capture ends without one.
-   */
-  holds: Holds;
-  /** Kernels launched into a capture, in order: the kernel nodes, unless captures overlapped. */
-  kernels: object[];
-  /** Another capture began while one was open: `kernels` mixes both, so no node order is known. */
-  overlapped: boolean;
-}
-
-/**
- * @internal Work was just enqueued on the native stream `stream`: if it is being captured, the
- * graph must keep `kernel` and `uses` alive (a replay reads them long after this call).
- */
-export function noteCaptured(state: DeviceState, stream: number, kernel: object | null, uses: readonly unknown[]): void {
-  const log = state.captureLog;
-  if (!log) return;
-  if (N.bg_stream_capture_status(stream, slot(0)) !== 0 || readI32(0) === 0) return;
-  if (kernel) {
-    log.kernels.push(kernel);
-    log.uses.add(kernel);
-    log.holds.add(kernel);
-  }
-  for (const u of uses)
-    if (u !== null && typeof u === "object") {
-      log.uses.add(u);
-      log.holds.add(u);
-    }
-}
-
-/** A finaliser's release: now, or when the device's open captures have ended. */
-export function releaseOutsideCapture(state: DeviceState, release: () => void): void {
-  if (state.captures > 0) state.deferredReleases.push(release);
-  else release();
-}
-
-/** A capture on the device ended: run the finalisers' releases it held back. */
-export function captureEnded(state: DeviceState): void {
-  if (state.captures > 0) state.captures--;
-  if (state.captures === 0 && state.captureLog) {
-    const log = state.captureLog;
-    state.captureLog = null;
-    log.holds.drop(); // the graphs made by endCapture took their own holds first
-  }
-  if (state.captures > 0 || state.deferredReleases.length === 0) return;
-  const list = state.deferredReleases.splice(0);
-  for (const f of list) {
-    try {
-      f();
-    } catch {
-      /* a finaliser's release has no caller to report to */
-    }
-  }
-}
-
 const BACKEND_NAMES: BackendName[] = ["cpu", "cuda", "metal"];
-
-// Late-bound constructors, set by buffer.ts / stream.ts / event.ts to avoid import cycles.
-export const factories: {
-  alloc?: (d: Device, bytes: number) => Buffer;
-  /**
-   * Free the buffers and host buffers allocated through a Device object being disposed; what a
-   * graph still replays passes to `heir` (another open object on the native device), if any.
-   */
-  releaseMemory?: (state: DeviceState, heir: DeviceState | null) => void;
-  allocHost?: (d: Device, bytes: number, mapped: boolean) => HostBuffer;
-  stream?: (d: Device, opts: StreamOptions) => Stream;
-  defaultStream?: (d: Device) => Stream;
-  event?: (d: Device, opts: EventOptions) => Event;
-} = {};
 
 function parseSpec(spec: string): { backend: BackendName; ordinal: number } {
   const m = /^(cpu|cuda|metal)(?::(\d+))?$/.exec(spec.trim().toLowerCase());
@@ -152,6 +59,7 @@ let defaultDevice: Device | undefined;
 const sharedByHandle = new Map<number, { streams: DeviceState["streams"]; residentStreams: Set<number>; opened: number; states: Set<DeviceState> }>();
 
 export class Device {
+  readonly [DEVICE] = true;
   readonly state: DeviceState;
   readonly ordinal: number;
   #props: DeviceProps | undefined;
@@ -163,18 +71,14 @@ export class Device {
     let shared = sharedByHandle.get(handle);
     if (!shared) sharedByHandle.set(handle, (shared = { streams: new Set(), residentStreams: new Set(), opened: 0, states: new Set() }));
     shared.opened++;
-    this.state = { handle, open: true, backend, dependents: new Set(), streams: shared.streams, residentStreams: shared.residentStreams, captures: 0, deferredReleases: [], captureLog: null };
+    this.state = newDeviceState(handle, backend, shared);
     shared.states.add(this.state);
     this.ordinal = ordinal;
   }
 
   /** Every backend, whether it loaded, how many devices it has, and why not. */
   static backends(): BackendInfo[] {
-    return BACKEND_NAMES.map((b) => {
-      scratchU8.fill(0, 1024, 1536);
-      check(N.bg_backend_info(Backend[b], slot(0), slot(1), MSG_AREA, 512), "bg_backend_info");
-      return { backend: b, available: readI32(0) === 1, devices: readI32(1), message: readMsg() };
-    });
+    return BACKEND_NAMES.map((b) => ({ backend: b, ...backendInfo(Backend[b]) }));
   }
 
   /** Device specs that can be opened here, e.g. ["cuda:0", "cpu"]. */
@@ -188,8 +92,7 @@ export class Device {
   static open(spec: string): Device {
     if (typeof spec !== "string") invalid("Device.open", `spec must be a string, got ${typeof spec}`);
     const { backend, ordinal } = parseSpec(spec);
-    check(N.bg_device_open(Backend[backend], ordinal, slot(0)), "bg_device_open", backend);
-    return new Device(readPtr(0), backend, ordinal);
+    return new Device(api(backend).device_open(Backend[backend], ordinal), backend, ordinal);
   }
 
   /** BUNGPU_DEVICE if set; else the first of CUDA, Metal, CPU that opens. Shared; do not dispose. */
@@ -234,24 +137,25 @@ export class Device {
 
   get props(): DeviceProps {
     if (this.#props) return this.#props;
-    const buf = new Uint8Array(PROPS_SIZE);
-    check(N.bg_device_props_get(this.handle, buf), "bg_device_props_get", this.backend);
+    const { size, offset } = bg_device_props;
+    const buf = devicePropsBytes(this.handle, size, this.backend);
     const dv = new DataView(buf.buffer);
+    const nameBytes = offset.backend - offset.name;
     const end = buf.indexOf(0);
-    const i = (k: number) => dv.getInt32(256 + 4 * k, true);
+    const i = (field: keyof typeof offset) => dv.getInt32(offset[field], true);
     this.#props = {
-      name: new TextDecoder().decode(buf.subarray(0, end < 0 ? 256 : Math.min(end, 256))),
-      backend: BACKEND_NAMES[i(0)] ?? this.backend,
-      ordinal: i(1),
-      computeUnits: i(2),
-      computeCapability: [i(3), i(4)],
-      maxThreadsPerBlock: i(5),
-      warpSize: i(6),
-      unifiedMemory: i(7) !== 0,
-      canMapHostMemory: i(8) !== 0,
-      concurrentKernels: i(9) !== 0,
-      maxSharedBytesPerBlock: i(10),
-      totalMemory: Number(dv.getBigUint64(304, true)),
+      name: new TextDecoder().decode(buf.subarray(offset.name, end < 0 ? nameBytes : Math.min(end, nameBytes))),
+      backend: BACKEND_NAMES[i("backend")] ?? this.backend,
+      ordinal: i("ordinal"),
+      computeUnits: i("compute_units"),
+      computeCapability: [i("cc_major"), i("cc_minor")],
+      maxThreadsPerBlock: i("max_threads_per_block"),
+      warpSize: i("warp_size"),
+      unifiedMemory: i("unified_memory") !== 0,
+      canMapHostMemory: i("can_map_host_memory") !== 0,
+      concurrentKernels: i("concurrent_kernels") !== 0,
+      maxSharedBytesPerBlock: i("max_shared_bytes_per_block"),
+      totalMemory: Number(dv.getBigUint64(offset.total_mem, true)),
     };
     return this.#props;
   }
@@ -261,8 +165,8 @@ export class Device {
   }
 
   memInfo(): { free: number; total: number } {
-    check(N.bg_device_mem_info(this.handle, slot(0), slot(1)), "bg_device_mem_info", this.backend);
-    return { free: readU64(0), total: readU64(1) };
+    const [free, total] = this.state.api.device_mem_info(this.handle);
+    return { free, total };
   }
 
   /**
@@ -274,9 +178,9 @@ export class Device {
   synchronize(): void {
     const h = this.handle;
     const all = this.#waitedHandles();
-    beforeBlockingWait("Device.synchronize", (s) => all.includes(s), () => idle(all));
-    if (this.state.residentStreams.size === 0) check(N.bg_device_synchronize(h), "bg_device_synchronize", this.backend);
-    else for (const s of all) check(N.bg_stream_synchronize(s), "bg_stream_synchronize", this.backend);
+    beforeBlockingWait("Device.synchronize", (s) => all.includes(s), () => this.#idle(all));
+    if (this.state.residentStreams.size === 0) this.state.api.device_synchronize(h);
+    else for (const s of all) this.state.api.stream_synchronize(s);
     raiseDeviceFailures("Device.synchronize", h); // what host functions of its streams threw
   }
 
@@ -311,7 +215,7 @@ export class Device {
    */
   beforeSyncCopy(call: string): void {
     const waited = this.backend === "metal" ? [this.defaultStream.handle] : this.#streamHandles(true);
-    beforeBlockingWait(call, (s) => waited.includes(s), () => idle(waited));
+    beforeBlockingWait(call, (s) => waited.includes(s), () => this.#idle(waited));
   }
 
   /**
@@ -335,24 +239,24 @@ export class Device {
   }
 
   get defaultStream(): Stream {
-    if (!this.#defaultStream) this.#defaultStream = factories.defaultStream!(this);
+    if (!this.#defaultStream) this.#defaultStream = Stream.defaultOf(this);
     return this.#defaultStream;
   }
 
   alloc(bytes: number): Buffer {
-    return factories.alloc!(this, bytes);
+    return Buffer.alloc(this, bytes);
   }
 
   allocHost(bytes: number, opts: { mapped?: boolean } = {}): HostBuffer {
-    return factories.allocHost!(this, bytes, options("Device.allocHost", opts).mapped ?? false);
+    return HostBuffer.alloc(this, bytes, options("Device.allocHost", opts).mapped ?? false);
   }
 
   createStream(opts: StreamOptions = {}): Stream {
-    return factories.stream!(this, options("Device.createStream", opts));
+    return Stream.create(this, options("Device.createStream", opts));
   }
 
   createEvent(opts: EventOptions = {}): Event {
-    return factories.event!(this, opts);
+    return Event.create(this, opts);
   }
 
   /**
@@ -365,7 +269,7 @@ export class Device {
     // Closing the device drains its streams: queued host functions must run first. A running
     // ring kernel's stream is left out (it never idles; its RingKernel is stopped just below).
     const all = this.#waitedHandles();
-    beforeBlockingWait("Device.dispose", (s) => all.includes(s), () => idle(all));
+    beforeBlockingWait("Device.dispose", (s) => all.includes(s), () => this.#idle(all));
     for (const ref of [...this.state.dependents]) {
       try {
         ref.deref()?.dispose();
@@ -378,19 +282,28 @@ export class Device {
     const shared = sharedByHandle.get(this.state.handle);
     shared?.states.delete(this.state);
     try {
-      factories.releaseMemory?.(this.state, shared ? ([...shared.states].find((s) => s.open) ?? null) : null);
+      releaseDeviceMemory(this.state, shared ? ([...shared.states].find((s) => s.open) ?? null) : null);
     } catch {
       /* dispose() never throws; the native close below frees what is left */
     }
     this.state.open = false;
     if (shared && --shared.opened <= 0) sharedByHandle.delete(this.state.handle);
-    const rc = N.bg_device_close(this.state.handle);
     if (this === defaultDevice) defaultDevice = undefined;
-    check(rc, "bg_device_close", this.backend);
+    try {
+      this.state.api.device_close(this.state.handle);
+    } catch {
+      /* dispose() never throws: the handle is gone either way */
+    }
   }
 
   [Symbol.dispose](): void {
     this.dispose();
+  }
+
+  /** Whether every one of these native streams has finished its work (a failed query counts). */
+  #idle(streams: number[]): boolean {
+    const api = this.state.api;
+    return streams.every((h) => settled(() => api.stream_query(h)));
   }
 
   toString(): string {
@@ -398,7 +311,4 @@ export class Device {
   }
 }
 
-/** Whether every one of these native streams has finished its work. */
-function idle(streams: number[]): boolean {
-  return streams.every((h) => N.bg_stream_query(h) !== Status.NOT_READY);
-}
+

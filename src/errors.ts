@@ -1,30 +1,8 @@
-// GpuError: every failure bungpu reports. `code` is the shim's status (CUDA's numbering where
-// CUDA has the same error), `name` its symbolic name, `backend` where it happened and `call` the
-// bg_* (or TypeScript) call that refused.
-import { Status, StatusName } from "../ffi/symbols";
+// GpuError (defined with the result layer, ffi/errors.ts, and re-exported here) and the
+// validation helpers src/ uses to throw it before anything crosses the FFI.
+import { GpuError, Status, StatusName, type BackendLabel } from "../ffi/errors";
 
-export type BackendLabel = "cpu" | "cuda" | "metal" | "loader" | "compiler" | "typescript";
-
-export class GpuError extends Error {
-  readonly code: number;
-  readonly codeName: string;
-  readonly backend: BackendLabel | undefined;
-  readonly call: string | undefined;
-
-  constructor(code: number, message: string, opts: { backend?: BackendLabel; call?: string } = {}) {
-    const codeName = StatusName[code] ?? `BG_ERR_${code}`;
-    super(`${codeName} (${code}): ${message}`);
-    this.code = code;
-    this.codeName = codeName;
-    this.backend = opts.backend;
-    this.call = opts.call;
-  }
-
-  override get name(): string {
-    return "GpuError";
-  }
-}
-
+export { GpuError, StatusName, type BackendLabel };
 export { Status };
 
 /** Throw an INVALID_VALUE GpuError from TypeScript validation. */

@@ -1,13 +1,12 @@
 // Event: a point in a stream's work. Other streams can wait on it; the host can query, block
 // on it or await it; two timing events give the milliseconds between them.
-import { N, check, slot, readPtr, readF32 } from "../ffi/native";
-import { Status } from "../ffi/symbols";
-import { Device, factories } from "./device";
-import { describeValue, invalid, disposed, options } from "./errors";
+import { eventElapsed } from "../ffi/result";
+import { EventFlag } from "../ffi/constants";
+import { isDevice, type DeviceRef, type StreamRef } from "./device_state";
+import { describeValue, invalid, options } from "./errors";
 import { beforeBlockingWait } from "./hostfn";
-import { track, untrack } from "./lifetime";
-import { pollUntil } from "./poll";
-import type { Stream } from "./stream";
+import { pollUntil, settled } from "./poll";
+import { RELEASE, Resource } from "./resource";
 
 export interface EventOptions {
   /** Record timestamps for elapsed() (default true). */
@@ -16,65 +15,55 @@ export interface EventOptions {
   blockingSync?: boolean;
 }
 
-export class Event {
-  readonly device: Device;
+export class Event extends Resource {
+  readonly device: DeviceRef;
   readonly timing: boolean;
-  #handle: number;
-  #live = true;
   /** The native stream of the latest record (0: never recorded), for the host-function guard. */
   #recordedOn = 0;
 
-  private constructor(device: Device, handle: number, timing: boolean) {
+  private constructor(device: DeviceRef, handle: number, timing: boolean) {
+    super(device.state, handle, "event");
     this.device = device;
-    this.#handle = handle;
     this.timing = timing;
-    track(this, device.state, handle, "event");
+    this.track("event");
   }
 
-  static create(device: Device, opts: EventOptions = {}): Event {
-    if (!(device instanceof Device)) invalid("Event.create", `device must be a Device, got ${describeValue(device)}`);
+  static create(device: DeviceRef, opts: EventOptions = {}): Event {
+    if (!isDevice(device)) invalid("Event.create", `device must be a Device, got ${describeValue(device)}`);
     opts = options("Event.create", opts);
     const timing = opts.timing ?? true;
-    const flags = (timing ? 0 : 2) | (opts.blockingSync ? 1 : 0);
-    check(N.bg_event_create(device.handle, flags, slot(0)), "bg_event_create", device.backend);
-    return new Event(device, readPtr(0), timing);
+    const flags = (timing ? 0 : EventFlag.DISABLE_TIMING) | (opts.blockingSync ? EventFlag.BLOCKING_SYNC : 0);
+    return new Event(device, device.state.api.event_create(device.handle, flags), timing);
   }
 
   get handle(): number {
-    if (!this.device.state.open) disposed("Event", "device of this event");
-    if (!this.#live) disposed("Event", "event");
-    return this.#handle;
-  }
-
-  get disposed(): boolean {
-    return !this.#live || !this.device.state.open;
+    return this.liveHandle;
   }
 
   /** Capture the work queued on `stream` so far (default: the device's default stream). */
-  record(stream?: Stream): this {
+  record(stream?: StreamRef): this {
     const s = stream ?? this.device.defaultStream;
-    if (typeof s !== "object" || !(s.device instanceof Device)) invalid("Event.record", `stream must be a Stream, got ${describeValue(s)}`);
+    if (typeof s !== "object" || s === null || !isDevice(s.device)) invalid("Event.record", `stream must be a Stream, got ${describeValue(s)}`);
     if (s.device.handle !== this.device.handle) invalid("Event.record", "stream of another device");
-    check(N.bg_event_record(this.handle, s.handle), "bg_event_record", this.device.backend);
-    this.#recordedOn = s.handle;
+    const sh = s.handle;
+    this.dev.api.event_record(this.handle, sh);
+    this.#recordedOn = sh;
     return this;
   }
 
   /** True when the recorded work has finished (an event never recorded counts as finished). */
   query(): boolean {
-    const rc = N.bg_event_query(this.handle);
-    if (rc === Status.NOT_READY) return false;
-    check(rc, "bg_event_query", this.device.backend);
-    return true;
+    return this.dev.api.event_query(this.handle);
   }
 
   synchronize(): void {
     const h = this.handle;
+    const api = this.dev.api;
     // Inside a host function: refused only if the record is on that function's stream and not
     // yet reached (a record before the function has completed already and is fine to wait on).
-    const reached = () => N.bg_event_query(h) !== Status.NOT_READY;
+    const reached = () => settled(() => api.event_query(h));
     beforeBlockingWait("Event.synchronize", (s) => s === this.#recordedOn && !reached(), reached);
-    check(N.bg_event_synchronize(h), "bg_event_synchronize", this.device.backend);
+    api.event_synchronize(h);
   }
 
   /** Resolves when the recorded work has finished; never blocks the event loop. */
@@ -85,8 +74,7 @@ export class Event {
   /** Milliseconds from `start` to `end` (both recorded with timing and finished). */
   static elapsed(start: Event, end: Event): number {
     if (!(start instanceof Event) || !(end instanceof Event)) invalid("Event.elapsed", "expected two Events");
-    check(N.bg_event_elapsed(slot(0), start.handle, end.handle), "bg_event_elapsed", start.device.backend);
-    return readF32(0);
+    return eventElapsed(start.handle, end.handle, start.device.backend);
   }
 
   /** Milliseconds from `start` to this event. */
@@ -94,16 +82,8 @@ export class Event {
     return Event.elapsed(start, this);
   }
 
-  dispose(): void {
-    if (!this.#live) return;
-    this.#live = false;
-    untrack(this);
-    if (this.device.state.open) check(N.bg_event_destroy(this.#handle), "bg_event_destroy", this.device.backend);
-  }
-
-  [Symbol.dispose](): void {
-    this.dispose();
+  protected [RELEASE](): void {
+    const handle = this.rawHandle;
+    if (this.dev.open) this.dev.api.event_destroy(handle);
   }
 }
-
-factories.event = (d, o) => Event.create(d, o);

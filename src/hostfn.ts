@@ -8,10 +8,10 @@
 //    stalled the host functions of all other streams, and a wait across streams could deadlock.
 //  - Elsewhere (and on a CUDA driver without stream memory operations): a shim signal, a host
 //    function that stores REACHED in its state word and waits for RELEASED.
-import { N, check, slot, readPtr, nativeView } from "../ffi/native";
-import { Signal, Status } from "../ffi/symbols";
-import type { DeviceState } from "./device";
-import { GpuError } from "./errors";
+import { api, nativeView, type Api } from "../ffi/result";
+import { EventFlag, HostAllocFlag, Signal } from "../ffi/constants";
+import type { DeviceState } from "./device_state";
+import { GpuError, Status } from "./errors";
 
 interface Pending {
   fn: () => unknown;
@@ -43,20 +43,21 @@ export function refuseSelfWait(call: string, waitsOn: (stream: number) => boolea
     );
 }
 
+/** The calls that belong to no device (signals). */
+const shim = api();
+
 const pool: { sig: number; word: Uint32Array }[] = [];
 const pending = new Set<Pending>();
 
 function takeSignal(): { sig: number; word: Uint32Array } {
   const s = pool.pop();
   if (s) return s;
-  check(N.bg_signal_create(slot(0)), "bg_signal_create");
-  const sig = readPtr(0);
-  check(N.bg_signal_address(sig, slot(0)), "bg_signal_address");
-  return { sig, word: new Uint32Array(nativeView(readPtr(0), 4)) };
+  const sig = shim.signal_create();
+  return { sig, word: new Uint32Array(nativeView(shim.signal_address(sig), 4)) };
 }
 
 function releaseSignal(s: { sig: number; word: Uint32Array }): void {
-  check(N.bg_signal_release(s.sig), "bg_signal_release");
+  shim.signal_release(s.sig);
   // The stream resets the word to IDLE after it wakes; only then may the signal be reused.
   const reuse = () => {
     if (s.word[0] === Signal.IDLE) pool.push({ sig: s.sig, word: s.word });
@@ -70,7 +71,6 @@ function releaseSignal(s: { sig: number; word: Uint32Array }): void {
 const WORD_IDLE = 0;
 const WORD_RELEASED = 2;
 const CHUNK_WORDS = 1024;
-const EVENT_DISABLE_TIMING = 2;
 
 /** Per device: mapped pinned words (chunks of 4 KiB) and events, reused. */
 class WordPool {
@@ -80,6 +80,8 @@ class WordPool {
   /** Released words waiting for their stream to write IDLE back. */
   readonly #settling: { view: Uint32Array; i: number; dptr: number }[] = [];
   readonly #events: number[] = [];
+  /** Calls whose errors name "cuda" (this pool serves CUDA devices only). */
+  readonly #api: Api = api("cuda");
   constructor(state: DeviceState) {
     this.#state = state;
   }
@@ -94,9 +96,8 @@ class WordPool {
     }
     const w = this.#free.pop();
     if (w) return w;
-    check(N.bg_host_alloc(this.#state.handle, CHUNK_WORDS * 4, 1, slot(0), slot(1)), "bg_host_alloc", "cuda");
-    const view = new Uint32Array(nativeView(readPtr(0), CHUNK_WORDS * 4));
-    const dptr = readPtr(1);
+    const [host, dptr] = this.#api.host_alloc(this.#state.handle, CHUNK_WORDS * 4, HostAllocFlag.MAPPED);
+    const view = new Uint32Array(nativeView(host, CHUNK_WORDS * 4));
     view.fill(WORD_IDLE);
     this.#chunks.push({ view, dptr });
     for (let i = CHUNK_WORDS - 1; i > 0; i--) this.#free.push({ view, i, dptr: dptr + 4 * i });
@@ -106,8 +107,7 @@ class WordPool {
   #event(): number {
     const e = this.#events.pop();
     if (e !== undefined) return e;
-    check(N.bg_event_create(this.#state.handle, EVENT_DISABLE_TIMING, slot(0)), "bg_event_create", "cuda");
-    return readPtr(0);
+    return this.#api.event_create(this.#state.handle, EventFlag.DISABLE_TIMING);
   }
 
   /**
@@ -118,27 +118,34 @@ class WordPool {
     const w = this.#word();
     const ev = this.#event();
     w.view[w.i] = WORD_IDLE;
-    let rc = N.bg_event_record(ev, stream);
-    if (rc === 0) {
-      rc = N.bg_stream_wait_value32(stream, w.dptr, WORD_RELEASED);
-      if (rc !== 0) this.#events.push(ev); // recorded, harmless; nothing waits
-    } else this.#events.push(ev);
-    if (rc !== 0) {
+    try {
+      this.#api.event_record(ev, stream);
+      this.#api.stream_wait_value32(stream, w.dptr, WORD_RELEASED);
+    } catch (e) {
+      this.#events.push(ev); // recorded or not, harmless: nothing waits on it
       this.#free.push(w);
-      check(rc, "bg_stream_wait_value32", "cuda");
+      throw e;
     }
     // After the wait: the word back to IDLE, so it can be reused. Without it the word is never
     // reused (the stream still goes on once released).
-    const reset = N.bg_stream_write_value32(stream, w.dptr, WORD_IDLE) === 0;
+    let reset = true;
+    try {
+      this.#api.stream_write_value32(stream, w.dptr, WORD_IDLE);
+    } catch {
+      reset = false;
+    }
     let done = false;
     return {
       reached: () => {
         if (done) return true;
         if (!this.#state.open) return (done = true);
-        const q = N.bg_event_query(ev);
-        // NOT_READY: not yet. Any other failure (a sticky device error) counts as reached, so
-        // the function runs and the stream is released rather than held forever.
-        return (done = q !== Status.NOT_READY);
+        // Not ready: not yet. Any failure (a sticky device error) counts as reached, so the
+        // function runs and the stream is released rather than held forever.
+        try {
+          return (done = this.#api.event_query(ev));
+        } catch {
+          return (done = true);
+        }
       },
       release: () => {
         w.view[w.i] = WORD_RELEASED;
@@ -222,10 +229,11 @@ export function enqueueHostFn(stream: number, fn: () => unknown, onError: (e: un
     }
   }
   const s = takeSignal();
-  const rc = N.bg_stream_host_signal(stream, s.sig);
-  if (rc !== 0) {
+  try {
+    api(backend).stream_host_signal(stream, s.sig);
+  } catch (e) {
     pool.push(s);
-    check(rc, "bg_stream_host_signal", backend);
+    throw e;
   }
   pending.add({ fn, running: false, onError, stream, reached: () => s.word[0] === Signal.REACHED, release: () => releaseSignal(s) });
   kick();

@@ -1,6 +1,6 @@
 // bungpu: driver-level GPU control for Bun.
 export { GpuError } from "./errors";
-export { Status, StatusName } from "../ffi/symbols";
+export { Status, StatusName } from "../ffi/errors";
 export { Device, type DeviceProps, type BackendInfo } from "./device";
 export { Buffer, HostBuffer, memoryStats, setMemoryBudget, type FillType, type HostData } from "./buffer";
 export { Stream, type StreamOptions } from "./stream";
@@ -17,7 +17,7 @@ export {
   type LaunchConfig,
   type Dim3,
 } from "./kernel";
-export { loadInfo } from "../ffi/native";
+export { loadInfo } from "../ffi/result";
 export { CaptureMode, Graph, GraphExec, type CaptureStatus } from "./capture";
 export {
   Step,

@@ -1,11 +1,11 @@
-// The safety net of DESIGN.md: a native object whose TypeScript owner is collected without
+// The safety net: a native object whose TypeScript owner is collected without
 // dispose() is released by a FinalizationRegistry. Not the plan (dispose() and `using` are), and
 // never a source of errors: a finaliser has no caller to report to. Buffers have their own
 // registry (buffer.ts), which also counts live bytes.
-import { N } from "../ffi/native";
-import { releaseOutsideCapture, type DeviceState } from "./device";
+import type { Api } from "../ffi/result";
+import { releaseOutsideCapture, type DeviceState } from "./device_state";
 
-type Kind = "stream" | "event" | "module" | "graph" | "exec";
+export type Kind = "stream" | "event" | "module" | "graph" | "exec";
 
 interface Held {
   state: DeviceState;
@@ -15,12 +15,12 @@ interface Held {
   after?: () => void;
 }
 
-const release: Record<Kind, (h: number) => number> = {
-  stream: (h) => N.bg_stream_destroy(h), // waits for the stream's queued work
-  event: (h) => N.bg_event_destroy(h),
-  module: (h) => N.bg_module_unload(h), // the shim defers the unload past queued work
-  graph: (h) => N.bg_graph_destroy(h),
-  exec: (h) => N.bg_graph_exec_destroy(h),
+const release: Record<Kind, (api: Api, h: number) => void> = {
+  stream: (api, h) => api.stream_destroy(h), // waits for the stream's queued work
+  event: (api, h) => api.event_destroy(h),
+  module: (api, h) => api.module_unload(h), // the shim defers the unload past queued work
+  graph: (api, h) => api.graph_destroy(h),
+  exec: (api, h) => api.graph_exec_destroy(h),
 };
 
 /** Released natively by the finaliser, so tests can see the net works. */
@@ -31,7 +31,11 @@ const registry = new FinalizationRegistry<Held>((h) => {
   // never inside an open capture: a release there is illegal and would invalidate it
   releaseOutsideCapture(h.state, () => {
     if (!h.state.open) return;
-    release[h.kind](h.handle);
+    try {
+      release[h.kind](h.state.api, h.handle);
+    } catch {
+      /* a finaliser has no caller to report to */
+    }
     finalized[h.kind]++;
   });
   h.after?.();

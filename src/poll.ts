@@ -1,4 +1,4 @@
-// Completion is found by polling memory the shim writes (DESIGN.md): a short phase of
+// Completion is found by polling memory the shim writes: a short phase of
 // setImmediate turns, then setTimeout with a backing-off delay, so waiting never blocks the event
 // loop and an idle wait costs little CPU. Each turn also runs TypeScript host functions whose
 // stream has reached them.
@@ -29,4 +29,13 @@ export function pollUntil(ready: () => boolean): Promise<void> {
     };
     setImmediate(tick);
   });
+}
+
+/** A query's answer where a failure counts as finished (a wait must not spin on a broken stream). */
+export function settled(query: () => boolean): boolean {
+  try {
+    return query();
+  } catch {
+    return true;
+  }
 }

@@ -1,15 +1,14 @@
 // Stream: an in-order queue of device work. Enqueueing returns at once; synchronize() blocks,
 // done() is its awaitable twin that polls and never blocks the event loop.
-import { N, check, slot, readPtr, readI32 } from "../ffi/native";
-import { Status } from "../ffi/symbols";
+import { CaptureStatusId, StreamFlag } from "../ffi/constants";
 import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buffer";
-import { Device, captureEnded, factories, noteCaptured } from "./device";
-import { GpuError, invalid, disposed } from "./errors";
+import { captureEnded, isDevice, noteCaptured, type DeviceRef } from "./device_state";
+import { GpuError, Status, describeValue, invalid, disposed } from "./errors";
 import { Event } from "./event";
 import { abandonFailures, beforeBlockingWait, enqueueHostFn, raiseFailures, recordFailure, type FailureSink } from "./hostfn";
-import { CaptureMode, beginCapture as beginCaptureOn, endCapture as endCaptureOn, type Graph } from "./capture";
-import { track, untrack } from "./lifetime";
-import { pollUntil } from "./poll";
+import { CaptureMode, beginCapture as beginCaptureOn, endCapture as endCaptureOn, type CaptureStatus, type Graph } from "./capture";
+import { pollUntil, settled } from "./poll";
+import { RELEASE, Resource } from "./resource";
 
 export interface StreamOptions {
   /**
@@ -24,20 +23,24 @@ export interface StreamOptions {
   priority?: number;
 }
 
+const CAPTURE_STATUS: Record<number, CaptureStatus> = {
+  [CaptureStatusId.NONE]: "None",
+  [CaptureStatusId.ACTIVE]: "Active",
+  [CaptureStatusId.INVALIDATED]: "Invalidated",
+};
+
 export interface CopyOptions {
   bytes?: number;
   dstOffset?: number;
   srcOffset?: number;
 }
 
-export class Stream {
-  readonly device: Device;
+export class Stream extends Resource {
+  readonly device: DeviceRef;
   readonly isDefault: boolean;
   readonly priority: number;
   /** Created with { nonBlocking: true }: neither waits for the default stream nor is waited for by it. */
   readonly nonBlocking: boolean;
-  #handle: number;
-  #live = true;
   /** Host memory async work reads or writes, kept referenced until the stream is seen idle. */
   #keep: unknown[] = [];
   /** This stream's entry in its device's stream set (what device.done() waits for). */
@@ -45,41 +48,36 @@ export class Stream {
   /** Host functions' failures, reported by the next wait (or as unhandled rejections; see hostFn). */
   readonly #failures: FailureSink;
 
-  private constructor(device: Device, handle: number, isDefault: boolean, priority: number, nonBlocking = false) {
+  private constructor(device: DeviceRef, handle: number, isDefault: boolean, priority: number, nonBlocking = false) {
+    super(device.state, handle, "stream");
     this.device = device;
     this.nonBlocking = nonBlocking;
-    this.#handle = handle;
     this.isDefault = isDefault;
     this.priority = priority;
     const failures: FailureSink = (this.#failures = { device: device.state.handle, errors: [] });
     if (!isDefault) {
-      track(this, device.state, handle, "stream", () => abandonFailures(failures, "Stream.hostFn"));
+      this.track("stream", () => abandonFailures(failures, "Stream.hostFn"));
       this.#registered = new WeakRef(this);
       device.state.streams.add(this.#registered);
     }
   }
 
-  static create(device: Device, opts: StreamOptions = {}): Stream {
+  static create(device: DeviceRef, opts: StreamOptions = {}): Stream {
+    if (!isDevice(device)) invalid("Stream.create", `device must be a Device, got ${describeValue(device)}`);
     const priority = opts.priority ?? 0;
     if (!Number.isInteger(priority)) invalid("Stream.create", `priority must be an integer, got ${priority}`);
-    check(N.bg_stream_create(device.handle, opts.nonBlocking ? 1 : 0, priority, slot(0)), "bg_stream_create", device.backend);
-    return new Stream(device, readPtr(0), false, priority, opts.nonBlocking ?? false);
-  }
-
-  /** @internal */
-  static defaultOf(device: Device): Stream {
-    check(N.bg_stream_default(device.handle, slot(0)), "bg_stream_default", device.backend);
-    return new Stream(device, readPtr(0), true, 0);
+    const flags = opts.nonBlocking ? StreamFlag.NON_BLOCKING : StreamFlag.DEFAULT;
+    const handle = device.state.api.stream_create(device.handle, flags, priority);
+    return new Stream(device, handle, false, priority, opts.nonBlocking ?? false);
   }
 
   get handle(): number {
-    if (!this.device.state.open) disposed("Stream", "device of this stream");
-    if (!this.#live) disposed("Stream", "stream");
-    return this.#handle;
+    return this.liveHandle;
   }
 
-  get disposed(): boolean {
-    return !this.#live || !this.device.state.open;
+  /** @internal */
+  static defaultOf(device: DeviceRef): Stream {
+    return new Stream(device, device.state.api.stream_default(device.handle), true, 0);
   }
 
   #raise(call: string): void {
@@ -93,17 +91,16 @@ export class Stream {
   /** Block until every operation queued so far has finished. */
   synchronize(): void {
     const h = this.handle;
-    beforeBlockingWait("Stream.synchronize", (s) => s === h, () => N.bg_stream_query(h) !== Status.NOT_READY);
-    check(N.bg_stream_synchronize(h), "bg_stream_synchronize", this.device.backend);
+    const api = this.dev.api;
+    beforeBlockingWait("Stream.synchronize", (s) => s === h, () => settled(() => api.stream_query(h)));
+    api.stream_synchronize(h);
     this.#idle();
     this.#raise("Stream.synchronize");
   }
 
   /** True when all queued work has finished. */
   query(): boolean {
-    const rc = N.bg_stream_query(this.handle);
-    if (rc === Status.NOT_READY) return false;
-    check(rc, "bg_stream_query", this.device.backend);
+    if (!this.dev.api.stream_query(this.handle)) return false;
     this.#idle();
     return true;
   }
@@ -118,7 +115,7 @@ export class Stream {
       ev.record(this);
       await pollUntil(() => ev.query());
     } finally {
-      if (this.#live && this.device.state.open) this.#spare.push(ev);
+      if (!this.disposed) this.#spare.push(ev);
       else ev.dispose();
     }
     this.#raise("Stream.done");
@@ -128,7 +125,7 @@ export class Stream {
   wait(event: Event): this {
     if (!(event instanceof Event)) invalid("Stream.wait", "expected an Event");
     if (event.device.handle !== this.device.handle) invalid("Stream.wait", "event of another device");
-    check(N.bg_stream_wait_event(this.handle, event.handle), "bg_stream_wait_event", this.device.backend);
+    this.dev.api.stream_wait_event(this.handle, event.handle);
     return this;
   }
 
@@ -168,7 +165,7 @@ export class Stream {
 
   /** Work just enqueued here: if it was captured, its graph keeps these alive. */
   #captured(...uses: object[]): void {
-    if (this.device.state.captures > 0) noteCaptured(this.device.state, this.#handle, null, uses);
+    if (this.dev.captures > 0) noteCaptured(this.dev, this.rawHandle, null, uses);
   }
 
   /** Device-to-device copy in stream order. */
@@ -177,7 +174,7 @@ export class Stream {
     this.handle; // a disposed stream is an error even for an empty range
     if (!(dst instanceof Buffer) || !(src instanceof Buffer)) invalid(call, "dst and src must be Buffers");
     const [dO, so, bytes] = this.#copyRange(call, dst, src, opts);
-    if (bytes) check(N.bg_memcpy_dtod_async(this.handle, dst.address + dO, src.address + so, bytes), "bg_memcpy_dtod_async", this.device.backend);
+    if (bytes) this.dev.api.memcpy_dtod_async(this.handle, dst.address + dO, src.address + so, bytes);
     this.#captured(dst, src);
     return this;
   }
@@ -190,7 +187,7 @@ export class Stream {
     if (!(src instanceof HostBuffer)) invalid(call, "src must be a HostBuffer (pinned memory); use Buffer.write for a synchronous copy");
     const [dO, so, bytes] = this.#copyRange(call, dst, src, opts);
     if (bytes) {
-      check(N.bg_memcpy_htod_async(this.handle, dst.address + dO, src.hostAddress + so, bytes), "bg_memcpy_htod_async", this.device.backend);
+      this.dev.api.memcpy_htod_async(this.handle, dst.address + dO, src.hostAddress + so, bytes);
       this.#keep.push(src);
       this.#captured(dst, src);
     }
@@ -205,7 +202,7 @@ export class Stream {
     if (!(src instanceof Buffer)) invalid(call, "src must be a Buffer");
     const [dO, so, bytes] = this.#copyRange(call, dst, src, opts);
     if (bytes) {
-      check(N.bg_memcpy_dtoh_async(this.handle, dst.hostAddress + dO, src.address + so, bytes), "bg_memcpy_dtoh_async", this.device.backend);
+      this.dev.api.memcpy_dtoh_async(this.handle, dst.hostAddress + dO, src.address + so, bytes);
       this.#keep.push(dst);
       this.#captured(dst, src);
     }
@@ -223,7 +220,7 @@ export class Stream {
     const bytes = checkSize(call, "byte count", opts.bytes ?? buf.byteLength - off);
     this.#range(call, "buffer", buf.byteLength, off, bytes);
     if (bytes % size || (buf.address + off) % size) invalid(call, `range is not aligned to ${size}-byte elements`);
-    if (bytes) check(N.bg_memset_async(this.handle, buf.address + off, pattern, size, bytes / size), "bg_memset_async", this.device.backend);
+    if (bytes) this.dev.api.memset_async(this.handle, buf.address + off, pattern, size, bytes / size);
     this.#captured(buf);
     return this;
   }
@@ -273,36 +270,46 @@ export class Stream {
 
   /** Capture status of this stream: "None", "Active" or "Invalidated". */
   captureStatus(): "None" | "Active" | "Invalidated" {
-    check(N.bg_stream_capture_status(this.handle, slot(0)), "bg_stream_capture_status", this.device.backend);
-    return (["None", "Active", "Invalidated"] as const)[readI32(0)] ?? "None";
+    return CAPTURE_STATUS[this.dev.api.stream_capture_status(this.handle)] ?? "None";
   }
 
-  /** Wait for the stream's work, then destroy it. The default stream is owned by its device. */
-  dispose(): void {
-    if (!this.#live || this.isDefault) return;
-    if (!this.device.state.open) {
-      this.#live = false;
-      return;
+  /** The default stream is owned by its device: disposing it does nothing. */
+  protected override get owns(): boolean {
+    return !this.isDefault;
+  }
+
+  /**
+   * Wait for the stream's work, then destroy it. The default stream is owned by its device.
+   * Refused (ILLEGAL_STATE) from a host function of this stream, which the wait would deadlock.
+   */
+  override dispose(): void {
+    if (!this.disposed && !this.isDefault) {
+      const h = this.rawHandle;
+      const api = this.dev.api;
+      beforeBlockingWait("Stream.dispose", (s) => s === h, () => settled(() => api.stream_query(h)));
     }
-    const h = this.#handle;
-    beforeBlockingWait("Stream.dispose", (s) => s === h, () => N.bg_stream_query(h) !== Status.NOT_READY);
-    // Disposed while capturing: the capture ends with it (the device stops counting it open).
-    const capturing = this.isDefault ? false : N.bg_stream_capture_status(h, slot(0)) === 0 && readI32(0) !== 0;
-    this.#live = false;
-    untrack(this);
-    if (this.#registered) this.device.state.streams.delete(this.#registered);
-    for (const ev of this.#spare.splice(0)) ev.dispose();
-    const rc = N.bg_stream_destroy(this.#handle);
-    if (capturing) captureEnded(this.device.state);
-    this.#idle();
-    abandonFailures(this.#failures, "Stream.dispose"); // no later wait can report them now
-    check(rc, "bg_stream_destroy", this.device.backend);
+    super.dispose();
   }
 
-  [Symbol.dispose](): void {
-    this.dispose();
+  protected [RELEASE](): void {
+    const h = this.rawHandle;
+    if (!this.dev.open) return;
+    const api = this.dev.api;
+    // Disposed while capturing: the capture ends with it (the device stops counting it open).
+    let capturing = false;
+    try {
+      capturing = api.stream_capture_status(h) !== 0;
+    } catch {
+      /* not capturing, as far as anyone can tell */
+    }
+    if (this.#registered) this.dev.streams.delete(this.#registered);
+    for (const ev of this.#spare.splice(0)) ev.dispose();
+    try {
+      api.stream_destroy(h);
+    } finally {
+      if (capturing) captureEnded(this.dev);
+      this.#idle();
+      abandonFailures(this.#failures, "Stream.dispose"); // no later wait can report them now
+    }
   }
 }
-
-factories.stream = (d, o) => Stream.create(d, o);
-factories.defaultStream = (d) => Stream.defaultOf(d);

@@ -1,7 +1,7 @@
 // The backend table: one record per backend, each under its own name, with the dialect, compiler
 // and ring source that the rest of the package looks up instead of branching on the name.
 import { expect, test } from "bun:test";
-import { Backend } from "../ffi/symbols";
+import { Backend } from "../ffi/sys";
 import { Device, GpuError, KernelMode, Program, RingKernel, Status, ringKernelSource } from "../src";
 import { backendOf, backends, dialects } from "../src/backends";
 import { compileStats, cpuCompilerLabel } from "../src/compile";

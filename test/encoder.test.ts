@@ -1,7 +1,7 @@
 // Issue 5: CommandEncoder batching, GraphExecutor / GraphSession / ComputeGraph.
 import { afterAll, describe, expect, test } from "bun:test";
 import { N, readU64, slot } from "../ffi/native";
-import { Cmd } from "../ffi/symbols";
+import { Cmd } from "../ffi/sys";
 import { Device, Program, Status, type Buffer, type Kernel } from "../src";
 import { CommandEncoder } from "../src/encoder";
 import { ComputeGraph, GraphExecutor, type GraphDispatchOptions } from "../src/graph_executor";

@@ -2,7 +2,7 @@
 // names is derived from it (BackendName), so a backend missing from a `Record<BackendName, …>`
 // or a switch fails to compile, and so does a backend the shim numbers (ffi/symbols' Backend)
 // without a record here.
-import type { Backend } from "../../ffi/symbols";
+import type { Backend } from "../../ffi/sys";
 import { cpu } from "./cpu";
 import { cuda } from "./cuda";
 import { metal } from "./metal";

@@ -8,7 +8,7 @@ import { findCompilers, type CCompiler } from "../../ffi/compilers";
 import { cacheRoot } from "../../ffi/load";
 import { addressOf, cstr } from "../../ffi/native";
 import { SHIM_DIR } from "../../ffi/shimsrc";
-import { ImageKind, Status } from "../../ffi/symbols";
+import { ImageKind, Status } from "../../ffi/sys";
 import { GpuError, invalid } from "../errors";
 import { cacheDir, cached, compileStats, sha256, store } from "./cache";
 import { tinyccCompile } from "./tinycc";

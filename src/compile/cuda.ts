@@ -3,7 +3,7 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { N, check, cstr, slot, readPtr, readI32, readU64, lastError } from "../../ffi/native";
-import { ImageKind } from "../../ffi/symbols";
+import { ImageKind } from "../../ffi/sys";
 import { GpuError } from "../errors";
 import { cacheDir, cached, compileStats, sha256, store } from "./cache";
 import type { CompileOptions, CompileTarget, LoadableImage } from "./types";

@@ -2,7 +2,7 @@
 // Batches cross the FFI once; head and tail are also read directly through a zero-copy view of
 // the ring header, so polling for a response costs no FFI call.
 import { N, check, slot, readU32, readPtr, nativeView } from "../../ffi/native";
-import { RING_HEAD_OFFSET, RING_TAIL_OFFSET, RING_META_OFFSET } from "../../ffi/symbols";
+import { RING_HEAD_OFFSET, RING_TAIL_OFFSET, RING_META_OFFSET } from "../../ffi/sys";
 import { Device } from "../device";
 import { invalid, disposed, type BackendLabel } from "../errors";
 import { checkRingShape } from "./source";
