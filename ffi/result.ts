@@ -84,16 +84,17 @@ function wrap(name: string, e: EntryInfo, backend: BackendLabel | undefined): (.
   const nIn = e.args.length - outs.length;
   const params = Array.from({ length: nIn }, (_, i) => `a${i}`);
   const args = [...params, ...outs.map((_, i) => `${SCRATCH + 8 * i}`)].join(", ");
-  const fn = (N as unknown as Record<string, unknown>)[name];
   const failHere = (rc: number): never => fail(rc, name, backend);
   let body: string;
-  if (e.query) body = `const rc = f(${args}); if (rc === 0) return true; if (rc === ${Status.NOT_READY}) return false; return fail(rc);`;
-  else if (outs.length === 0) body = `const rc = f(${args}); if (rc !== 0) fail(rc);`;
-  else if (outs.length === 1) body = `const rc = f(${args}); if (rc !== 0) fail(rc); return ${readOut(outs[0]!, 0)};`;
-  else body = `const rc = f(${args}); if (rc !== 0) fail(rc); return [${outs.map((k, i) => readOut(k, i)).join(", ")}];`;
+  if (e.query) body = `const rc = n.${name}(${args}); if (rc === 0) return true; if (rc === ${Status.NOT_READY}) return false; return fail(rc);`;
+  else if (outs.length === 0) body = `const rc = n.${name}(${args}); if (rc !== 0) fail(rc);`;
+  else if (outs.length === 1) body = `const rc = n.${name}(${args}); if (rc !== 0) fail(rc); return ${readOut(outs[0]!, 0)};`;
+  else body = `const rc = n.${name}(${args}); if (rc !== 0) fail(rc); return [${outs.map((k, i) => readOut(k, i)).join(", ")}];`;
   // One small function per symbol, of exactly its arity: the JIT inlines it like hand-written code.
-  const make = Function("f", "fail", "u32", "i32", "f32", `"use strict"; return function ${name}(${params.join(", ")}) { ${body} };`);
-  return make(fn, failHere, scratchU32, scratchI32, scratchF32) as (...a: never[]) => unknown;
+  // It looks the symbol up on the table at each call, as a raw `N.bg_*` call does, so a table
+  // whose entries are swapped (a test counting crossings, a tracer) sees every call.
+  const make = Function("n", "fail", "u32", "i32", "f32", `"use strict"; return function ${name}(${params.join(", ")}) { ${body} };`);
+  return make(N, failHere, scratchU32, scratchI32, scratchF32) as (...a: never[]) => unknown;
 }
 
 function build(backend: BackendLabel | undefined): Api {
