@@ -1,0 +1,125 @@
+// The house docs/ARCHITECTURE.md draws, held against the code: arrows run down only (ffi/ never
+// imports src/, src/ never touches the raw symbol table), no circle of imports in src/ or ffi/,
+// and no file over about 600 lines without a reason written at its top.
+import { describe, expect, test } from "bun:test";
+import { existsSync, readFileSync, readdirSync, statSync } from "node:fs";
+import { dirname, join, relative, resolve } from "node:path";
+
+const root = resolve(import.meta.dir, "..");
+
+function tsFiles(dir: string): string[] {
+  const out: string[] = [];
+  for (const name of readdirSync(dir)) {
+    const p = join(dir, name);
+    if (statSync(p).isDirectory()) {
+      if (name !== "prebuilt") out.push(...tsFiles(p));
+    } else if (name.endsWith(".ts")) out.push(p);
+  }
+  return out;
+}
+
+/** Relative imports of a file (`import … from`, `export … from`, side-effect imports), resolved
+ * to files; `typeOnly` marks `import type` / `export type`, which leave no arrow at run time. */
+function importsOf(file: string): { to: string; typeOnly: boolean }[] {
+  const text = readFileSync(file, "utf8");
+  const out: { to: string; typeOnly: boolean }[] = [];
+  const re = /^\s*(import|export)\s+(type\s+)?([^;'"]*?\bfrom\s+)?["'](\.{1,2}\/[^"']+)["']/gm;
+  for (let m; (m = re.exec(text)); ) {
+    const spec = m[4]!;
+    const base = resolve(dirname(file), spec);
+    const cands = [base, `${base}.ts`, join(base, "index.ts")];
+    const to = cands.find((c) => existsSync(c) && statSync(c).isFile());
+    if (to) out.push({ to, typeOnly: Boolean(m[2]) });
+  }
+  return out;
+}
+
+function cycles(files: string[]): string[][] {
+  const set = new Set(files);
+  const edges = new Map<string, string[]>();
+  for (const f of files) edges.set(f, importsOf(f).filter((i) => !i.typeOnly && set.has(i.to)).map((i) => i.to));
+  const found: string[][] = [];
+  const state = new Map<string, 1 | 2>();
+  const stack: string[] = [];
+  const visit = (f: string): void => {
+    state.set(f, 1);
+    stack.push(f);
+    for (const t of edges.get(f) ?? []) {
+      if (state.get(t) === 1) found.push(stack.slice(stack.indexOf(t)).map((p) => relative(root, p)));
+      else if (!state.has(t)) visit(t);
+    }
+    stack.pop();
+    state.set(f, 2);
+  };
+  for (const f of files) if (!state.has(f)) visit(f);
+  return found;
+}
+
+const src = tsFiles(join(root, "src"));
+const ffi = tsFiles(join(root, "ffi"));
+
+describe("the house", () => {
+  test("ffi/ imports nothing from src/", () => {
+    const up = ffi.flatMap((f) => importsOf(f).filter((i) => i.to.startsWith(join(root, "src"))).map((i) => `${relative(root, f)} -> ${relative(root, i.to)}`));
+    expect(up).toEqual([]);
+  });
+
+  test("src/ calls the result layer, never the raw symbol table or its scratch slots", () => {
+    const raw = src.filter((f) => importsOf(f).some((i) => i.to === join(root, "ffi/native.ts") && !i.typeOnly)).map((f) => relative(root, f));
+    expect(raw).toEqual([]);
+    const calls = src.filter((f) => /\bN\.bg_\w+\(/.test(readFileSync(f, "utf8"))).map((f) => relative(root, f));
+    expect(calls).toEqual([]);
+  });
+
+  test("no circle of imports in src/ or ffi/ (run-time imports)", () => {
+    expect(cycles([...src, ...ffi])).toEqual([]);
+  });
+
+  test("no file over about 600 lines without a reason at its top", () => {
+    const long = [...src, ...ffi]
+      .filter((f) => !f.endsWith("constants.ts"))
+      .filter((f) => {
+        const lines = readFileSync(f, "utf8").split("\n");
+        if (lines.length <= 620) return false;
+        // The reason is a comment in the first lines that says why the file stays one file.
+        return !/one file|stays whole|over 600|why it is long|one class/i.test(lines.slice(0, 30).join("\n"));
+      })
+      .map((f) => relative(root, f));
+    expect(long).toEqual([]);
+  });
+
+  test("the walker sees imports (a check that would pass on an empty graph proves nothing)", () => {
+    const dev = importsOf(join(root, "src/device.ts")).map((i) => relative(root, i.to));
+    expect(dev).toContain("src/buffer.ts");
+    expect(cycles([join(root, "test/fixtures/cycle_a.ts"), join(root, "test/fixtures/cycle_b.ts")]).length).toBe(1);
+  });
+});
+
+describe("the command format has one definition and one decoder", () => {
+  const shimFiles = (dir: string): string[] =>
+    readdirSync(dir).flatMap((n) => {
+      const p = join(dir, n);
+      if (statSync(p).isDirectory()) return n === "test" ? [] : shimFiles(p);
+      return /\.(c|h)$/.test(n) ? [p] : [];
+    });
+
+  test("no BG_CMD_* record is read by raw offset outside shim/commands.c", () => {
+    const offenders: string[] = [];
+    for (const f of shimFiles(join(root, "shim"))) {
+      if (f.endsWith("commands.c") || f.endsWith("bungpu.h")) continue;
+      const text = readFileSync(f, "utf8");
+      // A raw decode reads words at byte offsets of a command: rd32(c + 8), bg_rd64(p + off + 4)…
+      for (const [i, line] of text.split("\n").entries())
+        if (/\b(bg_)?rd(32|64)\s*\(\s*(c|p|cmd|bytes)\s*\+/.test(line)) offenders.push(`${relative(root, f)}:${i + 1}`);
+    }
+    expect(offenders).toEqual([]);
+  });
+
+  test("TypeScript takes command tags and record offsets from the generated constants", () => {
+    const text = readFileSync(join(root, "src/commands.ts"), "utf8");
+    expect(text).toMatch(/from "\.\.\/ffi\/(constants|sys|result)"/);
+    // No second encoder: only commands.ts writes command tags.
+    const writers = src.filter((f) => !f.endsWith("commands.ts") && /\bCMD\.(LAUNCH|COPY|MEMSET|BARRIER)\b|Cmd\.(LAUNCH|COPY|MEMSET|BARRIER)\b/.test(readFileSync(f, "utf8")));
+    expect(writers.map((f) => relative(root, f))).toEqual([]);
+  });
+});
