@@ -108,6 +108,8 @@ static const char* kind_name(bg_kind k) {
     case BG_KIND_RING: return "ring";
     case BG_KIND_SIGNAL: return "signal";
     case BG_KIND_RTC: return "compile result";
+    case BG_KIND_CMD_GRAPH: return "graph";
+    case BG_KIND_CMD_EXEC: return "graph exec";
   }
   return "handle";
 }
@@ -689,206 +691,66 @@ BG_API int32_t bg_stream_capture_status(void* s, int32_t* out) {
 }
 
 BG_API int32_t bg_graph_destroy(void* g) {
+  if (bg_obj_is(g, BG_KIND_CMD_GRAPH)) return bg_cmdgraph_destroy(g);
   CHECK(g, BG_KIND_GRAPH, "bg_graph_destroy");
   return OPS(g)->graph_destroy(g);
 }
 
 BG_API int32_t bg_graph_node_count(void* g, uint32_t* nodes, uint32_t* knodes) {
-  CHECK(g, BG_KIND_GRAPH, "bg_graph_node_count");
   uint32_t a = 0, b = 0;
-  int32_t rc = OPS(g)->graph_node_count(g, &a, &b);
+  int32_t rc;
+  if (bg_obj_is(g, BG_KIND_CMD_GRAPH)) {
+    rc = bg_cmdgraph_node_count(g, &a, &b);
+  } else {
+    CHECK(g, BG_KIND_GRAPH, "bg_graph_node_count");
+    rc = OPS(g)->graph_node_count(g, &a, &b);
+  }
   if (nodes) *nodes = a;
   if (knodes) *knodes = b;
   return rc;
 }
 
 BG_API int32_t bg_graph_instantiate(void* g, void** out) {
-  CHECK(g, BG_KIND_GRAPH, "bg_graph_instantiate");
   NONNULL(out, "bg_graph_instantiate", "out_exec");
+  if (bg_obj_is(g, BG_KIND_CMD_GRAPH)) return bg_cmdgraph_instantiate(g, out);
+  CHECK(g, BG_KIND_GRAPH, "bg_graph_instantiate");
   return OPS(g)->graph_instantiate(g, out);
 }
 
 BG_API int32_t bg_graph_exec_destroy(void* x) {
+  if (bg_obj_is(x, BG_KIND_CMD_EXEC)) return bg_cmdgraph_exec_destroy(x);
   CHECK(x, BG_KIND_EXEC, "bg_graph_exec_destroy");
   return OPS(x)->graph_exec_destroy(x);
 }
 
 BG_API int32_t bg_graph_upload(void* x, void* s) {
-  CHECK(x, BG_KIND_EXEC, "bg_graph_upload");
+  int generic = bg_obj_is(x, BG_KIND_CMD_EXEC);
+  if (!generic) CHECK(x, BG_KIND_EXEC, "bg_graph_upload");
   CHECK(s, BG_KIND_STREAM, "bg_graph_upload");
   if (DEV(x) != DEV(s))
     return bg_set_error(BG_ERR_INVALID_VALUE, "bg_graph_upload: stream of another device");
+  if (generic) return BG_OK; /* a command list has nothing to upload ahead */
   return OPS(x)->graph_upload(x, s);
 }
 
 BG_API int32_t bg_graph_launch(void* x, void* s) {
-  CHECK(x, BG_KIND_EXEC, "bg_graph_launch");
+  int generic = bg_obj_is(x, BG_KIND_CMD_EXEC);
+  if (!generic) CHECK(x, BG_KIND_EXEC, "bg_graph_launch");
   CHECK(s, BG_KIND_STREAM, "bg_graph_launch");
   if (DEV(x) != DEV(s))
     return bg_set_error(BG_ERR_INVALID_VALUE, "bg_graph_launch: stream of another device");
+  if (generic) return bg_cmdgraph_launch(x, s);
   return OPS(x)->graph_launch(x, s);
 }
 
 BG_API int32_t bg_graph_exec_set_kernel_args(void* x, uint32_t index, const void* args,
                                              uint32_t nargs) {
-  CHECK(x, BG_KIND_EXEC, "bg_graph_exec_set_kernel_args");
+  int generic = bg_obj_is(x, BG_KIND_CMD_EXEC);
+  if (!generic) CHECK(x, BG_KIND_EXEC, "bg_graph_exec_set_kernel_args");
   if (nargs && !args)
     return bg_set_error(BG_ERR_INVALID_VALUE, "bg_graph_exec_set_kernel_args: args is NULL");
+  if (generic) return bg_cmdgraph_set_kernel_args(x, index, (const uint64_t*)args, nargs);
   return OPS(x)->graph_exec_set_kernel_args(x, index, (const uint64_t*)args, nargs);
-}
-
-/* ---- command buffers ----------------------------------------------------------------------- */
-#define rd32 bg_rd32
-#define rd64 bg_rd64
-
-/* Check every command before any runs. */
-static int32_t validate_cmds(void* s, const uint8_t* p, uint64_t len, uint64_t* bad) {
-  uint64_t off = 0;
-  bg_device* dev = DEV(s);
-  while (off < len) {
-    if (len - off < 8) goto trunc;
-    uint32_t op = rd32(p + off), size = rd32(p + off + 4);
-    if (size < 8 || size % 8 || size > len - off) goto trunc;
-    const uint8_t* c = p + off + 8;
-    uint32_t body = size - 8;
-    switch (op) {
-      case BG_CMD_LAUNCH: {
-        if (body < 40) goto trunc;
-        void* k = (void*)(uintptr_t)rd64(c);
-        if (!bg_obj_is(k, BG_KIND_KERNEL) || DEV(k) != dev) {
-          if (bad) *bad = off;
-          return bg_set_error(BG_ERR_INVALID_HANDLE,
-                              "bg_submit: command at byte %llu launches no live kernel of this device",
-                              (unsigned long long)off);
-        }
-        uint32_t nargs = rd32(c + 36);
-        if (body != 40 + 8ull * nargs) goto trunc;
-        for (int i = 0; i < 6; i++)
-          if (!rd32(c + 8 + 4 * i)) {
-            if (bad) *bad = off;
-            return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit: command at byte %llu has a zero "
-                                "grid or block dimension", (unsigned long long)off);
-          }
-        /* 1024 threads per block is the limit on every backend (CUDA, Metal, CPU). */
-        if ((uint64_t)rd32(c + 20) * rd32(c + 24) * rd32(c + 28) > 1024) {
-          if (bad) *bad = off;
-          return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit: command at byte %llu has a block of "
-                              "%llu threads (max 1024)", (unsigned long long)off,
-                              (unsigned long long)rd32(c + 20) * rd32(c + 24) * rd32(c + 28));
-        }
-        break;
-      }
-      case BG_CMD_COPY:
-      case BG_CMD_COPY_HTOD:
-      case BG_CMD_COPY_DTOH:
-        if (body != 24) goto trunc;
-        if (rd64(c + 16) && (!rd64(c) || !rd64(c + 8))) {
-          if (bad) *bad = off;
-          return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit: copy at byte %llu has a NULL address",
-                              (unsigned long long)off);
-        }
-        break;
-      case BG_CMD_MEMSET: {
-        if (body != 24) goto trunc;
-        uint32_t esz = rd32(c + 12);
-        if (rd64(c + 16) && check_memset("bg_submit", rd64(c), esz) != BG_OK) {
-          if (bad) *bad = off;
-          return bg_last_error_code();
-        }
-        break;
-      }
-      case BG_CMD_BARRIER:
-        if (body != 0) goto trunc;
-        break;
-      case BG_CMD_EVENT_RECORD:
-      case BG_CMD_EVENT_WAIT: {
-        if (body != 8) goto trunc;
-        void* e = (void*)(uintptr_t)rd64(c);
-        if (!bg_obj_is(e, BG_KIND_EVENT) || DEV(e) != dev) {
-          if (bad) *bad = off;
-          return bg_set_error(BG_ERR_INVALID_HANDLE,
-                              "bg_submit: command at byte %llu names no live event of this device",
-                              (unsigned long long)off);
-        }
-        break;
-      }
-      default:
-        if (bad) *bad = off;
-        return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit: unknown command %u at byte %llu", op,
-                            (unsigned long long)off);
-    }
-    off += size;
-  }
-  return BG_OK;
-trunc:
-  if (bad) *bad = off;
-  return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit: malformed command at byte %llu",
-                      (unsigned long long)off);
-}
-
-/* Issue validated commands one by one through the vtable. */
-int32_t bg_issue_cmds(void* s, const uint8_t* p, uint64_t len) {
-  const bg_ops* ops = OPS(s);
-  uint64_t off = 0;
-  int32_t rc = BG_OK;
-  while (off < len && rc == BG_OK) {
-    uint32_t op = rd32(p + off), size = rd32(p + off + 4);
-    const uint8_t* c = p + off + 8;
-    switch (op) {
-      case BG_CMD_LAUNCH: {
-        uint32_t g[3] = {rd32(c + 8), rd32(c + 12), rd32(c + 16)};
-        uint32_t b[3] = {rd32(c + 20), rd32(c + 24), rd32(c + 28)};
-        uint32_t nargs = rd32(c + 36);
-        uint64_t args[256];
-        if (nargs > 256) return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit: too many arguments");
-        memcpy(args, c + 40, 8ull * nargs);
-        rc = ops->launch((void*)(uintptr_t)rd64(c), s, g, b, rd32(c + 32), args, nargs);
-        break;
-      }
-      case BG_CMD_COPY:
-        if (rd64(c + 16)) rc = ops->memcpy_dtod_async(s, rd64(c), rd64(c + 8), rd64(c + 16));
-        break;
-      case BG_CMD_COPY_HTOD:
-        if (rd64(c + 16))
-          rc = ops->memcpy_htod_async(s, rd64(c), (const void*)(uintptr_t)rd64(c + 8), rd64(c + 16));
-        break;
-      case BG_CMD_COPY_DTOH:
-        if (rd64(c + 16))
-          rc = ops->memcpy_dtoh_async(s, (void*)(uintptr_t)rd64(c), rd64(c + 8), rd64(c + 16));
-        break;
-      case BG_CMD_MEMSET:
-        if (rd64(c + 16)) rc = ops->memset_async(s, rd64(c), rd32(c + 8), rd32(c + 12), rd64(c + 16));
-        break;
-      case BG_CMD_BARRIER: break; /* a stream is in order already */
-      case BG_CMD_EVENT_RECORD: rc = ops->event_record((void*)(uintptr_t)rd64(c), s); break;
-      case BG_CMD_EVENT_WAIT: rc = ops->stream_wait_event(s, (void*)(uintptr_t)rd64(c)); break;
-    }
-    off += size;
-  }
-  return rc;
-}
-
-BG_API int32_t bg_submit_checked(void* s, const void* bytes, uint64_t len, uint64_t* bad) {
-  CHECK(s, BG_KIND_STREAM, "bg_submit");
-  if (!len) return BG_OK;
-  NONNULL(bytes, "bg_submit", "bytes");
-  int32_t rc = validate_cmds(s, bytes, len, bad);
-  if (rc) return rc;
-  if (OPS(s)->submit) return OPS(s)->submit(s, bytes, len);
-  return bg_issue_cmds(s, bytes, len);
-}
-
-BG_API int32_t bg_submit_ex(void* s, const void* bytes, uint64_t len, uint32_t flags,
-                            uint64_t* bad) {
-  if (flags & ~BG_SUBMIT_WAIT)
-    return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit_ex: unknown flags 0x%x", flags);
-  int32_t rc = bg_submit_checked(s, bytes, len, bad);
-  if (rc != BG_OK || !(flags & BG_SUBMIT_WAIT)) return rc;
-  return bg_stream_synchronize(s);
-}
-
-BG_API int32_t bg_submit(void* s, const void* bytes, uint64_t len) {
-  return bg_submit_checked(s, bytes, len, NULL);
 }
 
 /* ---- rings --------------------------------------------------------------------------------- */
@@ -1028,11 +890,4 @@ BG_API int32_t bg_bench_launch_loop(void* k, void* s, uint32_t gx, uint32_t bx, 
     if (rc) return rc;
   }
   return BG_OK;
-}
-
-BG_API int32_t bg_bench_issue_loop(void* s, const void* bytes, uint64_t len, uint64_t iters) {
-  CHECK(s, BG_KIND_STREAM, "bg_bench_issue_loop");
-  int32_t rc = validate_cmds(s, bytes, len, NULL);
-  for (uint64_t i = 0; i < iters && rc == BG_OK; i++) rc = bg_issue_cmds(s, bytes, len);
-  return rc;
 }

@@ -11,6 +11,7 @@
 #include "bungpu.h"
 #include <stdarg.h>
 #include <stdbool.h>
+#include <string.h>
 
 #define BG_MAGIC 0x42475055u /* "BGPU" */
 
@@ -24,7 +25,9 @@ typedef enum bg_kind {
   BG_KIND_EXEC,
   BG_KIND_RING,
   BG_KIND_SIGNAL,
-  BG_KIND_RTC
+  BG_KIND_RTC,
+  BG_KIND_CMD_GRAPH, /* a graph of the core's generic command-list kind (commands.c) */
+  BG_KIND_CMD_EXEC
 } bg_kind;
 
 struct bg_device;
@@ -111,9 +114,21 @@ struct bg_ops {
   int32_t (*graph_exec_set_kernel_args)(void* x, uint32_t index, const uint64_t* args,
                                         uint32_t nargs);
 
-  /* Commands already validated by the core (sizes, kinds of handles). NULL: the core issues
-   * them one by one through the other entries. */
+  /* Commands already validated by the core (sizes, kinds of handles); walk them with
+   * bg_cmd_next. NULL: the core issues them one by one through the other entries. */
   int32_t (*submit)(void* s, const uint8_t* bytes, uint64_t len);
+
+  /* A graph of the backend's own kind from a validated command list (bg_graph_from_commands);
+   * its handle must answer the graph_* entries above. NULL: the core's generic command-list
+   * graph (commands.c), which replays the list through submit. */
+  int32_t (*graph_from_commands)(bg_device* dev, const uint8_t* bytes, uint64_t len, void** out);
+  /* Keep a kernel's code, or an event, alive while a generic graph names it, past the
+   * destruction of its handle (module unload, event destroy); unhold drops one hold. A backend
+   * without them has no generic graphs (BG_ERR_NOT_SUPPORTED). */
+  void (*kernel_hold)(void* k);
+  void (*kernel_unhold)(void* k);
+  void (*event_hold)(void* e);
+  void (*event_unhold)(void* e);
 
   /* Memory for rings that host and device both see. */
   int32_t (*ring_alloc)(bg_device* dev, uint64_t bytes, void** host, bg_devptr* d);
@@ -139,31 +154,84 @@ int32_t bg_rtc_make(bg_device* dev, const void* code, uint64_t code_len, const c
 /* Signals (bungpu.c): the stream operation that a backend runs to hand off to the host. */
 void bg_signal_run(void* sig); /* a bg_host_fn: mark reached, wait for release, reset */
 
-/* Command format decoding shared by backends: little-endian reads of unaligned fields. */
-#include <string.h>
-static inline uint32_t bg_rd32(const uint8_t* p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
-static inline uint64_t bg_rd64(const uint8_t* p) {
-  uint64_t v;
-  memcpy(&v, p, 8);
-  return v;
+/* ---- command lists (commands.c) ------------------------------------------------------------
+ * The one decoder of the bg_submit format (bungpu.h's records). Backends never read command
+ * bytes themselves: they walk a list the core has validated with bg_cmd_next and get each
+ * command decoded. A validated list starts 8-byte aligned (the core copies one that does not),
+ * so `launch.args` may be read as u64s. */
+typedef struct bg_cmd {
+  uint32_t op;     /* BG_CMD_* */
+  uint32_t size;   /* bytes of the record, header included */
+  uint64_t offset; /* of the record in its list */
+  union {
+    struct {
+      void* kernel;
+      uint32_t grid[3], block[3], shared, nargs;
+      const uint64_t* args; /* points into the list */
+    } launch;
+    struct {
+      bg_devptr dst, src;
+      uint64_t bytes;
+    } copy; /* BG_CMD_COPY */
+    struct {
+      bg_devptr dst;
+      const void* src;
+      uint64_t bytes;
+    } htod; /* BG_CMD_COPY_HTOD */
+    struct {
+      void* dst;
+      bg_devptr src;
+      uint64_t bytes;
+    } dtoh; /* BG_CMD_COPY_DTOH */
+    struct {
+      bg_devptr dst;
+      uint32_t pattern, elem_size;
+      uint64_t count;
+    } fill; /* BG_CMD_MEMSET */
+    struct {
+      void* event;
+    } event; /* BG_CMD_EVENT_RECORD, BG_CMD_EVENT_WAIT */
+  } u;
+} bg_cmd;
+
+typedef struct bg_cmd_iter {
+  const uint8_t* p;
+  uint64_t len, off;
+} bg_cmd_iter;
+
+static inline void bg_cmd_iter_init(bg_cmd_iter* it, const void* bytes, uint64_t len) {
+  it->p = (const uint8_t*)bytes;
+  it->len = len;
+  it->off = 0;
 }
 
-/* Issue validated commands one by one through the stream's vtable (bungpu.c). A backend's
- * submit can fall back to it, e.g. while capturing. */
+enum { BG_CMD_END = 0, BG_CMD_NEXT = 1, BG_CMD_MALFORMED = -1, BG_CMD_UNKNOWN = -2 };
+/* Decode the command at it->off into *c and step past it: BG_CMD_NEXT; BG_CMD_END at the end of
+ * the list; BG_CMD_MALFORMED (a truncated record, a size that is not a multiple of 8 or does not
+ * suit the op) or BG_CMD_UNKNOWN (c->op holds the op), with c->offset naming the record and the
+ * iterator left there. Checks the structure only; bg_cmds_validate checks the rest. */
+int bg_cmd_next(bg_cmd_iter* it, bg_cmd* c);
+
+/* Everything bg_submit checks before anything runs: structure, live kernel and event handles of
+ * `dev`, launch dimensions, copy and memset addresses. On error *bad (when not NULL) holds the
+ * offending offset and the message names `fn`. */
+int32_t bg_cmds_validate(bg_device* dev, const char* fn, const void* bytes, uint64_t len,
+                         uint64_t* bad);
+
+/* Issue validated commands one by one through the stream's vtable. A backend's submit can fall
+ * back to it, e.g. while capturing. */
 int32_t bg_issue_cmds(void* stream, const uint8_t* bytes, uint64_t len);
 
-typedef struct bg_cmd_launch {
-  uint64_t kernel;
-  uint32_t grid[3];
-  uint32_t block[3];
-  uint32_t shared;
-  uint32_t nargs;
-  uint64_t args[];
-} bg_cmd_launch;
+/* The generic command-list graph (commands.c): what bg_graph_* do for graphs built by
+ * bg_graph_from_commands where the backend has no graph_from_commands of its own. Its handles
+ * have kinds BG_KIND_CMD_GRAPH and BG_KIND_CMD_EXEC. */
+int32_t bg_cmdgraph_create(bg_device* dev, const uint8_t* bytes, uint64_t len, void** out);
+int32_t bg_cmdgraph_destroy(void* g);
+int32_t bg_cmdgraph_node_count(void* g, uint32_t* nodes, uint32_t* kernel_nodes);
+int32_t bg_cmdgraph_instantiate(void* g, void** out_exec);
+int32_t bg_cmdgraph_exec_destroy(void* x);
+int32_t bg_cmdgraph_launch(void* x, void* stream);
+int32_t bg_cmdgraph_set_kernel_args(void* x, uint32_t index, const uint64_t* args, uint32_t nargs);
 
 /* ---- backend entry points ----------------------------------------------------------------- */
 typedef struct bg_backend {

@@ -579,6 +579,13 @@ static int32_t cpu_ring_free(bg_device* dev, void* host) {
   return BG_OK;
 }
 
+/* Holds for the core's command-list graphs: a kernel keeps its module (as a captured kernel
+ * node does), an event its storage. */
+static void cpu_kernel_hold(void* k) { cpu_module_hold(((cpu_kernel*)k)->mod); }
+static void cpu_kernel_unhold(void* k) { cpu_module_unhold(((cpu_kernel*)k)->mod); }
+static void cpu_event_hold(void* e) { cpu_event_retain(e); }
+static void cpu_event_unhold(void* e) { cpu_event_release(e); }
+
 /* ---- the vtable ------------------------------------------------------------------------------ */
 const bg_ops cpu_ops = {
     .name = "cpu",
@@ -628,6 +635,10 @@ const bg_ops cpu_ops = {
     .graph_launch = cpu_graph_launch,
     .graph_exec_set_kernel_args = cpu_graph_exec_set_kernel_args,
     .submit = cpu_submit,
+    .kernel_hold = cpu_kernel_hold,
+    .kernel_unhold = cpu_kernel_unhold,
+    .event_hold = cpu_event_hold,
+    .event_unhold = cpu_event_unhold,
     .ring_alloc = cpu_ring_alloc,
     .ring_free = cpu_ring_free,
 };
@@ -745,6 +756,10 @@ const bg_ops cpu_ops_checked = {
     .graph_launch = chk_graph_launch,
     .graph_exec_set_kernel_args = chk_graph_exec_set_kernel_args,
     .submit = chk_submit,
+    .kernel_hold = cpu_kernel_hold,
+    .kernel_unhold = cpu_kernel_unhold,
+    .event_hold = cpu_event_hold,
+    .event_unhold = cpu_event_unhold,
     .ring_alloc = chk_ring_alloc,
     .ring_free = cpu_ring_free,
 };

@@ -93,15 +93,13 @@ static void op_abandon(cpu_op* op) {
       break;
     }
     case OP_CMDS: {
-      const uint8_t* p = op->u.cmd.bytes;
       uint32_t ei = 0;
-      for (uint64_t off = 0; off < op->u.cmd.len;) {
-        uint32_t k, size;
-        memcpy(&k, p + off, 4);
-        memcpy(&size, p + off + 4, 4);
-        if (k == BG_CMD_EVENT_RECORD) cpu_event_complete(op->u.cmd.evs[ei], op->u.cmd.seqs[ei]);
-        if (k == BG_CMD_EVENT_RECORD || k == BG_CMD_EVENT_WAIT) ei++;
-        off += size;
+      bg_cmd_iter it;
+      bg_cmd c;
+      bg_cmd_iter_init(&it, op->u.cmd.bytes, op->u.cmd.len);
+      while (bg_cmd_next(&it, &c) == BG_CMD_NEXT) {
+        if (c.op == BG_CMD_EVENT_RECORD) cpu_event_complete(op->u.cmd.evs[ei], op->u.cmd.seqs[ei]);
+        if (c.op == BG_CMD_EVENT_RECORD || c.op == BG_CMD_EVENT_WAIT) ei++;
       }
       break;
     }

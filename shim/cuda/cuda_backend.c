@@ -21,7 +21,9 @@
  *    safe. Limitation: kernels that enter a capture other than through bg_launch (another
  *    library's launches) are not numbered; launches from several threads into one capture are
  *    numbered in the order their bg_launch calls recorded them.
- *  - Commands: `submit` is NULL; the core issues them one by one through this table.
+ *  - Commands: `submit` is NULL; the core issues them one by one through this table. Graphs
+ *    from command lists (bg_graph_from_commands) are the core's generic ones, replayed the same
+ *    way; kernel_hold / event_hold keep what they name alive.
  *  - Rings: cuMemHostAlloc(DEVICEMAP | PORTABLE), zeroed, and its device address.
  */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
@@ -375,6 +377,7 @@ typedef struct cu_stream {
 typedef struct cu_event {
   bg_obj h;
   bgcu_event e;
+  _Atomic int refs; /* the handle, plus one per hold of a command-list graph */
 } cu_event;
 
 typedef struct cu_kernel {
@@ -995,19 +998,39 @@ static int32_t cu_event_create(bg_device* dev, uint32_t flags, void** out) {
     free(e);
     return cu_fail(r, "cuEventCreate");
   }
+  atomic_init(&e->refs, 1);
   bg_obj_init(e, BG_KIND_EVENT, dev);
   *out = e;
   return BG_OK;
 }
 
+/* Drop a reference; the last one destroys the driver's event (the context is current). */
+static bgcu_result event_unref(cu_event* e) {
+  if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1) return BGCUDA_SUCCESS;
+  bgcu_result r = cu.cuEventDestroy_v2(e->e);
+  free(e);
+  return r;
+}
+
 static int32_t cu_event_destroy(void* ep) {
   cu_event* e = ep;
   ENTER(CUDEV(e));
-  bgcu_result r = cu.cuEventDestroy_v2(e->e);
   bg_obj_kill(e);
-  free(e);
+  bgcu_result r = event_unref(e);
   if (r != BGCUDA_SUCCESS) return cu_fail(r, "cuEventDestroy_v2");
   return BG_OK;
+}
+
+/* Holds for the core's command-list graphs: a kernel keeps its module loaded (as a captured
+ * kernel node does), an event its driver event. */
+static void cu_event_hold(void* ep) {
+  atomic_fetch_add_explicit(&((cu_event*)ep)->refs, 1, memory_order_relaxed);
+}
+static void cu_event_unhold(void* ep) {
+  cu_event* e = ep;
+  cu_guard g __attribute__((cleanup(cu_leave))) = {0, NULL};
+  cu_enter(CUDEV(e), &g);
+  event_unref(e);
 }
 
 static int32_t cu_event_record(void* ep, void* sp) {
@@ -1341,6 +1364,16 @@ static int32_t cu_module_unload(void* mp) {
   bgcu_result r = module_unref(m);
   if (r != BGCUDA_SUCCESS) return cu_fail(r, "cuModuleUnload");
   return BG_OK;
+}
+
+static void cu_kernel_hold(void* kp) {
+  atomic_fetch_add_explicit(&((cu_kernel*)kp)->mod->refs, 1, memory_order_relaxed);
+}
+static void cu_kernel_unhold(void* kp) {
+  cu_module* m = ((cu_kernel*)kp)->mod;
+  cu_guard g __attribute__((cleanup(cu_leave))) = {0, NULL};
+  cu_enter(m->dev, &g);
+  module_unref(m);
 }
 
 static int32_t cu_module_get_kernel(void* mp, const char* name, void** out) {
@@ -1798,6 +1831,11 @@ static const bg_ops cu_ops = {
     .graph_launch = cu_graph_launch,
     .graph_exec_set_kernel_args = cu_graph_exec_set_kernel_args,
     .submit = NULL,
+    .graph_from_commands = NULL, /* the core's command-list graph, replayed through this table */
+    .kernel_hold = cu_kernel_hold,
+    .kernel_unhold = cu_kernel_unhold,
+    .event_hold = cu_event_hold,
+    .event_unhold = cu_event_unhold,
     .ring_alloc = cu_ring_alloc,
     .ring_free = cu_ring_free,
 };

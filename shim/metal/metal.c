@@ -25,7 +25,8 @@
  *    wait for the default stream, then run on the CPU (shared storage).
  *  - Events: an MTLSharedEvent and a counter per event; elapsed time is the GPUEndTime of the
  *    command buffers that timing records end (see m_event_elapsed).
- *  - Metal has no stream capture and no graphs: those entries return BG_ERR_NOT_SUPPORTED.
+ *  - Metal has no stream capture (BG_ERR_NOT_SUPPORTED). Graphs come from command lists
+ *    (bg_graph_from_commands): the core's generic graph replays the list through m_submit.
  *
  * MSL kernel convention (bg_launch / BG_CMD_LAUNCH): argument slot i is [[buffer(i)]]. A slot
  * holding an address inside an allocation of this device is bound with setBuffer at that
@@ -389,6 +390,7 @@ typedef struct mtl_stream {
 
 typedef struct mtl_kernel {
   bg_obj h;
+  struct mtl_module* mod;
   struct mtl_kernel* next;
   char* name;
   oc_id fn, pso;
@@ -398,6 +400,7 @@ typedef struct mtl_kernel {
 
 typedef struct mtl_module {
   bg_obj h;
+  _Atomic int refs; /* the handle, plus one per hold of a command-list graph on its kernels */
   oc_id lib;
   pthread_mutex_t mu;
   mtl_kernel* kernels;
@@ -1261,6 +1264,12 @@ static int32_t event_destroy_impl(void* ev) {
   return BG_OK;
 }
 static int32_t m_event_destroy(void* ev) { POOLED(event_destroy_impl(ev)); }
+static void m_event_hold(void* ev) { atomic_fetch_add(&((mtl_event*)ev)->refs, 1); }
+static void m_event_unhold(void* ev) {
+  void* pool = rt.pool_push();
+  ev_unref(ev);
+  rt.pool_pop(pool);
+}
 
 /* Signal the event at the end of the work encoded so far. A timing event ends its command
  * buffer there, so that buffer's GPUEndTime is the event's time. */
@@ -1409,6 +1418,7 @@ static int32_t module_load_impl(bg_device* dv, int32_t kind, const void* data, u
     return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_module_load: out of host memory");
   }
   m->lib = lib;
+  atomic_init(&m->refs, 1);
   pthread_mutex_init(&m->mu, NULL);
   bg_obj_init(m, BG_KIND_MODULE, dv);
   *out = m;
@@ -1419,12 +1429,11 @@ static int32_t m_module_load(bg_device* dv, int32_t kind, const void* data, uint
   POOLED(module_load_impl(dv, kind, data, n, out));
 }
 
-static int32_t module_unload_impl(void* mv) {
-  mtl_module* m = mv;
-  bg_obj_kill(m);
+/* The last reference frees the kernels and the library. */
+static void module_unref(mtl_module* m) {
+  if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return;
   for (mtl_kernel* k = m->kernels; k;) {
     mtl_kernel* next = k->next;
-    bg_obj_kill(k);
     rel(k->pso); /* command buffers in flight hold their own references */
     rel(k->fn);
     free(k->name);
@@ -1434,9 +1443,28 @@ static int32_t module_unload_impl(void* mv) {
   rel(m->lib);
   pthread_mutex_destroy(&m->mu);
   free(m);
+}
+
+/* The handles die now; the kernels' code once no command-list graph holds them. */
+static int32_t module_unload_impl(void* mv) {
+  mtl_module* m = mv;
+  bg_obj_kill(m);
+  pthread_mutex_lock(&m->mu);
+  for (mtl_kernel* k = m->kernels; k; k = k->next) bg_obj_kill(k);
+  pthread_mutex_unlock(&m->mu);
+  module_unref(m);
   return BG_OK;
 }
 static int32_t m_module_unload(void* mv) { POOLED(module_unload_impl(mv)); }
+
+static void m_kernel_hold(void* kv) {
+  atomic_fetch_add_explicit(&((mtl_kernel*)kv)->mod->refs, 1, memory_order_relaxed);
+}
+static void m_kernel_unhold(void* kv) {
+  void* pool = rt.pool_push();
+  module_unref(((mtl_kernel*)kv)->mod);
+  rt.pool_pop(pool);
+}
 
 static int32_t get_kernel_impl(void* mv, const char* name, void** out) {
   mtl_module* m = mv;
@@ -1474,6 +1502,7 @@ static int32_t get_kernel_impl(void* mv, const char* name, void** out) {
     goto out;
   }
   k->name = copy;
+  k->mod = m;
   k->fn = fn;
   k->pso = pso;
   uint64_t mt = m_u64(pso, S.maxTotalThreadsPerThreadgroup);
@@ -1555,40 +1584,40 @@ static int32_t m_launch(void* kv, void* sv, const uint32_t g[3], const uint32_t 
 }
 
 /* ---- command lists: one concurrent compute encoder, barriers where the list asks ------------ */
-#define rd32 bg_rd32
-#define rd64 bg_rd64
-
 /* Everything that can be refused is checked before anything is encoded. */
 static int32_t submit_check(mtl_stream* s, const uint8_t* p, uint64_t len) {
   mtl_dev* d = DEVOF(s);
   mtl_ref r;
   int32_t rc = BG_OK;
-  for (uint64_t off = 0; off < len && !rc; off += rd32(p + off + 4)) {
-    const uint8_t* c = p + off + 8;
-    uint64_t n = rd64(c + 16);
-    switch (rd32(p + off)) {
-      case BG_CMD_LAUNCH: {
-        uint32_t b[3] = {rd32(c + 20), rd32(c + 24), rd32(c + 28)};
-        rc = launch_check(d, (mtl_kernel*)(uintptr_t)rd64(c), b, rd32(c + 32), rd32(c + 36),
-                          "bg_submit");
+  bg_cmd_iter it;
+  bg_cmd c;
+  bg_cmd_iter_init(&it, p, len);
+  while (!rc && bg_cmd_next(&it, &c) == BG_CMD_NEXT) {
+    switch (c.op) {
+      case BG_CMD_LAUNCH:
+        rc = launch_check(d, c.u.launch.kernel, c.u.launch.block, c.u.launch.shared,
+                          c.u.launch.nargs, "bg_submit");
         break;
-      }
       case BG_CMD_COPY:
-        if (n && !(rc = resolve(d, rd64(c), n, "bg_submit (copy)", "dst", &r)))
-          rc = resolve(d, rd64(c + 8), n, "bg_submit (copy)", "src", &r);
+        if (c.u.copy.bytes &&
+            !(rc = resolve(d, c.u.copy.dst, c.u.copy.bytes, "bg_submit (copy)", "dst", &r)))
+          rc = resolve(d, c.u.copy.src, c.u.copy.bytes, "bg_submit (copy)", "src", &r);
         break;
       case BG_CMD_COPY_HTOD:
-        if (n) rc = resolve(d, rd64(c), n, "bg_submit (copy to device)", "dst", &r);
+        if (c.u.htod.bytes)
+          rc = resolve(d, c.u.htod.dst, c.u.htod.bytes, "bg_submit (copy to device)", "dst", &r);
         break;
       case BG_CMD_COPY_DTOH:
-        if (n) rc = resolve(d, rd64(c + 8), n, "bg_submit (copy to host)", "src", &r);
+        if (c.u.dtoh.bytes)
+          rc = resolve(d, c.u.dtoh.src, c.u.dtoh.bytes, "bg_submit (copy to host)", "src", &r);
         break;
       case BG_CMD_MEMSET: {
-        uint32_t esz = rd32(c + 12);
-        if (n > UINT64_MAX / esz)
+        uint64_t n = c.u.fill.count;
+        uint32_t esz = c.u.fill.elem_size;
+        if (n && n > UINT64_MAX / esz)
           rc = bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit: memset of %llu elements", HEX(n));
         else if (n)
-          rc = resolve(d, rd64(c), n * esz, "bg_submit (memset)", "dst", &r);
+          rc = resolve(d, c.u.fill.dst, n * esz, "bg_submit (memset)", "dst", &r);
         break;
       }
       default: break;
@@ -1604,52 +1633,49 @@ static int32_t submit_impl(void* sv, const uint8_t* p, uint64_t len) {
   if (rc) return rc;
   mtl_ref rd, rs;
   oc_id enc;
-  uint64_t args[MAX_BUFFER_ARGS];
+  bg_cmd_iter it;
+  bg_cmd c;
+  bg_cmd_iter_init(&it, p, len);
   pthread_mutex_lock(&s->mu);
-  for (uint64_t off = 0; off < len && !rc; off += rd32(p + off + 4)) {
-    const uint8_t* c = p + off + 8;
-    uint64_t n = rd64(c + 16);
-    switch (rd32(p + off)) {
-      case BG_CMD_LAUNCH: {
-        uint32_t g[3] = {rd32(c + 8), rd32(c + 12), rd32(c + 16)};
-        uint32_t b[3] = {rd32(c + 20), rd32(c + 24), rd32(c + 28)};
-        uint32_t nargs = rd32(c + 36);
-        memcpy(args, c + 40, 8ull * nargs);
+  while (!rc && bg_cmd_next(&it, &c) == BG_CMD_NEXT) {
+    switch (c.op) {
+      case BG_CMD_LAUNCH:
         if (!(rc = encoder_locked(s, ENC_CONCURRENT, &enc)))
-          launch_encode(d, enc, (mtl_kernel*)(uintptr_t)rd64(c), g, b, rd32(c + 32), args, nargs);
+          launch_encode(d, enc, c.u.launch.kernel, c.u.launch.grid, c.u.launch.block,
+                        c.u.launch.shared, c.u.launch.args, c.u.launch.nargs);
         break;
-      }
       case BG_CMD_BARRIER: /* across encoders Metal orders buffer hazards itself */
         if (s->enc_kind == ENC_CONCURRENT)
           m_void_u64(s->enc, S.memoryBarrierWithScope, MTL_BARRIER_BUFFERS);
         break;
-      case BG_CMD_COPY:
-        if (n) {
-          if (!(rc = resolve(d, rd64(c), n, "bg_submit (copy)", "dst", &rd)) &&
-              !(rc = resolve(d, rd64(c + 8), n, "bg_submit (copy)", "src", &rs)))
-            rc = copy_locked(s, rd, rs, n);
-        }
+      case BG_CMD_COPY: {
+        uint64_t n = c.u.copy.bytes;
+        if (n && !(rc = resolve(d, c.u.copy.dst, n, "bg_submit (copy)", "dst", &rd)) &&
+            !(rc = resolve(d, c.u.copy.src, n, "bg_submit (copy)", "src", &rs)))
+          rc = copy_locked(s, rd, rs, n);
         break;
-      case BG_CMD_COPY_HTOD:
-        if (n) {
-          if (!(rc = resolve(d, rd64(c), n, "bg_submit (copy to device)", "dst", &rd)))
-            rc = htod_locked(s, rd, (const void*)(uintptr_t)rd64(c + 8), n);
-        }
+      }
+      case BG_CMD_COPY_HTOD: {
+        uint64_t n = c.u.htod.bytes;
+        if (n && !(rc = resolve(d, c.u.htod.dst, n, "bg_submit (copy to device)", "dst", &rd)))
+          rc = htod_locked(s, rd, c.u.htod.src, n);
         break;
-      case BG_CMD_COPY_DTOH:
-        if (n) {
-          if (!(rc = resolve(d, rd64(c + 8), n, "bg_submit (copy to host)", "src", &rs)))
-            rc = dtoh_locked(s, (void*)(uintptr_t)rd64(c), rs, n);
-        }
+      }
+      case BG_CMD_COPY_DTOH: {
+        uint64_t n = c.u.dtoh.bytes;
+        if (n && !(rc = resolve(d, c.u.dtoh.src, n, "bg_submit (copy to host)", "src", &rs)))
+          rc = dtoh_locked(s, c.u.dtoh.dst, rs, n);
         break;
-      case BG_CMD_MEMSET:
-        if (n) {
-          if (!(rc = resolve(d, rd64(c), n * rd32(c + 12), "bg_submit (memset)", "dst", &rd)))
-            rc = memset_locked(s, rd, rd32(c + 8), rd32(c + 12), n);
-        }
+      }
+      case BG_CMD_MEMSET: {
+        uint64_t n = c.u.fill.count;
+        if (n && !(rc = resolve(d, c.u.fill.dst, n * c.u.fill.elem_size, "bg_submit (memset)",
+                                "dst", &rd)))
+          rc = memset_locked(s, rd, c.u.fill.pattern, c.u.fill.elem_size, n);
         break;
-      case BG_CMD_EVENT_RECORD: rc = record_locked(s, (mtl_event*)(uintptr_t)rd64(c)); break;
-      case BG_CMD_EVENT_WAIT: rc = wait_locked(s, (mtl_event*)(uintptr_t)rd64(c)); break;
+      }
+      case BG_CMD_EVENT_RECORD: rc = record_locked(s, c.u.event.event); break;
+      case BG_CMD_EVENT_WAIT: rc = wait_locked(s, c.u.event.event); break;
       default: break;
     }
   }
@@ -1704,32 +1730,6 @@ static int32_t m_capture_status(void* sv, int32_t* out) {
   *out = BG_CAPTURE_NONE;
   return BG_OK;
 }
-static int32_t no_graphs(const char* fn) {
-  return bg_set_error(BG_ERR_NOT_SUPPORTED, "%s: Metal has no graphs; use bg_submit", fn);
-}
-static int32_t m_graph_destroy(void* g) { (void)g; return no_graphs("bg_graph_destroy"); }
-static int32_t m_graph_node_count(void* g, uint32_t* a, uint32_t* b) {
-  (void)g, (void)a, (void)b;
-  return no_graphs("bg_graph_node_count");
-}
-static int32_t m_graph_instantiate(void* g, void** x) {
-  (void)g, (void)x;
-  return no_graphs("bg_graph_instantiate");
-}
-static int32_t m_graph_exec_destroy(void* x) { (void)x; return no_graphs("bg_graph_exec_destroy"); }
-static int32_t m_graph_upload(void* x, void* s) {
-  (void)x, (void)s;
-  return no_graphs("bg_graph_upload");
-}
-static int32_t m_graph_launch(void* x, void* s) {
-  (void)x, (void)s;
-  return no_graphs("bg_graph_launch");
-}
-static int32_t m_graph_exec_set_kernel_args(void* x, uint32_t i, const uint64_t* a, uint32_t n) {
-  (void)x, (void)i, (void)a, (void)n;
-  return no_graphs("bg_graph_exec_set_kernel_args");
-}
-
 static const bg_ops metal_ops = {
     .name = "metal",
     .device_close = m_device_close,
@@ -1770,14 +1770,13 @@ static const bg_ops metal_ops = {
     .begin_capture = m_begin_capture,
     .end_capture = m_end_capture,
     .capture_status = m_capture_status,
-    .graph_destroy = m_graph_destroy,
-    .graph_node_count = m_graph_node_count,
-    .graph_instantiate = m_graph_instantiate,
-    .graph_exec_destroy = m_graph_exec_destroy,
-    .graph_upload = m_graph_upload,
-    .graph_launch = m_graph_launch,
-    .graph_exec_set_kernel_args = m_graph_exec_set_kernel_args,
+    /* no captured graphs: bg_graph_from_commands gives the core's command-list graphs, which
+     * are the only graph handles Metal ever sees, so the graph_* entries stay NULL */
     .submit = m_submit,
+    .kernel_hold = m_kernel_hold,
+    .kernel_unhold = m_kernel_unhold,
+    .event_hold = m_event_hold,
+    .event_unhold = m_event_unhold,
     .ring_alloc = m_ring_alloc,
     .ring_free = m_ring_free,
 };

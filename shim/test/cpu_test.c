@@ -1,7 +1,7 @@
 /*
  * cpu_test.c: the CPU backend through the public bg_* API only.
  *
- *   cc -std=c11 -O1 -g -pthread -Ishim -o /tmp/cpu_test shim/test/cpu_test.c shim/bungpu.c
+ *   cc -std=c11 -O1 -g -pthread -Ishim -o /tmp/cpu_test shim/test/cpu_test.c shim/[core .c files]
  *      shim/cpu/[all .c files] shim/test/null_backends.c -ldl -lm && /tmp/cpu_test
  *
  * Kernels are compiled at run time from a source this test writes into a temporary folder

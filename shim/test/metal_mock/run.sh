@@ -9,7 +9,7 @@ SAN="-fsanitize=address,undefined -fno-omit-frame-pointer"
 gcc -std=c11 -g -O1 -Wall -Wextra $SAN -I$M -D__APPLE__ -Ddlopen=mock_dlopen -Ddlsym=mock_dlsym \
   -Ddlerror=mock_dlerror -c $M/metal/metal.c -o $O/metal.o
 gcc -std=gnu11 -g -O1 $SAN -c $H/mock.c -o $O/mock.o
-gcc -std=c11 -g -O1 $SAN -I$M -c $M/bungpu.c -o $O/core.o
+for f in $M/*.c; do gcc -std=c11 -g -O1 $SAN -I$M -c $f -o $O/core_$(basename $f .c).o; done
 gcc -std=c11 -g -I$M -c $H/stubs.c -o $O/stubs.o
-gcc -std=gnu11 -g -O1 $SAN -I$M $H/test.c $O/metal.o $O/mock.o $O/core.o $O/stubs.o -o $O/t -lpthread
+gcc -std=gnu11 -g -O1 $SAN -I$M $H/test.c $O/metal.o $O/mock.o $O/core_*.o $O/stubs.o -o $O/t -lpthread
 ASAN_OPTIONS=detect_leaks=0 timeout 120 $O/t
