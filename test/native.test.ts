@@ -70,6 +70,11 @@ describe("CUDA backend against the driver simulator", () => {
     expect(out).toContain("nodes 4 kernel 4");
     expect(out).toContain("replay: vadd(1)x1 scale(77)x2 vadd(99)x3 one(5)x4");
     expect(out).toContain("elapsed >= 90 ms: 1");
+    // bg_graph_from_commands: the core's command-list graph, replayed, with an argument update
+    expect(out).toContain("list graph nodes 5 kernel 2");
+    expect(out).toContain("list replay: vadd(5)x1 scale(6)x2 vadd(5)x1 scale(6)x2 vadd(5)x1 scale(8)x2");
+    expect(out).toContain("list memset 7070707");
+    expect(out).toContain("after unload: vadd(9)x1");
     expect(out).toContain("0 failures");
     expect(r.exitCode).toBe(0);
   }, 120_000);
