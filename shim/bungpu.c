@@ -280,11 +280,23 @@ BG_API int32_t bg_host_free(void* dev, void* host) {
   return OPS(dev)->host_free(dev, host);
 }
 
+/* A backend without a synchronous copy or memset gets its asynchronous one on the device's
+ * default stream, then a wait for that stream: the same legacy-stream semantics, data in place
+ * on return. */
+static int32_t then_wait_default(void* dev, int32_t rc) {
+  if (rc) return rc;
+  bg_device* d = dev;
+  return d->ops->stream_synchronize(d->default_stream);
+}
+#define DEFAULT_STREAM(dev) (((bg_device*)(dev))->default_stream)
+
 BG_API int32_t bg_memcpy_htod(void* dev, bg_devptr dst, const void* src, uint64_t n) {
   CHECK(dev, BG_KIND_DEVICE, "bg_memcpy_htod");
   if (!n) return BG_OK;
   NONNULL(src, "bg_memcpy_htod", "src");
   NONNULL(dst, "bg_memcpy_htod", "dst");
+  if (!OPS(dev)->memcpy_htod)
+    return then_wait_default(dev, OPS(dev)->memcpy_htod_async(DEFAULT_STREAM(dev), dst, src, n));
   return OPS(dev)->memcpy_htod(dev, dst, src, n);
 }
 
@@ -293,6 +305,8 @@ BG_API int32_t bg_memcpy_dtoh(void* dev, void* dst, bg_devptr src, uint64_t n) {
   if (!n) return BG_OK;
   NONNULL(src, "bg_memcpy_dtoh", "src");
   NONNULL(dst, "bg_memcpy_dtoh", "dst");
+  if (!OPS(dev)->memcpy_dtoh)
+    return then_wait_default(dev, OPS(dev)->memcpy_dtoh_async(DEFAULT_STREAM(dev), dst, src, n));
   return OPS(dev)->memcpy_dtoh(dev, dst, src, n);
 }
 
@@ -301,6 +315,8 @@ BG_API int32_t bg_memcpy_dtod(void* dev, bg_devptr dst, bg_devptr src, uint64_t 
   if (!n) return BG_OK;
   NONNULL(src, "bg_memcpy_dtod", "src");
   NONNULL(dst, "bg_memcpy_dtod", "dst");
+  if (!OPS(dev)->memcpy_dtod)
+    return then_wait_default(dev, OPS(dev)->memcpy_dtod_async(DEFAULT_STREAM(dev), dst, src, n));
   return OPS(dev)->memcpy_dtod(dev, dst, src, n);
 }
 
@@ -317,6 +333,9 @@ BG_API int32_t bg_memset(void* dev, bg_devptr dst, uint32_t pattern, uint32_t es
   if (!count) return BG_OK;
   int32_t rc = check_memset("bg_memset", dst, esz);
   if (rc) return rc;
+  if (!OPS(dev)->memset)
+    return then_wait_default(
+        dev, OPS(dev)->memset_async(DEFAULT_STREAM(dev), dst, pattern, esz, count));
   return (OPS(dev)->memset)(dev, dst, pattern, esz, count); /* parenthesised: _FORTIFY_SOURCE makes memset a macro */
 }
 

@@ -52,7 +52,28 @@ typedef struct bg_device {
 typedef struct bg_signal bg_signal;
 
 /* One function per device-level operation. Handles arrive already checked for kind; `dev` is
- * always the handle's own device. Each returns BG_OK or a code, having called bg_set_error. */
+ * always the handle's own device. Each returns BG_OK or a code, having called bg_set_error.
+ *
+ * Required: device_close, device_props, device_mem_info, device_synchronize; mem_alloc,
+ * mem_free, host_alloc, host_free; stream_create, stream_destroy, stream_synchronize,
+ * stream_query, stream_wait_event; memcpy_htod_async, memcpy_dtoh_async, memcpy_dtod_async,
+ * memset_async, launch_host_func; event_create, event_destroy, event_record, event_query,
+ * event_synchronize, event_elapsed; module_load, module_unload, module_get_kernel,
+ * kernel_max_threads, launch. That is a whole backend.
+ *
+ * Optional (NULL), and what the core does instead:
+ *  - memcpy_htod, memcpy_dtoh, memcpy_dtod, memset (synchronous): the asynchronous op on the
+ *    device's default stream, then stream_synchronize of that stream.
+ *  - submit: the core issues each decoded command through the entries above (bg_issue_cmds).
+ *  - graph_from_commands: the core's generic command-list graph (commands.c), which needs
+ *    kernel_hold/kernel_unhold/event_hold/event_unhold (without them: BG_ERR_NOT_SUPPORTED).
+ *  - begin_capture, end_capture, capture_status and the graph_* entries: no stream capture
+ *    (BG_ERR_NOT_SUPPORTED); a backend that captures provides all of them, and its graph
+ *    handles are BG_KIND_GRAPH / BG_KIND_EXEC; the generic graphs never reach these entries.
+ *  - rtc_compile, rtc_version, stream_wait_value32, stream_write_value32, ring_alloc,
+ *    ring_free: BG_ERR_NOT_SUPPORTED.
+ * Backends that need per-call setup do it in each entry (CUDA: its primary context pushed and
+ * popped around the call; Metal: an autorelease pool), not through the core. */
 struct bg_ops {
   const char* name; /* "cpu", "cuda", "metal" */
   int32_t (*device_close)(bg_device* dev);
