@@ -4,8 +4,11 @@
  *  device.c  probe/open/close, props, memory (tracked allocations), synchronous copies, rings,
  *            and the vtable.
  *  stream.c  streams (one worker thread each, an in-order queue of cpu_op), events, host
- *            functions, asynchronous copies, and running one op.
- *  pool.c    the per-device kernel thread pool, modules (dlopen), kernels and launches.
+ *            functions, asynchronous copies, launches (cpu_launch queues an OP_KERNEL), and
+ *            running one op.
+ *  pool.c    the per-device kernel thread pool: running a launch's blocks (cpu_kernel_run),
+ *            and checked mode's fault handling.
+ *  module.c  modules (dlopen, or functions compiled in memory) and kernels.
  *  graph.c   stream capture (fork/join through events, invalidation by CaptureMode), graphs,
  *            graph execs and bg_submit command buffers.
  *
@@ -410,22 +413,26 @@ int32_t cpu_event_query(void* e);
 int32_t cpu_event_synchronize(void* e);
 int32_t cpu_event_elapsed(float* ms, void* a, void* b);
 
+/* stream.c: launches */
+int32_t cpu_check_launch(const char* fn, const uint32_t g[3], const uint32_t b[3], uint32_t shared);
+int32_t cpu_launch(void* k, void* s, const uint32_t grid[3], const uint32_t block[3],
+                   uint32_t shared, const uint64_t* args, uint32_t nargs);
+
 /* pool.c */
 void cpu_fault_init(void); /* checked mode: install the SIGSEGV/SIGBUS handler (once) */
 int32_t cpu_pool_init(cpu_pool* p, uint32_t nslots);
 void cpu_pool_destroy(cpu_pool* p);
-int32_t cpu_check_launch(const char* fn, const uint32_t g[3], const uint32_t b[3], uint32_t shared);
 /* Run a launch to completion on the calling stream worker. */
 void cpu_kernel_run(struct cpu_stream* s, cpu_kernel* k, const uint32_t g[3], const uint32_t b[3],
                     uint32_t shared, const uint64_t* args);
+
+/* module.c */
 int32_t cpu_module_load(bg_device* dev, int32_t kind, const void* data, uint64_t n, void** out);
 int32_t cpu_module_unload(void* m);
 void cpu_module_hold(cpu_module* m);
 void cpu_module_unhold(cpu_module* m);
 int32_t cpu_module_get_kernel(void* m, const char* name, void** out);
 int32_t cpu_kernel_max_threads(void* k, int32_t* out);
-int32_t cpu_launch(void* k, void* s, const uint32_t grid[3], const uint32_t block[3],
-                   uint32_t shared, const uint64_t* args, uint32_t nargs);
 
 /* graph.c */
 int32_t cpu_capture_guard(cpu_device* d, const char* fn);

@@ -1,5 +1,5 @@
 /*
- * cpu/stream.c: streams, events and host functions.
+ * cpu/stream.c: streams, events, host functions, and launches (validated and queued here).
  *
  * A stream is one worker thread and an in-order queue (a growable ring of cpu_op under the
  * stream's mutex). Enqueue copies the op in and signals the worker only when it sleeps. The
@@ -670,4 +670,49 @@ int32_t cpu_event_elapsed(float* ms, void* av, void* bv) {
   pthread_mutex_unlock(&b->mu);
   *ms = (float)((double)((int64_t)(tb - ta)) / 1e6);
   return BG_OK;
+}
+
+/* ---- launches: validated, then queued as an OP_KERNEL (pool.c runs it) ------------------ */
+int32_t cpu_check_launch(const char* fn, const uint32_t g[3], const uint32_t b[3],
+                         uint32_t shared) {
+  uint64_t threads = (uint64_t)b[0] * b[1] * b[2];
+  if (b[0] > 1024 || b[1] > 1024 || b[2] > 64 || threads > CPU_MAX_THREADS)
+    return bg_set_error(BG_ERR_INVALID_VALUE,
+                        "%s: block %ux%ux%u exceeds the limits (%d threads; x,y <= 1024, z <= 64)",
+                        fn, b[0], b[1], b[2], CPU_MAX_THREADS);
+  if (g[0] > 0x7fffffffu || g[1] > 65535u || g[2] > 65535u)
+    return bg_set_error(BG_ERR_INVALID_VALUE,
+                        "%s: grid %ux%ux%u exceeds the limits (x < 2^31, y,z <= 65535)", fn, g[0],
+                        g[1], g[2]);
+  if ((uint64_t)g[0] * g[1] * g[2] > 0xffffffffull)
+    return bg_set_error(BG_ERR_INVALID_VALUE,
+                        "%s: grid %ux%ux%u has more than 2^32-1 blocks (the cpu backend's limit)",
+                        fn, g[0], g[1], g[2]);
+  if (shared > CPU_MAX_SHARED)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "%s: %u bytes of shared memory (max %u)", fn, shared,
+                        CPU_MAX_SHARED);
+  return BG_OK;
+}
+
+int32_t cpu_launch(void* kv, void* s, const uint32_t grid[3], const uint32_t block[3],
+                   uint32_t shared, const uint64_t* args, uint32_t nargs) {
+  int32_t rc = cpu_check_launch("bg_launch", grid, block, shared);
+  if (rc) return rc;
+  cpu_op op;
+  op.kind = OP_KERNEL;
+  op.nargs = nargs;
+  op.u.l.k = kv;
+  memcpy(op.u.l.grid, grid, sizeof op.u.l.grid);
+  memcpy(op.u.l.block, block, sizeof op.u.l.block);
+  op.u.l.shared = shared;
+  op.u.l.knode = 0;
+  op.u.l.heap = NULL;
+  if (nargs > CPU_INLINE_ARGS) {
+    op.u.l.heap = malloc(8ull * nargs);
+    if (!op.u.l.heap) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_launch: out of host memory");
+    memcpy(op.u.l.heap, args, 8ull * nargs);
+  } else if (nargs) {
+    memcpy(op.u.l.inl, args, 8ull * nargs);
+  }
+  return cpu_submit_op(s, &op, "bg_launch");
 }
