@@ -12,6 +12,11 @@
  *  graph.c   stream capture (fork/join through events, invalidation by CaptureMode), graphs,
  *            graph execs and bg_submit command buffers.
  *
+ * Calls between the files go one way (device -> stream, graph, module, pool; graph -> stream,
+ * module, pool; stream -> pool; module -> stream), except between stream.c and graph.c: an
+ * enqueue asks the capture (graph.c) whether to record the op instead, and a worker runs graph
+ * execs and command lists (graph.c), which enqueue through stream.c.
+ *
  * Synchronisation follows CUDA's legacy default stream (stream.c, "legacy"): work queued on the
  * device's default stream waits for the work queued before it on every blocking stream (created
  * without BG_STREAM_NON_BLOCKING), and work queued on a blocking stream waits for the work queued
@@ -345,14 +350,12 @@ static inline void cpu_relax(void) {
 extern const bg_ops cpu_ops;
 extern const bg_ops cpu_ops_checked; /* the same, each entry first returning the sticky error */
 int cpu_checked_mode(void);          /* BUNGPU_CHECK=1 (read once) */
-/* Record a kernel's fault as the device's sticky error (the first one wins). */
-void cpu_set_sticky(cpu_device* d, int32_t code, const char* msg);
+
+/* stream.c */
 void cpu_device_wait_all(cpu_device* d); /* wait for every stream's queued work */
 /* Call fn(arg) once every stream has finished the work queued so far; never blocks. */
 void cpu_defer(cpu_device* d, void (*fn)(void*), void* arg);
 void cpu_deferred_release(cpu_deferred* df);
-
-/* stream.c */
 int32_t cpu_stream_new(cpu_device* d, uint32_t flags, int32_t prio, cpu_stream** out);
 void cpu_stream_free(cpu_stream* s); /* waits, stops, joins, frees */
 void cpu_stream_wait_idle(cpu_stream* s);
@@ -420,6 +423,8 @@ int32_t cpu_launch(void* k, void* s, const uint32_t grid[3], const uint32_t bloc
 
 /* pool.c */
 void cpu_fault_init(void); /* checked mode: install the SIGSEGV/SIGBUS handler (once) */
+/* Record a kernel's fault as the device's sticky error (the first one wins). */
+void cpu_set_sticky(cpu_device* d, int32_t code, const char* msg);
 int32_t cpu_pool_init(cpu_pool* p, uint32_t nslots);
 void cpu_pool_destroy(cpu_pool* p);
 /* Run a launch to completion on the calling stream worker. */

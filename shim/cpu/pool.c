@@ -63,6 +63,16 @@ static void fault_install(void) {
 
 void cpu_fault_init(void) { pthread_once(&g_fault_once, fault_install); }
 
+/* The first fault wins; every later call on the device returns it (device.c). */
+void cpu_set_sticky(cpu_device* d, int32_t code, const char* msg) {
+  pthread_mutex_lock(&d->sticky_mu);
+  if (!atomic_load(&d->sticky)) {
+    snprintf(d->sticky_msg, sizeof d->sticky_msg, "%s", msg);
+    atomic_store_explicit(&d->sticky, code, memory_order_release);
+  }
+  pthread_mutex_unlock(&d->sticky_mu);
+}
+
 static cpu_device* pool_device(cpu_pool* p) {
   return (cpu_device*)((char*)p - offsetof(cpu_device, pool));
 }

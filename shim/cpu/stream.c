@@ -672,6 +672,64 @@ int32_t cpu_event_elapsed(float* ms, void* av, void* bv) {
   return BG_OK;
 }
 
+/* ---- waiting for every stream, and frees deferred until the work queued before them ran -- */
+void cpu_device_wait_all(cpu_device* d) {
+  /* Wait on a snapshot, not under streams_mu: a host function on a stream waited for may
+   * enqueue on the default stream, which takes streams_mu. */
+  cpu_snaps sn;
+  if (cpu_snap_streams(d, &sn, 1, 1) == 0) {
+    cpu_snaps_wait(&sn);
+    cpu_snaps_free(&sn);
+    return;
+  }
+  pthread_t self = pthread_self(); /* out of memory: the old way, under the lock */
+  cpu_stream* ds = (cpu_stream*)d->base.default_stream;
+  if (!(ds->thread_ok && pthread_equal(ds->thread, self))) cpu_stream_wait_idle(ds);
+  pthread_mutex_lock(&d->streams_mu);
+  for (cpu_stream* s = d->streams; s; s = s->next)
+    if (!(s->thread_ok && pthread_equal(s->thread, self))) cpu_stream_wait_idle(s);
+  pthread_mutex_unlock(&d->streams_mu);
+}
+
+void cpu_deferred_release(cpu_deferred* df) {
+  if (atomic_fetch_sub_explicit(&df->refs, 1, memory_order_acq_rel) != 1) return;
+  df->fn(df->arg);
+  free(df);
+}
+
+static void defer_on(cpu_stream* s, cpu_deferred* df) {
+  if (atomic_load(&s->completed) >= atomic_load(&s->enqueued)) return; /* idle */
+  /* Running a persistent ring kernel with nothing queued behind it: that kernel never ends on its
+   * own, so a release queued here would wait until it is stopped (and a stream of frees would
+   * fill the queue and block the caller). What it uses (its rings, state and module) bungpu keeps
+   * until it has exited; nothing queued before this free is left to run on the stream. */
+  if (atomic_load_explicit(&s->resident, memory_order_acquire) &&
+      atomic_load(&s->enqueued) - atomic_load(&s->completed) == 1)
+    return;
+  atomic_fetch_add(&df->refs, 1);
+  cpu_op op = {.kind = OP_RELEASE};
+  op.u.rel.def = df;
+  /* straight into the queue: a capturing stream's queued work counts too */
+  if (cpu_enqueue(s, &op, "bg_mem_free") != BG_OK) cpu_stream_wait_idle(s);
+}
+
+void cpu_defer(cpu_device* d, void (*fn)(void*), void* arg) {
+  cpu_deferred* df = malloc(sizeof *df);
+  if (!df) { /* out of memory: fall back to waiting */
+    cpu_device_wait_all(d);
+    fn(arg);
+    return;
+  }
+  atomic_init(&df->refs, 1);
+  df->fn = fn;
+  df->arg = arg;
+  pthread_mutex_lock(&d->streams_mu);
+  defer_on((cpu_stream*)d->base.default_stream, df);
+  for (cpu_stream* s = d->streams; s; s = s->next) defer_on(s, df);
+  pthread_mutex_unlock(&d->streams_mu);
+  cpu_deferred_release(df);
+}
+
 /* ---- launches: validated, then queued as an OP_KERNEL (pool.c runs it) ------------------ */
 int32_t cpu_check_launch(const char* fn, const uint32_t g[3], const uint32_t b[3],
                          uint32_t shared) {
