@@ -1,7 +1,7 @@
 /*
  * bungpu.h: the one flat C ABI of libbungpu.
  *
- * Conventions (see DESIGN.md):
+ * Conventions:
  *  - Every function returns int32_t: BG_OK (0) or a BG_ERR_* code. Results come back through
  *    out-pointers. bg_last_error() gives the calling thread's last message, naming the backend
  *    call and its native code.
