@@ -92,6 +92,28 @@ describe("Metal backend against a mock Objective-C runtime and Metal", () => {
   }, 180_000);
 });
 
+describe("the core in C against a recording fake backend, under sanitizers", () => {
+  // shim/test/core_test.c: the command decoder on good and bad lists, one-by-one issue, the
+  // synchronous copies built from asynchronous ones, and the generic command-list graph.
+  test.skipIf(!gcc || process.platform !== "linux")("core_test passes under ASan and UBSan", () => {
+    const dir = mkdtempSync(join(tmpdir(), "bg-core-"));
+    try {
+      const bin = join(dir, "core_test");
+      const sh = join(root, "shim");
+      const b = Bun.spawnSync([gcc!, "-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", `-I${sh}`, "-o", bin, join(sh, "test/core_test.c"), join(sh, "bungpu.c"), join(sh, "commands.c"), "-lpthread"], { stderr: "pipe" });
+      expect(b.stderr.toString()).not.toMatch(/error|warning/);
+      expect(b.exitCode).toBe(0);
+      const r = Bun.spawnSync([bin], { stdout: "pipe", stderr: "pipe", env: { ...process.env, ASAN_OPTIONS: "detect_leaks=1" } });
+      const out = r.stdout.toString() + r.stderr.toString();
+      expect(out).not.toMatch(/ERROR: AddressSanitizer|runtime error:|LeakSanitizer|FAIL/);
+      expect(out).toMatch(/core_test: \d+ checks passed/);
+      expect(r.exitCode).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
+});
+
 describe("CPU backend in C under sanitizers", () => {
   test.skipIf(!gcc || process.platform !== "linux")("cpu_test passes under ASan and UBSan with no report", () => {
     const r = Bun.spawnSync(["bash", join(root, "shim/test/run_sanitizers.sh")], { cwd: root, stdout: "pipe", stderr: "pipe" });
