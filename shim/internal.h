@@ -1,5 +1,5 @@
 /*
- * internal.h: what the core (bungpu.c) and the backends (cpu/, cuda/, metal/) share.
+ * internal.h: what the core (bungpu.c, commands.c) and the backends (cpu/, cuda/, metal/) share.
  *
  * Every handle begins with bg_obj, so the core can check a handle's kind before it trusts it
  * and find its device. The core validates arguments, then calls the device's vtable. Backends
