@@ -342,12 +342,13 @@ BG_API int32_t bg_submit_ex(void* stream, const void* bytes, uint64_t len, uint3
                             uint64_t* out_bad_offset);
 /* A graph from a command list, validated as bg_submit validates it (a refused list returns
  * BG_ERR_INVALID_VALUE or BG_ERR_INVALID_HANDLE, naming the offending byte offset in the
- * message). The result is an ordinary graph handle: bg_graph_node_count (every command but
- * barriers is a node; launches are the kernel nodes), bg_graph_instantiate, bg_graph_upload,
+ * message). The result is an ordinary graph handle: bg_graph_node_count (every command is a
+ * node but barriers and copies or memsets of nothing; launches are the kernel nodes; the nodes
+ * run in list order), bg_graph_instantiate, bg_graph_upload,
  * bg_graph_launch (the list runs as one bg_submit on that stream), bg_graph_exec_set_kernel_args
  * (index: the n-th BG_CMD_LAUNCH of the list) and bg_graph_destroy all work on it. The graph and
  * each exec keep the kernels and events the list names alive, as captured graphs do: unloading
- * a module or destroying an event does not break them. Nodes run in list order. */
+ * a module or destroying an event does not break them. */
 BG_API int32_t bg_graph_from_commands(void* dev, const void* bytes, uint64_t len,
                                       void** out_graph);
 

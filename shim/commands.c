@@ -357,7 +357,11 @@ static int32_t list_make(bg_device* d, const uint8_t* p, uint64_t len, const cha
   bg_cmd c;
   bg_cmd_iter_init(&it, p, len);
   while (bg_cmd_next(&it, &c) == BG_CMD_NEXT) {
-    if (c.op != BG_CMD_BARRIER) l->nodes++;
+    int empty = (c.op == BG_CMD_COPY && !c.u.copy.bytes) ||
+                (c.op == BG_CMD_COPY_HTOD && !c.u.htod.bytes) ||
+                (c.op == BG_CMD_COPY_DTOH && !c.u.dtoh.bytes) ||
+                (c.op == BG_CMD_MEMSET && !c.u.fill.count);
+    if (c.op != BG_CMD_BARRIER && !empty) l->nodes++;
     if (c.op == BG_CMD_LAUNCH) l->nk++;
   }
   if (len > SIZE_MAX) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);

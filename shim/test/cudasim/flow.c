@@ -134,6 +134,7 @@ int main(void) {
     OK(bg_graph_upload(cx, s1)); OK(bg_graph_launch(cx, s1)); OK(bg_graph_launch(cx, s1));
     uint64_t up[3] = {8, 0, 0}; OK(bg_graph_exec_set_kernel_args(cx, 1, up, 3));
     EXPECT(bg_graph_exec_set_kernel_args(cx, 1, up, 4), BG_ERR_INVALID_VALUE);
+    EXPECT(bg_graph_exec_set_kernel_args(cx, 2, up, 3), BG_ERR_INVALID_VALUE); // names the driver graph's count
     OK(bg_graph_launch(cx, s1)); OK(bg_stream_synchronize(s1));
     printf("list replay: %s\n", runlog);
     printf("list memset %x\n", got[15]);
