@@ -248,7 +248,10 @@ BG_API int32_t bg_submit_checked(void* s, const void* bytes, uint64_t len, uint6
   const uint8_t* p;
   uint8_t* owned;
   if ((rc = aligned(bytes, len, "bg_submit", &p, &owned))) return rc;
-  rc = run_cmds(s, p, len);
+  {
+    BG_HOOK(((bg_obj*)s)->dev);
+    rc = run_cmds(s, p, len);
+  }
   free(owned);
   return rc;
 }
@@ -279,8 +282,11 @@ BG_API int32_t bg_graph_from_commands(void* dev, const void* bytes, uint64_t len
   const uint8_t* p;
   uint8_t* owned;
   if ((rc = aligned(bytes, len, fn, &p, &owned))) return rc;
-  if (d->ops->graph_from_commands) rc = d->ops->graph_from_commands(d, p, len, out);
-  else rc = bg_cmdgraph_create(d, p, len, out);
+  {
+    BG_HOOK(d);
+    if (d->ops->graph_from_commands) rc = d->ops->graph_from_commands(d, p, len, out);
+    else rc = bg_cmdgraph_create(d, p, len, out);
+  }
   free(owned);
   return rc;
 }
@@ -293,9 +299,10 @@ BG_API int32_t bg_bench_issue_loop(void* s, const void* bytes, uint64_t len, uin
   if (!len) return BG_OK;
   if (!bytes) return bg_set_error(BG_ERR_INVALID_VALUE, "bg_bench_issue_loop: bytes is NULL");
   int32_t rc = bg_cmds_validate(((bg_obj*)s)->dev, "bg_bench_issue_loop", bytes, len, NULL);
-  const uint8_t* p;
+  const uint8_t* p = bytes;
   uint8_t* owned = NULL;
   if (!rc) rc = aligned(bytes, len, "bg_bench_issue_loop", &p, &owned);
+  BG_HOOK(((bg_obj*)s)->dev);
   for (uint64_t i = 0; i < iters && rc == BG_OK; i++) rc = bg_issue_cmds(s, p, len);
   free(owned);
   return rc;

@@ -72,8 +72,9 @@ typedef struct bg_signal bg_signal;
  *    handles are BG_KIND_GRAPH / BG_KIND_EXEC; the generic graphs never reach these entries.
  *  - rtc_compile, rtc_version, stream_wait_value32, stream_write_value32, ring_alloc,
  *    ring_free: BG_ERR_NOT_SUPPORTED.
- * Backends that need per-call setup do it in each entry (CUDA: its primary context pushed and
- * popped around the call; Metal: an autorelease pool), not through the core. */
+ *  - enter, leave: no per-call setup. With them the core wraps every call that reaches the
+ *    backend (Metal: an autorelease pool). CUDA keeps its context push/pop in its entries: it
+ *    can fail, and the backend's own threads and internal paths need it too. */
 struct bg_ops {
   const char* name; /* "cpu", "cuda", "metal" */
   int32_t (*device_close)(bg_device* dev);
@@ -143,6 +144,12 @@ struct bg_ops {
    * its handle must answer the graph_* entries above. NULL: the core's generic command-list
    * graph (commands.c), which replays the list through submit. */
   int32_t (*graph_from_commands)(bg_device* dev, const uint8_t* bytes, uint64_t len, void** out);
+  /* Called by the core around every entry point that reaches the backend (device close
+   * excepted): enter's result is handed to leave. For per-call setup that cannot fail (Metal:
+   * an autorelease pool); a backend whose setup can fail does it in its entries (CUDA: making
+   * its context current, which also runs on its internal paths). */
+  void* (*enter)(bg_device* dev);
+  void (*leave)(bg_device* dev, void* token);
   /* Keep a kernel's code, or an event, alive while a generic graph names it, past the
    * destruction of its handle (module unload, event destroy); unhold drops one hold. A backend
    * without them has no generic graphs (BG_ERR_NOT_SUPPORTED). */
@@ -174,6 +181,22 @@ int32_t bg_rtc_make(bg_device* dev, const void* code, uint64_t code_len, const c
 
 /* Signals (bungpu.c): the stream operation that a backend runs to hand off to the host. */
 void bg_signal_run(void* sig); /* a bg_host_fn: mark reached, wait for release, reset */
+
+/* BG_HOOK(dev): the device's enter hook now, its leave hook when the enclosing block ends. */
+typedef struct bg_hook {
+  bg_device* dev;
+  void* token;
+} bg_hook;
+static inline bg_hook bg_hook_enter(bg_device* d) {
+  bg_hook h = {d, NULL};
+  if (d->ops->enter) h.token = d->ops->enter(d);
+  return h;
+}
+static inline void bg_hook_leave(bg_hook* h) {
+  if (h->dev->ops->leave) h->dev->ops->leave(h->dev, h->token);
+}
+#define BG_HOOK(devp)                                                                           \
+  bg_hook bg_hook_ __attribute__((cleanup(bg_hook_leave), unused)) = bg_hook_enter(devp)
 
 /* ---- command lists (commands.c) ------------------------------------------------------------
  * The one decoder of the bg_submit format (bungpu.h's records). Backends never read command

@@ -112,10 +112,10 @@ static int32_t buf_free(mtl_dev* d, uint64_t base, int kind, const char* fn) {
 }
 
 int32_t mtl_mem_alloc(bg_device* dv, uint64_t bytes, bg_devptr* out) {
-  POOLED(buf_alloc((mtl_dev*)dv, bytes, BUF_DEVICE, "bg_mem_alloc", out));
+  return buf_alloc((mtl_dev*)dv, bytes, BUF_DEVICE, "bg_mem_alloc", out);
 }
 int32_t mtl_mem_free(bg_device* dv, bg_devptr p) {
-  POOLED(buf_free((mtl_dev*)dv, p, BUF_DEVICE, "bg_mem_free"));
+  return buf_free((mtl_dev*)dv, p, BUF_DEVICE, "bg_mem_free");
 }
 
 static int32_t host_alloc_impl(bg_device* dv, uint64_t bytes, void** host, bg_devptr* dptr) {
@@ -129,10 +129,10 @@ static int32_t host_alloc_impl(bg_device* dv, uint64_t bytes, void** host, bg_de
 int32_t mtl_host_alloc(bg_device* dv, uint64_t bytes, uint32_t flags, void** host,
                        bg_devptr* dptr) {
   (void)flags;
-  POOLED(host_alloc_impl(dv, bytes, host, dptr));
+  return host_alloc_impl(dv, bytes, host, dptr);
 }
 int32_t mtl_host_free(bg_device* dv, void* host) {
-  POOLED(buf_free((mtl_dev*)dv, (uint64_t)(uintptr_t)host, BUF_HOST, "bg_host_free"));
+  return buf_free((mtl_dev*)dv, (uint64_t)(uintptr_t)host, BUF_HOST, "bg_host_free");
 }
 
 static int32_t ring_alloc_impl(bg_device* dv, uint64_t bytes, void** host, bg_devptr* dptr) {
@@ -145,10 +145,10 @@ static int32_t ring_alloc_impl(bg_device* dv, uint64_t bytes, void** host, bg_de
   return BG_OK;
 }
 int32_t mtl_ring_alloc(bg_device* dv, uint64_t bytes, void** host, bg_devptr* dptr) {
-  POOLED(ring_alloc_impl(dv, bytes, host, dptr));
+  return ring_alloc_impl(dv, bytes, host, dptr);
 }
 int32_t mtl_ring_free(bg_device* dv, void* host) {
-  POOLED(buf_free((mtl_dev*)dv, (uint64_t)(uintptr_t)host, BUF_RING, "bg_ring_destroy"));
+  return buf_free((mtl_dev*)dv, (uint64_t)(uintptr_t)host, BUF_RING, "bg_ring_destroy");
 }
 
 /* Synchronous copies and fills: after the default stream's work, on the CPU (shared storage). */

@@ -215,7 +215,9 @@ static inline void rel(oc_id o) {
 }
 static inline oc_id ret(oc_id o) { return o ? m_id(o, mtl_S.retain) : o; }
 
-/* Every entry point that touches Objective-C runs inside an autorelease pool. */
+/* Every entry point that touches Objective-C runs inside an autorelease pool: the core's
+ * enter/leave hooks (m_enter, m_leave) give one around each vtable call; the rest (probe, open,
+ * close, and what the core calls outside its hooks) use POOLED. */
 #define POOLED(call)                                                                            \
   do {                                                                                          \
     void* pool_ = mtl_rt.pool_push();                                                               \

@@ -152,7 +152,7 @@ static int32_t htod_async_impl(void* sv, bg_devptr dst, const void* src, uint64_
   return rc;
 }
 int32_t mtl_memcpy_htod_async(void* sv, bg_devptr dst, const void* src, uint64_t n) {
-  POOLED(htod_async_impl(sv, dst, src, n));
+  return htod_async_impl(sv, dst, src, n);
 }
 
 static int32_t dtoh_async_impl(void* sv, void* dst, bg_devptr src, uint64_t n) {
@@ -166,7 +166,7 @@ static int32_t dtoh_async_impl(void* sv, void* dst, bg_devptr src, uint64_t n) {
   return rc;
 }
 int32_t mtl_memcpy_dtoh_async(void* sv, void* dst, bg_devptr src, uint64_t n) {
-  POOLED(dtoh_async_impl(sv, dst, src, n));
+  return dtoh_async_impl(sv, dst, src, n);
 }
 
 static int32_t dtod_async_impl(void* sv, bg_devptr dst, bg_devptr src, uint64_t n) {
@@ -181,7 +181,7 @@ static int32_t dtod_async_impl(void* sv, bg_devptr dst, bg_devptr src, uint64_t 
   return rc;
 }
 int32_t mtl_memcpy_dtod_async(void* sv, bg_devptr dst, bg_devptr src, uint64_t n) {
-  POOLED(dtod_async_impl(sv, dst, src, n));
+  return dtod_async_impl(sv, dst, src, n);
 }
 
 static int32_t memset_async_impl(void* sv, bg_devptr dst, uint32_t pattern, uint32_t esz,
@@ -199,7 +199,7 @@ static int32_t memset_async_impl(void* sv, bg_devptr dst, uint32_t pattern, uint
 }
 int32_t mtl_memset_async(void* sv, bg_devptr dst, uint32_t pattern, uint32_t esz,
                          uint64_t count) {
-  POOLED(memset_async_impl(sv, dst, pattern, esz, count));
+  return memset_async_impl(sv, dst, pattern, esz, count);
 }
 
 /* ---- modules and kernels -------------------------------------------------------------------- */
@@ -249,7 +249,7 @@ static int32_t module_load_impl(bg_device* dv, int32_t kind, const void* data, u
 }
 int32_t mtl_module_load(bg_device* dv, int32_t kind, const void* data, uint64_t n,
                         void** out) {
-  POOLED(module_load_impl(dv, kind, data, n, out));
+  return module_load_impl(dv, kind, data, n, out);
 }
 
 /* The last reference frees the kernels and the library. */
@@ -278,7 +278,7 @@ static int32_t module_unload_impl(void* mv) {
   module_unref(m);
   return BG_OK;
 }
-int32_t mtl_module_unload(void* mv) { POOLED(module_unload_impl(mv)); }
+int32_t mtl_module_unload(void* mv) { return module_unload_impl(mv); }
 
 void mtl_kernel_hold(void* kv) {
   atomic_fetch_add_explicit(&((mtl_kernel*)kv)->mod->refs, 1, memory_order_relaxed);
@@ -340,7 +340,7 @@ out:
   return rc;
 }
 int32_t mtl_module_get_kernel(void* mv, const char* name, void** out) {
-  POOLED(get_kernel_impl(mv, name, out));
+  return get_kernel_impl(mv, name, out);
 }
 
 int32_t mtl_kernel_max_threads(void* kv, int32_t* out) {
@@ -403,7 +403,7 @@ static int32_t launch_impl(void* kv, void* sv, const uint32_t g[3], const uint32
 }
 int32_t mtl_launch(void* kv, void* sv, const uint32_t g[3], const uint32_t b[3],
                    uint32_t shared, const uint64_t* args, uint32_t nargs) {
-  POOLED(launch_impl(kv, sv, g, b, shared, args, nargs));
+  return launch_impl(kv, sv, g, b, shared, args, nargs);
 }
 
 /* ---- command lists: one concurrent compute encoder, barriers where the list asks ------------ */
@@ -508,7 +508,7 @@ static int32_t submit_impl(void* sv, const uint8_t* p, uint64_t len) {
   return rc;
 }
 int32_t mtl_submit(void* sv, const uint8_t* p, uint64_t len) {
-  POOLED(submit_impl(sv, p, len));
+  return submit_impl(sv, p, len);
 }
 
 #endif /* __APPLE__ */

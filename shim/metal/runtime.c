@@ -124,7 +124,7 @@ static int32_t metal_probe(int32_t* count, char* msg, uint64_t cap) {
     snprintf(msg, (size_t)cap, "%s", mtl_rt.msg);
     return mtl_rt.rc;
   }
-  POOLED(probe_impl(count, msg, cap));
+  POOLED(probe_impl(count, msg, cap)); /* not a vtable entry: the core's hooks do not cover it */
 }
 
 static int32_t open_impl(int32_t ordinal, bg_device** out) {
@@ -217,7 +217,7 @@ static int32_t props_impl(bg_device* dv, bg_device_props* out) {
   out->total_mem = m_u64(d->dev, mtl_S.recommendedMaxWorkingSetSize);
   return BG_OK;
 }
-static int32_t m_device_props(bg_device* dv, bg_device_props* out) { POOLED(props_impl(dv, out)); }
+static int32_t m_device_props(bg_device* dv, bg_device_props* out) { return props_impl(dv, out); }
 
 static int32_t m_device_mem_info(bg_device* dv, uint64_t* free_b, uint64_t* total_b) {
   mtl_dev* d = (mtl_dev*)dv;
@@ -239,7 +239,7 @@ static int32_t device_sync_impl(bg_device* dv) {
   pthread_mutex_unlock(&d->smu);
   return rc;
 }
-static int32_t m_device_synchronize(bg_device* dv) { POOLED(device_sync_impl(dv)); }
+static int32_t m_device_synchronize(bg_device* dv) { return device_sync_impl(dv); }
 
 /* ---- compiler version, capture, graphs ------------------------------------------------------ */
 /* The Metal Shading Language version this macOS compiles by default. */
@@ -263,7 +263,7 @@ static int32_t rtc_version_impl(int32_t* major, int32_t* minor) {
 }
 static int32_t m_rtc_version(bg_device* dv, int32_t* major, int32_t* minor) {
   (void)dv;
-  POOLED(rtc_version_impl(major, minor));
+  return rtc_version_impl(major, minor);
 }
 
 static int32_t m_begin_capture(void* sv, int32_t mode) {
@@ -283,8 +283,20 @@ static int32_t m_capture_status(void* sv, int32_t* out) {
   *out = BG_CAPTURE_NONE;
   return BG_OK;
 }
+/* Around every entry point the core calls: objects the entry autoreleases go with this pool. */
+static void* m_enter(bg_device* dv) {
+  (void)dv;
+  return mtl_rt.pool_push();
+}
+static void m_leave(bg_device* dv, void* pool) {
+  (void)dv;
+  mtl_rt.pool_pop(pool);
+}
+
 static const bg_ops metal_ops = {
     .name = "metal",
+    .enter = m_enter,
+    .leave = m_leave,
     .device_close = m_device_close,
     .device_props = m_device_props,
     .device_mem_info = m_device_mem_info,

@@ -261,7 +261,7 @@ static int32_t stream_create_impl(bg_device* dv, void** out) {
 int32_t mtl_stream_create(bg_device* dv, uint32_t flags, int32_t prio, void** out) {
   (void)flags; /* every Metal queue is independent: non-blocking semantics */
   (void)prio;
-  POOLED(stream_create_impl(dv, out));
+  return stream_create_impl(dv, out);
 }
 
 static int32_t stream_destroy_impl(void* sv) {
@@ -276,8 +276,8 @@ static int32_t stream_destroy_impl(void* sv) {
   pthread_mutex_unlock(&d->smu);
   return mtl_stream_free(s);
 }
-int32_t mtl_stream_destroy(void* sv) { POOLED(stream_destroy_impl(sv)); }
-int32_t mtl_stream_synchronize(void* sv) { POOLED(mtl_stream_sync(sv)); }
+int32_t mtl_stream_destroy(void* sv) { return stream_destroy_impl(sv); }
+int32_t mtl_stream_synchronize(void* sv) { return mtl_stream_sync(sv); }
 
 static int32_t query_impl(mtl_stream* s) {
   pthread_mutex_lock(&s->mu);
@@ -288,7 +288,7 @@ static int32_t query_impl(mtl_stream* s) {
   pthread_mutex_unlock(&s->mu);
   return rc;
 }
-int32_t mtl_stream_query(void* sv) { POOLED(query_impl(sv)); }
+int32_t mtl_stream_query(void* sv) { return query_impl(sv); }
 
 int32_t mtl_launch_host_func(void* sv, bg_host_fn fn, void* user) {
   mtl_stream* s = sv;
@@ -320,7 +320,7 @@ static int32_t event_create_impl(bg_device* dv, uint32_t flags, void** out) {
   return BG_OK;
 }
 int32_t mtl_event_create(bg_device* dv, uint32_t flags, void** out) {
-  POOLED(event_create_impl(dv, flags, out));
+  return event_create_impl(dv, flags, out);
 }
 
 static int32_t event_destroy_impl(void* ev) {
@@ -328,7 +328,7 @@ static int32_t event_destroy_impl(void* ev) {
   ev_unref(ev); /* pending records keep it until their command buffers complete */
   return BG_OK;
 }
-int32_t mtl_event_destroy(void* ev) { POOLED(event_destroy_impl(ev)); }
+int32_t mtl_event_destroy(void* ev) { return event_destroy_impl(ev); }
 void mtl_event_hold(void* ev) { atomic_fetch_add(&((mtl_event*)ev)->refs, 1); }
 void mtl_event_unhold(void* ev) {
   void* pool = mtl_rt.pool_push();
@@ -377,7 +377,7 @@ static int32_t event_record_impl(void* ev, void* sv) {
   pthread_mutex_unlock(&s->mu);
   return rc;
 }
-int32_t mtl_event_record(void* ev, void* sv) { POOLED(event_record_impl(ev, sv)); }
+int32_t mtl_event_record(void* ev, void* sv) { return event_record_impl(ev, sv); }
 
 static int32_t wait_event_impl(void* sv, void* ev) {
   mtl_stream* s = sv;
@@ -386,7 +386,7 @@ static int32_t wait_event_impl(void* sv, void* ev) {
   pthread_mutex_unlock(&s->mu);
   return rc;
 }
-int32_t mtl_stream_wait_event(void* sv, void* ev) { POOLED(wait_event_impl(sv, ev)); }
+int32_t mtl_stream_wait_event(void* sv, void* ev) { return wait_event_impl(sv, ev); }
 
 /* Reached: a timing event once the helper thread stamped it (so elapsed works); any other as
  * soon as the GPU signaled it. */

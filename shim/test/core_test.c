@@ -1,6 +1,6 @@
 /*
  * core_test.c: the core (bungpu.c, commands.c) against a recording fake backend that has only
- * the required vtable entries: the command decoder on good and bad lists, one-by-one issue of a
+ * the required vtable entries (and enter/leave hooks): the command decoder on good and bad lists, one-by-one issue of a
  * submit, the synchronous copies and memset the core builds from asynchronous ones, and the
  * generic command-list graph (replay, argument patches, holds).
  *
@@ -45,7 +45,9 @@ const bg_backend bg_metal_backend = {none_probe, none_open};
 static char trace[4096];
 static int holds; /* kernel and event holds outstanding */
 static void logf_(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+static int depth, enters, unhooked; /* enter/leave hooks: nesting, calls, ops called outside */
 static void logf_(const char* fmt, ...) {
+  if (!depth) unhooked++;
   size_t n = strlen(trace);
   va_list ap;
   va_start(ap, fmt);
@@ -97,11 +99,24 @@ static int32_t f_wait(void* s, void* e) {
   logf_("wait(%s,%s) ", ((fake*)s)->name, ((fake*)e)->name);
   return BG_OK;
 }
+static void* f_enter(bg_device* d) {
+  (void)d;
+  depth++;
+  enters++;
+  return &depth;
+}
+static void f_leave(bg_device* d, void* token) {
+  (void)d;
+  if (token != &depth) unhooked += 1000;
+  depth--;
+}
 static void f_hold(void* h) { (void)h, holds++; }
 static void f_unhold(void* h) { (void)h, holds--; }
 
 static bg_ops fake_ops = {
     .name = "fake",
+    .enter = f_enter,
+    .leave = f_leave,
     .stream_synchronize = f_sync,
     .stream_wait_event = f_wait,
     .memcpy_htod_async = f_htod,
@@ -295,6 +310,9 @@ int main(void) {
   fake_ops.kernel_hold = NULL;
   CHECK(bg_graph_from_commands(&dev, l.b, l.n, &g) == BG_ERR_NOT_SUPPORTED);
   fake_ops.kernel_hold = f_hold;
+
+  /* every backend call ran between the device's enter and leave hooks */
+  CHECK(enters > 10 && depth == 0 && unhooked == 0);
 
   if (fails) {
     printf("core_test: %d of %d checks failed\n", fails, checks);
