@@ -131,3 +131,63 @@ export const bg_device_props = {
     reserved: 312,
   },
 } as const;
+
+/** struct bg_cmd_header: size and alignment in bytes, and each field's offset. */
+export const bg_cmd_header = {
+  size: 8,
+  align: 4,
+  offset: {
+    op: 0,
+    size: 4,
+  },
+} as const;
+
+/** struct bg_cmd_launch_rec: size and alignment in bytes, and each field's offset. */
+export const bg_cmd_launch_rec = {
+  size: 48,
+  align: 8,
+  offset: {
+    h: 0,
+    kernel: 8,
+    grid: 16,
+    block: 28,
+    shared: 40,
+    nargs: 44,
+    args: 48,
+  },
+} as const;
+
+/** struct bg_cmd_copy_rec: size and alignment in bytes, and each field's offset. */
+export const bg_cmd_copy_rec = {
+  size: 32,
+  align: 8,
+  offset: {
+    h: 0,
+    dst: 8,
+    src: 16,
+    bytes: 24,
+  },
+} as const;
+
+/** struct bg_cmd_memset_rec: size and alignment in bytes, and each field's offset. */
+export const bg_cmd_memset_rec = {
+  size: 32,
+  align: 8,
+  offset: {
+    h: 0,
+    dst: 8,
+    pattern: 16,
+    elem_size: 20,
+    count: 24,
+  },
+} as const;
+
+/** struct bg_cmd_event_rec: size and alignment in bytes, and each field's offset. */
+export const bg_cmd_event_rec = {
+  size: 16,
+  align: 8,
+  offset: {
+    h: 0,
+    event: 8,
+  },
+} as const;

@@ -131,6 +131,7 @@ export const symbols = {
   bg_submit: { args: [ptr /* stream */, ptr /* bytes */, u64 /* len */], returns: i32 },
   bg_submit_checked: { args: [ptr /* stream */, ptr /* bytes */, u64 /* len */, ptr /* u64* bad */], returns: i32, out: ["u64"] },
   bg_submit_ex: { args: [ptr /* stream */, ptr /* bytes */, u64 /* len */, u32 /* flags */, ptr /* u64* bad */], returns: i32, out: ["u64"] },
+  bg_graph_from_commands: { args: [ptr /* device */, ptr /* bytes */, u64 /* len */, ptr /* void** graph */], returns: i32, out: ["ptr"] },
 
   // ---- rings
   bg_ring_create: { args: [ptr /* dev */, u32 /* msg_bytes */, u32 /* capacity */, ptr /* void** out */], returns: i32, out: ["ptr"] },

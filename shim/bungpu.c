@@ -108,6 +108,8 @@ static const char* kind_name(bg_kind k) {
     case BG_KIND_RING: return "ring";
     case BG_KIND_SIGNAL: return "signal";
     case BG_KIND_RTC: return "compile result";
+    case BG_KIND_CMD_GRAPH: return "graph";
+    case BG_KIND_CMD_EXEC: return "graph exec";
   }
   return "handle";
 }
@@ -233,6 +235,7 @@ BG_API int32_t bg_device_props_get(void* dev, bg_device_props* out) {
   CHECK(dev, BG_KIND_DEVICE, "bg_device_props_get");
   NONNULL(out, "bg_device_props_get", "out");
   memset(out, 0, sizeof *out);
+  BG_HOOK(DEV(dev));
   return OPS(dev)->device_props(dev, out);
 }
 
@@ -240,11 +243,13 @@ BG_API int32_t bg_device_mem_info(void* dev, uint64_t* free_b, uint64_t* total_b
   CHECK(dev, BG_KIND_DEVICE, "bg_device_mem_info");
   NONNULL(free_b, "bg_device_mem_info", "free");
   NONNULL(total_b, "bg_device_mem_info", "total");
+  BG_HOOK(DEV(dev));
   return OPS(dev)->device_mem_info(dev, free_b, total_b);
 }
 
 BG_API int32_t bg_device_synchronize(void* dev) {
   CHECK(dev, BG_KIND_DEVICE, "bg_device_synchronize");
+  BG_HOOK(DEV(dev));
   return OPS(dev)->device_synchronize(dev);
 }
 
@@ -253,12 +258,14 @@ BG_API int32_t bg_mem_alloc(void* dev, uint64_t bytes, bg_devptr* out) {
   CHECK(dev, BG_KIND_DEVICE, "bg_mem_alloc");
   NONNULL(out, "bg_mem_alloc", "out");
   if (bytes == 0) return bg_set_error(BG_ERR_INVALID_VALUE, "bg_mem_alloc: size 0");
+  BG_HOOK(DEV(dev));
   return OPS(dev)->mem_alloc(dev, bytes, out);
 }
 
 BG_API int32_t bg_mem_free(void* dev, bg_devptr p) {
   CHECK(dev, BG_KIND_DEVICE, "bg_mem_free");
   if (!p) return BG_OK;
+  BG_HOOK(DEV(dev));
   return OPS(dev)->mem_free(dev, p);
 }
 
@@ -269,20 +276,35 @@ BG_API int32_t bg_host_alloc(void* dev, uint64_t bytes, uint32_t flags, void** h
   if (flags & ~(uint32_t)(BG_HOST_ALLOC_MAPPED | BG_HOST_ALLOC_PORTABLE))
     return bg_set_error(BG_ERR_INVALID_VALUE, "bg_host_alloc: unknown flags 0x%x", flags);
   bg_devptr unused = 0;
+  BG_HOOK(DEV(dev));
   return OPS(dev)->host_alloc(dev, bytes, flags, host, d ? d : &unused);
 }
 
 BG_API int32_t bg_host_free(void* dev, void* host) {
   CHECK(dev, BG_KIND_DEVICE, "bg_host_free");
   if (!host) return BG_OK;
+  BG_HOOK(DEV(dev));
   return OPS(dev)->host_free(dev, host);
 }
+
+/* A backend without a synchronous copy or memset gets its asynchronous one on the device's
+ * default stream, then a wait for that stream: the same legacy-stream semantics, data in place
+ * on return. */
+static int32_t then_wait_default(void* dev, int32_t rc) {
+  if (rc) return rc;
+  bg_device* d = dev;
+  return d->ops->stream_synchronize(d->default_stream);
+}
+#define DEFAULT_STREAM(dev) (((bg_device*)(dev))->default_stream)
 
 BG_API int32_t bg_memcpy_htod(void* dev, bg_devptr dst, const void* src, uint64_t n) {
   CHECK(dev, BG_KIND_DEVICE, "bg_memcpy_htod");
   if (!n) return BG_OK;
   NONNULL(src, "bg_memcpy_htod", "src");
   NONNULL(dst, "bg_memcpy_htod", "dst");
+  BG_HOOK(DEV(dev));
+  if (!OPS(dev)->memcpy_htod)
+    return then_wait_default(dev, OPS(dev)->memcpy_htod_async(DEFAULT_STREAM(dev), dst, src, n));
   return OPS(dev)->memcpy_htod(dev, dst, src, n);
 }
 
@@ -291,6 +313,9 @@ BG_API int32_t bg_memcpy_dtoh(void* dev, void* dst, bg_devptr src, uint64_t n) {
   if (!n) return BG_OK;
   NONNULL(src, "bg_memcpy_dtoh", "src");
   NONNULL(dst, "bg_memcpy_dtoh", "dst");
+  BG_HOOK(DEV(dev));
+  if (!OPS(dev)->memcpy_dtoh)
+    return then_wait_default(dev, OPS(dev)->memcpy_dtoh_async(DEFAULT_STREAM(dev), dst, src, n));
   return OPS(dev)->memcpy_dtoh(dev, dst, src, n);
 }
 
@@ -299,6 +324,9 @@ BG_API int32_t bg_memcpy_dtod(void* dev, bg_devptr dst, bg_devptr src, uint64_t 
   if (!n) return BG_OK;
   NONNULL(src, "bg_memcpy_dtod", "src");
   NONNULL(dst, "bg_memcpy_dtod", "dst");
+  BG_HOOK(DEV(dev));
+  if (!OPS(dev)->memcpy_dtod)
+    return then_wait_default(dev, OPS(dev)->memcpy_dtod_async(DEFAULT_STREAM(dev), dst, src, n));
   return OPS(dev)->memcpy_dtod(dev, dst, src, n);
 }
 
@@ -315,6 +343,10 @@ BG_API int32_t bg_memset(void* dev, bg_devptr dst, uint32_t pattern, uint32_t es
   if (!count) return BG_OK;
   int32_t rc = check_memset("bg_memset", dst, esz);
   if (rc) return rc;
+  BG_HOOK(DEV(dev));
+  if (!OPS(dev)->memset)
+    return then_wait_default(
+        dev, OPS(dev)->memset_async(DEFAULT_STREAM(dev), dst, pattern, esz, count));
   return (OPS(dev)->memset)(dev, dst, pattern, esz, count); /* parenthesised: _FORTIFY_SOURCE makes memset a macro */
 }
 
@@ -324,6 +356,7 @@ BG_API int32_t bg_stream_create(void* dev, uint32_t flags, int32_t prio, void** 
   NONNULL(out, "bg_stream_create", "out");
   if (flags & ~(uint32_t)BG_STREAM_NON_BLOCKING)
     return bg_set_error(BG_ERR_INVALID_VALUE, "bg_stream_create: unknown flags 0x%x", flags);
+  BG_HOOK(DEV(dev));
   return OPS(dev)->stream_create(dev, flags, prio, out);
 }
 
@@ -339,16 +372,19 @@ BG_API int32_t bg_stream_destroy(void* s) {
   if (s == DEV(s)->default_stream)
     return bg_set_error(BG_ERR_INVALID_VALUE,
                         "bg_stream_destroy: the default stream belongs to its device");
+  BG_HOOK(DEV(s));
   return OPS(s)->stream_destroy(s);
 }
 
 BG_API int32_t bg_stream_synchronize(void* s) {
   CHECK(s, BG_KIND_STREAM, "bg_stream_synchronize");
+  BG_HOOK(DEV(s));
   return OPS(s)->stream_synchronize(s);
 }
 
 BG_API int32_t bg_stream_query(void* s) {
   CHECK(s, BG_KIND_STREAM, "bg_stream_query");
+  BG_HOOK(DEV(s));
   return OPS(s)->stream_query(s);
 }
 
@@ -357,6 +393,7 @@ BG_API int32_t bg_stream_wait_event(void* s, void* e) {
   CHECK(e, BG_KIND_EVENT, "bg_stream_wait_event");
   if (DEV(s) != DEV(e))
     return bg_set_error(BG_ERR_INVALID_VALUE, "bg_stream_wait_event: event of another device");
+  BG_HOOK(DEV(s));
   return OPS(s)->stream_wait_event(s, e);
 }
 
@@ -365,6 +402,7 @@ BG_API int32_t bg_memcpy_htod_async(void* s, bg_devptr dst, const void* src, uin
   if (!n) return BG_OK;
   NONNULL(src, "bg_memcpy_htod_async", "src");
   NONNULL(dst, "bg_memcpy_htod_async", "dst");
+  BG_HOOK(DEV(s));
   return OPS(s)->memcpy_htod_async(s, dst, src, n);
 }
 
@@ -373,6 +411,7 @@ BG_API int32_t bg_memcpy_dtoh_async(void* s, void* dst, bg_devptr src, uint64_t 
   if (!n) return BG_OK;
   NONNULL(src, "bg_memcpy_dtoh_async", "src");
   NONNULL(dst, "bg_memcpy_dtoh_async", "dst");
+  BG_HOOK(DEV(s));
   return OPS(s)->memcpy_dtoh_async(s, dst, src, n);
 }
 
@@ -381,6 +420,7 @@ BG_API int32_t bg_memcpy_dtod_async(void* s, bg_devptr dst, bg_devptr src, uint6
   if (!n) return BG_OK;
   NONNULL(src, "bg_memcpy_dtod_async", "src");
   NONNULL(dst, "bg_memcpy_dtod_async", "dst");
+  BG_HOOK(DEV(s));
   return OPS(s)->memcpy_dtod_async(s, dst, src, n);
 }
 
@@ -390,12 +430,14 @@ BG_API int32_t bg_memset_async(void* s, bg_devptr dst, uint32_t pattern, uint32_
   if (!count) return BG_OK;
   int32_t rc = check_memset("bg_memset_async", dst, esz);
   if (rc) return rc;
+  BG_HOOK(DEV(s));
   return OPS(s)->memset_async(s, dst, pattern, esz, count);
 }
 
 BG_API int32_t bg_launch_host_func(void* s, bg_host_fn fn, void* user) {
   CHECK(s, BG_KIND_STREAM, "bg_launch_host_func");
   NONNULL(fn, "bg_launch_host_func", "fn");
+  BG_HOOK(DEV(s));
   return OPS(s)->launch_host_func(s, fn, user);
 }
 
@@ -470,6 +512,7 @@ BG_API int32_t bg_stream_host_signal(void* stream, void* sig) {
   uint32_t expect = BG_SIGNAL_IDLE;
   if (!atomic_compare_exchange_strong(&s->state, &expect, BG_SIGNAL_PENDING))
     return bg_set_error(BG_ERR_ILLEGAL_STATE, "bg_stream_host_signal: signal already in use");
+  BG_HOOK(DEV(stream));
   int32_t rc = OPS(stream)->launch_host_func(stream, bg_signal_run, s);
   if (rc != BG_OK) atomic_store(&s->state, BG_SIGNAL_IDLE);
   return rc;
@@ -480,6 +523,7 @@ BG_API int32_t bg_stream_wait_value32(void* stream, bg_devptr addr, uint32_t val
   NONNULL(addr, "bg_stream_wait_value32", "addr");
   if (addr & 3) return bg_set_error(BG_ERR_INVALID_VALUE, "bg_stream_wait_value32: address not 4-byte aligned");
   NEED(stream, stream_wait_value32, "bg_stream_wait_value32");
+  BG_HOOK(DEV(stream));
   return OPS(stream)->stream_wait_value32(stream, addr, value);
 }
 
@@ -488,6 +532,7 @@ BG_API int32_t bg_stream_write_value32(void* stream, bg_devptr addr, uint32_t va
   NONNULL(addr, "bg_stream_write_value32", "addr");
   if (addr & 3) return bg_set_error(BG_ERR_INVALID_VALUE, "bg_stream_write_value32: address not 4-byte aligned");
   NEED(stream, stream_write_value32, "bg_stream_write_value32");
+  BG_HOOK(DEV(stream));
   return OPS(stream)->stream_write_value32(stream, addr, value);
 }
 
@@ -497,11 +542,13 @@ BG_API int32_t bg_event_create(void* dev, uint32_t flags, void** out) {
   NONNULL(out, "bg_event_create", "out");
   if (flags & ~(uint32_t)(BG_EVENT_BLOCKING_SYNC | BG_EVENT_DISABLE_TIMING))
     return bg_set_error(BG_ERR_INVALID_VALUE, "bg_event_create: unknown flags 0x%x", flags);
+  BG_HOOK(DEV(dev));
   return OPS(dev)->event_create(dev, flags, out);
 }
 
 BG_API int32_t bg_event_destroy(void* e) {
   CHECK(e, BG_KIND_EVENT, "bg_event_destroy");
+  BG_HOOK(DEV(e));
   return OPS(e)->event_destroy(e);
 }
 
@@ -510,16 +557,19 @@ BG_API int32_t bg_event_record(void* e, void* s) {
   CHECK(s, BG_KIND_STREAM, "bg_event_record");
   if (DEV(s) != DEV(e))
     return bg_set_error(BG_ERR_INVALID_VALUE, "bg_event_record: stream of another device");
+  BG_HOOK(DEV(e));
   return OPS(e)->event_record(e, s);
 }
 
 BG_API int32_t bg_event_query(void* e) {
   CHECK(e, BG_KIND_EVENT, "bg_event_query");
+  BG_HOOK(DEV(e));
   return OPS(e)->event_query(e);
 }
 
 BG_API int32_t bg_event_synchronize(void* e) {
   CHECK(e, BG_KIND_EVENT, "bg_event_synchronize");
+  BG_HOOK(DEV(e));
   return OPS(e)->event_synchronize(e);
 }
 
@@ -529,6 +579,7 @@ BG_API int32_t bg_event_elapsed(float* ms, void* a, void* b) {
   CHECK(b, BG_KIND_EVENT, "bg_event_elapsed");
   if (DEV(a) != DEV(b))
     return bg_set_error(BG_ERR_INVALID_VALUE, "bg_event_elapsed: events of different devices");
+  BG_HOOK(DEV(a));
   return OPS(a)->event_elapsed(ms, a, b);
 }
 
@@ -572,6 +623,7 @@ BG_API int32_t bg_rtc_compile(void* dev, const char* src, const char* name, cons
   NONNULL(out, "bg_rtc_compile", "out_result");
   NEED(dev, rtc_compile, "bg_rtc_compile");
   *out = NULL;
+  BG_HOOK(DEV(dev));
   return OPS(dev)->rtc_compile(dev, src, name ? name : "kernel.cu", options ? options : "",
                                want_cubin, out);
 }
@@ -606,6 +658,7 @@ BG_API int32_t bg_rtc_version(void* dev, int32_t* major, int32_t* minor) {
   NONNULL(major, "bg_rtc_version", "major");
   NONNULL(minor, "bg_rtc_version", "minor");
   NEED(dev, rtc_version, "bg_rtc_version");
+  BG_HOOK(DEV(dev));
   return OPS(dev)->rtc_version(dev, major, minor);
 }
 
@@ -616,11 +669,13 @@ BG_API int32_t bg_module_load(void* dev, int32_t kind, const void* data, uint64_
   NONNULL(out, "bg_module_load", "out");
   if (kind < BG_IMAGE_SHARED_LIBRARY || kind > BG_IMAGE_SYMBOLS)
     return bg_set_error(BG_ERR_INVALID_VALUE, "bg_module_load: unknown image kind %d", kind);
+  BG_HOOK(DEV(dev));
   return OPS(dev)->module_load(dev, kind, data, n, out);
 }
 
 BG_API int32_t bg_module_unload(void* m) {
   CHECK(m, BG_KIND_MODULE, "bg_module_unload");
+  BG_HOOK(DEV(m));
   return OPS(m)->module_unload(m);
 }
 
@@ -628,12 +683,14 @@ BG_API int32_t bg_module_get_kernel(void* m, const char* name, void** out) {
   CHECK(m, BG_KIND_MODULE, "bg_module_get_kernel");
   NONNULL(name, "bg_module_get_kernel", "name");
   NONNULL(out, "bg_module_get_kernel", "out");
+  BG_HOOK(DEV(m));
   return OPS(m)->module_get_kernel(m, name, out);
 }
 
 BG_API int32_t bg_kernel_max_threads(void* k, int32_t* out) {
   CHECK(k, BG_KIND_KERNEL, "bg_kernel_max_threads");
   NONNULL(out, "bg_kernel_max_threads", "out");
+  BG_HOOK(DEV(k));
   return OPS(k)->kernel_max_threads(k, out);
 }
 
@@ -657,6 +714,7 @@ BG_API int32_t bg_launch(void* k, void* s, uint32_t gx, uint32_t gy, uint32_t gz
   const uint32_t g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
   int32_t rc = check_launch("bg_launch", k, s, g, b, args, nargs);
   if (rc) return rc;
+  BG_HOOK(DEV(k));
   return OPS(k)->launch(k, s, g, b, shared, (const uint64_t*)args, nargs);
 }
 
@@ -670,6 +728,7 @@ BG_API int32_t bg_stream_begin_capture(void* s, int32_t mode) {
                         "bg_stream_begin_capture: the device's default stream cannot be captured; "
                         "create a stream");
   NEED(s, begin_capture, "bg_stream_begin_capture");
+  BG_HOOK(DEV(s));
   return OPS(s)->begin_capture(s, mode);
 }
 
@@ -678,6 +737,7 @@ BG_API int32_t bg_stream_end_capture(void* s, void** out) {
   NONNULL(out, "bg_stream_end_capture", "out_graph");
   NEED(s, end_capture, "bg_stream_end_capture");
   *out = NULL;
+  BG_HOOK(DEV(s));
   return OPS(s)->end_capture(s, out);
 }
 
@@ -685,210 +745,87 @@ BG_API int32_t bg_stream_capture_status(void* s, int32_t* out) {
   CHECK(s, BG_KIND_STREAM, "bg_stream_capture_status");
   NONNULL(out, "bg_stream_capture_status", "out");
   NEED(s, capture_status, "bg_stream_capture_status");
+  BG_HOOK(DEV(s));
   return OPS(s)->capture_status(s, out);
 }
 
 BG_API int32_t bg_graph_destroy(void* g) {
+  if (bg_obj_is(g, BG_KIND_CMD_GRAPH)) {
+    BG_HOOK(DEV(g));
+    return bg_cmdgraph_destroy(g);
+  }
   CHECK(g, BG_KIND_GRAPH, "bg_graph_destroy");
+  BG_HOOK(DEV(g));
   return OPS(g)->graph_destroy(g);
 }
 
 BG_API int32_t bg_graph_node_count(void* g, uint32_t* nodes, uint32_t* knodes) {
-  CHECK(g, BG_KIND_GRAPH, "bg_graph_node_count");
   uint32_t a = 0, b = 0;
-  int32_t rc = OPS(g)->graph_node_count(g, &a, &b);
+  int32_t rc;
+  if (bg_obj_is(g, BG_KIND_CMD_GRAPH)) {
+    rc = bg_cmdgraph_node_count(g, &a, &b);
+  } else {
+    CHECK(g, BG_KIND_GRAPH, "bg_graph_node_count");
+    BG_HOOK(DEV(g));
+    rc = OPS(g)->graph_node_count(g, &a, &b);
+  }
   if (nodes) *nodes = a;
   if (knodes) *knodes = b;
   return rc;
 }
 
 BG_API int32_t bg_graph_instantiate(void* g, void** out) {
-  CHECK(g, BG_KIND_GRAPH, "bg_graph_instantiate");
   NONNULL(out, "bg_graph_instantiate", "out_exec");
+  if (bg_obj_is(g, BG_KIND_CMD_GRAPH)) {
+    BG_HOOK(DEV(g));
+    return bg_cmdgraph_instantiate(g, out);
+  }
+  CHECK(g, BG_KIND_GRAPH, "bg_graph_instantiate");
+  BG_HOOK(DEV(g));
   return OPS(g)->graph_instantiate(g, out);
 }
 
 BG_API int32_t bg_graph_exec_destroy(void* x) {
+  if (bg_obj_is(x, BG_KIND_CMD_EXEC)) {
+    BG_HOOK(DEV(x));
+    return bg_cmdgraph_exec_destroy(x);
+  }
   CHECK(x, BG_KIND_EXEC, "bg_graph_exec_destroy");
+  BG_HOOK(DEV(x));
   return OPS(x)->graph_exec_destroy(x);
 }
 
 BG_API int32_t bg_graph_upload(void* x, void* s) {
-  CHECK(x, BG_KIND_EXEC, "bg_graph_upload");
+  int generic = bg_obj_is(x, BG_KIND_CMD_EXEC);
+  if (!generic) CHECK(x, BG_KIND_EXEC, "bg_graph_upload");
   CHECK(s, BG_KIND_STREAM, "bg_graph_upload");
   if (DEV(x) != DEV(s))
     return bg_set_error(BG_ERR_INVALID_VALUE, "bg_graph_upload: stream of another device");
+  if (generic) return BG_OK; /* a command list has nothing to upload ahead */
+  BG_HOOK(DEV(x));
   return OPS(x)->graph_upload(x, s);
 }
 
 BG_API int32_t bg_graph_launch(void* x, void* s) {
-  CHECK(x, BG_KIND_EXEC, "bg_graph_launch");
+  int generic = bg_obj_is(x, BG_KIND_CMD_EXEC);
+  if (!generic) CHECK(x, BG_KIND_EXEC, "bg_graph_launch");
   CHECK(s, BG_KIND_STREAM, "bg_graph_launch");
   if (DEV(x) != DEV(s))
     return bg_set_error(BG_ERR_INVALID_VALUE, "bg_graph_launch: stream of another device");
+  BG_HOOK(DEV(x));
+  if (generic) return bg_cmdgraph_launch(x, s);
   return OPS(x)->graph_launch(x, s);
 }
 
 BG_API int32_t bg_graph_exec_set_kernel_args(void* x, uint32_t index, const void* args,
                                              uint32_t nargs) {
-  CHECK(x, BG_KIND_EXEC, "bg_graph_exec_set_kernel_args");
+  int generic = bg_obj_is(x, BG_KIND_CMD_EXEC);
+  if (!generic) CHECK(x, BG_KIND_EXEC, "bg_graph_exec_set_kernel_args");
   if (nargs && !args)
     return bg_set_error(BG_ERR_INVALID_VALUE, "bg_graph_exec_set_kernel_args: args is NULL");
+  if (generic) return bg_cmdgraph_set_kernel_args(x, index, (const uint64_t*)args, nargs);
+  BG_HOOK(DEV(x));
   return OPS(x)->graph_exec_set_kernel_args(x, index, (const uint64_t*)args, nargs);
-}
-
-/* ---- command buffers ----------------------------------------------------------------------- */
-#define rd32 bg_rd32
-#define rd64 bg_rd64
-
-/* Check every command before any runs. */
-static int32_t validate_cmds(void* s, const uint8_t* p, uint64_t len, uint64_t* bad) {
-  uint64_t off = 0;
-  bg_device* dev = DEV(s);
-  while (off < len) {
-    if (len - off < 8) goto trunc;
-    uint32_t op = rd32(p + off), size = rd32(p + off + 4);
-    if (size < 8 || size % 8 || size > len - off) goto trunc;
-    const uint8_t* c = p + off + 8;
-    uint32_t body = size - 8;
-    switch (op) {
-      case BG_CMD_LAUNCH: {
-        if (body < 40) goto trunc;
-        void* k = (void*)(uintptr_t)rd64(c);
-        if (!bg_obj_is(k, BG_KIND_KERNEL) || DEV(k) != dev) {
-          if (bad) *bad = off;
-          return bg_set_error(BG_ERR_INVALID_HANDLE,
-                              "bg_submit: command at byte %llu launches no live kernel of this device",
-                              (unsigned long long)off);
-        }
-        uint32_t nargs = rd32(c + 36);
-        if (body != 40 + 8ull * nargs) goto trunc;
-        for (int i = 0; i < 6; i++)
-          if (!rd32(c + 8 + 4 * i)) {
-            if (bad) *bad = off;
-            return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit: command at byte %llu has a zero "
-                                "grid or block dimension", (unsigned long long)off);
-          }
-        /* 1024 threads per block is the limit on every backend (CUDA, Metal, CPU). */
-        if ((uint64_t)rd32(c + 20) * rd32(c + 24) * rd32(c + 28) > 1024) {
-          if (bad) *bad = off;
-          return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit: command at byte %llu has a block of "
-                              "%llu threads (max 1024)", (unsigned long long)off,
-                              (unsigned long long)rd32(c + 20) * rd32(c + 24) * rd32(c + 28));
-        }
-        break;
-      }
-      case BG_CMD_COPY:
-      case BG_CMD_COPY_HTOD:
-      case BG_CMD_COPY_DTOH:
-        if (body != 24) goto trunc;
-        if (rd64(c + 16) && (!rd64(c) || !rd64(c + 8))) {
-          if (bad) *bad = off;
-          return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit: copy at byte %llu has a NULL address",
-                              (unsigned long long)off);
-        }
-        break;
-      case BG_CMD_MEMSET: {
-        if (body != 24) goto trunc;
-        uint32_t esz = rd32(c + 12);
-        if (rd64(c + 16) && check_memset("bg_submit", rd64(c), esz) != BG_OK) {
-          if (bad) *bad = off;
-          return bg_last_error_code();
-        }
-        break;
-      }
-      case BG_CMD_BARRIER:
-        if (body != 0) goto trunc;
-        break;
-      case BG_CMD_EVENT_RECORD:
-      case BG_CMD_EVENT_WAIT: {
-        if (body != 8) goto trunc;
-        void* e = (void*)(uintptr_t)rd64(c);
-        if (!bg_obj_is(e, BG_KIND_EVENT) || DEV(e) != dev) {
-          if (bad) *bad = off;
-          return bg_set_error(BG_ERR_INVALID_HANDLE,
-                              "bg_submit: command at byte %llu names no live event of this device",
-                              (unsigned long long)off);
-        }
-        break;
-      }
-      default:
-        if (bad) *bad = off;
-        return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit: unknown command %u at byte %llu", op,
-                            (unsigned long long)off);
-    }
-    off += size;
-  }
-  return BG_OK;
-trunc:
-  if (bad) *bad = off;
-  return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit: malformed command at byte %llu",
-                      (unsigned long long)off);
-}
-
-/* Issue validated commands one by one through the vtable. */
-int32_t bg_issue_cmds(void* s, const uint8_t* p, uint64_t len) {
-  const bg_ops* ops = OPS(s);
-  uint64_t off = 0;
-  int32_t rc = BG_OK;
-  while (off < len && rc == BG_OK) {
-    uint32_t op = rd32(p + off), size = rd32(p + off + 4);
-    const uint8_t* c = p + off + 8;
-    switch (op) {
-      case BG_CMD_LAUNCH: {
-        uint32_t g[3] = {rd32(c + 8), rd32(c + 12), rd32(c + 16)};
-        uint32_t b[3] = {rd32(c + 20), rd32(c + 24), rd32(c + 28)};
-        uint32_t nargs = rd32(c + 36);
-        uint64_t args[256];
-        if (nargs > 256) return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit: too many arguments");
-        memcpy(args, c + 40, 8ull * nargs);
-        rc = ops->launch((void*)(uintptr_t)rd64(c), s, g, b, rd32(c + 32), args, nargs);
-        break;
-      }
-      case BG_CMD_COPY:
-        if (rd64(c + 16)) rc = ops->memcpy_dtod_async(s, rd64(c), rd64(c + 8), rd64(c + 16));
-        break;
-      case BG_CMD_COPY_HTOD:
-        if (rd64(c + 16))
-          rc = ops->memcpy_htod_async(s, rd64(c), (const void*)(uintptr_t)rd64(c + 8), rd64(c + 16));
-        break;
-      case BG_CMD_COPY_DTOH:
-        if (rd64(c + 16))
-          rc = ops->memcpy_dtoh_async(s, (void*)(uintptr_t)rd64(c), rd64(c + 8), rd64(c + 16));
-        break;
-      case BG_CMD_MEMSET:
-        if (rd64(c + 16)) rc = ops->memset_async(s, rd64(c), rd32(c + 8), rd32(c + 12), rd64(c + 16));
-        break;
-      case BG_CMD_BARRIER: break; /* a stream is in order already */
-      case BG_CMD_EVENT_RECORD: rc = ops->event_record((void*)(uintptr_t)rd64(c), s); break;
-      case BG_CMD_EVENT_WAIT: rc = ops->stream_wait_event(s, (void*)(uintptr_t)rd64(c)); break;
-    }
-    off += size;
-  }
-  return rc;
-}
-
-BG_API int32_t bg_submit_checked(void* s, const void* bytes, uint64_t len, uint64_t* bad) {
-  CHECK(s, BG_KIND_STREAM, "bg_submit");
-  if (!len) return BG_OK;
-  NONNULL(bytes, "bg_submit", "bytes");
-  int32_t rc = validate_cmds(s, bytes, len, bad);
-  if (rc) return rc;
-  if (OPS(s)->submit) return OPS(s)->submit(s, bytes, len);
-  return bg_issue_cmds(s, bytes, len);
-}
-
-BG_API int32_t bg_submit_ex(void* s, const void* bytes, uint64_t len, uint32_t flags,
-                            uint64_t* bad) {
-  if (flags & ~BG_SUBMIT_WAIT)
-    return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit_ex: unknown flags 0x%x", flags);
-  int32_t rc = bg_submit_checked(s, bytes, len, bad);
-  if (rc != BG_OK || !(flags & BG_SUBMIT_WAIT)) return rc;
-  return bg_stream_synchronize(s);
-}
-
-BG_API int32_t bg_submit(void* s, const void* bytes, uint64_t len) {
-  return bg_submit_checked(s, bytes, len, NULL);
 }
 
 /* ---- rings --------------------------------------------------------------------------------- */
@@ -916,6 +853,7 @@ BG_API int32_t bg_ring_create(void* dev, uint32_t msg_bytes, uint32_t capacity, 
   if (!r) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_ring_create: out of host memory");
   uint64_t bytes = BG_RING_DATA_OFFSET + (uint64_t)msg_bytes * capacity;
   void* host = NULL;
+  BG_HOOK(DEV(dev));
   int32_t rc = OPS(dev)->ring_alloc(dev, bytes, &host, &r->dbase);
   if (rc) {
     free(r);
@@ -936,6 +874,7 @@ BG_API int32_t bg_ring_destroy(void* ring) {
   CHECK(ring, BG_KIND_RING, "bg_ring_destroy");
   bg_ring* r = ring;
   bg_obj_kill(r);
+  BG_HOOK(DEV(r));
   int32_t rc = DEV(r)->ops->ring_free(DEV(r), r->base);
   free(r);
   return rc;
@@ -1028,11 +967,4 @@ BG_API int32_t bg_bench_launch_loop(void* k, void* s, uint32_t gx, uint32_t bx, 
     if (rc) return rc;
   }
   return BG_OK;
-}
-
-BG_API int32_t bg_bench_issue_loop(void* s, const void* bytes, uint64_t len, uint64_t iters) {
-  CHECK(s, BG_KIND_STREAM, "bg_bench_issue_loop");
-  int32_t rc = validate_cmds(s, bytes, len, NULL);
-  for (uint64_t i = 0; i < iters && rc == BG_OK; i++) rc = bg_issue_cmds(s, bytes, len);
-  return rc;
 }

@@ -1,7 +1,7 @@
 /*
  * bungpu.h: the one flat C ABI of libbungpu.
  *
- * Conventions (see DESIGN.md):
+ * Conventions:
  *  - Every function returns int32_t: BG_OK (0) or a BG_ERR_* code. Results come back through
  *    out-pointers. bg_last_error() gives the calling thread's last message, naming the backend
  *    call and its native code.
@@ -249,19 +249,86 @@ BG_API int32_t bg_graph_exec_set_kernel_args(void* exec, uint32_t index, const v
 
 /* ---- command buffers ----------------------------------------------------------------------
  * bg_submit runs a packed list of commands on a stream as if each were issued in turn, in one
- * crossing. The shim copies the bytes before returning. Each command starts with a header of
- * two u32: op and total size in bytes (header included, a multiple of 8). Fields are little
- * endian and 8-byte aligned: */
+ * crossing. The shim copies the bytes before returning. The list is a sequence of the records
+ * below, back to back: each starts with a bg_cmd_header whose `size` is the record's total
+ * size in bytes (header included, a multiple of 8). Fields are little endian; every record
+ * starts 8-byte aligned relative to the list. These structs are the one definition of the
+ * format (the _Static_asserts pin every offset); TypeScript's encoder writes the same bytes. */
 enum {
-  BG_CMD_LAUNCH = 1,       /* u64 kernel; u32 grid[3]; u32 block[3]; u32 shared; u32 nargs; u64 args[nargs] */
-  BG_CMD_COPY = 2,         /* u64 dst; u64 src; u64 bytes       (device to device) */
-  BG_CMD_MEMSET = 3,       /* u64 dst; u32 pattern; u32 elem_size; u64 count */
-  BG_CMD_BARRIER = 4,      /* (nothing): later commands see all earlier writes */
-  BG_CMD_EVENT_RECORD = 5, /* u64 event */
-  BG_CMD_EVENT_WAIT = 6,   /* u64 event */
-  BG_CMD_COPY_HTOD = 7,    /* u64 dst (device); u64 src (host, pinned, kept alive); u64 bytes */
-  BG_CMD_COPY_DTOH = 8     /* u64 dst (host, pinned, kept alive); u64 src (device); u64 bytes */
+  BG_CMD_LAUNCH = 1,       /* bg_cmd_launch_rec, then u64 args[nargs] */
+  BG_CMD_COPY = 2,         /* bg_cmd_copy_rec: device to device */
+  BG_CMD_MEMSET = 3,       /* bg_cmd_memset_rec */
+  BG_CMD_BARRIER = 4,      /* bg_cmd_header only: later commands see all earlier writes */
+  BG_CMD_EVENT_RECORD = 5, /* bg_cmd_event_rec */
+  BG_CMD_EVENT_WAIT = 6,   /* bg_cmd_event_rec */
+  BG_CMD_COPY_HTOD = 7,    /* bg_cmd_copy_rec: dst device; src host (pinned, kept alive) */
+  BG_CMD_COPY_DTOH = 8     /* bg_cmd_copy_rec: dst host (pinned, kept alive); src device */
 };
+
+typedef struct bg_cmd_header {
+  uint32_t op;   /* BG_CMD_* */
+  uint32_t size; /* bytes of the whole record, header included */
+} bg_cmd_header;
+
+typedef struct bg_cmd_launch_rec {
+  bg_cmd_header h;
+  uint64_t kernel; /* a kernel handle */
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t shared;
+  uint32_t nargs;
+  uint64_t args[]; /* nargs slots, as bg_launch takes them */
+} bg_cmd_launch_rec;
+
+/* BG_CMD_COPY, BG_CMD_COPY_HTOD and BG_CMD_COPY_DTOH: the same fields. */
+typedef struct bg_cmd_copy_rec {
+  bg_cmd_header h;
+  uint64_t dst;
+  uint64_t src;
+  uint64_t bytes;
+} bg_cmd_copy_rec;
+typedef bg_cmd_copy_rec bg_cmd_copy_htod_rec;
+typedef bg_cmd_copy_rec bg_cmd_copy_dtoh_rec;
+
+typedef struct bg_cmd_memset_rec {
+  bg_cmd_header h;
+  uint64_t dst;
+  uint32_t pattern;
+  uint32_t elem_size; /* 1, 2 or 4 */
+  uint64_t count;     /* elements */
+} bg_cmd_memset_rec;
+
+typedef bg_cmd_header bg_cmd_barrier_rec;
+
+/* BG_CMD_EVENT_RECORD and BG_CMD_EVENT_WAIT. */
+typedef struct bg_cmd_event_rec {
+  bg_cmd_header h;
+  uint64_t event; /* an event handle */
+} bg_cmd_event_rec;
+
+#if !defined(__cplusplus)
+#define BG_CMD_PIN_(c) _Static_assert(c, "bg_submit record layout moved: " #c)
+BG_CMD_PIN_(sizeof(bg_cmd_header) == 8);
+BG_CMD_PIN_(offsetof(bg_cmd_header, op) == 0 && offsetof(bg_cmd_header, size) == 4);
+BG_CMD_PIN_(sizeof(bg_cmd_launch_rec) == 48);
+BG_CMD_PIN_(offsetof(bg_cmd_launch_rec, kernel) == 8);
+BG_CMD_PIN_(offsetof(bg_cmd_launch_rec, grid) == 16);
+BG_CMD_PIN_(offsetof(bg_cmd_launch_rec, block) == 28);
+BG_CMD_PIN_(offsetof(bg_cmd_launch_rec, shared) == 40);
+BG_CMD_PIN_(offsetof(bg_cmd_launch_rec, nargs) == 44);
+BG_CMD_PIN_(offsetof(bg_cmd_launch_rec, args) == 48);
+BG_CMD_PIN_(sizeof(bg_cmd_copy_rec) == 32);
+BG_CMD_PIN_(offsetof(bg_cmd_copy_rec, dst) == 8 && offsetof(bg_cmd_copy_rec, src) == 16);
+BG_CMD_PIN_(offsetof(bg_cmd_copy_rec, bytes) == 24);
+BG_CMD_PIN_(sizeof(bg_cmd_memset_rec) == 32);
+BG_CMD_PIN_(offsetof(bg_cmd_memset_rec, dst) == 8 && offsetof(bg_cmd_memset_rec, pattern) == 16);
+BG_CMD_PIN_(offsetof(bg_cmd_memset_rec, elem_size) == 20);
+BG_CMD_PIN_(offsetof(bg_cmd_memset_rec, count) == 24);
+BG_CMD_PIN_(sizeof(bg_cmd_barrier_rec) == 8);
+BG_CMD_PIN_(sizeof(bg_cmd_event_rec) == 16 && offsetof(bg_cmd_event_rec, event) == 8);
+#undef BG_CMD_PIN_
+#endif
+
 BG_API int32_t bg_submit(void* stream, const void* bytes, uint64_t len);
 /* Commands are validated before any runs: on error nothing is enqueued and *out_bad_offset
  * (when not NULL) holds the offset of the offending command. */
@@ -273,6 +340,17 @@ BG_API int32_t bg_submit_checked(void* stream, const void* bytes, uint64_t len,
 #define BG_SUBMIT_WAIT 1u
 BG_API int32_t bg_submit_ex(void* stream, const void* bytes, uint64_t len, uint32_t flags,
                             uint64_t* out_bad_offset);
+/* A graph from a command list, validated as bg_submit validates it (a refused list returns
+ * BG_ERR_INVALID_VALUE or BG_ERR_INVALID_HANDLE, naming the offending byte offset in the
+ * message). The result is an ordinary graph handle: bg_graph_node_count (every command is a
+ * node but barriers and copies or memsets of nothing; launches are the kernel nodes; the nodes
+ * run in list order), bg_graph_instantiate, bg_graph_upload,
+ * bg_graph_launch (the list runs as one bg_submit on that stream), bg_graph_exec_set_kernel_args
+ * (index: the n-th BG_CMD_LAUNCH of the list) and bg_graph_destroy all work on it. The graph and
+ * each exec keep the kernels and events the list names alive, as captured graphs do: unloading
+ * a module or destroying an event does not break them. */
+BG_API int32_t bg_graph_from_commands(void* dev, const void* bytes, uint64_t len,
+                                      void** out_graph);
 
 /* ---- rings: single-producer single-consumer queues in memory both sides see ---------------
  * Layout at the ring's base address (host and device views alike):

@@ -1,5 +1,5 @@
 /*
- * internal.h: what the core (bungpu.c) and the backends (cpu/, cuda/, metal/) share.
+ * internal.h: what the core (bungpu.c, commands.c) and the backends (cpu/, cuda/, metal/) share.
  *
  * Every handle begins with bg_obj, so the core can check a handle's kind before it trusts it
  * and find its device. The core validates arguments, then calls the device's vtable. Backends
@@ -11,6 +11,7 @@
 #include "bungpu.h"
 #include <stdarg.h>
 #include <stdbool.h>
+#include <string.h>
 
 #define BG_MAGIC 0x42475055u /* "BGPU" */
 
@@ -24,7 +25,9 @@ typedef enum bg_kind {
   BG_KIND_EXEC,
   BG_KIND_RING,
   BG_KIND_SIGNAL,
-  BG_KIND_RTC
+  BG_KIND_RTC,
+  BG_KIND_CMD_GRAPH, /* a graph of the core's generic command-list kind (commands.c) */
+  BG_KIND_CMD_EXEC
 } bg_kind;
 
 struct bg_device;
@@ -49,7 +52,29 @@ typedef struct bg_device {
 typedef struct bg_signal bg_signal;
 
 /* One function per device-level operation. Handles arrive already checked for kind; `dev` is
- * always the handle's own device. Each returns BG_OK or a code, having called bg_set_error. */
+ * always the handle's own device. Each returns BG_OK or a code, having called bg_set_error.
+ *
+ * Required: device_close, device_props, device_mem_info, device_synchronize; mem_alloc,
+ * mem_free, host_alloc, host_free; stream_create, stream_destroy, stream_synchronize,
+ * stream_query, stream_wait_event; memcpy_htod_async, memcpy_dtoh_async, memcpy_dtod_async,
+ * memset_async, launch_host_func; event_create, event_destroy, event_record, event_query,
+ * event_synchronize, event_elapsed; module_load, module_unload, module_get_kernel,
+ * kernel_max_threads, launch. That is a whole backend.
+ *
+ * Optional (NULL), and what the core does instead:
+ *  - memcpy_htod, memcpy_dtoh, memcpy_dtod, memset (synchronous): the asynchronous op on the
+ *    device's default stream, then stream_synchronize of that stream.
+ *  - submit: the core issues each decoded command through the entries above (bg_issue_cmds).
+ *  - graph_from_commands: the core's generic command-list graph (commands.c), which needs
+ *    kernel_hold/kernel_unhold/event_hold/event_unhold (without them: BG_ERR_NOT_SUPPORTED).
+ *  - begin_capture, end_capture, capture_status and the graph_* entries: no stream capture
+ *    (BG_ERR_NOT_SUPPORTED); a backend that captures provides all of them, and its graph
+ *    handles are BG_KIND_GRAPH / BG_KIND_EXEC; the generic graphs never reach these entries.
+ *  - rtc_compile, rtc_version, stream_wait_value32, stream_write_value32, ring_alloc,
+ *    ring_free: BG_ERR_NOT_SUPPORTED.
+ *  - enter, leave: no per-call setup. With them the core wraps every call that reaches the
+ *    backend (Metal: an autorelease pool). CUDA keeps its context push/pop in its entries: it
+ *    can fail, and the backend's own threads and internal paths need it too. */
 struct bg_ops {
   const char* name; /* "cpu", "cuda", "metal" */
   int32_t (*device_close)(bg_device* dev);
@@ -111,9 +136,27 @@ struct bg_ops {
   int32_t (*graph_exec_set_kernel_args)(void* x, uint32_t index, const uint64_t* args,
                                         uint32_t nargs);
 
-  /* Commands already validated by the core (sizes, kinds of handles). NULL: the core issues
-   * them one by one through the other entries. */
+  /* Commands already validated by the core (sizes, kinds of handles); walk them with
+   * bg_cmd_next. NULL: the core issues them one by one through the other entries. */
   int32_t (*submit)(void* s, const uint8_t* bytes, uint64_t len);
+
+  /* A graph of the backend's own kind from a validated command list (bg_graph_from_commands);
+   * its handle must answer the graph_* entries above. NULL: the core's generic command-list
+   * graph (commands.c), which replays the list through submit. */
+  int32_t (*graph_from_commands)(bg_device* dev, const uint8_t* bytes, uint64_t len, void** out);
+  /* Called by the core around every entry point that reaches the backend (device close
+   * excepted): enter's result is handed to leave. For per-call setup that cannot fail (Metal:
+   * an autorelease pool); a backend whose setup can fail does it in its entries (CUDA: making
+   * its context current, which also runs on its internal paths). */
+  void* (*enter)(bg_device* dev);
+  void (*leave)(bg_device* dev, void* token);
+  /* Keep a kernel's code, or an event, alive while a generic graph names it, past the
+   * destruction of its handle (module unload, event destroy); unhold drops one hold. A backend
+   * without them has no generic graphs (BG_ERR_NOT_SUPPORTED). */
+  void (*kernel_hold)(void* k);
+  void (*kernel_unhold)(void* k);
+  void (*event_hold)(void* e);
+  void (*event_unhold)(void* e);
 
   /* Memory for rings that host and device both see. */
   int32_t (*ring_alloc)(bg_device* dev, uint64_t bytes, void** host, bg_devptr* d);
@@ -139,31 +182,100 @@ int32_t bg_rtc_make(bg_device* dev, const void* code, uint64_t code_len, const c
 /* Signals (bungpu.c): the stream operation that a backend runs to hand off to the host. */
 void bg_signal_run(void* sig); /* a bg_host_fn: mark reached, wait for release, reset */
 
-/* Command format decoding shared by backends: little-endian reads of unaligned fields. */
-#include <string.h>
-static inline uint32_t bg_rd32(const uint8_t* p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return v;
+/* BG_HOOK(dev): the device's enter hook now, its leave hook when the enclosing block ends. */
+typedef struct bg_hook {
+  bg_device* dev;
+  void* token;
+} bg_hook;
+static inline bg_hook bg_hook_enter(bg_device* d) {
+  bg_hook h = {d, NULL};
+  if (d->ops->enter) h.token = d->ops->enter(d);
+  return h;
 }
-static inline uint64_t bg_rd64(const uint8_t* p) {
-  uint64_t v;
-  memcpy(&v, p, 8);
-  return v;
+static inline void bg_hook_leave(bg_hook* h) {
+  if (h->dev->ops->leave) h->dev->ops->leave(h->dev, h->token);
+}
+#define BG_HOOK(devp)                                                                           \
+  bg_hook bg_hook_ __attribute__((cleanup(bg_hook_leave), unused)) = bg_hook_enter(devp)
+
+/* ---- command lists (commands.c) ------------------------------------------------------------
+ * The one decoder of the bg_submit format (bungpu.h's records). Backends never read command
+ * bytes themselves: they walk a list the core has validated with bg_cmd_next and get each
+ * command decoded. A validated list starts 8-byte aligned (the core copies one that does not),
+ * so `launch.args` may be read as u64s. */
+typedef struct bg_cmd {
+  uint32_t op;     /* BG_CMD_* */
+  uint32_t size;   /* bytes of the record, header included */
+  uint64_t offset; /* of the record in its list */
+  union {
+    struct {
+      void* kernel;
+      uint32_t grid[3], block[3], shared, nargs;
+      const uint64_t* args; /* points into the list */
+    } launch;
+    struct {
+      bg_devptr dst, src;
+      uint64_t bytes;
+    } copy; /* BG_CMD_COPY */
+    struct {
+      bg_devptr dst;
+      const void* src;
+      uint64_t bytes;
+    } htod; /* BG_CMD_COPY_HTOD */
+    struct {
+      void* dst;
+      bg_devptr src;
+      uint64_t bytes;
+    } dtoh; /* BG_CMD_COPY_DTOH */
+    struct {
+      bg_devptr dst;
+      uint32_t pattern, elem_size;
+      uint64_t count;
+    } fill; /* BG_CMD_MEMSET */
+    struct {
+      void* event;
+    } event; /* BG_CMD_EVENT_RECORD, BG_CMD_EVENT_WAIT */
+  } u;
+} bg_cmd;
+
+typedef struct bg_cmd_iter {
+  const uint8_t* p;
+  uint64_t len, off;
+} bg_cmd_iter;
+
+static inline void bg_cmd_iter_init(bg_cmd_iter* it, const void* bytes, uint64_t len) {
+  it->p = (const uint8_t*)bytes;
+  it->len = len;
+  it->off = 0;
 }
 
-/* Issue validated commands one by one through the stream's vtable (bungpu.c). A backend's
- * submit can fall back to it, e.g. while capturing. */
+enum { BG_CMD_END = 0, BG_CMD_NEXT = 1, BG_CMD_MALFORMED = -1, BG_CMD_UNKNOWN = -2 };
+/* Decode the command at it->off into *c and step past it: BG_CMD_NEXT; BG_CMD_END at the end of
+ * the list; BG_CMD_MALFORMED (a truncated record, a size that is not a multiple of 8 or does not
+ * suit the op) or BG_CMD_UNKNOWN (c->op holds the op), with c->offset naming the record and the
+ * iterator left there. Checks the structure only; bg_cmds_validate checks the rest. */
+int bg_cmd_next(bg_cmd_iter* it, bg_cmd* c);
+
+/* Everything bg_submit checks before anything runs: structure, live kernel and event handles of
+ * `dev`, launch dimensions, copy and memset addresses. On error *bad (when not NULL) holds the
+ * offending offset and the message names `fn`. */
+int32_t bg_cmds_validate(bg_device* dev, const char* fn, const void* bytes, uint64_t len,
+                         uint64_t* bad);
+
+/* Issue validated commands one by one through the stream's vtable. A backend's submit can fall
+ * back to it, e.g. while capturing. */
 int32_t bg_issue_cmds(void* stream, const uint8_t* bytes, uint64_t len);
 
-typedef struct bg_cmd_launch {
-  uint64_t kernel;
-  uint32_t grid[3];
-  uint32_t block[3];
-  uint32_t shared;
-  uint32_t nargs;
-  uint64_t args[];
-} bg_cmd_launch;
+/* The generic command-list graph (commands.c): what bg_graph_* do for graphs built by
+ * bg_graph_from_commands where the backend has no graph_from_commands of its own. Its handles
+ * have kinds BG_KIND_CMD_GRAPH and BG_KIND_CMD_EXEC. */
+int32_t bg_cmdgraph_create(bg_device* dev, const uint8_t* bytes, uint64_t len, void** out);
+int32_t bg_cmdgraph_destroy(void* g);
+int32_t bg_cmdgraph_node_count(void* g, uint32_t* nodes, uint32_t* kernel_nodes);
+int32_t bg_cmdgraph_instantiate(void* g, void** out_exec);
+int32_t bg_cmdgraph_exec_destroy(void* x);
+int32_t bg_cmdgraph_launch(void* x, void* stream);
+int32_t bg_cmdgraph_set_kernel_args(void* x, uint32_t index, const uint64_t* args, uint32_t nargs);
 
 /* ---- backend entry points ----------------------------------------------------------------- */
 typedef struct bg_backend {

@@ -70,6 +70,13 @@ describe("CUDA backend against the driver simulator", () => {
     expect(out).toContain("nodes 4 kernel 4");
     expect(out).toContain("replay: vadd(1)x1 scale(77)x2 vadd(99)x3 one(5)x4");
     expect(out).toContain("elapsed >= 90 ms: 1");
+    // bg_graph_from_commands: the core's command-list graph, replayed, with an argument update
+    expect(out).toContain("list graph nodes 5 kernel 2");
+    expect(out).toContain("list replay: vadd(5)x1 scale(6)x2 vadd(5)x1 scale(6)x2 vadd(5)x1 scale(8)x2");
+    expect(out).toContain("list memset 7070707");
+    // built node by node on the driver (cuGraphAdd*Node), not replayed by the core
+    expect(out).toMatch(/set_kernel_args\(cx, 2, up, 3\) -> 1: .*no kernel node 2 \(the graph has 2: launches of its command list/);
+    expect(out).toContain("after unload: vadd(9)x1");
     expect(out).toContain("0 failures");
     expect(r.exitCode).toBe(0);
   }, 120_000);
@@ -85,6 +92,28 @@ describe("Metal backend against a mock Objective-C runtime and Metal", () => {
     expect(r.stdout.toString()).toContain("all mock tests passed");
     expect(r.exitCode).toBe(0);
   }, 180_000);
+});
+
+describe("the core in C against a recording fake backend, under sanitizers", () => {
+  // shim/test/core_test.c: the command decoder on good and bad lists, one-by-one issue, the
+  // synchronous copies built from asynchronous ones, and the generic command-list graph.
+  test.skipIf(!gcc || process.platform !== "linux")("core_test passes under ASan and UBSan", () => {
+    const dir = mkdtempSync(join(tmpdir(), "bg-core-"));
+    try {
+      const bin = join(dir, "core_test");
+      const sh = join(root, "shim");
+      const b = Bun.spawnSync([gcc!, "-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", `-I${sh}`, "-o", bin, join(sh, "test/core_test.c"), join(sh, "bungpu.c"), join(sh, "commands.c"), "-lpthread"], { stderr: "pipe" });
+      expect(b.stderr.toString()).not.toMatch(/error|warning/);
+      expect(b.exitCode).toBe(0);
+      const r = Bun.spawnSync([bin], { stdout: "pipe", stderr: "pipe", env: { ...process.env, ASAN_OPTIONS: "detect_leaks=1" } });
+      const out = r.stdout.toString() + r.stderr.toString();
+      expect(out).not.toMatch(/ERROR: AddressSanitizer|runtime error:|LeakSanitizer|FAIL/);
+      expect(out).toMatch(/core_test: \d+ checks passed/);
+      expect(r.exitCode).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
 });
 
 describe("CPU backend in C under sanitizers", () => {

@@ -102,11 +102,11 @@ export function cudaSources(): NamedSource[] {
   ];
 }
 
-/** The built-in MSL of the Metal backend (a C string literal in shim/metal/metal.c). */
+/** The built-in MSL of the Metal backend (a C string literal in shim/metal/ops.c). */
 export function metalBuiltinSource(): string {
-  const c = readFileSync(join(import.meta.dir, "..", "shim", "metal", "metal.c"), "utf8");
+  const c = readFileSync(join(import.meta.dir, "..", "shim", "metal", "ops.c"), "utf8");
   const start = c.indexOf("static const char BI_SRC[] =");
-  if (start < 0) throw new Error("BI_SRC not found in shim/metal/metal.c");
+  if (start < 0) throw new Error("BI_SRC not found in shim/metal/ops.c");
   // the string literals after "=", up to the first ';' outside a literal
   const out: string[] = [];
   const lit = /\s*"((?:[^"\\]|\\.)*)"/y;

@@ -4,10 +4,18 @@
  *  device.c  probe/open/close, props, memory (tracked allocations), synchronous copies, rings,
  *            and the vtable.
  *  stream.c  streams (one worker thread each, an in-order queue of cpu_op), events, host
- *            functions, asynchronous copies, and running one op.
- *  pool.c    the per-device kernel thread pool, modules (dlopen), kernels and launches.
+ *            functions, asynchronous copies, launches (cpu_launch queues an OP_KERNEL), and
+ *            running one op.
+ *  pool.c    the per-device kernel thread pool: running a launch's blocks (cpu_kernel_run),
+ *            and checked mode's fault handling.
+ *  module.c  modules (dlopen, or functions compiled in memory) and kernels.
  *  graph.c   stream capture (fork/join through events, invalidation by CaptureMode), graphs,
  *            graph execs and bg_submit command buffers.
+ *
+ * Calls between the files go one way (device -> stream, graph, module, pool; graph -> stream,
+ * module, pool; stream -> pool; module -> stream), except between stream.c and graph.c: an
+ * enqueue asks the capture (graph.c) whether to record the op instead, and a worker runs graph
+ * execs and command lists (graph.c), which enqueue through stream.c.
  *
  * Synchronisation follows CUDA's legacy default stream (stream.c, "legacy"): work queued on the
  * device's default stream waits for the work queued before it on every blocking stream (created
@@ -342,14 +350,12 @@ static inline void cpu_relax(void) {
 extern const bg_ops cpu_ops;
 extern const bg_ops cpu_ops_checked; /* the same, each entry first returning the sticky error */
 int cpu_checked_mode(void);          /* BUNGPU_CHECK=1 (read once) */
-/* Record a kernel's fault as the device's sticky error (the first one wins). */
-void cpu_set_sticky(cpu_device* d, int32_t code, const char* msg);
+
+/* stream.c */
 void cpu_device_wait_all(cpu_device* d); /* wait for every stream's queued work */
 /* Call fn(arg) once every stream has finished the work queued so far; never blocks. */
 void cpu_defer(cpu_device* d, void (*fn)(void*), void* arg);
 void cpu_deferred_release(cpu_deferred* df);
-
-/* stream.c */
 int32_t cpu_stream_new(cpu_device* d, uint32_t flags, int32_t prio, cpu_stream** out);
 void cpu_stream_free(cpu_stream* s); /* waits, stops, joins, frees */
 void cpu_stream_wait_idle(cpu_stream* s);
@@ -410,22 +416,28 @@ int32_t cpu_event_query(void* e);
 int32_t cpu_event_synchronize(void* e);
 int32_t cpu_event_elapsed(float* ms, void* a, void* b);
 
+/* stream.c: launches */
+int32_t cpu_check_launch(const char* fn, const uint32_t g[3], const uint32_t b[3], uint32_t shared);
+int32_t cpu_launch(void* k, void* s, const uint32_t grid[3], const uint32_t block[3],
+                   uint32_t shared, const uint64_t* args, uint32_t nargs);
+
 /* pool.c */
 void cpu_fault_init(void); /* checked mode: install the SIGSEGV/SIGBUS handler (once) */
+/* Record a kernel's fault as the device's sticky error (the first one wins). */
+void cpu_set_sticky(cpu_device* d, int32_t code, const char* msg);
 int32_t cpu_pool_init(cpu_pool* p, uint32_t nslots);
 void cpu_pool_destroy(cpu_pool* p);
-int32_t cpu_check_launch(const char* fn, const uint32_t g[3], const uint32_t b[3], uint32_t shared);
 /* Run a launch to completion on the calling stream worker. */
 void cpu_kernel_run(struct cpu_stream* s, cpu_kernel* k, const uint32_t g[3], const uint32_t b[3],
                     uint32_t shared, const uint64_t* args);
+
+/* module.c */
 int32_t cpu_module_load(bg_device* dev, int32_t kind, const void* data, uint64_t n, void** out);
 int32_t cpu_module_unload(void* m);
 void cpu_module_hold(cpu_module* m);
 void cpu_module_unhold(cpu_module* m);
 int32_t cpu_module_get_kernel(void* m, const char* name, void** out);
 int32_t cpu_kernel_max_threads(void* k, int32_t* out);
-int32_t cpu_launch(void* k, void* s, const uint32_t grid[3], const uint32_t block[3],
-                   uint32_t shared, const uint64_t* args, uint32_t nargs);
 
 /* graph.c */
 int32_t cpu_capture_guard(cpu_device* d, const char* fn);

@@ -187,15 +187,6 @@ int cpu_checked_mode(void) {
   return v;
 }
 
-void cpu_set_sticky(cpu_device* d, int32_t code, const char* msg) {
-  pthread_mutex_lock(&d->sticky_mu);
-  if (!atomic_load(&d->sticky)) {
-    snprintf(d->sticky_msg, sizeof d->sticky_msg, "%s", msg);
-    atomic_store_explicit(&d->sticky, code, memory_order_release);
-  }
-  pthread_mutex_unlock(&d->sticky_mu);
-}
-
 /* Checked mode's device allocations: [guard page][data pages][guard page], both guards
  * PROT_NONE. The pointer is placed so that its size rounded up to 64 bytes ends at the back
  * guard: a write past the (64-byte-rounded) end, or far before the start, faults at once. */
@@ -354,63 +345,6 @@ static int32_t cpu_device_mem_info(bg_device* dev, uint64_t* free_b, uint64_t* t
   *total_b = d->total_mem;
   *free_b = f > d->total_mem ? d->total_mem : f;
   return BG_OK;
-}
-
-void cpu_device_wait_all(cpu_device* d) {
-  /* Wait on a snapshot, not under streams_mu: a host function on a stream waited for may
-   * enqueue on the default stream, which takes streams_mu. */
-  cpu_snaps sn;
-  if (cpu_snap_streams(d, &sn, 1, 1) == 0) {
-    cpu_snaps_wait(&sn);
-    cpu_snaps_free(&sn);
-    return;
-  }
-  pthread_t self = pthread_self(); /* out of memory: the old way, under the lock */
-  cpu_stream* ds = (cpu_stream*)d->base.default_stream;
-  if (!(ds->thread_ok && pthread_equal(ds->thread, self))) cpu_stream_wait_idle(ds);
-  pthread_mutex_lock(&d->streams_mu);
-  for (cpu_stream* s = d->streams; s; s = s->next)
-    if (!(s->thread_ok && pthread_equal(s->thread, self))) cpu_stream_wait_idle(s);
-  pthread_mutex_unlock(&d->streams_mu);
-}
-
-void cpu_deferred_release(cpu_deferred* df) {
-  if (atomic_fetch_sub_explicit(&df->refs, 1, memory_order_acq_rel) != 1) return;
-  df->fn(df->arg);
-  free(df);
-}
-
-static void defer_on(cpu_stream* s, cpu_deferred* df) {
-  if (atomic_load(&s->completed) >= atomic_load(&s->enqueued)) return; /* idle */
-  /* Running a persistent ring kernel with nothing queued behind it: that kernel never ends on its
-   * own, so a release queued here would wait until it is stopped (and a stream of frees would
-   * fill the queue and block the caller). What it uses (its rings, state and module) bungpu keeps
-   * until it has exited; nothing queued before this free is left to run on the stream. */
-  if (atomic_load_explicit(&s->resident, memory_order_acquire) &&
-      atomic_load(&s->enqueued) - atomic_load(&s->completed) == 1)
-    return;
-  atomic_fetch_add(&df->refs, 1);
-  cpu_op op = {.kind = OP_RELEASE};
-  op.u.rel.def = df;
-  /* straight into the queue: a capturing stream's queued work counts too */
-  if (cpu_enqueue(s, &op, "bg_mem_free") != BG_OK) cpu_stream_wait_idle(s);
-}
-
-void cpu_defer(cpu_device* d, void (*fn)(void*), void* arg) {
-  cpu_deferred* df = malloc(sizeof *df);
-  if (!df) { /* out of memory: fall back to waiting */
-    cpu_device_wait_all(d);
-    fn(arg);
-    return;
-  }
-  atomic_init(&df->refs, 1);
-  df->fn = fn;
-  df->arg = arg;
-  pthread_mutex_lock(&d->streams_mu);
-  defer_on((cpu_stream*)d->base.default_stream, df);
-  for (cpu_stream* s = d->streams; s; s = s->next) defer_on(s, df);
-  pthread_mutex_unlock(&d->streams_mu);
-  cpu_deferred_release(df);
 }
 
 static int32_t cpu_device_synchronize(bg_device* dev) {
@@ -579,6 +513,13 @@ static int32_t cpu_ring_free(bg_device* dev, void* host) {
   return BG_OK;
 }
 
+/* Holds for the core's command-list graphs: a kernel keeps its module (as a captured kernel
+ * node does), an event its storage. */
+static void cpu_kernel_hold(void* k) { cpu_module_hold(((cpu_kernel*)k)->mod); }
+static void cpu_kernel_unhold(void* k) { cpu_module_unhold(((cpu_kernel*)k)->mod); }
+static void cpu_event_hold(void* e) { cpu_event_retain(e); }
+static void cpu_event_unhold(void* e) { cpu_event_release(e); }
+
 /* ---- the vtable ------------------------------------------------------------------------------ */
 const bg_ops cpu_ops = {
     .name = "cpu",
@@ -628,6 +569,10 @@ const bg_ops cpu_ops = {
     .graph_launch = cpu_graph_launch,
     .graph_exec_set_kernel_args = cpu_graph_exec_set_kernel_args,
     .submit = cpu_submit,
+    .kernel_hold = cpu_kernel_hold,
+    .kernel_unhold = cpu_kernel_unhold,
+    .event_hold = cpu_event_hold,
+    .event_unhold = cpu_event_unhold,
     .ring_alloc = cpu_ring_alloc,
     .ring_free = cpu_ring_free,
 };
@@ -745,6 +690,10 @@ const bg_ops cpu_ops_checked = {
     .graph_launch = chk_graph_launch,
     .graph_exec_set_kernel_args = chk_graph_exec_set_kernel_args,
     .submit = chk_submit,
+    .kernel_hold = cpu_kernel_hold,
+    .kernel_unhold = cpu_kernel_unhold,
+    .event_hold = cpu_event_hold,
+    .event_unhold = cpu_event_unhold,
     .ring_alloc = chk_ring_alloc,
     .ring_free = cpu_ring_free,
 };

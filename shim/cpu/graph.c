@@ -878,28 +878,23 @@ int32_t cpu_graph_exec_set_kernel_args(void* xv, uint32_t index, const uint64_t*
 }
 
 /* ---- command buffers ---------------------------------------------------------------------- */
-#define rd32 bg_rd32
-#define rd64 bg_rd64
-
-
 int32_t cpu_submit(void* sv, const uint8_t* p, uint64_t len) {
   cpu_stream* s = sv;
   uint32_t nev = 0;
   int one_by_one = atomic_load_explicit(&s->cap, memory_order_acquire) != NULL;
-  for (uint64_t off = 0; off < len;) {
-    uint32_t op = rd32(p + off), size = rd32(p + off + 4);
-    const uint8_t* c = p + off + 8;
-    if (op == BG_CMD_LAUNCH) {
-      uint32_t g[3] = {rd32(c + 8), rd32(c + 12), rd32(c + 16)};
-      uint32_t b[3] = {rd32(c + 20), rd32(c + 24), rd32(c + 28)};
-      int32_t rc = cpu_check_launch("bg_submit", g, b, rd32(c + 32));
+  bg_cmd_iter it;
+  bg_cmd c;
+  bg_cmd_iter_init(&it, p, len);
+  while (bg_cmd_next(&it, &c) == BG_CMD_NEXT) {
+    if (c.op == BG_CMD_LAUNCH) {
+      int32_t rc = cpu_check_launch("bg_submit", c.u.launch.grid, c.u.launch.block,
+                                    c.u.launch.shared);
       if (rc) return rc;
-    } else if (op == BG_CMD_EVENT_RECORD || op == BG_CMD_EVENT_WAIT) {
-      cpu_event* e = (cpu_event*)(uintptr_t)rd64(c);
+    } else if (c.op == BG_CMD_EVENT_RECORD || c.op == BG_CMD_EVENT_WAIT) {
+      cpu_event* e = c.u.event.event;
       if (atomic_load(&e->cap_id)) one_by_one = 1;
       nev++;
     }
-    off += size;
   }
   if (one_by_one) return bg_issue_cmds(s, p, len); /* capture, or events in an active capture */
   /* refused before any event record number is taken (see cpu_event_record) */
@@ -920,50 +915,49 @@ int32_t cpu_submit(void* sv, const uint8_t* p, uint64_t len) {
   memcpy(op.u.cmd.bytes, p, (size_t)len);
   op.u.cmd.len = len;
   uint32_t i = 0;
-  for (uint64_t off = 0; off < len;) {
-    uint32_t k = rd32(p + off), size = rd32(p + off + 4);
-    if (k == BG_CMD_EVENT_RECORD || k == BG_CMD_EVENT_WAIT) {
-      cpu_event* e = (cpu_event*)(uintptr_t)rd64(p + off + 8);
-      cpu_event_retain(e);
-      op.u.cmd.evs[i] = e;
-      if (k == BG_CMD_EVENT_RECORD) {
-        op.u.cmd.seqs[i] = atomic_fetch_add(&e->rec_seq, 1) + 1;
-        atomic_store(&e->cap_id, 0);
-      } else {
-        op.u.cmd.seqs[i] = atomic_load(&e->rec_seq);
-      }
-      i++;
+  bg_cmd_iter_init(&it, p, len);
+  while (bg_cmd_next(&it, &c) == BG_CMD_NEXT) {
+    if (c.op != BG_CMD_EVENT_RECORD && c.op != BG_CMD_EVENT_WAIT) continue;
+    cpu_event* e = c.u.event.event;
+    cpu_event_retain(e);
+    op.u.cmd.evs[i] = e;
+    if (c.op == BG_CMD_EVENT_RECORD) {
+      op.u.cmd.seqs[i] = atomic_fetch_add(&e->rec_seq, 1) + 1;
+      atomic_store(&e->cap_id, 0);
+    } else {
+      op.u.cmd.seqs[i] = atomic_load(&e->rec_seq);
     }
-    off += size;
+    i++;
   }
   op.u.cmd.nev = nev;
   return cpu_enqueue_raw(s, &op, "bg_submit");
 }
 
 void cpu_cmds_run(cpu_stream* s, cpu_op* op) {
-  const uint8_t* p = op->u.cmd.bytes;
-  uint64_t len = op->u.cmd.len;
   uint32_t ei = 0;
-  for (uint64_t off = 0; off < len;) {
-    uint32_t k = rd32(p + off), size = rd32(p + off + 4);
-    const uint8_t* c = p + off + 8;
-    switch (k) {
-      case BG_CMD_LAUNCH: {
-        uint32_t g[3] = {rd32(c + 8), rd32(c + 12), rd32(c + 16)};
-        uint32_t b[3] = {rd32(c + 20), rd32(c + 24), rd32(c + 28)};
-        cpu_kernel_run(s, (cpu_kernel*)(uintptr_t)rd64(c), g, b, rd32(c + 32),
-                       (const uint64_t*)(const void*)(c + 40));
+  bg_cmd_iter it;
+  bg_cmd c;
+  bg_cmd_iter_init(&it, op->u.cmd.bytes, op->u.cmd.len);
+  while (bg_cmd_next(&it, &c) == BG_CMD_NEXT) {
+    switch (c.op) {
+      case BG_CMD_LAUNCH:
+        cpu_kernel_run(s, c.u.launch.kernel, c.u.launch.grid, c.u.launch.block, c.u.launch.shared,
+                       c.u.launch.args);
         break;
-      }
       case BG_CMD_COPY:
+        if (c.u.copy.bytes)
+          memmove((void*)(uintptr_t)c.u.copy.dst, (const void*)(uintptr_t)c.u.copy.src,
+                  (size_t)c.u.copy.bytes);
+        break;
       case BG_CMD_COPY_HTOD:
+        if (c.u.htod.bytes) memmove((void*)(uintptr_t)c.u.htod.dst, c.u.htod.src, (size_t)c.u.htod.bytes);
+        break;
       case BG_CMD_COPY_DTOH:
-        if (rd64(c + 16))
-          memmove((void*)(uintptr_t)rd64(c), (const void*)(uintptr_t)rd64(c + 8),
-                  (size_t)rd64(c + 16));
+        if (c.u.dtoh.bytes) memmove(c.u.dtoh.dst, (const void*)(uintptr_t)c.u.dtoh.src, (size_t)c.u.dtoh.bytes);
         break;
       case BG_CMD_MEMSET:
-        if (rd64(c + 16)) cpu_fill((void*)(uintptr_t)rd64(c), rd32(c + 8), rd32(c + 12), rd64(c + 16));
+        if (c.u.fill.count)
+          cpu_fill((void*)(uintptr_t)c.u.fill.dst, c.u.fill.pattern, c.u.fill.elem_size, c.u.fill.count);
         break;
       case BG_CMD_EVENT_RECORD:
         cpu_event_complete(op->u.cmd.evs[ei], op->u.cmd.seqs[ei]);
@@ -977,6 +971,5 @@ void cpu_cmds_run(cpu_stream* s, cpu_op* op) {
       }
       default: break;
     }
-    off += size;
   }
 }

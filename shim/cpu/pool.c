@@ -1,6 +1,5 @@
 /*
- * cpu/pool.c: kernels. A module is a dlopen'd shared library; a kernel is a dlsym'd
- * `void fn(const bg_cpu_ctx*)`. A launch runs on the stream worker that reaches it: it takes
+ * cpu/pool.c: running a kernel launch. A launch runs on the stream worker that reaches it: it takes
  * the device's pool (one launch at a time), splits the linear block range into chunks that the
  * pool threads and the launching thread (slot 0) claim with an atomic counter, and returns when
  * every chunk is done. One-block launches run inline on the launching thread. Pool threads are
@@ -8,7 +7,6 @@
  */
 #include "cpu.h"
 
-#include <dlfcn.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stddef.h>
@@ -64,6 +62,16 @@ static void fault_install(void) {
 }
 
 void cpu_fault_init(void) { pthread_once(&g_fault_once, fault_install); }
+
+/* The first fault wins; every later call on the device returns it (device.c). */
+void cpu_set_sticky(cpu_device* d, int32_t code, const char* msg) {
+  pthread_mutex_lock(&d->sticky_mu);
+  if (!atomic_load(&d->sticky)) {
+    snprintf(d->sticky_msg, sizeof d->sticky_msg, "%s", msg);
+    atomic_store_explicit(&d->sticky, code, memory_order_release);
+  }
+  pthread_mutex_unlock(&d->sticky_mu);
+}
 
 static cpu_device* pool_device(cpu_pool* p) {
   return (cpu_device*)((char*)p - offsetof(cpu_device, pool));
@@ -295,224 +303,4 @@ void cpu_kernel_run(cpu_stream* s, cpu_kernel* k, const uint32_t g[3], const uin
     pthread_mutex_unlock(&p->mu);
   }
   pthread_mutex_unlock(&p->launch_mu);
-}
-
-/* ---- modules and kernels ----------------------------------------------------------------- */
-static const char* image_name(int32_t kind) {
-  switch (kind) {
-    case BG_IMAGE_SHARED_LIBRARY: return "SHARED_LIBRARY";
-    case BG_IMAGE_PTX: return "PTX";
-    case BG_IMAGE_CUBIN: return "CUBIN";
-    case BG_IMAGE_MSL_SOURCE: return "MSL_SOURCE";
-    case BG_IMAGE_METALLIB: return "METALLIB";
-    case BG_IMAGE_SYMBOLS: return "SYMBOLS";
-  }
-  return "unknown";
-}
-
-static void module_free(void* mv);
-
-/* A table of {name, function} pairs compiled in memory by the caller (Bun's TinyCC). */
-static int32_t load_symbols(bg_device* dev, const void* data, uint64_t n, void** out) {
-  if (n == 0 || n % 16 || n / 16 > 65536)
-    return bg_set_error(BG_ERR_INVALID_VALUE,
-                        "bg_module_load: a symbol table is 16-byte {name, function} pairs, got %llu bytes",
-                        (unsigned long long)n);
-  uint32_t count = (uint32_t)(n / 16);
-  const uint64_t* pairs = data;
-  for (uint32_t i = 0; i < count; i++)
-    if (!pairs[2 * i] || !pairs[2 * i + 1])
-      return bg_set_error(BG_ERR_INVALID_VALUE, "bg_module_load: symbol table entry %u has a NULL name or function", i);
-  cpu_module* m = calloc(1, sizeof *m);
-  if (!m) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_module_load: out of host memory");
-  m->sym_names = calloc(count, sizeof *m->sym_names);
-  m->sym_fns = calloc(count, sizeof *m->sym_fns);
-  pthread_mutex_init(&m->mu, NULL);
-  m->nsyms = count;
-  int ok = m->sym_names && m->sym_fns;
-  for (uint32_t i = 0; ok && i < count; i++) {
-    const char* name = (const char*)(uintptr_t)pairs[2 * i];
-    size_t len = strlen(name);
-    m->sym_names[i] = malloc(len + 1);
-    if (!m->sym_names[i]) ok = 0;
-    else memcpy(m->sym_names[i], name, len + 1);
-    m->sym_fns[i] = (void*)(uintptr_t)pairs[2 * i + 1];
-  }
-  if (!ok) {
-    module_free(m);
-    return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_module_load: out of host memory");
-  }
-  atomic_init(&m->refs, 1);
-  bg_obj_init(m, BG_KIND_MODULE, dev);
-  *out = m;
-  return BG_OK;
-}
-
-int32_t cpu_module_load(bg_device* dev, int32_t kind, const void* data, uint64_t n, void** out) {
-  if (kind == BG_IMAGE_SYMBOLS) return load_symbols(dev, data, n, out);
-  if (kind != BG_IMAGE_SHARED_LIBRARY)
-    return bg_set_error(BG_ERR_NOT_SUPPORTED,
-                        "bg_module_load: image kind %s (%d) is not for the cpu backend",
-                        image_name(kind), (int)kind);
-  const char* src = data;
-  size_t len = n ? (size_t)n : strlen(src);
-  const char* nul = memchr(src, 0, len);
-  if (nul) len = (size_t)(nul - src);
-  if (!len) return bg_set_error(BG_ERR_INVALID_VALUE, "bg_module_load: empty path");
-  char* path = malloc(len + 1);
-  if (!path) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_module_load: out of host memory");
-  memcpy(path, src, len);
-  path[len] = 0;
-  cpu_module* m = calloc(1, sizeof *m);
-  if (!m) {
-    free(path);
-    return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_module_load: out of host memory");
-  }
-  dlerror();
-  m->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!m->lib) {
-    const char* why = dlerror();
-    int32_t rc = bg_set_error(BG_ERR_INVALID_IMAGE, "bg_module_load: dlopen(%s): %s", path,
-                              why ? why : "unknown error");
-    free(path);
-    free(m);
-    return rc;
-  }
-  free(path);
-  pthread_mutex_init(&m->mu, NULL);
-  atomic_init(&m->refs, 1);
-  bg_obj_init(m, BG_KIND_MODULE, dev);
-  *out = m;
-  return BG_OK;
-}
-
-static void module_free(void* mv) {
-  cpu_module* m = mv;
-  cpu_kernel* k = m->kernels;
-  while (k) {
-    cpu_kernel* nx = k->next;
-    free(k->name);
-    free(k);
-    k = nx;
-  }
-  if (m->lib) dlclose(m->lib);
-  for (uint32_t i = 0; m->sym_names && i < m->nsyms; i++) free(m->sym_names[i]);
-  free(m->sym_names);
-  free(m->sym_fns);
-  pthread_mutex_destroy(&m->mu);
-  free(m);
-}
-
-void cpu_module_hold(cpu_module* m) {
-  atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
-}
-
-void cpu_module_unhold(cpu_module* m) {
-  if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1)
-    cpu_defer((cpu_device*)m->h.dev, module_free, m);
-}
-
-/* Queued launches may still call into the library: the kernels die now (their handles stop
- * being live) but the library is closed once the work queued before the unload has run, and
- * not before every graph and exec holding one of its kernels is destroyed. */
-int32_t cpu_module_unload(void* mv) {
-  cpu_module* m = mv;
-  bg_obj_kill(m);
-  pthread_mutex_lock(&m->mu);
-  for (cpu_kernel* k = m->kernels; k; k = k->next) bg_obj_kill(k);
-  pthread_mutex_unlock(&m->mu);
-  cpu_module_unhold(m);
-  return BG_OK;
-}
-
-int32_t cpu_module_get_kernel(void* mv, const char* name, void** out) {
-  cpu_module* m = mv;
-  pthread_mutex_lock(&m->mu);
-  for (cpu_kernel* k = m->kernels; k; k = k->next)
-    if (strcmp(k->name, name) == 0) {
-      pthread_mutex_unlock(&m->mu);
-      *out = k;
-      return BG_OK;
-    }
-  void* sym = NULL;
-  if (m->lib) {
-    dlerror();
-    sym = dlsym(m->lib, name);
-  } else {
-    for (uint32_t i = 0; i < m->nsyms && !sym; i++)
-      if (strcmp(m->sym_names[i], name) == 0) sym = m->sym_fns[i];
-  }
-  if (!sym) {
-    pthread_mutex_unlock(&m->mu);
-    return bg_set_error(BG_ERR_NOT_FOUND, "bg_module_get_kernel: no kernel named \"%s\" in the module",
-                        name);
-  }
-  cpu_kernel* k = calloc(1, sizeof *k);
-  char* nm = k ? malloc(strlen(name) + 1) : NULL;
-  if (!k || !nm) {
-    pthread_mutex_unlock(&m->mu);
-    free(k);
-    return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_module_get_kernel: out of host memory");
-  }
-  strcpy(nm, name);
-  bg_obj_init(k, BG_KIND_KERNEL, m->h.dev);
-  k->mod = m;
-  k->persistent = strcmp(name, "bg_ring_persistent") == 0;
-  k->name = nm;
-  k->fn = (cpu_kfn)sym;
-  k->next = m->kernels;
-  m->kernels = k;
-  pthread_mutex_unlock(&m->mu);
-  *out = k;
-  return BG_OK;
-}
-
-int32_t cpu_kernel_max_threads(void* k, int32_t* out) {
-  (void)k;
-  *out = CPU_MAX_THREADS;
-  return BG_OK;
-}
-
-int32_t cpu_check_launch(const char* fn, const uint32_t g[3], const uint32_t b[3],
-                         uint32_t shared) {
-  uint64_t threads = (uint64_t)b[0] * b[1] * b[2];
-  if (b[0] > 1024 || b[1] > 1024 || b[2] > 64 || threads > CPU_MAX_THREADS)
-    return bg_set_error(BG_ERR_INVALID_VALUE,
-                        "%s: block %ux%ux%u exceeds the limits (%d threads; x,y <= 1024, z <= 64)",
-                        fn, b[0], b[1], b[2], CPU_MAX_THREADS);
-  if (g[0] > 0x7fffffffu || g[1] > 65535u || g[2] > 65535u)
-    return bg_set_error(BG_ERR_INVALID_VALUE,
-                        "%s: grid %ux%ux%u exceeds the limits (x < 2^31, y,z <= 65535)", fn, g[0],
-                        g[1], g[2]);
-  if ((uint64_t)g[0] * g[1] * g[2] > 0xffffffffull)
-    return bg_set_error(BG_ERR_INVALID_VALUE,
-                        "%s: grid %ux%ux%u has more than 2^32-1 blocks (the cpu backend's limit)",
-                        fn, g[0], g[1], g[2]);
-  if (shared > CPU_MAX_SHARED)
-    return bg_set_error(BG_ERR_INVALID_VALUE, "%s: %u bytes of shared memory (max %u)", fn, shared,
-                        CPU_MAX_SHARED);
-  return BG_OK;
-}
-
-int32_t cpu_launch(void* kv, void* s, const uint32_t grid[3], const uint32_t block[3],
-                   uint32_t shared, const uint64_t* args, uint32_t nargs) {
-  int32_t rc = cpu_check_launch("bg_launch", grid, block, shared);
-  if (rc) return rc;
-  cpu_op op;
-  op.kind = OP_KERNEL;
-  op.nargs = nargs;
-  op.u.l.k = kv;
-  memcpy(op.u.l.grid, grid, sizeof op.u.l.grid);
-  memcpy(op.u.l.block, block, sizeof op.u.l.block);
-  op.u.l.shared = shared;
-  op.u.l.knode = 0;
-  op.u.l.heap = NULL;
-  if (nargs > CPU_INLINE_ARGS) {
-    op.u.l.heap = malloc(8ull * nargs);
-    if (!op.u.l.heap) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_launch: out of host memory");
-    memcpy(op.u.l.heap, args, 8ull * nargs);
-  } else if (nargs) {
-    memcpy(op.u.l.inl, args, 8ull * nargs);
-  }
-  return cpu_submit_op(s, &op, "bg_launch");
 }

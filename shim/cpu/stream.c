@@ -1,5 +1,5 @@
 /*
- * cpu/stream.c: streams, events and host functions.
+ * cpu/stream.c: streams, events, host functions, and launches (validated and queued here).
  *
  * A stream is one worker thread and an in-order queue (a growable ring of cpu_op under the
  * stream's mutex). Enqueue copies the op in and signals the worker only when it sleeps. The
@@ -93,15 +93,13 @@ static void op_abandon(cpu_op* op) {
       break;
     }
     case OP_CMDS: {
-      const uint8_t* p = op->u.cmd.bytes;
       uint32_t ei = 0;
-      for (uint64_t off = 0; off < op->u.cmd.len;) {
-        uint32_t k, size;
-        memcpy(&k, p + off, 4);
-        memcpy(&size, p + off + 4, 4);
-        if (k == BG_CMD_EVENT_RECORD) cpu_event_complete(op->u.cmd.evs[ei], op->u.cmd.seqs[ei]);
-        if (k == BG_CMD_EVENT_RECORD || k == BG_CMD_EVENT_WAIT) ei++;
-        off += size;
+      bg_cmd_iter it;
+      bg_cmd c;
+      bg_cmd_iter_init(&it, op->u.cmd.bytes, op->u.cmd.len);
+      while (bg_cmd_next(&it, &c) == BG_CMD_NEXT) {
+        if (c.op == BG_CMD_EVENT_RECORD) cpu_event_complete(op->u.cmd.evs[ei], op->u.cmd.seqs[ei]);
+        if (c.op == BG_CMD_EVENT_RECORD || c.op == BG_CMD_EVENT_WAIT) ei++;
       }
       break;
     }
@@ -672,4 +670,107 @@ int32_t cpu_event_elapsed(float* ms, void* av, void* bv) {
   pthread_mutex_unlock(&b->mu);
   *ms = (float)((double)((int64_t)(tb - ta)) / 1e6);
   return BG_OK;
+}
+
+/* ---- waiting for every stream, and frees deferred until the work queued before them ran -- */
+void cpu_device_wait_all(cpu_device* d) {
+  /* Wait on a snapshot, not under streams_mu: a host function on a stream waited for may
+   * enqueue on the default stream, which takes streams_mu. */
+  cpu_snaps sn;
+  if (cpu_snap_streams(d, &sn, 1, 1) == 0) {
+    cpu_snaps_wait(&sn);
+    cpu_snaps_free(&sn);
+    return;
+  }
+  pthread_t self = pthread_self(); /* out of memory: the old way, under the lock */
+  cpu_stream* ds = (cpu_stream*)d->base.default_stream;
+  if (!(ds->thread_ok && pthread_equal(ds->thread, self))) cpu_stream_wait_idle(ds);
+  pthread_mutex_lock(&d->streams_mu);
+  for (cpu_stream* s = d->streams; s; s = s->next)
+    if (!(s->thread_ok && pthread_equal(s->thread, self))) cpu_stream_wait_idle(s);
+  pthread_mutex_unlock(&d->streams_mu);
+}
+
+void cpu_deferred_release(cpu_deferred* df) {
+  if (atomic_fetch_sub_explicit(&df->refs, 1, memory_order_acq_rel) != 1) return;
+  df->fn(df->arg);
+  free(df);
+}
+
+static void defer_on(cpu_stream* s, cpu_deferred* df) {
+  if (atomic_load(&s->completed) >= atomic_load(&s->enqueued)) return; /* idle */
+  /* Running a persistent ring kernel with nothing queued behind it: that kernel never ends on its
+   * own, so a release queued here would wait until it is stopped (and a stream of frees would
+   * fill the queue and block the caller). What it uses (its rings, state and module) bungpu keeps
+   * until it has exited; nothing queued before this free is left to run on the stream. */
+  if (atomic_load_explicit(&s->resident, memory_order_acquire) &&
+      atomic_load(&s->enqueued) - atomic_load(&s->completed) == 1)
+    return;
+  atomic_fetch_add(&df->refs, 1);
+  cpu_op op = {.kind = OP_RELEASE};
+  op.u.rel.def = df;
+  /* straight into the queue: a capturing stream's queued work counts too */
+  if (cpu_enqueue(s, &op, "bg_mem_free") != BG_OK) cpu_stream_wait_idle(s);
+}
+
+void cpu_defer(cpu_device* d, void (*fn)(void*), void* arg) {
+  cpu_deferred* df = malloc(sizeof *df);
+  if (!df) { /* out of memory: fall back to waiting */
+    cpu_device_wait_all(d);
+    fn(arg);
+    return;
+  }
+  atomic_init(&df->refs, 1);
+  df->fn = fn;
+  df->arg = arg;
+  pthread_mutex_lock(&d->streams_mu);
+  defer_on((cpu_stream*)d->base.default_stream, df);
+  for (cpu_stream* s = d->streams; s; s = s->next) defer_on(s, df);
+  pthread_mutex_unlock(&d->streams_mu);
+  cpu_deferred_release(df);
+}
+
+/* ---- launches: validated, then queued as an OP_KERNEL (pool.c runs it) ------------------ */
+int32_t cpu_check_launch(const char* fn, const uint32_t g[3], const uint32_t b[3],
+                         uint32_t shared) {
+  uint64_t threads = (uint64_t)b[0] * b[1] * b[2];
+  if (b[0] > 1024 || b[1] > 1024 || b[2] > 64 || threads > CPU_MAX_THREADS)
+    return bg_set_error(BG_ERR_INVALID_VALUE,
+                        "%s: block %ux%ux%u exceeds the limits (%d threads; x,y <= 1024, z <= 64)",
+                        fn, b[0], b[1], b[2], CPU_MAX_THREADS);
+  if (g[0] > 0x7fffffffu || g[1] > 65535u || g[2] > 65535u)
+    return bg_set_error(BG_ERR_INVALID_VALUE,
+                        "%s: grid %ux%ux%u exceeds the limits (x < 2^31, y,z <= 65535)", fn, g[0],
+                        g[1], g[2]);
+  if ((uint64_t)g[0] * g[1] * g[2] > 0xffffffffull)
+    return bg_set_error(BG_ERR_INVALID_VALUE,
+                        "%s: grid %ux%ux%u has more than 2^32-1 blocks (the cpu backend's limit)",
+                        fn, g[0], g[1], g[2]);
+  if (shared > CPU_MAX_SHARED)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "%s: %u bytes of shared memory (max %u)", fn, shared,
+                        CPU_MAX_SHARED);
+  return BG_OK;
+}
+
+int32_t cpu_launch(void* kv, void* s, const uint32_t grid[3], const uint32_t block[3],
+                   uint32_t shared, const uint64_t* args, uint32_t nargs) {
+  int32_t rc = cpu_check_launch("bg_launch", grid, block, shared);
+  if (rc) return rc;
+  cpu_op op;
+  op.kind = OP_KERNEL;
+  op.nargs = nargs;
+  op.u.l.k = kv;
+  memcpy(op.u.l.grid, grid, sizeof op.u.l.grid);
+  memcpy(op.u.l.block, block, sizeof op.u.l.block);
+  op.u.l.shared = shared;
+  op.u.l.knode = 0;
+  op.u.l.heap = NULL;
+  if (nargs > CPU_INLINE_ARGS) {
+    op.u.l.heap = malloc(8ull * nargs);
+    if (!op.u.l.heap) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_launch: out of host memory");
+    memcpy(op.u.l.heap, args, 8ull * nargs);
+  } else if (nargs) {
+    memcpy(op.u.l.inl, args, 8ull * nargs);
+  }
+  return cpu_submit_op(s, &op, "bg_launch");
 }

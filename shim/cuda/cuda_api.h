@@ -43,6 +43,7 @@ struct CUgraph_st;
 struct CUgraphNode_st;
 struct CUgraphExec_st;
 struct CUgraphEdgeData_st;
+struct CUarray_st;
 struct _nvrtcProgram;
 typedef struct CUctx_st* bgcu_context;
 typedef struct CUmod_st* bgcu_module;
@@ -53,6 +54,7 @@ typedef struct CUevent_st* bgcu_event;
 typedef struct CUgraph_st* bgcu_graph;
 typedef struct CUgraphNode_st* bgcu_graph_node;
 typedef struct CUgraphExec_st* bgcu_graph_exec;
+typedef struct CUarray_st* bgcu_array;
 typedef struct _nvrtcProgram* bgnvrtc_program;
 typedef void (*bgcu_host_fn)(void* user); /* CUhostFn (CUDA_CB is empty off Windows) */
 
@@ -72,6 +74,42 @@ typedef struct bgcu_kernel_node_params {
  * every other parameter, and proves the layout of bgcu_kernel_node_params field by field. */
 #ifndef BGCU_KNP
 #define BGCU_KNP bgcu_kernel_node_params
+#endif
+
+/* CUDA_MEMCPY3D_v2 (= CUDA_MEMCPY3D): a graph's memcpy node. bungpu fills only the 1D fields. */
+typedef struct bgcu_memcpy3d {
+  size_t srcXInBytes, srcY, srcZ, srcLOD;
+  bgcu_enum srcMemoryType;
+  const void* srcHost;
+  bgcu_deviceptr srcDevice;
+  bgcu_array srcArray;
+  void* reserved0;
+  size_t srcPitch, srcHeight;
+  size_t dstXInBytes, dstY, dstZ, dstLOD;
+  bgcu_enum dstMemoryType;
+  void* dstHost;
+  bgcu_deviceptr dstDevice;
+  bgcu_array dstArray;
+  void* reserved1;
+  size_t dstPitch, dstHeight;
+  size_t WidthInBytes, Height, Depth;
+} bgcu_memcpy3d;
+
+/* CUDA_MEMSET_NODE_PARAMS_v1 (= CUDA_MEMSET_NODE_PARAMS): a graph's memset node. */
+typedef struct bgcu_memset_params {
+  bgcu_deviceptr dst;
+  size_t pitch;
+  unsigned int value;
+  unsigned int elementSize;
+  size_t width, height;
+} bgcu_memset_params;
+
+/* As BGCU_KNP: the check file sets these to the real structs. */
+#ifndef BGCU_MEMCPY3D
+#define BGCU_MEMCPY3D bgcu_memcpy3d
+#endif
+#ifndef BGCU_MEMSETP
+#define BGCU_MEMSETP bgcu_memset_params
 #endif
 
 /* ---- constants: X(real name, value); declared here as BG<real name> ---------------------------- */
@@ -115,6 +153,8 @@ typedef struct bgcu_kernel_node_params {
   X(CU_MEMHOSTALLOC_PORTABLE, 1)                                                                   \
   X(CU_MEMHOSTALLOC_DEVICEMAP, 2)                                                                  \
   X(CU_GRAPH_NODE_TYPE_KERNEL, 0)                                                                  \
+  X(CU_MEMORYTYPE_HOST, 1)                                                                         \
+  X(CU_MEMORYTYPE_DEVICE, 2)                                                                       \
   X(CU_JIT_ERROR_LOG_BUFFER, 5)                                                                    \
   X(CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, 6)
 
@@ -207,7 +247,8 @@ enum { BGCU_CONSTANTS(BGCU_DECLARE_CONSTANT) BGNVRTC_CONSTANTS(BGCU_DECLARE_CONS
  *   cuFuncSetAttribute (9.0; else more than 48 KiB of dynamic shared memory is refused),
  *   cuCtxPushCurrent_v2 / cuCtxPopCurrent_v2 (else the context is made current with
  *   cuCtxSetCurrent and left current), the stream memory operations (12.0 as _v2; else
- *   TypeScript host functions use cuLaunchHostFunc). */
+ *   TypeScript host functions use cuLaunchHostFunc), the explicit graph construction calls
+ *   (cuGraphAddKernelNode_v2 12.0; else bg_graph_from_commands uses the core's generic graph). */
 #define BGCU_DRIVER_OPTIONAL(X)                                                                    \
   X(bgcu_result, cuEventElapsedTime_v2, (float* ms, bgcu_event start, bgcu_event end))            \
   X(bgcu_result, cuStreamGetCaptureInfo_v3,                                                        \
@@ -222,7 +263,23 @@ enum { BGCU_CONSTANTS(BGCU_DECLARE_CONSTANT) BGNVRTC_CONSTANTS(BGCU_DECLARE_CONS
   X(bgcu_result, cuStreamWaitValue32_v2,                                                           \
     (bgcu_stream s, bgcu_deviceptr addr, uint32_t value, unsigned int flags))                      \
   X(bgcu_result, cuStreamWriteValue32_v2,                                                          \
-    (bgcu_stream s, bgcu_deviceptr addr, uint32_t value, unsigned int flags))
+    (bgcu_stream s, bgcu_deviceptr addr, uint32_t value, unsigned int flags))                      \
+  X(bgcu_result, cuGraphCreate, (bgcu_graph * g, unsigned int flags))                              \
+  X(bgcu_result, cuGraphAddKernelNode_v2,                                                          \
+    (bgcu_graph_node * node, bgcu_graph g, const bgcu_graph_node* deps, size_t ndeps,              \
+     const BGCU_KNP* params))                                                                      \
+  X(bgcu_result, cuGraphAddMemcpyNode,                                                             \
+    (bgcu_graph_node * node, bgcu_graph g, const bgcu_graph_node* deps, size_t ndeps,              \
+     const BGCU_MEMCPY3D* params, bgcu_context ctx))                                               \
+  X(bgcu_result, cuGraphAddMemsetNode,                                                             \
+    (bgcu_graph_node * node, bgcu_graph g, const bgcu_graph_node* deps, size_t ndeps,              \
+     const BGCU_MEMSETP* params, bgcu_context ctx))                                                \
+  X(bgcu_result, cuGraphAddEventRecordNode,                                                        \
+    (bgcu_graph_node * node, bgcu_graph g, const bgcu_graph_node* deps, size_t ndeps,              \
+     bgcu_event e))                                                                                \
+  X(bgcu_result, cuGraphAddEventWaitNode,                                                          \
+    (bgcu_graph_node * node, bgcu_graph g, const bgcu_graph_node* deps, size_t ndeps,              \
+     bgcu_event e))
 
 /* Fallbacks for older drivers. Their real declarations are hidden by cuda.h's versioning macros,
  * so the check compares these with cudaTypedefs.h's PFN_<name>_v<version>: X(..., real PFN). */

@@ -21,7 +21,10 @@
  *    safe. Limitation: kernels that enter a capture other than through bg_launch (another
  *    library's launches) are not numbered; launches from several threads into one capture are
  *    numbered in the order their bg_launch calls recorded them.
- *  - Commands: `submit` is NULL; the core issues them one by one through this table.
+ *  - Commands: `submit` is NULL; the core issues them one by one through this table. Graphs
+ *    from command lists (bg_graph_from_commands) are built node by node (cu_graph_from_commands);
+ *    where the driver lacks those calls, the core's generic graph replays the list, and
+ *    kernel_hold / event_hold keep what it names alive.
  *  - Rings: cuMemHostAlloc(DEVICEMAP | PORTABLE), zeroed, and its device address.
  */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
@@ -375,6 +378,7 @@ typedef struct cu_stream {
 typedef struct cu_event {
   bg_obj h;
   bgcu_event e;
+  _Atomic int refs; /* the handle, plus one per hold of a command-list graph */
 } cu_event;
 
 typedef struct cu_kernel {
@@ -404,6 +408,8 @@ typedef struct cu_graph {
   bgcu_graph_node* knodes;
   uint32_t* knargs;
   struct cu_module** kmods; /* their modules, kept loaded while the graph (or an exec) lives */
+  uint32_t nev;             /* events of a graph built from a command list, held (event_unref) */
+  struct cu_event** evs;
 } cu_graph;
 
 typedef struct cu_exec {
@@ -995,19 +1001,39 @@ static int32_t cu_event_create(bg_device* dev, uint32_t flags, void** out) {
     free(e);
     return cu_fail(r, "cuEventCreate");
   }
+  atomic_init(&e->refs, 1);
   bg_obj_init(e, BG_KIND_EVENT, dev);
   *out = e;
   return BG_OK;
 }
 
+/* Drop a reference; the last one destroys the driver's event (the context is current). */
+static bgcu_result event_unref(cu_event* e) {
+  if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1) return BGCUDA_SUCCESS;
+  bgcu_result r = cu.cuEventDestroy_v2(e->e);
+  free(e);
+  return r;
+}
+
 static int32_t cu_event_destroy(void* ep) {
   cu_event* e = ep;
   ENTER(CUDEV(e));
-  bgcu_result r = cu.cuEventDestroy_v2(e->e);
   bg_obj_kill(e);
-  free(e);
+  bgcu_result r = event_unref(e);
   if (r != BGCUDA_SUCCESS) return cu_fail(r, "cuEventDestroy_v2");
   return BG_OK;
+}
+
+/* Holds for the core's command-list graphs: a kernel keeps its module loaded (as a captured
+ * kernel node does), an event its driver event. */
+static void cu_event_hold(void* ep) {
+  atomic_fetch_add_explicit(&((cu_event*)ep)->refs, 1, memory_order_relaxed);
+}
+static void cu_event_unhold(void* ep) {
+  cu_event* e = ep;
+  cu_guard g __attribute__((cleanup(cu_leave))) = {0, NULL};
+  cu_enter(CUDEV(e), &g);
+  event_unref(e);
 }
 
 static int32_t cu_event_record(void* ep, void* sp) {
@@ -1343,6 +1369,16 @@ static int32_t cu_module_unload(void* mp) {
   return BG_OK;
 }
 
+static void cu_kernel_hold(void* kp) {
+  atomic_fetch_add_explicit(&((cu_kernel*)kp)->mod->refs, 1, memory_order_relaxed);
+}
+static void cu_kernel_unhold(void* kp) {
+  cu_module* m = ((cu_kernel*)kp)->mod;
+  cu_guard g __attribute__((cleanup(cu_leave))) = {0, NULL};
+  cu_enter(m->dev, &g);
+  module_unref(m);
+}
+
 static int32_t cu_module_get_kernel(void* mp, const char* name, void** out) {
   cu_module* m = mp;
   ENTER(CUDEV(m));
@@ -1574,6 +1610,8 @@ static int32_t graph_unref(cu_graph* g) {
   if (atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1) return BG_OK;
   bgcu_result r = g->g ? cu.cuGraphDestroy(g->g) : BGCUDA_SUCCESS;
   for (uint32_t i = 0; i < g->nk; i++) module_unref(g->kmods[i]);
+  for (uint32_t i = 0; i < g->nev; i++) event_unref(g->evs[i]);
+  free(g->evs);
   free(g->knodes);
   free(g->knargs);
   free(g->kmods);
@@ -1698,8 +1736,8 @@ static int32_t cu_graph_exec_set_kernel_args(void* xp, uint32_t index, const uin
   cu_exec* x = xp;
   if (index >= x->nk)
     return bg_set_error(BG_ERR_INVALID_VALUE,
-                        "bg_graph_exec_set_kernel_args: no kernel node %u (the graph has %u "
-                        "captured through bg_launch)",
+                        "bg_graph_exec_set_kernel_args: no kernel node %u (the graph has %u: "
+                        "launches of its command list, or captured through bg_launch)",
                         index, x->nk);
   if (nargs != x->knargs[index])
     return bg_set_error(BG_ERR_INVALID_VALUE,
@@ -1719,6 +1757,169 @@ static int32_t cu_graph_exec_set_kernel_args(void* xp, uint32_t index, const uin
   p.kernelParams = nargs ? params : NULL;
   p.extra = NULL;
   CALL(cuGraphExecKernelNodeSetParams_v2, (x->x, x->knodes[index], &p));
+  return BG_OK;
+}
+
+/* ---- graphs from command lists ------------------------------------------------------------------
+ * Built node by node (cuGraphAdd*Node), each node depending on the one before it: the list's
+ * order is the graph's. Launches become kernel nodes (numbered in list order for
+ * bg_graph_exec_set_kernel_args), copies memcpy nodes, memsets memset nodes, event records and
+ * waits event nodes; barriers and empty copies add nothing. Without the construction calls, or
+ * for a list naming a persistent kernel (its residency is tracked per launch), the core's
+ * generic graph replays the list instead. */
+static int graph_calls_present(void) {
+  return cu.cuGraphCreate && cu.cuGraphAddKernelNode_v2 && cu.cuGraphAddMemcpyNode &&
+         cu.cuGraphAddMemsetNode && cu.cuGraphAddEventRecordNode && cu.cuGraphAddEventWaitNode &&
+         cu.cuGraphKernelNodeGetParams_v2;
+}
+
+static int32_t cu_graph_from_commands(bg_device* dev, const uint8_t* p, uint64_t len, void** out) {
+  cu_device* d = (cu_device*)dev;
+  const char* fn = "bg_graph_from_commands";
+  bg_cmd_iter it;
+  bg_cmd c;
+  uint32_t nk = 0, nev = 0;
+  int generic = !graph_calls_present();
+  bg_cmd_iter_init(&it, p, len);
+  while (bg_cmd_next(&it, &c) == BG_CMD_NEXT) {
+    if (c.op == BG_CMD_LAUNCH) {
+      nk++;
+      if (((cu_kernel*)c.u.launch.kernel)->persistent) generic = 1;
+    }
+    if (c.op == BG_CMD_EVENT_RECORD || c.op == BG_CMD_EVENT_WAIT) nev++;
+  }
+  if (generic) return bg_cmdgraph_create(dev, p, len, out);
+  ENTER(d);
+  cu_graph* gr = calloc(1, sizeof *gr);
+  if (gr) {
+    gr->knodes = calloc(nk ? nk : 1, sizeof *gr->knodes);
+    gr->knargs = calloc(nk ? nk : 1, sizeof *gr->knargs);
+    gr->kmods = calloc(nk ? nk : 1, sizeof *gr->kmods);
+    gr->evs = calloc(nev ? nev : 1, sizeof *gr->evs);
+  }
+  if (!gr || !gr->knodes || !gr->knargs || !gr->kmods || !gr->evs) {
+    if (gr) {
+      free(gr->knodes);
+      free(gr->knargs);
+      free(gr->kmods);
+      free(gr->evs);
+    }
+    free(gr);
+    return bg_set_error(BG_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+  }
+  atomic_init(&gr->refs, 1);
+  int32_t rc = BG_OK;
+  bgcu_result r = cu.cuGraphCreate(&gr->g, 0);
+  if (r != BGCUDA_SUCCESS) rc = cu_fail(r, "cuGraphCreate");
+  bgcu_graph_node prev = NULL, node = NULL;
+  void* params[256];
+  bg_cmd_iter_init(&it, p, len);
+  while (rc == BG_OK && bg_cmd_next(&it, &c) == BG_CMD_NEXT) {
+    const char* call = NULL;
+    node = NULL;
+    switch (c.op) {
+      case BG_CMD_LAUNCH: {
+        cu_kernel* k = c.u.launch.kernel;
+        uint32_t shared = c.u.launch.shared;
+        if ((int)shared > atomic_load_explicit(&k->dyn_limit, memory_order_relaxed) &&
+            (uint64_t)shared + (uint64_t)k->static_shared > 48u * 1024u && cu.cuFuncSetAttribute) {
+          r = cu.cuFuncSetAttribute(k->f, BGCU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                    (int)shared);
+          if (r != BGCUDA_SUCCESS) {
+            rc = cu_fail_at(r, "cuFuncSetAttribute", "MAX_DYNAMIC_SHARED_SIZE_BYTES");
+            break;
+          }
+          atomic_store_explicit(&k->dyn_limit, (int)shared, memory_order_relaxed);
+        }
+        fill_params(params, c.u.launch.args, c.u.launch.nargs);
+        bgcu_kernel_node_params kp;
+        memset(&kp, 0, sizeof kp);
+        kp.func = k->f;
+        kp.gridDimX = c.u.launch.grid[0];
+        kp.gridDimY = c.u.launch.grid[1];
+        kp.gridDimZ = c.u.launch.grid[2];
+        kp.blockDimX = c.u.launch.block[0];
+        kp.blockDimY = c.u.launch.block[1];
+        kp.blockDimZ = c.u.launch.block[2];
+        kp.sharedMemBytes = shared;
+        kp.kernelParams = c.u.launch.nargs ? params : NULL;
+        r = cu.cuGraphAddKernelNode_v2(&node, gr->g, prev ? &prev : NULL, prev ? 1 : 0, &kp);
+        call = "cuGraphAddKernelNode_v2";
+        if (r == BGCUDA_SUCCESS) {
+          gr->knodes[gr->nk] = node;
+          gr->knargs[gr->nk] = c.u.launch.nargs;
+          gr->kmods[gr->nk++] = k->mod;
+          atomic_fetch_add_explicit(&k->mod->refs, 1, memory_order_relaxed);
+        }
+        break;
+      }
+      case BG_CMD_COPY:
+      case BG_CMD_COPY_HTOD:
+      case BG_CMD_COPY_DTOH: {
+        bgcu_memcpy3d m;
+        memset(&m, 0, sizeof m);
+        m.Height = m.Depth = 1;
+        m.srcMemoryType = m.dstMemoryType = BGCU_MEMORYTYPE_DEVICE;
+        if (c.op == BG_CMD_COPY) {
+          m.dstDevice = c.u.copy.dst;
+          m.srcDevice = c.u.copy.src;
+          m.WidthInBytes = c.u.copy.bytes;
+        } else if (c.op == BG_CMD_COPY_HTOD) {
+          m.dstDevice = c.u.htod.dst;
+          m.srcMemoryType = BGCU_MEMORYTYPE_HOST;
+          m.srcHost = c.u.htod.src;
+          m.WidthInBytes = c.u.htod.bytes;
+        } else {
+          m.dstMemoryType = BGCU_MEMORYTYPE_HOST;
+          m.dstHost = c.u.dtoh.dst;
+          m.srcDevice = c.u.dtoh.src;
+          m.WidthInBytes = c.u.dtoh.bytes;
+        }
+        if (!m.WidthInBytes) break;
+        r = cu.cuGraphAddMemcpyNode(&node, gr->g, prev ? &prev : NULL, prev ? 1 : 0, &m, d->ctx);
+        call = "cuGraphAddMemcpyNode";
+        break;
+      }
+      case BG_CMD_MEMSET: {
+        if (!c.u.fill.count) break;
+        bgcu_memset_params m;
+        memset(&m, 0, sizeof m);
+        m.dst = c.u.fill.dst;
+        m.value = c.u.fill.pattern;
+        m.elementSize = c.u.fill.elem_size;
+        m.width = c.u.fill.count;
+        m.height = 1;
+        r = cu.cuGraphAddMemsetNode(&node, gr->g, prev ? &prev : NULL, prev ? 1 : 0, &m, d->ctx);
+        call = "cuGraphAddMemsetNode";
+        break;
+      }
+      case BG_CMD_EVENT_RECORD:
+      case BG_CMD_EVENT_WAIT: {
+        cu_event* e = c.u.event.event;
+        if (c.op == BG_CMD_EVENT_RECORD) {
+          r = cu.cuGraphAddEventRecordNode(&node, gr->g, prev ? &prev : NULL, prev ? 1 : 0, e->e);
+          call = "cuGraphAddEventRecordNode";
+        } else {
+          r = cu.cuGraphAddEventWaitNode(&node, gr->g, prev ? &prev : NULL, prev ? 1 : 0, e->e);
+          call = "cuGraphAddEventWaitNode";
+        }
+        if (r == BGCUDA_SUCCESS) {
+          atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
+          gr->evs[gr->nev++] = e;
+        }
+        break;
+      }
+      default: break; /* a barrier: the nodes are in a chain already */
+    }
+    if (rc == BG_OK && call && r != BGCUDA_SUCCESS) rc = cu_fail_at(r, call, fn);
+    if (node) prev = node;
+  }
+  if (rc != BG_OK) {
+    graph_unref(gr);
+    return rc;
+  }
+  bg_obj_init(gr, BG_KIND_GRAPH, dev);
+  *out = gr;
   return BG_OK;
 }
 
@@ -1798,6 +1999,11 @@ static const bg_ops cu_ops = {
     .graph_launch = cu_graph_launch,
     .graph_exec_set_kernel_args = cu_graph_exec_set_kernel_args,
     .submit = NULL,
+    .graph_from_commands = cu_graph_from_commands,
+    .kernel_hold = cu_kernel_hold,
+    .kernel_unhold = cu_kernel_unhold,
+    .event_hold = cu_event_hold,
+    .event_unhold = cu_event_unhold,
     .ring_alloc = cu_ring_alloc,
     .ring_free = cu_ring_free,
 };

@@ -1,7 +1,7 @@
 /*
  * cpu_test.c: the CPU backend through the public bg_* API only.
  *
- *   cc -std=c11 -O1 -g -pthread -Ishim -o /tmp/cpu_test shim/test/cpu_test.c shim/bungpu.c
+ *   cc -std=c11 -O1 -g -pthread -Ishim -o /tmp/cpu_test shim/test/cpu_test.c shim/[core .c files]
  *      shim/cpu/[all .c files] shim/test/null_backends.c -ldl -lm && /tmp/cpu_test
  *
  * Kernels are compiled at run time from a source this test writes into a temporary folder
@@ -1076,6 +1076,129 @@ static void test_submit(void* dev, kernels* K) {
   OK(bg_stream_destroy(s2));
 }
 
+/* bg_graph_from_commands: the core's command-list graph on the CPU backend. */
+static void test_graph_from_commands(void* dev, kernels* K) {
+  enum { N = 256 };
+  void *s, *e;
+  OK(bg_stream_create(dev, 0, 0, &s));
+  OK(bg_event_create(dev, 0, &e));
+  bg_devptr x, y;
+  OK(bg_mem_alloc(dev, N * 4, &x));
+  OK(bg_mem_alloc(dev, N * 4, &y));
+  /* memset x to 1; x += 5; barrier; y = x; y += 100; record e */
+  cmdbuf cb = {.n = 0};
+  cmd_memset(&cb, x, 1, 4, N);
+  uint64_t ax[3] = {x, 5, N}, ay[3] = {y, 100, N};
+  cmd_launch(&cb, K->addk, 1, N, ax, 3);
+  put32(&cb, BG_CMD_BARRIER);
+  put32(&cb, 8);
+  cmd3(&cb, BG_CMD_COPY, y, x, N * 4);
+  cmd_launch(&cb, K->addk, 1, N, ay, 3);
+  cmd_event(&cb, BG_CMD_EVENT_RECORD, e);
+  void *g = NULL, *gx = NULL;
+  ERR(bg_graph_from_commands(NULL, cb.b, cb.n, &g), BG_ERR_INVALID_HANDLE);
+  ERR(bg_graph_from_commands(dev, cb.b, cb.n, NULL), BG_ERR_INVALID_VALUE);
+  OK(bg_graph_from_commands(dev, cb.b, cb.n, &g));
+  uint32_t nn = 0, nk = 0;
+  OK(bg_graph_node_count(g, &nn, &nk));
+  CHECK(nn == 5 && nk == 2); /* the barrier is no node */
+  OK(bg_graph_instantiate(g, &gx));
+  OK(bg_graph_upload(gx, s));
+  int32_t h[N];
+  for (int rep = 0; rep < 2; rep++) { /* replayed: the same result each time */
+    OK(bg_graph_launch(gx, s));
+    OK(bg_stream_synchronize(s));
+    OK(bg_event_query(e));
+    read_ints(dev, x, h, N);
+    CHECK(all_eq_i(h, N, 6));
+    read_ints(dev, y, h, N);
+    CHECK(all_eq_i(h, N, 106));
+  }
+  /* argument updates patch the exec, by launch index */
+  uint64_t ax2[3] = {x, 40, N}, ay2[3] = {y, 1000, N / 2};
+  OK(bg_graph_exec_set_kernel_args(gx, 0, ax2, 3));
+  OK(bg_graph_exec_set_kernel_args(gx, 1, ay2, 3));
+  ERR(bg_graph_exec_set_kernel_args(gx, 1, ay2, 2), BG_ERR_INVALID_VALUE);
+  ERR(bg_graph_exec_set_kernel_args(gx, 2, ay2, 3), BG_ERR_INVALID_VALUE);
+  CHECK(last_error_has("out of range"));
+  OK(bg_graph_launch(gx, s));
+  OK(bg_stream_synchronize(s));
+  read_ints(dev, x, h, N);
+  CHECK(all_eq_i(h, N, 41));
+  read_ints(dev, y, h, N);
+  CHECK(all_eq_i(h, N / 2, 1041) && all_eq_i(h + N / 2, N / 2, 41));
+  /* a second exec starts from the graph's arguments */
+  void* gx2 = NULL;
+  OK(bg_graph_instantiate(g, &gx2));
+  OK(bg_graph_launch(gx2, s));
+  OK(bg_stream_synchronize(s));
+  read_ints(dev, y, h, N);
+  CHECK(all_eq_i(h, N, 106));
+  OK(bg_graph_exec_destroy(gx2));
+  /* wrong kinds and devices are refused like any graph handle */
+  ERR(bg_graph_launch(g, s), BG_ERR_INVALID_HANDLE);
+  ERR(bg_graph_instantiate(gx, &gx2), BG_ERR_INVALID_HANDLE);
+
+  /* a bad list is refused, naming the offending command's offset */
+  cmdbuf bad = {.n = 0};
+  cmd_memset(&bad, x, 0, 4, 1);
+  put32(&bad, 99);
+  put32(&bad, 8);
+  void* gb = NULL;
+  ERR(bg_graph_from_commands(dev, bad.b, bad.n, &gb), BG_ERR_INVALID_VALUE);
+  CHECK(gb == NULL && last_error_has("at byte 32"));
+  cmdbuf big = {.n = 0};
+  cmd_launch(&big, K->addk, 1, 2048, ax, 3);
+  ERR(bg_graph_from_commands(dev, big.b, big.n, &gb), BG_ERR_INVALID_VALUE);
+  cmdbuf nok = {.n = 0};
+  cmd_launch(&nok, (void*)e, 1, 1, ax, 3); /* not a kernel */
+  ERR(bg_graph_from_commands(dev, nok.b, nok.n, &gb), BG_ERR_INVALID_HANDLE);
+  CHECK(last_error_has("at byte 0"));
+
+  /* kernels of an unloaded module and destroyed events stay usable by the graph, as in a
+   * captured graph; a list naming them afterwards is refused */
+  void *m2 = NULL, *k2 = NULL, *e2 = NULL;
+  OK(bg_module_load(dev, BG_IMAGE_SHARED_LIBRARY, so_path, strlen(so_path) + 1, &m2));
+  OK(bg_module_get_kernel(m2, "addk", &k2));
+  OK(bg_event_create(dev, 0, &e2));
+  cmdbuf hl = {.n = 0};
+  uint64_t a3[3] = {x, 3, N};
+  cmd_launch(&hl, k2, 1, N, a3, 3);
+  cmd_event(&hl, BG_CMD_EVENT_RECORD, e2);
+  void *g2 = NULL, *x2 = NULL;
+  OK(bg_graph_from_commands(dev, hl.b, hl.n, &g2));
+  OK(bg_module_unload(m2));
+  OK(bg_event_destroy(e2));
+  ERR(bg_graph_from_commands(dev, hl.b, hl.n, &gb), BG_ERR_INVALID_HANDLE);
+  ERR(bg_submit(s, hl.b, hl.n), BG_ERR_INVALID_HANDLE);
+  OK(bg_graph_instantiate(g2, &x2));
+  OK(bg_graph_destroy(g2)); /* the exec holds them too */
+  OK(bg_memset(dev, x, 0, 4, N));
+  OK(bg_graph_launch(x2, s));
+  OK(bg_graph_launch(x2, s));
+  OK(bg_stream_synchronize(s));
+  read_ints(dev, x, h, N);
+  CHECK(all_eq_i(h, N, 6));
+  OK(bg_graph_exec_destroy(x2));
+
+  /* an empty list is a graph of no nodes */
+  void *ge = NULL, *xe = NULL;
+  OK(bg_graph_from_commands(dev, NULL, 0, &ge));
+  OK(bg_graph_node_count(ge, &nn, &nk));
+  CHECK(nn == 0 && nk == 0);
+  OK(bg_graph_instantiate(ge, &xe));
+  OK(bg_graph_launch(xe, s));
+  OK(bg_graph_exec_destroy(xe));
+  OK(bg_graph_destroy(ge));
+
+  OK(bg_graph_exec_destroy(gx));
+  OK(bg_graph_destroy(g));
+  OK(bg_mem_free(dev, x));
+  OK(bg_mem_free(dev, y));
+  OK(bg_event_destroy(e));
+  OK(bg_stream_destroy(s));
+}
+
 static void test_submit_nokernel(void* dev) {
   void* s;
   OK(bg_stream_create(dev, 0, 0, &s));
@@ -1331,6 +1454,7 @@ int main(void) {
     test_kernels(dev, &K);
     test_capture(dev, &K);
     test_submit(dev, &K);
+    test_graph_from_commands(dev, &K);
     test_legacy(dev, &K);
     OK(bg_module_unload(K.mod));
   } else {

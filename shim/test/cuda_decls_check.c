@@ -26,6 +26,8 @@
 
 /* Compare the kernel-node PFNs with the real struct in place; the struct itself is proven below. */
 #define BGCU_KNP CUDA_KERNEL_NODE_PARAMS_v2
+#define BGCU_MEMCPY3D CUDA_MEMCPY3D_v2
+#define BGCU_MEMSETP CUDA_MEMSET_NODE_PARAMS_v1
 #include "cuda/cuda_api.h"
 #include "bungpu.h"
 
@@ -161,6 +163,31 @@ CHECK_FIELD(kern)
 CHECK_FIELD(ctx)
 /* The real type is what cuda.h's unversioned kernel-node calls take since CUDA 12.0. */
 _Static_assert(SAME(CUDA_KERNEL_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS_v2), "CUDA_KERNEL_NODE_PARAMS");
+
+/* ---- CUDA_MEMCPY3D_v2 and CUDA_MEMSET_NODE_PARAMS_v1, mirrored ---------------------------------- */
+#define CHECK_FIELD_OF(ours, real, f)                                                              \
+  _Static_assert(offsetof(ours, f) == offsetof(real, f) &&                                         \
+                     SAME(__typeof__(((ours*)0)->f), __typeof__(((real*)0)->f)),                   \
+                 "field " #f " of " #real);
+#define CHECK_M3(f) CHECK_FIELD_OF(bgcu_memcpy3d, CUDA_MEMCPY3D_v2, f)
+#define CHECK_MS(f) CHECK_FIELD_OF(bgcu_memset_params, CUDA_MEMSET_NODE_PARAMS_v1, f)
+_Static_assert(sizeof(bgcu_memcpy3d) == sizeof(CUDA_MEMCPY3D_v2) &&
+                   _Alignof(bgcu_memcpy3d) == _Alignof(CUDA_MEMCPY3D_v2),
+               "size of CUDA_MEMCPY3D_v2");
+CHECK_M3(srcXInBytes) CHECK_M3(srcY) CHECK_M3(srcZ) CHECK_M3(srcLOD) CHECK_M3(srcMemoryType)
+CHECK_M3(srcHost) CHECK_M3(srcDevice) CHECK_M3(srcArray) CHECK_M3(reserved0) CHECK_M3(srcPitch)
+CHECK_M3(srcHeight) CHECK_M3(dstXInBytes) CHECK_M3(dstY) CHECK_M3(dstZ) CHECK_M3(dstLOD)
+CHECK_M3(dstMemoryType) CHECK_M3(dstHost) CHECK_M3(dstDevice) CHECK_M3(dstArray)
+CHECK_M3(reserved1) CHECK_M3(dstPitch) CHECK_M3(dstHeight) CHECK_M3(WidthInBytes)
+CHECK_M3(Height) CHECK_M3(Depth)
+_Static_assert(SAME(CUDA_MEMCPY3D, CUDA_MEMCPY3D_v2), "CUDA_MEMCPY3D");
+_Static_assert(sizeof(bgcu_memset_params) == sizeof(CUDA_MEMSET_NODE_PARAMS_v1) &&
+                   _Alignof(bgcu_memset_params) == _Alignof(CUDA_MEMSET_NODE_PARAMS_v1),
+               "size of CUDA_MEMSET_NODE_PARAMS_v1");
+CHECK_MS(dst) CHECK_MS(pitch) CHECK_MS(value) CHECK_MS(elementSize) CHECK_MS(width) CHECK_MS(height)
+_Static_assert(SAME(CUDA_MEMSET_NODE_PARAMS, CUDA_MEMSET_NODE_PARAMS_v1), "CUDA_MEMSET_NODE_PARAMS");
+_Static_assert(SAME(bgcu_array, CUarray), "bgcu_array is CUarray");
+_Static_assert(SAME(bgcu_enum, CUmemorytype), "bgcu_enum as CUmemorytype");
 
 /* The driver API version these declarations were proven against. */
 _Static_assert(CUDA_VERSION >= 12080, "check against cuda.h 12.8 or newer");

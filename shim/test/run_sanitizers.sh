@@ -14,7 +14,8 @@ modes=${BG_SANITIZE:-address}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bg-san-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
-srcs="$shim/test/cpu_test.c $shim/bungpu.c $shim/test/null_backends.c"
+srcs="$shim/test/cpu_test.c $shim/test/null_backends.c"
+for f in "$shim"/*.c; do srcs="$srcs $f"; done
 for f in "$shim"/cpu/*.c; do srcs="$srcs $f"; done
 
 status=0

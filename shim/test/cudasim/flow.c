@@ -112,6 +112,44 @@ int main(void) {
   EXPECT(bg_event_elapsed(&ms, e1, e2), BG_ERR_NOT_READY);
   OK(bg_event_synchronize(e2)); OK(bg_event_elapsed(&ms, e1, e2)); printf("elapsed >= 90 ms: %d\n", ms >= 90.0f);
   OK(bg_event_query(e1));
+  { // a graph from a command list: the core's generic graph, replayed through this backend
+    struct { uint32_t op, size; uint64_t k; uint32_t g[3], b[3], sh, na; uint64_t args[4]; } l1 = {BG_CMD_LAUNCH, sizeof l1, (uint64_t)(uintptr_t)ka, {1,1,1}, {32,1,1}, 0, 4, {5, 0, 0, 0}};
+    struct { uint32_t op, size; uint64_t e; } r1 = {BG_CMD_EVENT_RECORD, sizeof r1, 0};
+    struct { uint32_t op, size; uint64_t k; uint32_t g[3], b[3], sh, na; uint64_t args[3]; } l2 = {BG_CMD_LAUNCH, sizeof l2, (uint64_t)(uintptr_t)kb, {2,1,1}, {32,1,1}, 0, 3, {6, 0, 0}};
+    struct { uint32_t op, size; uint64_t dst; uint32_t pat, esz; uint64_t count; } ms1 = {BG_CMD_MEMSET, sizeof ms1, d, 0x07070707u, 4, 16};
+    struct { uint32_t op, size; uint64_t dst, src, bytes; } cp1 = {BG_CMD_COPY_DTOH, sizeof cp1, 0, d, 64};
+    unsigned got[16] = {0};
+    cp1.dst = (uint64_t)(uintptr_t)got;
+    void* e3; OK(bg_event_create(dev, 0, &e3)); r1.e = (uint64_t)(uintptr_t)e3;
+    uint8_t list[512]; size_t o = 0;
+    memcpy(list + o, &l1, sizeof l1); o += sizeof l1; memcpy(list + o, &r1, sizeof r1); o += sizeof r1;
+    memcpy(list + o, &l2, sizeof l2); o += sizeof l2; memcpy(list + o, &ms1, sizeof ms1); o += sizeof ms1;
+    memcpy(list + o, &cp1, sizeof cp1); o += sizeof cp1;
+    void *cg = NULL, *cx = NULL; OK(bg_graph_from_commands(dev, list, o, &cg));
+    uint32_t cn = 0, ck = 0; OK(bg_graph_node_count(cg, &cn, &ck)); printf("list graph nodes %u kernel %u\n", cn, ck);
+    OK(bg_graph_instantiate(cg, &cx));
+    OK(bg_graph_destroy(cg));
+    OK(bg_event_destroy(e3)); // the graph holds it
+    runlog[0] = 0;
+    OK(bg_graph_upload(cx, s1)); OK(bg_graph_launch(cx, s1)); OK(bg_graph_launch(cx, s1));
+    uint64_t up[3] = {8, 0, 0}; OK(bg_graph_exec_set_kernel_args(cx, 1, up, 3));
+    EXPECT(bg_graph_exec_set_kernel_args(cx, 1, up, 4), BG_ERR_INVALID_VALUE);
+    EXPECT(bg_graph_exec_set_kernel_args(cx, 2, up, 3), BG_ERR_INVALID_VALUE); // names the driver graph's count
+    OK(bg_graph_launch(cx, s1)); OK(bg_stream_synchronize(s1));
+    printf("list replay: %s\n", runlog);
+    printf("list memset %x\n", got[15]);
+    OK(bg_graph_exec_destroy(cx));
+    // a graph keeps its kernel's module loaded; the handle itself is dead for new lists
+    void *m2, *kv2; OK(bg_module_load(dev, BG_IMAGE_PTX, ptx, sizeof ptx - 1, &m2)); OK(bg_module_get_kernel(m2, "vadd", &kv2));
+    l1.k = (uint64_t)(uintptr_t)kv2; l1.args[0] = 9;
+    OK(bg_graph_from_commands(dev, &l1, sizeof l1, &cg)); OK(bg_graph_instantiate(cg, &cx));
+    OK(bg_module_unload(m2));
+    EXPECT(bg_graph_from_commands(dev, &l1, sizeof l1, &(void*){0}), BG_ERR_INVALID_HANDLE);
+    runlog[0] = 0;
+    OK(bg_graph_launch(cx, s1)); OK(bg_stream_synchronize(s1));
+    printf("after unload: %s\n", runlog);
+    OK(bg_graph_exec_destroy(cx)); OK(bg_graph_destroy(cg));
+  }
   OK(bg_event_destroy(e1)); OK(bg_event_destroy(e2));
   OK(bg_stream_destroy(s2)); void* s3; OK(bg_stream_create(dev, 0, 0, &s3)); OK(bg_stream_begin_capture(s3, BG_CAPTURE_MODE_RELAXED)); OK(bg_launch(ka, s3, 1, 1, 1, 1, 1, 1, 0, args, 4)); OK(bg_stream_destroy(s3)); // destroy while capturing
   OK(bg_stream_synchronize(s1)); OK(bg_stream_destroy(s1));

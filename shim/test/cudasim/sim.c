@@ -2715,6 +2715,153 @@ EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(bgcu_graph_exec x, bgcu_graph_
   RETURN(SUCCESS);
 }
 
+/* ---- building a graph node by node -------------------------------------------------------------
+ * cuGraphAdd{Kernel,Memcpy,Memset,EventRecord,EventWait}Node: the node joins the graph after
+ * `deps` (each a node of that graph). Event nodes run as no-ops, as captured ones do. */
+static CUresult add_node(bgcu_graph_node* out, struct CUgraph_st* g, const bgcu_graph_node* deps, size_t nd, gnode* n) {
+  if (!n) return failf(E_OUT_OF_MEMORY, "out of host memory");
+  if (nd && !deps) {
+    free(n);
+    return failf(E_INVALID_VALUE, "dependencies is NULL with a count of %zu", nd);
+  }
+  for (size_t i = 0; i < nd; i++) {
+    int in = 0;
+    for (size_t j = 0; j < g->n && !in; j++) in = g->nodes[j] == deps[i];
+    if (!in) {
+      free(n);
+      return failf(E_INVALID_VALUE, "dependency %zu is not a node of this graph", i);
+    }
+  }
+  if (nd) {
+    n->deps = malloc(nd * sizeof *n->deps);
+    if (!n->deps) {
+      free(n);
+      return failf(E_OUT_OF_MEMORY, "out of host memory");
+    }
+    memcpy(n->deps, deps, nd * sizeof *n->deps);
+    n->ndeps = nd;
+  }
+  if (!graph_add(g, n)) {
+    free(n->deps);
+    free(n);
+    return failf(E_OUT_OF_MEMORY, "out of host memory");
+  }
+  *out = n;
+  return SUCCESS;
+}
+
+EXPORT CUresult cuGraphAddKernelNode_v2(bgcu_graph_node* out, bgcu_graph g, const bgcu_graph_node* deps, size_t nd, const bgcu_kernel_node_params* p) {
+  ENTER();
+  GRAPH(g);
+  if (!out || !p) RETURN(E_INVALID_VALUE);
+  struct CUfunc_st* f = p->func;
+  FUNC(f);
+  if (p->kern) RETURN(failf(E_NOT_SUPPORTED, "cudasim does not model CUkernel nodes"));
+  unsigned gd[3] = {p->gridDimX, p->gridDimY, p->gridDimZ}, b[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
+  CUresult rc = check_launch(f, gd, b, p->sharedMemBytes);
+  if (rc) RETURN(rc);
+  kparams k;
+  memset(&k, 0, sizeof k);
+  if ((rc = pack_args(f, p->kernelParams, p->extra, &k))) RETURN(rc);
+  memcpy(k.g, gd, sizeof gd);
+  memcpy(k.b, b, sizeof b);
+  k.shared = p->sharedMemBytes;
+  gnode* n = new_node(0);
+  void** kp = n ? calloc(f->nparams ? f->nparams : 1, sizeof *kp) : NULL;
+  if (!n || !kp) {
+    free(n);
+    free_kparams(&k);
+    RETURN(failf(E_OUT_OF_MEMORY, "out of host memory"));
+  }
+  n->k = k;
+  n->kp = kp;
+  for (unsigned i = 0; i < f->nparams; i++) {
+    unsigned first;
+    slot_count(f, &first, i);
+    kp[i] = &n->k.slots[first];
+  }
+  rc = add_node(out, g, deps, nd, n);
+  if (rc) {
+    free(kp);
+    free_kparams(&k);
+  }
+  RETURN(rc);
+}
+
+EXPORT CUresult cuGraphAddMemcpyNode(bgcu_graph_node* out, bgcu_graph g, const bgcu_graph_node* deps, size_t nd, const bgcu_memcpy3d* p, bgcu_context ctx) {
+  ENTER();
+  GRAPH(g);
+  if (!out || !p) RETURN(E_INVALID_VALUE);
+  if (ctx != &g_ctx) RETURN(failf(E_INVALID_CONTEXT, "cuGraphAddMemcpyNode: not the primary context"));
+  if (p->srcXInBytes || p->srcY || p->srcZ || p->srcLOD || p->dstXInBytes || p->dstY || p->dstZ ||
+      p->dstLOD || p->Height != 1 || p->Depth != 1 || p->srcArray || p->dstArray || p->reserved0 || p->reserved1)
+    RETURN(failf(E_NOT_SUPPORTED, "cudasim models 1D memcpy nodes only (offsets 0, Height = Depth = 1, no arrays)"));
+  if (!p->WidthInBytes) RETURN(failf(E_INVALID_VALUE, "cuGraphAddMemcpyNode: WidthInBytes is 0"));
+  const void* src;
+  void* dst;
+  CUresult rc = SUCCESS;
+  if (p->srcMemoryType == 1) src = p->srcHost;
+  else if (p->srcMemoryType == 2) {
+    src = (const void*)(uintptr_t)p->srcDevice;
+    rc = check_dev(p->srcDevice, p->WidthInBytes, "cuGraphAddMemcpyNode", "src");
+  } else RETURN(failf(E_NOT_SUPPORTED, "cudasim: memcpy node source memory type %u", p->srcMemoryType));
+  if (rc) RETURN(rc);
+  if (p->dstMemoryType == 1) dst = p->dstHost;
+  else if (p->dstMemoryType == 2) {
+    dst = (void*)(uintptr_t)p->dstDevice;
+    rc = check_dev(p->dstDevice, p->WidthInBytes, "cuGraphAddMemcpyNode", "dst");
+  } else RETURN(failf(E_NOT_SUPPORTED, "cudasim: memcpy node destination memory type %u", p->dstMemoryType));
+  if (rc) RETURN(rc);
+  if (!src || !dst) RETURN(failf(E_INVALID_VALUE, "cuGraphAddMemcpyNode: NULL host pointer"));
+  gnode* n = new_node(1);
+  if (n) {
+    n->dst = dst;
+    n->src = src;
+    n->n = p->WidthInBytes;
+  }
+  RETURN(add_node(out, g, deps, nd, n));
+}
+
+EXPORT CUresult cuGraphAddMemsetNode(bgcu_graph_node* out, bgcu_graph g, const bgcu_graph_node* deps, size_t nd, const bgcu_memset_params* p, bgcu_context ctx) {
+  ENTER();
+  GRAPH(g);
+  if (!out || !p) RETURN(E_INVALID_VALUE);
+  if (ctx != &g_ctx) RETURN(failf(E_INVALID_CONTEXT, "cuGraphAddMemsetNode: not the primary context"));
+  if (p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4)
+    RETURN(failf(E_INVALID_VALUE, "cuGraphAddMemsetNode: elementSize %u", p->elementSize));
+  if (p->height != 1) RETURN(failf(E_NOT_SUPPORTED, "cudasim models 1D memset nodes only (height 1)"));
+  if (!p->width) RETURN(failf(E_INVALID_VALUE, "cuGraphAddMemsetNode: width is 0"));
+  if (p->dst % p->elementSize) RETURN(failf(E_INVALID_VALUE, "cuGraphAddMemsetNode: dst not aligned to %u", p->elementSize));
+  CUresult rc = check_dev(p->dst, p->width * p->elementSize, "cuGraphAddMemsetNode", "dst");
+  if (rc) RETURN(rc);
+  gnode* n = new_node(2);
+  if (n) {
+    n->dst = (void*)(uintptr_t)p->dst;
+    n->value = p->value;
+    n->esz = p->elementSize;
+    n->n = p->width;
+  }
+  RETURN(add_node(out, g, deps, nd, n));
+}
+
+EXPORT CUresult cuGraphAddEventRecordNode(bgcu_graph_node* out, bgcu_graph g, const bgcu_graph_node* deps, size_t nd, bgcu_event he) {
+  ENTER();
+  GRAPH(g);
+  EVENT(e, he);
+  (void)e;
+  if (!out) RETURN(E_INVALID_VALUE);
+  RETURN(add_node(out, g, deps, nd, new_node(7)));
+}
+
+EXPORT CUresult cuGraphAddEventWaitNode(bgcu_graph_node* out, bgcu_graph g, const bgcu_graph_node* deps, size_t nd, bgcu_event he) {
+  ENTER();
+  GRAPH(g);
+  EVENT(e, he);
+  (void)e;
+  if (!out) RETURN(E_INVALID_VALUE);
+  RETURN(add_node(out, g, deps, nd, new_node(6)));
+}
+
 /* ---- the check that every entry point the backend loads exists with its exact type ---------- */
 #define SIM_CHECK(ret, name, params)                                                               \
   _Static_assert(__builtin_types_compatible_p(__typeof__(&name), PFN_bg_##name), #name " has the wrong type");

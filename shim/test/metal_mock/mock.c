@@ -1,4 +1,4 @@
-/* A mock Objective-C runtime + Metal, for running shim/metal/metal.c's Apple path on Linux x86_64.
+/* A mock Objective-C runtime + Metal, for running shim/metal's Apple path on Linux x86_64.
  * objc_msgSend is an asm trampoline: lookup(self, sel) -> IMP, then tail-jump with all argument
  * registers and the stack intact, like the real one. */
 #define _GNU_SOURCE

@@ -235,6 +235,86 @@ int main(void) {
   OK(bg_stream_capture_status(s2, &cs));
   CHECK(cs == BG_CAPTURE_NONE, "capture status");
 
+  /* graphs from command lists: the core's graph, replayed through the Metal submit path */
+  {
+    float one_f = 1.0f;
+    uint32_t onebits;
+    memcpy(&onebits, &one_f, 4);
+    uint8_t gl[512], *r = gl;
+    put32(&r, BG_CMD_MEMSET); put32(&r, 32); put64(&r, y + 256); put32(&r, onebits); put32(&r, 4); put64(&r, 16);
+    put32(&r, BG_CMD_BARRIER); put32(&r, 8);
+    put32(&r, BG_CMD_LAUNCH); put32(&r, 48 + 24); put64(&r, (uint64_t)(uintptr_t)twice);
+    put32(&r, 1); put32(&r, 1); put32(&r, 1); put32(&r, 16); put32(&r, 1); put32(&r, 1); put32(&r, 0); put32(&r, 3);
+    put64(&r, y + 256); put64(&r, y + 512); put64(&r, 16);
+    put32(&r, BG_CMD_BARRIER); put32(&r, 8);
+    put32(&r, BG_CMD_LAUNCH); put32(&r, 48 + 32); put64(&r, (uint64_t)(uintptr_t)vadd);
+    put32(&r, 1); put32(&r, 1); put32(&r, 1); put32(&r, 16); put32(&r, 1); put32(&r, 1); put32(&r, 0); put32(&r, 4);
+    put64(&r, y + 256); put64(&r, y + 512); put64(&r, y + 768); put64(&r, 16);
+    put32(&r, BG_CMD_BARRIER); put32(&r, 8);
+    put32(&r, BG_CMD_COPY); put32(&r, 32); put64(&r, y + 1024); put64(&r, y + 768); put64(&r, 64);
+    put32(&r, BG_CMD_EVENT_RECORD); put32(&r, 16); put64(&r, (uint64_t)(uintptr_t)e0);
+    void *g = NULL, *gx = NULL;
+    OK(bg_graph_from_commands(dev, gl, (uint64_t)(r - gl), &g));
+    uint32_t nn = 0, nk = 0;
+    OK(bg_graph_node_count(g, &nn, &nk));
+    CHECK(nn == 5 && nk == 2, "graph nodes %u kernels %u", nn, nk);
+    OK(bg_graph_instantiate(g, &gx));
+    OK(bg_graph_upload(gx, s2));
+    for (int rep = 0; rep < 2; rep++) { /* replayed: each launch recomputes from the memset */
+      OK(bg_memset(dev, y + 256, 0, 4, (1024 + 64 - 256) / 4)); /* clear inputs, outputs, the copy */
+      OK(bg_graph_launch(gx, s2));
+      OK(bg_stream_synchronize(s2));
+      OK(bg_event_query(e0));
+      OK(bg_memcpy_dtoh(dev, out16, y + 1024, 64));
+      bad = 0;
+      for (int i = 0; i < 16; i++) bad += out16[i] != 3.0f;
+      CHECK(!bad, "graph replay %d: %f %f", rep, out16[0], out16[15]);
+    }
+    /* argument update: the vadd node now adds the doubled values to themselves */
+    uint64_t nargs2[4] = {y + 512, y + 512, y + 768, 16};
+    OK(bg_graph_exec_set_kernel_args(gx, 1, nargs2, 4));
+    CHECK(bg_graph_exec_set_kernel_args(gx, 1, nargs2, 3) == BG_ERR_INVALID_VALUE, "nargs mismatch");
+    CHECK(bg_graph_exec_set_kernel_args(gx, 2, nargs2, 4) == BG_ERR_INVALID_VALUE, "index range");
+    OK(bg_graph_launch(gx, s2));
+    OK(bg_stream_synchronize(s2));
+    OK(bg_memcpy_dtoh(dev, out16, y + 1024, 64));
+    bad = 0;
+    for (int i = 0; i < 16; i++) bad += out16[i] != 4.0f;
+    CHECK(!bad, "graph after args update: %f %f", out16[0], out16[15]);
+    OK(bg_graph_exec_destroy(gx));
+    OK(bg_graph_destroy(g));
+    /* a bad list is refused with its offset; a graph outlives its kernel's module */
+    uint8_t bg2[64], *t = bg2;
+    put32(&t, BG_CMD_BARRIER); put32(&t, 8);
+    put32(&t, 77); put32(&t, 8);
+    g = NULL;
+    CHECK(bg_graph_from_commands(dev, bg2, (uint64_t)(t - bg2), &g) == BG_ERR_INVALID_VALUE && !g, "bad graph list");
+    bg_last_error(msg, sizeof msg);
+    CHECK(strstr(msg, "at byte 8") != NULL, "bad list msg %s", msg);
+    void *mod2, *twice2, *ev2;
+    OK(bg_module_load(dev, BG_IMAGE_MSL_SOURCE, SRC, strlen(SRC) + 1, &mod2));
+    OK(bg_module_get_kernel(mod2, "twice", &twice2));
+    OK(bg_event_create(dev, BG_EVENT_DISABLE_TIMING, &ev2));
+    uint8_t hl[128], *u = hl;
+    put32(&u, BG_CMD_LAUNCH); put32(&u, 48 + 24); put64(&u, (uint64_t)(uintptr_t)twice2);
+    put32(&u, 1); put32(&u, 1); put32(&u, 1); put32(&u, 16); put32(&u, 1); put32(&u, 1); put32(&u, 0); put32(&u, 3);
+    put64(&u, y + 256); put64(&u, y + 1280); put64(&u, 16);
+    put32(&u, BG_CMD_EVENT_RECORD); put32(&u, 16); put64(&u, (uint64_t)(uintptr_t)ev2);
+    OK(bg_graph_from_commands(dev, hl, (uint64_t)(u - hl), &g));
+    OK(bg_graph_instantiate(g, &gx));
+    OK(bg_graph_destroy(g));
+    OK(bg_module_unload(mod2));
+    OK(bg_event_destroy(ev2));
+    CHECK(bg_submit(s2, hl, (uint64_t)(u - hl)) == BG_ERR_INVALID_HANDLE, "unloaded kernel refused by submit");
+    OK(bg_graph_launch(gx, s2));
+    OK(bg_stream_synchronize(s2));
+    OK(bg_memcpy_dtoh(dev, out16, y + 1280, 64));
+    bad = 0;
+    for (int i = 0; i < 16; i++) bad += out16[i] != 2.0f;
+    CHECK(!bad, "graph of an unloaded module: %f", out16[0]);
+    OK(bg_graph_exec_destroy(gx));
+  }
+
   /* rings */
   void* ring;
   OK(bg_ring_create(dev, 16, 8, &ring));
