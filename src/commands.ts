@@ -493,6 +493,20 @@ export class CommandList {
     }
   }
 
+  /**
+   * A Graph of the whole list (bg_graph_from_commands): no capture, so it works on every backend,
+   * Metal included. The graph keeps what the commands use, as a captured graph does; the shim
+   * keeps the kernels and events it names alive natively. `stream` names the device (and is
+   * checked like a submit's stream); the list is kept.
+   */
+  toGraph(stream: Stream, call = "CommandList.toGraph"): Graph {
+    this.#stream(call, stream);
+    this.checkRefs(call);
+    if (this.#len === 0) invalid(call, "the list is empty: a graph needs at least one command");
+    const handle = this.#dev.api.graph_from_commands(this.#dev.handle, this.#ptr, this.#len);
+    return new Graph(stream.device, handle, { uses: [...this.#refs] as object[], kernels: null });
+  }
+
   /** Throw INVALID_HANDLE when something a command uses was disposed since it was appended. */
   checkRefs(call: string, what = "an encoded command uses"): void {
     const refs = this.#refs;
@@ -615,8 +629,8 @@ export class CommandError extends GpuError {
  * list's launch order). Today: a capture of one submit of the list on `stream` (a created stream,
  * idle, of the list's device).
  */
-export function graphFromCommands(list: CommandList, stream: Stream, mode?: CaptureMode): Graph {
-  return Graph.capture(stream, (s) => void list.submit(s, { keep: true }), mode ? { mode } : {});
+export function graphFromCommands(list: CommandList, stream: Stream, _mode?: CaptureMode): Graph {
+  return list.toGraph(stream, "graphFromCommands");
 }
 
 // ---- helpers -------------------------------------------------------------------------------------
