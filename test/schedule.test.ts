@@ -344,7 +344,7 @@ describe("MultiStream overlaps independent steps, never dependent ones", () => {
     data.fill(0);
     const q = (i: number) => data.view(i * 256, 256);
     const t = (i: number) => ts.view(i * 16, 16);
-    const MS = 30;
+    const MS = 100; // long enough that a loaded 2-core machine still starts both streams inside one step
     const s = new Schedule()
       // 0 and 1: independent (distinct views of one allocation)
       .addKernel(stamp, { grid: 1, block: 1, args: [t(0), q(0), q(1), 64, MS], reads: [q(0)], writes: [q(1), t(0)] })
