@@ -19,6 +19,7 @@
 // in one file so that nothing else writes command bytes.
 import { N, addressOf, lastError, readU64, scratchU8, slot } from "../ffi/native";
 import { Cmd } from "../ffi/sys";
+import { SUBMIT_WAIT as BG_SUBMIT_WAIT, bg_cmd_copy_rec, bg_cmd_event_rec, bg_cmd_header, bg_cmd_launch_rec, bg_cmd_memset_rec } from "../ffi/constants";
 import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buffer";
 import { noteCaptured, type Device, type DeviceState } from "./device";
 import { GpuError, disposed, invalid, options, type BackendLabel } from "./errors";
@@ -32,9 +33,15 @@ import { Stream } from "./stream";
 /** Command tags (BG_CMD_*). */
 export const CMD = Cmd;
 /** Byte sizes of the fixed commands, and of a launch before its argument slots. */
-export const CMD_BYTES = { LAUNCH_HEADER: 48, COPY: 32, MEMSET: 32, BARRIER: 8, EVENT: 16 } as const;
+export const CMD_BYTES = {
+  LAUNCH_HEADER: bg_cmd_launch_rec.size,
+  COPY: bg_cmd_copy_rec.size,
+  MEMSET: bg_cmd_memset_rec.size,
+  BARRIER: bg_cmd_header.size,
+  EVENT: bg_cmd_event_rec.size,
+} as const;
 /** bg_submit_ex flag: wait for the stream in the same crossing. */
-export const SUBMIT_WAIT = 1;
+export const SUBMIT_WAIT = BG_SUBMIT_WAIT;
 
 export interface LaunchOptions {
   grid: Dim3;
