@@ -17,7 +17,7 @@
 //
 // Over 600 lines on purpose: the format, its one encoder and its one launch validation are kept
 // in one file so that nothing else writes command bytes.
-import { N, addressOf, lastError, readU64, scratchU8, slot } from "../ffi/native";
+import { SubmitError, addressOf, submit } from "../ffi/result";
 import { Cmd } from "../ffi/sys";
 import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buffer";
 import { noteCaptured, type Device, type DeviceState } from "./device";
@@ -478,14 +478,16 @@ export class CommandList {
   }
 
   #cross(s: number, from: number, to: number, flags: number): void {
-    scratchU8.fill(0xff, 0, 8); // "no offset": the shim writes one only when a command is bad
     const len = to - from;
-    const rc = flags ? N.bg_submit_ex(s, this.#ptr + from, len, flags, slot(0)) : N.bg_submit_checked(s, this.#ptr + from, len, slot(0));
-    if (rc !== 0) {
-      const bad = readU64(0); // still all ones when the shim named no command
-      const msg = lastError() || "bg_submit failed";
-      if (bad >= len) throw new GpuError(rc, msg, { backend: this.#dev.backend, call: "bg_submit" });
-      throw new CommandError(rc, msg, from + bad, this.#indexAt(from + bad), this.#dev.backend);
+    try {
+      submit(s, this.#ptr + from, len, flags, this.#dev.backend);
+    } catch (e) {
+      // A refusal that names the command at fault says which one, counted from the list's start.
+      if (e instanceof SubmitError && e.badOffset !== null) {
+        const at = from + e.badOffset;
+        throw new CommandError(e.code, e.message, at, this.#indexAt(at), this.#dev.backend);
+      }
+      throw e;
     }
     if (len > 0) {
       this.#submits++;

@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { findCompilers, type CCompiler } from "../../ffi/compilers";
 import { cacheRoot } from "../../ffi/load";
-import { addressOf, cstr } from "../../ffi/native";
+import { addressOf, cstr } from "../../ffi/result";
 import { SHIM_DIR } from "../../ffi/shimsrc";
 import { ImageKind, Status } from "../../ffi/sys";
 import { GpuError, invalid } from "../errors";

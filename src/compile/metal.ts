@@ -1,6 +1,6 @@
 // Metal kernels: the MSL source itself is the image; the Metal framework compiles it when the
 // module loads (bg_module_load with BG_IMAGE_MSL_SOURCE).
-import { cstr } from "../../ffi/native";
+import { cstr } from "../../ffi/result";
 import { ImageKind } from "../../ffi/sys";
 import type { LoadableImage } from "./types";
 

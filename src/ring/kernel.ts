@@ -21,7 +21,7 @@
 //  - Responses are routed in FIFO order: every accepted message records where its response goes,
 //    either to a `request()` promise or to the receive queue (`send()`), so mixing the two is
 //    unambiguous: a request never sees a send's response and receive never sees a request's.
-import { nativeView } from "../../ffi/native";
+import { nativeView } from "../../ffi/result";
 import { Status, RING_META_OFFSET } from "../../ffi/sys";
 import { backends, type BackendName } from "../backends";
 import { Buffer } from "../buffer";

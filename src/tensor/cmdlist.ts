@@ -6,7 +6,7 @@
 // the project's command encoder and returns the bytes with, for every launch, the byte offset of
 // its grid and of its argument slots, so the plan patches grids and i32 arguments in place when a
 // variable's value changes, without knowing the record layout.
-import { N, lastError, readU64, scratchU8, slot } from "../../ffi/native";
+import { SubmitError, submit } from "../../ffi/result";
 import type { Buffer } from "../buffer";
 import type { Device } from "../device";
 import { CommandEncoder } from "../encoder";
@@ -77,12 +77,12 @@ export const SUBMIT_WAIT = 1;
  */
 export function submitList(call: string, stream: Stream, list: CommandList, wait: boolean): void {
   const bytes = list.bytes;
-  scratchU8.fill(0xff, 0, 8); // "no offset" unless the shim names a bad command
-  const rc = N.bg_submit_ex(stream.handle, bytes.length ? bytes : null, bytes.length, wait ? SUBMIT_WAIT : 0, slot(0));
-  if (rc !== 0) {
-    const bad = readU64(0); // still all ones when the shim named no command
-    const msg = lastError() || "bg_submit_ex failed";
-    throw new GpuError(rc, `${call}: ${msg}${bad < bytes.length ? ` (command at byte ${bad})` : ""}`, { backend: stream.device.backend, call });
+  const backend = stream.device.backend;
+  try {
+    submit(stream.handle, bytes.length ? bytes : null, bytes.length, wait ? SUBMIT_WAIT : 0, backend);
+  } catch (e) {
+    if (!(e instanceof SubmitError)) throw e;
+    throw new GpuError(e.code, `${call}: ${e.message}${e.badOffset !== null ? ` (command at byte ${e.badOffset})` : ""}`, { backend, call });
   }
 }
 
