@@ -19,6 +19,7 @@
 // in one file so that nothing else writes command bytes.
 import { SubmitError, addressOf, submit } from "../ffi/result";
 import { Cmd } from "../ffi/sys";
+import { backends, type BackendRecord } from "./backends";
 import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buffer";
 import { noteCaptured, type Device, type DeviceState } from "./device";
 import { GpuError, disposed, invalid, options, type BackendLabel } from "./errors";
@@ -108,13 +109,17 @@ function maxThreads(kernel: Kernel): number {
  * The device's limits, checked as the backend checks them, so that a launch it would refuse is
  * refused as it is appended, naming the kernel, not at submit after the commands before it ran.
  */
-function checkGeometry(call: string, kernel: Kernel, backend: BackendLabel, max: number, gx: number, gy: number, gz: number, bx: number, by: number, bz: number): void {
-  if (bx * by * bz > max || (backend !== "metal" && (bx > 1024 || by > 1024 || bz > 64 || gy > 65535 || gz > 65535)))
+function checkGeometry(call: string, kernel: Kernel, dev: DeviceState, max: number, gx: number, gy: number, gz: number, bx: number, by: number, bz: number): void {
+  const lim: BackendRecord["launchLimits"] = backends[dev.backend].launchLimits;
+  const b = lim.block, yz = lim.gridYZ;
+  if (bx * by * bz > max || (b !== null && (bx > b[0] || by > b[1] || bz > b[2])) || (yz !== null && (gy > yz || gz > yz)))
     invalid(
       call,
-      `${kernel.name}: grid ${gx}x${gy}x${gz}, block ${bx}x${by}x${bz} exceeds the limits (${max} threads per block for this kernel; block x,y <= 1024, z <= 64; grid y,z <= 65535)`,
+      `${kernel.name}: grid ${gx}x${gy}x${gz}, block ${bx}x${by}x${bz} exceeds the limits (${max} threads per block for this kernel` +
+        `${b ? `; block x <= ${b[0]}, y <= ${b[1]}, z <= ${b[2]}` : ""}${yz !== null ? `; grid y,z <= ${yz}` : ""})`,
     );
-  if (backend === "cpu" && gx * gy * gz > U32_MAX) invalid(call, `${kernel.name}: grid ${gx}x${gy}x${gz} has more than 2^32-1 blocks (the cpu backend's limit)`);
+  if (lim.blocks !== null && gx * gy * gz > lim.blocks)
+    invalid(call, `${kernel.name}: grid ${gx}x${gy}x${gz} has more than ${lim.blocks === U32_MAX ? "2^32-1" : lim.blocks} blocks (the ${dev.backend} backend's limit)`);
 }
 
 function checkShared(call: string, shared: unknown): number {
@@ -307,7 +312,7 @@ export class CommandList {
     else [gx, gy, gz] = dim3(call, "grid", grid);
     if (typeof block === "number" && block >= 1 && block <= DIM_MAX && Math.floor(block) === block) bx = block;
     else [bx, by, bz] = dim3(call, "block", block);
-    checkGeometry(call, kernel, dev.backend, this.#maxThreads, gx, gy, gz, bx, by, bz);
+    checkGeometry(call, kernel, dev, this.#maxThreads, gx, gy, gz, bx, by, bz);
     const shared = cfg.sharedBytes === undefined ? 0 : checkShared(call, cfg.sharedBytes);
     // Arguments straight into their slots (validated first; the length has not moved yet).
     const args = cfg.args;
