@@ -34,6 +34,11 @@ import { Stream } from "./stream";
 export const CMD = Cmd;
 /** Byte sizes of the fixed commands, and of a launch before its argument slots. */
 export const CMD_BYTES = { LAUNCH_HEADER: 48, COPY: 32, MEMSET: 32, BARRIER: 8, EVENT: 16 } as const;
+/**
+ * Byte offsets inside a launch record, from its header: u64 kernel, u32 grid[3], u32 block[3],
+ * u32 shared bytes, u32 nargs, then the 8-byte argument slots. The one place that knows them.
+ */
+export const LAUNCH_AT = { kernel: 8, grid: 16, block: 28, shared: 40, nargs: 44, args: 48 } as const;
 /** bg_submit_ex flag: wait for the stream in the same crossing. */
 export const SUBMIT_WAIT = 1;
 
@@ -88,6 +93,23 @@ const OP_NAMES: CommandInfo["op"][] = ["unknown", "launch", "copy", "memset", "b
 /** What a command refers to and must still be alive when the list is submitted. */
 interface Ref {
   readonly disposed: boolean;
+}
+
+const KERNEL_W = LAUNCH_AT.kernel >>> 2;
+const GRID_W = LAUNCH_AT.grid >>> 2;
+const BLOCK_W = LAUNCH_AT.block >>> 2;
+const SHARED_W = LAUNCH_AT.shared >>> 2;
+const NARGS_W = LAUNCH_AT.nargs >>> 2;
+
+/** Grid, block and shared bytes of the launch record at word `w`. */
+function writeGeometry(u32: Uint32Array, w: number, gx: number, gy: number, gz: number, bx: number, by: number, bz: number, shared: number): void {
+  u32[w + GRID_W] = gx;
+  u32[w + GRID_W + 1] = gy;
+  u32[w + GRID_W + 2] = gz;
+  u32[w + BLOCK_W] = bx;
+  u32[w + BLOCK_W + 1] = by;
+  u32[w + BLOCK_W + 2] = bz;
+  u32[w + SHARED_W] = shared;
 }
 
 const MIN_BYTES = 65536;
@@ -321,16 +343,10 @@ export class CommandList {
     const w = off >>> 2;
     u32[w] = CMD.LAUNCH;
     u32[w + 1] = size;
-    u32[w + 2] = k >>> 0;
-    u32[w + 3] = (k - (k >>> 0)) / TWO32;
-    u32[w + 4] = gx;
-    u32[w + 5] = gy;
-    u32[w + 6] = gz;
-    u32[w + 7] = bx;
-    u32[w + 8] = by;
-    u32[w + 9] = bz;
-    u32[w + 10] = shared;
-    u32[w + 11] = n;
+    u32[w + KERNEL_W] = k >>> 0;
+    u32[w + KERNEL_W + 1] = (k - (k >>> 0)) / TWO32;
+    writeGeometry(u32, w, gx, gy, gz, bx, by, bz, shared);
+    u32[w + NARGS_W] = n;
     this.#ref(m);
     const codes = kernel.codes;
     for (let i = 0; i < n; i++) if (codes[i] === 0) this.#ref(args[i] as Buffer);
@@ -598,9 +614,45 @@ export class CommandList {
    * validated in full first (packed into scratch), then copied in: nothing changes on a bad value.
    */
   patchArgs(call: string, argOffset: number, kernel: Kernel, args: readonly ArgValue[]): void {
-    if (kernel.device.state !== this.#dev) invalid(call, `${kernel.name}: kernel of another device`);
+    this.#launchAt(call, argOffset, kernel);
     checkArgs(call, kernel, args);
     this.patch(argOffset, CHECK_AREA.u32, 2 * kernel.codes.length);
+  }
+
+  /**
+   * @internal Rewrite the launch whose argument slots start at byte `argOffset` (lastArgOffset
+   * after it was appended; a launch of `kernel`) in place: its grid, block, shared bytes and
+   * arguments, checked as launch() checks them, all first: nothing changes on a bad value. A
+   * buffer argument must stay the buffer the launch was appended with (the list holds that one).
+   */
+  patchLaunch(call: string, argOffset: number, kernel: Kernel, cfg: LaunchOptions): void {
+    const w = this.#launchAt(call, argOffset, kernel);
+    if (cfg === null || typeof cfg !== "object") invalid(call, `${kernel.name}: expected { grid, block, args }`);
+    const [gx, gy, gz] = dim3(call, "grid", cfg.grid);
+    const [bx, by, bz] = dim3(call, "block", cfg.block);
+    checkGeometry(call, kernel, this.#dev, maxThreads(kernel), gx, gy, gz, bx, by, bz);
+    const shared = cfg.sharedBytes === undefined ? 0 : checkShared(call, cfg.sharedBytes);
+    checkArgs(call, kernel, cfg.args);
+    const u32 = this.#u32, src = CHECK_AREA.u32, a = argOffset >>> 2;
+    const codes = kernel.codes;
+    for (let i = 0; i < codes.length; i++)
+      if (codes[i] === 0 && (u32[a + 2 * i] !== src[2 * i] || u32[a + 2 * i + 1] !== src[2 * i + 1]))
+        invalid(call, `${kernel.name}: argument ${i} is a buffer the launch was not appended with (patch scalars, grid and block; append a new launch to bind another buffer)`);
+    writeGeometry(u32, w, gx, gy, gz, bx, by, bz, shared);
+    for (let i = 0; i < 2 * codes.length; i++) u32[a + i] = src[i]!;
+  }
+
+  /** The word index of the launch record of `kernel` whose argument slots start at byte `argOffset`, else INVALID_VALUE. */
+  #launchAt(call: string, argOffset: number, kernel: Kernel): number {
+    if (!(kernel instanceof Kernel)) invalid(call, "expected a Kernel");
+    if (kernel.device.state !== this.#dev) invalid(call, `${kernel.name}: kernel of another device`);
+    const off = argOffset - LAUNCH_AT.args;
+    const u32 = this.#u32, w = off >>> 2;
+    const k = kernel.handle; // throws if its module or device is gone
+    if (!Number.isInteger(argOffset) || off < 0 || off % 8 || off + LAUNCH_AT.args > this.#len || u32[w] !== CMD.LAUNCH ||
+        u32[w + NARGS_W] !== kernel.codes.length || u32[w + KERNEL_W] !== k >>> 0 || u32[w + KERNEL_W + 1] !== (k - (k >>> 0)) / TWO32)
+      invalid(call, `${kernel.name}: byte ${String(argOffset)} is not where a launch of this kernel keeps its arguments`);
+    return w;
   }
 }
 

@@ -15,7 +15,7 @@ import type { Buffer } from "../buffer";
 import { Stream } from "../stream";
 import { hostFnsPending } from "../hostfn";
 import { inputNames, type HasNode, type LazyNode } from "./ast";
-import { PlanCommands, submitList } from "./cmdlist";
+import { PlanCommands } from "./cmdlist";
 import type { GeneratedKernel } from "./codegen";
 import { allocateIntermediates, readValue, type BufferLayout, type PlanBuffer } from "./memory";
 import { prepare, type CachedKernel, type PreparedKernel } from "./prepare";
@@ -106,7 +106,7 @@ export class ExecutionPlan {
     this.#kernels = p.kernels;
     this.#mem = p.mem;
     this.#arena = p.arena;
-    this.#list = new PlanCommands(this.#device, this.#kernels, this.#gens, this.#compiled);
+    this.#list = new PlanCommands(this.#device, this.#gens, this.#compiled);
   }
 
   #allocIntermediates(): void {
@@ -312,13 +312,15 @@ export class ExecutionPlan {
    */
   #submit(call: string, stream: Stream | undefined, wait: boolean): Stream {
     this.#listUsable(call);
-    const list = this.#list.get(this.#vals, this.#valsKey(), (i) => this.#argsOf(i));
+    const list = this.#list.get(call, this.#vals, this.#valsKey(), (i) => this.#argsOf(i));
     const s = stream ?? this.#ownStream();
+    // Something the list uses that was disposed: GpuError naming `call`; a refusal of the shim:
+    // the list's CommandError, naming the command at fault.
     if (wait && !stream && hostFnsPending() === 0) {
-      submitList(call, s, list, true);
+      list.submit(s, { keep: true, wait: true }, call);
       return s;
     }
-    submitList(call, s, list, false);
+    list.submit(s, { keep: true }, call);
     if (wait) s.synchronize();
     return s;
   }
