@@ -5,9 +5,6 @@
 // and intermediates placed in one arena by a memory planner (memory.ts) so that intermediates
 // whose lifetimes do not overlap share memory.
 import { Device } from "../device";
-// side effects: these modules register the device factories (alloc, streams)
-import "../buffer";
-import "../stream";
 import { describeValue, disposed, illegalState, invalid, options } from "../errors";
 import type { Kernel } from "../kernel";
 import { ExecMode, type Executable, type Schedule } from "../schedule";
