@@ -628,8 +628,13 @@ export class CommandList {
   patchLaunch(call: string, argOffset: number, kernel: Kernel, cfg: LaunchOptions): void {
     const w = this.#launchAt(call, argOffset, kernel);
     if (cfg === null || typeof cfg !== "object") invalid(call, `${kernel.name}: expected { grid, block, args }`);
-    const [gx, gy, gz] = dim3(call, "grid", cfg.grid);
-    const [bx, by, bz] = dim3(call, "block", cfg.block);
+    // numbers take a path with no allocation, as in launch()
+    let gx: number, gy = 1, gz = 1, bx: number, by = 1, bz = 1;
+    const grid = cfg.grid, block = cfg.block;
+    if (typeof grid === "number" && grid >= 1 && grid <= DIM_MAX && Math.floor(grid) === grid) gx = grid;
+    else [gx, gy, gz] = dim3(call, "grid", grid);
+    if (typeof block === "number" && block >= 1 && block <= DIM_MAX && Math.floor(block) === block) bx = block;
+    else [bx, by, bz] = dim3(call, "block", block);
     checkGeometry(call, kernel, this.#dev, maxThreads(kernel), gx, gy, gz, bx, by, bz);
     const shared = cfg.sharedBytes === undefined ? 0 : checkShared(call, cfg.sharedBytes);
     checkArgs(call, kernel, cfg.args);

@@ -294,13 +294,6 @@ export class ExecutionPlan {
     return (this.#stream ??= this.#device.createStream({ nonBlocking: true }));
   }
 
-  /** What the list points at is still there: the device, every plan buffer, every kernel's module. */
-  #listUsable(call: string): void {
-    if (!this.#device.state.open) disposed(call, "device of this plan");
-    for (const m of this.#mem) if (m && m.disposed) disposed(call, "buffer of this plan");
-    for (const k of this.#compiled) if (k.module.disposed) disposed(call, `module of kernel ${k.name}`);
-  }
-
   /**
    * Submit the command list on `stream` (the plan's own unless given). With `wait`, on the plan's
    * own stream and no TypeScript host function pending anywhere, submit and wait are one crossing;
@@ -308,11 +301,11 @@ export class ExecutionPlan {
    * reports their failures).
    */
   #submit(call: string, stream: Stream | undefined, wait: boolean): Stream {
-    this.#listUsable(call);
+    if (!this.#device.state.open) disposed(call, "device of this plan");
     const list = this.#list.get(call, this.#vals, this.#valsKey(), (i) => this.#argsOf(i));
     const s = stream ?? this.#ownStream();
-    // Something the list uses that was disposed: GpuError naming `call`; a refusal of the shim:
-    // the list's CommandError, naming the command at fault.
+    // The list checks that what it uses is still there (buffers, modules: GpuError naming `call`);
+    // a refusal of the shim is the list's CommandError, naming the command at fault.
     if (wait && !stream && hostFnsPending() === 0) {
       list.submit(s, { keep: true, wait: true }, call);
       return s;
