@@ -16,7 +16,7 @@ import { MSG_AREA, N, SCRATCH, cstr, fail, lastError, readF32, readI32, readMsg,
 import { symbols, type Symbols } from "./sys";
 
 export { GpuError, Status, type BackendLabel };
-export { StatusName } from "./sys";
+export { Backend, ImageKind, StatusName, type BackendName } from "./sys";
 
 /** What a native call accepts for a pointer: an address (number), a view of memory, or null. */
 export type Pointer = number | ArrayBufferView | ArrayBuffer | null;

@@ -3,7 +3,7 @@
 // CPU; BUNGPU_DEVICE overrides), Device.list().
 import { api, backendInfo, devicePropsBytes } from "../ffi/result";
 import { bg_device_props } from "../ffi/constants";
-import { Backend } from "../ffi/sys";
+import { Backend } from "../ffi/result";
 import { backends, type BackendName } from "./backends";
 import { Buffer, HostBuffer, releaseDeviceMemory } from "./buffer";
 import { DEVICE, newDeviceState, type DeviceState } from "./device_state";

@@ -2,8 +2,7 @@
 // sm_XY, PTX where this NVRTC does not know the GPU; cached on disk.
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { api, cstr, rtcCompile } from "../../ffi/result";
-import { ImageKind } from "../../ffi/sys";
+import { ImageKind, api, cstr, rtcCompile } from "../../ffi/result";
 import { cacheDir, cached, compileStats, sha256, store } from "./cache";
 import type { CompileOptions, CompileTarget, LoadableImage } from "./types";
 

@@ -22,7 +22,7 @@
 //    either to a `request()` promise or to the receive queue (`send()`), so mixing the two is
 //    unambiguous: a request never sees a send's response and receive never sees a request's.
 import { nativeView } from "../../ffi/result";
-import { Status, RING_META_OFFSET } from "../../ffi/sys";
+import { Status, RING_META_OFFSET } from "../../ffi/constants";
 import { backends, type BackendName } from "../backends";
 import { Buffer } from "../buffer";
 import { Device } from "../device";

@@ -2,7 +2,7 @@
 // Batches cross the FFI once; head and tail are also read directly through a zero-copy view of
 // the ring header, so polling for a response costs no FFI call.
 import { nativeView, type Api } from "../../ffi/result";
-import { RING_HEAD_OFFSET, RING_TAIL_OFFSET, RING_META_OFFSET } from "../../ffi/sys";
+import { RING_HEAD_OFFSET, RING_TAIL_OFFSET, RING_META_OFFSET } from "../../ffi/constants";
 import type { Device } from "../device";
 import { isDevice } from "../device_state";
 import { invalid, disposed } from "../errors";
