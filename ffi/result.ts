@@ -172,6 +172,18 @@ export function rtcCompile(
   }
 }
 
+/**
+ * bg_launch, for Kernel.launch's hot path: the same call and errors as `api(backend).launch`,
+ * without the table of wrappers between (a few ns a launch).
+ */
+export function launch(
+  kernel: number, stream: number, gx: number, gy: number, gz: number, bx: number, by: number, bz: number,
+  shared: number, args: number, nargs: number, backend: BackendLabel,
+): void {
+  const rc = N.bg_launch(kernel, stream, gx, gy, gz, bx, by, bz, shared, args, nargs);
+  if (rc !== 0) fail(rc, "bg_launch", backend);
+}
+
 /** A command list the shim refused: `badOffset` is the byte offset of the command at fault, or null when it named none. */
 export class SubmitError extends GpuError {
   readonly badOffset: number | null;

@@ -2,7 +2,7 @@
 // source becomes something the shim loads is each backend's record (../backends: C by the first C
 // compiler found on the CPU, CUDA C by NVRTC, MSL by the Metal framework at load; ../compile holds
 // the compilers and the disk cache); this file loads the result, finds kernels and launches them.
-import { addressOf, cstr, type Api } from "../ffi/result";
+import { addressOf, cstr, launch } from "../ffi/result";
 import { backends, type BackendName } from "./backends";
 import { Buffer } from "./buffer";
 import type { CompileOptions } from "./compile/types";
@@ -215,12 +215,12 @@ export class Kernel {
   /** The signature as packing codes (see sigCodes). */
   readonly codes: Uint8Array;
   readonly #handle: number;
-  readonly #api: Api;
+  readonly #backend: BackendName;
 
   constructor(module: Module, handle: number, name: string, signature: ArgType[]) {
     this.module = module;
     this.#handle = handle;
-    this.#api = module.device.state.api;
+    this.#backend = module.device.backend;
     this.name = name;
     this.signature = Object.freeze(signature);
     this.codes = sigCodes(signature);
@@ -265,7 +265,7 @@ export class Kernel {
     const shared = cfg.sharedBytes ?? 0;
     if ((shared | 0) !== shared || shared < 0) invalid("Kernel.launch", `sharedBytes must be a non-negative integer`);
     packArgs("Kernel.launch", this.name, this.signature, cfg.args, dev, launchArea, 0, this.codes);
-    this.#api.launch(k, s, gx, gy, gz, bx, by, bz, shared, ARG_PTR, this.codes.length);
+    launch(k, s, gx, gy, gz, bx, by, bz, shared, ARG_PTR, this.codes.length, this.#backend);
     const st = stream.device.state;
     if (st.captures > 0) noteCaptured(st, s, this, cfg.args); // a graph replays it: keep what it uses
   }

@@ -4,7 +4,7 @@ import { describe, expect, test } from "bun:test";
 import { readdirSync, readFileSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { Cmd } from "../ffi/constants";
-import { GpuError, Status, SubmitError, api, backendInfo, eventElapsed, rtcCompile, submit } from "../ffi/result";
+import { GpuError, Status, SubmitError, api, backendInfo, eventElapsed, launch, rtcCompile, submit } from "../ffi/result";
 
 const root = join(import.meta.dir, "..");
 /** Every .ts file under src/, as absolute paths. */
@@ -62,6 +62,24 @@ describe("result layer", () => {
     expect(g.backend).toBe("cpu");
     expect(g.message).toContain("bg_mem_alloc");
     expect(() => api("cuda").device_open(99, 0)).toThrow(GpuError);
+  });
+
+  test("the hand-written launch fails as the launch wrapper does", () => {
+    const s = cpu.stream_create(dev, 0, 0);
+    const caught = (f: () => void): GpuError => {
+      try {
+        f();
+      } catch (e) {
+        expect(e).toBeInstanceOf(GpuError);
+        return e as GpuError;
+      }
+      throw new Error("no error");
+    };
+    const direct = caught(() => launch(0, s, 1, 1, 1, 1, 1, 1, 0, 0, 0, "cpu")); // no such kernel
+    const wrapped = caught(() => cpu.launch(0, s, 1, 1, 1, 1, 1, 1, 0, 0, 0));
+    expect({ code: direct.code, call: direct.call, backend: direct.backend }).toEqual({ code: wrapped.code, call: "bg_launch", backend: "cpu" });
+    expect(direct.code).not.toBe(0);
+    cpu.stream_destroy(s);
   });
 
   test("a refused command list names the offending command's offset", () => {
