@@ -1,9 +1,10 @@
 // GpuError: every failure bungpu reports. `code` is the shim's status (CUDA's numbering where
 // CUDA has the same error), `codeName` its symbolic name, `backend` where it happened and `call`
 // the bg_* (or TypeScript) call that refused.
-import { Status, StatusName } from "./sys";
+import { Status, StatusName, type BackendName } from "./sys";
 
-export type BackendLabel = "cpu" | "cuda" | "metal" | "loader" | "compiler" | "typescript";
+/** Where an error happened: a backend (the shim's numbering, which src/backends' table matches) or a layer. */
+export type BackendLabel = BackendName | "loader" | "compiler" | "typescript";
 
 export class GpuError extends Error {
   readonly code: number;

@@ -1,7 +1,7 @@
 // The opened symbol table and its raw helpers: a scratch block for out-values, one `check` that
 // turns a status into a GpuError carrying the shim's message, and the bun:ffi helpers for
 // pointers to memory and views of native memory. result.ts builds the typed wrappers on these;
-// src/ calls result.ts (the files not yet converted still use these directly).
+// src/ calls result.ts and never these; tests and benches may (to count crossings, say).
 import { ptr as ffiPtr, toArrayBuffer, CString } from "bun:ffi";
 import { GpuError, type BackendLabel } from "./errors";
 import { lib as loadLib, load } from "./load";

@@ -16,7 +16,7 @@ import { MSG_AREA, N, SCRATCH, cstr, fail, lastError, readF32, readI32, readMsg,
 import { symbols, type Symbols } from "./sys";
 
 export { GpuError, Status, type BackendLabel };
-export { StatusName } from "./sys";
+export { Backend, ImageKind, StatusName, type BackendName } from "./sys";
 
 /** What a native call accepts for a pointer: an address (number), a view of memory, or null. */
 export type Pointer = number | ArrayBufferView | ArrayBuffer | null;
@@ -170,6 +170,18 @@ export function rtcCompile(
   } finally {
     N.bg_rtc_free(result);
   }
+}
+
+/**
+ * bg_launch, for Kernel.launch's hot path: the same call and errors as `api(backend).launch`,
+ * without the table of wrappers between (a few ns a launch).
+ */
+export function launch(
+  kernel: number, stream: number, gx: number, gy: number, gz: number, bx: number, by: number, bz: number,
+  shared: number, args: number, nargs: number, backend: BackendLabel,
+): void {
+  const rc = N.bg_launch(kernel, stream, gx, gy, gz, bx, by, bz, shared, args, nargs);
+  if (rc !== 0) fail(rc, "bg_launch", backend);
 }
 
 /** A command list the shim refused: `badOffset` is the byte offset of the command at fault, or null when it named none. */

@@ -17,9 +17,9 @@
 //
 // Over 600 lines on purpose: the format, its one encoder and its one launch validation are kept
 // in one file so that nothing else writes command bytes.
-import { N, addressOf, lastError, readU64, scratchU8, slot } from "../ffi/native";
-import { Cmd } from "../ffi/sys";
-import { SUBMIT_WAIT as BG_SUBMIT_WAIT, bg_cmd_copy_rec, bg_cmd_event_rec, bg_cmd_header, bg_cmd_launch_rec, bg_cmd_memset_rec } from "../ffi/constants";
+import { SubmitError, addressOf, submit } from "../ffi/result";
+import { Cmd, SUBMIT_WAIT as BG_SUBMIT_WAIT, bg_cmd_copy_rec, bg_cmd_event_rec, bg_cmd_header, bg_cmd_launch_rec, bg_cmd_memset_rec } from "../ffi/constants";
+import { backends, type BackendRecord } from "./backends";
 import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buffer";
 import { noteCaptured, type Device, type DeviceState } from "./device";
 import { GpuError, disposed, invalid, options, type BackendLabel } from "./errors";
@@ -40,6 +40,11 @@ export const CMD_BYTES = {
   BARRIER: bg_cmd_header.size,
   EVENT: bg_cmd_event_rec.size,
 } as const;
+/**
+ * Byte offsets inside a launch record, from its header: u64 kernel, u32 grid[3], u32 block[3],
+ * u32 shared bytes, u32 nargs, then the 8-byte argument slots (bg_cmd_launch_rec, generated).
+ */
+export const LAUNCH_AT = bg_cmd_launch_rec.offset;
 /** bg_submit_ex flag: wait for the stream in the same crossing. */
 export const SUBMIT_WAIT = BG_SUBMIT_WAIT;
 
@@ -96,6 +101,23 @@ interface Ref {
   readonly disposed: boolean;
 }
 
+const KERNEL_W = LAUNCH_AT.kernel >>> 2;
+const GRID_W = LAUNCH_AT.grid >>> 2;
+const BLOCK_W = LAUNCH_AT.block >>> 2;
+const SHARED_W = LAUNCH_AT.shared >>> 2;
+const NARGS_W = LAUNCH_AT.nargs >>> 2;
+
+/** Grid, block and shared bytes of the launch record at word `w`. */
+function writeGeometry(u32: Uint32Array, w: number, gx: number, gy: number, gz: number, bx: number, by: number, bz: number, shared: number): void {
+  u32[w + GRID_W] = gx;
+  u32[w + GRID_W + 1] = gy;
+  u32[w + GRID_W + 2] = gz;
+  u32[w + BLOCK_W] = bx;
+  u32[w + BLOCK_W + 1] = by;
+  u32[w + BLOCK_W + 2] = bz;
+  u32[w + SHARED_W] = shared;
+}
+
 const MIN_BYTES = 65536;
 const TWO32 = 4294967296;
 const U32_MAX = 4294967295;
@@ -115,13 +137,17 @@ function maxThreads(kernel: Kernel): number {
  * The device's limits, checked as the backend checks them, so that a launch it would refuse is
  * refused as it is appended, naming the kernel, not at submit after the commands before it ran.
  */
-function checkGeometry(call: string, kernel: Kernel, backend: BackendLabel, max: number, gx: number, gy: number, gz: number, bx: number, by: number, bz: number): void {
-  if (bx * by * bz > max || (backend !== "metal" && (bx > 1024 || by > 1024 || bz > 64 || gy > 65535 || gz > 65535)))
+function checkGeometry(call: string, kernel: Kernel, dev: DeviceState, max: number, gx: number, gy: number, gz: number, bx: number, by: number, bz: number): void {
+  const lim: BackendRecord["launchLimits"] = backends[dev.backend].launchLimits;
+  const b = lim.block, yz = lim.gridYZ;
+  if (bx * by * bz > max || (b !== null && (bx > b[0] || by > b[1] || bz > b[2])) || (yz !== null && (gy > yz || gz > yz)))
     invalid(
       call,
-      `${kernel.name}: grid ${gx}x${gy}x${gz}, block ${bx}x${by}x${bz} exceeds the limits (${max} threads per block for this kernel; block x,y <= 1024, z <= 64; grid y,z <= 65535)`,
+      `${kernel.name}: grid ${gx}x${gy}x${gz}, block ${bx}x${by}x${bz} exceeds the limits (${max} threads per block for this kernel` +
+        `${b ? `; block x <= ${b[0]}, y <= ${b[1]}, z <= ${b[2]}` : ""}${yz !== null ? `; grid y,z <= ${yz}` : ""})`,
     );
-  if (backend === "cpu" && gx * gy * gz > U32_MAX) invalid(call, `${kernel.name}: grid ${gx}x${gy}x${gz} has more than 2^32-1 blocks (the cpu backend's limit)`);
+  if (lim.blocks !== null && gx * gy * gz > lim.blocks)
+    invalid(call, `${kernel.name}: grid ${gx}x${gy}x${gz} has more than ${lim.blocks === U32_MAX ? "2^32-1" : lim.blocks} blocks (the ${dev.backend} backend's limit)`);
 }
 
 function checkShared(call: string, shared: unknown): number {
@@ -314,7 +340,7 @@ export class CommandList {
     else [gx, gy, gz] = dim3(call, "grid", grid);
     if (typeof block === "number" && block >= 1 && block <= DIM_MAX && Math.floor(block) === block) bx = block;
     else [bx, by, bz] = dim3(call, "block", block);
-    checkGeometry(call, kernel, dev.backend, this.#maxThreads, gx, gy, gz, bx, by, bz);
+    checkGeometry(call, kernel, dev, this.#maxThreads, gx, gy, gz, bx, by, bz);
     const shared = cfg.sharedBytes === undefined ? 0 : checkShared(call, cfg.sharedBytes);
     // Arguments straight into their slots (validated first; the length has not moved yet).
     const args = cfg.args;
@@ -323,16 +349,10 @@ export class CommandList {
     const w = off >>> 2;
     u32[w] = CMD.LAUNCH;
     u32[w + 1] = size;
-    u32[w + 2] = k >>> 0;
-    u32[w + 3] = (k - (k >>> 0)) / TWO32;
-    u32[w + 4] = gx;
-    u32[w + 5] = gy;
-    u32[w + 6] = gz;
-    u32[w + 7] = bx;
-    u32[w + 8] = by;
-    u32[w + 9] = bz;
-    u32[w + 10] = shared;
-    u32[w + 11] = n;
+    u32[w + KERNEL_W] = k >>> 0;
+    u32[w + KERNEL_W + 1] = (k - (k >>> 0)) / TWO32;
+    writeGeometry(u32, w, gx, gy, gz, bx, by, bz, shared);
+    u32[w + NARGS_W] = n;
     this.#ref(m);
     const codes = kernel.codes;
     for (let i = 0; i < n; i++) if (codes[i] === 0) this.#ref(args[i] as Buffer);
@@ -485,14 +505,16 @@ export class CommandList {
   }
 
   #cross(s: number, from: number, to: number, flags: number): void {
-    scratchU8.fill(0xff, 0, 8); // "no offset": the shim writes one only when a command is bad
     const len = to - from;
-    const rc = flags ? N.bg_submit_ex(s, this.#ptr + from, len, flags, slot(0)) : N.bg_submit_checked(s, this.#ptr + from, len, slot(0));
-    if (rc !== 0) {
-      const bad = readU64(0); // still all ones when the shim named no command
-      const msg = lastError() || "bg_submit failed";
-      if (bad >= len) throw new GpuError(rc, msg, { backend: this.#dev.backend, call: "bg_submit" });
-      throw new CommandError(rc, msg, from + bad, this.#indexAt(from + bad), this.#dev.backend);
+    try {
+      submit(s, this.#ptr + from, len, flags, this.#dev.backend);
+    } catch (e) {
+      // A refusal that names the command at fault says which one, counted from the list's start.
+      if (e instanceof SubmitError && e.badOffset !== null) {
+        const at = from + e.badOffset;
+        throw new CommandError(e.code, e.message, at, this.#indexAt(at), this.#dev.backend);
+      }
+      throw e;
     }
     if (len > 0) {
       this.#submits++;
@@ -612,9 +634,50 @@ export class CommandList {
    * validated in full first (packed into scratch), then copied in: nothing changes on a bad value.
    */
   patchArgs(call: string, argOffset: number, kernel: Kernel, args: readonly ArgValue[]): void {
-    if (kernel.device.state !== this.#dev) invalid(call, `${kernel.name}: kernel of another device`);
+    this.#launchAt(call, argOffset, kernel);
     checkArgs(call, kernel, args);
     this.patch(argOffset, CHECK_AREA.u32, 2 * kernel.codes.length);
+  }
+
+  /**
+   * @internal Rewrite the launch whose argument slots start at byte `argOffset` (lastArgOffset
+   * after it was appended; a launch of `kernel`) in place: its grid, block, shared bytes and
+   * arguments, checked as launch() checks them, all first: nothing changes on a bad value. A
+   * buffer argument must stay the buffer the launch was appended with (the list holds that one).
+   */
+  patchLaunch(call: string, argOffset: number, kernel: Kernel, cfg: LaunchOptions): void {
+    const w = this.#launchAt(call, argOffset, kernel);
+    if (cfg === null || typeof cfg !== "object") invalid(call, `${kernel.name}: expected { grid, block, args }`);
+    // numbers take a path with no allocation, as in launch()
+    let gx: number, gy = 1, gz = 1, bx: number, by = 1, bz = 1;
+    const grid = cfg.grid, block = cfg.block;
+    if (typeof grid === "number" && grid >= 1 && grid <= DIM_MAX && Math.floor(grid) === grid) gx = grid;
+    else [gx, gy, gz] = dim3(call, "grid", grid);
+    if (typeof block === "number" && block >= 1 && block <= DIM_MAX && Math.floor(block) === block) bx = block;
+    else [bx, by, bz] = dim3(call, "block", block);
+    checkGeometry(call, kernel, this.#dev, maxThreads(kernel), gx, gy, gz, bx, by, bz);
+    const shared = cfg.sharedBytes === undefined ? 0 : checkShared(call, cfg.sharedBytes);
+    checkArgs(call, kernel, cfg.args);
+    const u32 = this.#u32, src = CHECK_AREA.u32, a = argOffset >>> 2;
+    const codes = kernel.codes;
+    for (let i = 0; i < codes.length; i++)
+      if (codes[i] === 0 && (u32[a + 2 * i] !== src[2 * i] || u32[a + 2 * i + 1] !== src[2 * i + 1]))
+        invalid(call, `${kernel.name}: argument ${i} is a buffer the launch was not appended with (patch scalars, grid and block; append a new launch to bind another buffer)`);
+    writeGeometry(u32, w, gx, gy, gz, bx, by, bz, shared);
+    for (let i = 0; i < 2 * codes.length; i++) u32[a + i] = src[i]!;
+  }
+
+  /** The word index of the launch record of `kernel` whose argument slots start at byte `argOffset`, else INVALID_VALUE. */
+  #launchAt(call: string, argOffset: number, kernel: Kernel): number {
+    if (!(kernel instanceof Kernel)) invalid(call, "expected a Kernel");
+    if (kernel.device.state !== this.#dev) invalid(call, `${kernel.name}: kernel of another device`);
+    const off = argOffset - LAUNCH_AT.args;
+    const u32 = this.#u32, w = off >>> 2;
+    const k = kernel.handle; // throws if its module or device is gone
+    if (!Number.isInteger(argOffset) || off < 0 || off % 8 || off + LAUNCH_AT.args > this.#len || u32[w] !== CMD.LAUNCH ||
+        u32[w + NARGS_W] !== kernel.codes.length || u32[w + KERNEL_W] !== k >>> 0 || u32[w + KERNEL_W + 1] !== (k - (k >>> 0)) / TWO32)
+      invalid(call, `${kernel.name}: byte ${String(argOffset)} is not where a launch of this kernel keeps its arguments`);
+    return w;
   }
 }
 

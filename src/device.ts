@@ -1,8 +1,10 @@
-// Device: one opened backend device. Device.open("cpu" | "cuda[:N]" | "metal[:N]"),
-// Device.default() (CUDA, then Metal, then CPU; BUNGPU_DEVICE overrides), Device.list().
+// Device: one opened backend device. Device.open("cpu" | "cuda[:N]" | "metal[:N]": a backend name
+// of ./backends, then an ordinal), Device.default() (the backends by rank: CUDA, then Metal, then
+// CPU; BUNGPU_DEVICE overrides), Device.list().
 import { api, backendInfo, devicePropsBytes } from "../ffi/result";
 import { bg_device_props } from "../ffi/constants";
-import { Backend, type BackendName } from "../ffi/sys";
+import { Backend } from "../ffi/result";
+import { backends, type BackendName } from "./backends";
 import { Buffer, HostBuffer, releaseDeviceMemory } from "./buffer";
 import { DEVICE, newDeviceState, type DeviceState } from "./device_state";
 import { GpuError, Status, invalid, disposed, options } from "./errors";
@@ -45,12 +47,21 @@ export interface BackendInfo {
   message: string;
 }
 
-const BACKEND_NAMES: BackendName[] = ["cpu", "cuda", "metal"];
+const BACKEND_NAMES = Object.keys(backends) as BackendName[];
+const SPEC = new RegExp(`^(${BACKEND_NAMES.join("|")})(?::(\\d+))?$`);
+const SPEC_FORMS = BACKEND_NAMES.flatMap((b) => [`"${b}"`, `"${b}:N"`]);
+/** What Device.default() tries, in order, when BUNGPU_DEVICE is not set. */
+const DEFAULT_ORDER = [...BACKEND_NAMES].sort((a, b) => backends[a].defaultRank - backends[b].defaultRank).map((b) => specOf(b, 0));
 
 function parseSpec(spec: string): { backend: BackendName; ordinal: number } {
-  const m = /^(cpu|cuda|metal)(?::(\d+))?$/.exec(spec.trim().toLowerCase());
-  if (!m) invalid("Device.open", `unknown device "${spec}" (want "cpu", "cuda", "cuda:N", "metal" or "metal:N")`);
+  const m = SPEC.exec(spec.trim().toLowerCase());
+  if (!m) invalid("Device.open", `unknown device "${spec}" (want ${SPEC_FORMS.slice(0, -1).join(", ")} or ${SPEC_FORMS.at(-1)})`);
   return { backend: m[1] as BackendName, ordinal: m[2] ? Number(m[2]) : 0 };
+}
+
+/** The spec of device `ordinal` of `backend`: "cuda:0", or the bare name where the backend says so. */
+function specOf(backend: BackendName, ordinal: number): string {
+  return backends[backend].bareSpec && ordinal === 0 ? backend : `${backend}:${ordinal}`;
 }
 
 let defaultDevice: Device | undefined;
@@ -85,7 +96,7 @@ export class Device {
   static list(): string[] {
     const out: string[] = [];
     for (const b of Device.backends())
-      for (let i = 0; i < b.devices; i++) out.push(b.backend === "cpu" && i === 0 ? "cpu" : `${b.backend}:${i}`);
+      for (let i = 0; i < b.devices; i++) out.push(specOf(b.backend, i));
     return out;
   }
 
@@ -104,7 +115,7 @@ export class Device {
       return defaultDevice;
     }
     const errors: string[] = [];
-    for (const spec of ["cuda:0", "metal", "cpu"]) {
+    for (const spec of DEFAULT_ORDER) {
       try {
         defaultDevice = Device.open(spec);
         return defaultDevice;
@@ -132,7 +143,7 @@ export class Device {
 
   /** "cpu", "cuda:0", "metal:0". */
   get spec(): string {
-    return this.backend === "cpu" && this.ordinal === 0 ? "cpu" : `${this.backend}:${this.ordinal}`;
+    return specOf(this.backend, this.ordinal);
   }
 
   get props(): DeviceProps {
@@ -214,7 +225,7 @@ export class Device {
    * queued there run first, and a call from inside one of them is refused instead of hanging.
    */
   beforeSyncCopy(call: string): void {
-    const waited = this.backend === "metal" ? [this.defaultStream.handle] : this.#streamHandles(true);
+    const waited = backends[this.backend].legacyDefaultStream ? this.#streamHandles(true) : [this.defaultStream.handle];
     beforeBlockingWait(call, (s) => waited.includes(s), () => this.#idle(waited));
   }
 

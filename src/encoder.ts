@@ -47,7 +47,7 @@ export class CommandEncoder extends CommandList {
   }
 
   /**
-   * Submit every command to `stream` in one crossing (bg_submit_checked), then empty the encoder
+   * Submit every command to `stream` in one crossing (bg_submit_ex), then empty the encoder
    * (unless `keep`, which leaves it ready to be committed again). An empty encoder crosses nothing.
    * Returns true when a crossing was made.
    */

@@ -10,6 +10,7 @@
 //    function that stores REACHED in its state word and waits for RELEASED.
 import { api, nativeView, type Api } from "../ffi/result";
 import { EventFlag, HostAllocFlag, Signal } from "../ffi/constants";
+import { backends, type BackendName } from "./backends";
 import type { DeviceState } from "./device_state";
 import { GpuError, Status } from "./errors";
 
@@ -80,10 +81,11 @@ class WordPool {
   /** Released words waiting for their stream to write IDLE back. */
   readonly #settling: { view: Uint32Array; i: number; dptr: number }[] = [];
   readonly #events: number[] = [];
-  /** Calls whose errors name "cuda" (this pool serves CUDA devices only). */
-  readonly #api: Api = api("cuda");
+  /** The device's calls (its backend can wait on a word: see BackendRecord.streamWaitValue). */
+  readonly #api: Api;
   constructor(state: DeviceState) {
     this.#state = state;
+    this.#api = state.api;
   }
 
   #word(): { view: Uint32Array; i: number; dptr: number } {
@@ -159,11 +161,11 @@ class WordPool {
 
 const wordPools = new WeakMap<DeviceState, WordPool | null>();
 
-/** The word pool of a CUDA device, or null when its driver lacks stream memory operations. */
+/** The word pool of a device whose streams wait on words (CUDA), or null (then: a shim signal). */
 function wordPool(state: DeviceState): WordPool | null {
   let p = wordPools.get(state);
   if (p === undefined) {
-    p = state.backend === "cuda" && !process.env.BUNGPU_HOSTFN_SIGNALS ? new WordPool(state) : null;
+    p = backends[state.backend].streamWaitValue && !process.env.BUNGPU_HOSTFN_SIGNALS ? new WordPool(state) : null;
     wordPools.set(state, p);
   }
   return p;
@@ -211,7 +213,7 @@ export function hostFnsPending(): number {
 }
 
 /** Enqueue `fn` on `stream` (a native stream handle) of the device whose state is `state`. */
-export function enqueueHostFn(stream: number, fn: () => unknown, onError: (e: unknown) => void, backend?: "cpu" | "cuda" | "metal", state?: DeviceState): void {
+export function enqueueHostFn(stream: number, fn: () => unknown, onError: (e: unknown) => void, backend?: BackendName, state?: DeviceState): void {
   const words = state ? wordPool(state) : null;
   if (words) {
     let handoff: { reached(): boolean; release(): void } | null = null;

@@ -2,14 +2,13 @@
 // source becomes something the shim loads is each backend's record (../backends: C by the first C
 // compiler found on the CPU, CUDA C by NVRTC, MSL by the Metal framework at load; ../compile holds
 // the compilers and the disk cache); this file loads the result, finds kernels and launches them.
-import { N, check, cstr, slot, readPtr, readI32, addressOf } from "../ffi/native";
+import { addressOf, cstr, launch } from "../ffi/result";
 import { backends, type BackendName } from "./backends";
 import { Buffer } from "./buffer";
 import type { CompileOptions } from "./compile/types";
-import { Device, noteCaptured } from "./device";
+import { isDevice, noteCaptured, type DeviceRef as Device, type StreamRef as Stream } from "./device_state";
 import { invalid, disposed, options } from "./errors";
 import { track, untrack } from "./lifetime";
-import type { Stream } from "./stream";
 
 export { compileStats } from "./compile/cache";
 export type { CompileOptions };
@@ -34,15 +33,14 @@ export function compilerIdentity(device: Device): string {
 export class Program {
   /** Compile `source` for `device` (in its kernel language) and load it. */
   static compile(device: Device, source: KernelSource, opts: CompileOptions = {}): Module {
-    if (!(device instanceof Device) || source === null || typeof source !== "object" && typeof source !== "string") invalid("Program.compile", "expected (device, source, options?)");
+    if (!isDevice(device) || source === null || typeof source !== "object" && typeof source !== "string") invalid("Program.compile", "expected (device, source, options?)");
     opts = options("Program.compile", opts);
     const src = typeof source === "string" ? source : source[device.backend];
     if (typeof src !== "string" || src.length === 0)
       invalid("Program.compile", `no ${device.backend} source given`);
     const h = device.handle;
     const img = backends[device.backend].compile(device, src, opts);
-    check(N.bg_module_load(h, img.kind, img.image, img.bytes, slot(0)), "bg_module_load", device.backend);
-    return new Module(device, readPtr(0), src);
+    return new Module(device, device.state.api.module_load(h, img.kind, img.image, img.bytes), src);
   }
 }
 
@@ -81,8 +79,7 @@ export class Module {
     const key = `${name}(${signature.join(",")})`;
     let k = this.#kernels.get(key);
     if (!k) {
-      check(N.bg_module_get_kernel(this.handle, cstr(name), slot(0)), "bg_module_get_kernel", this.device.backend);
-      k = new Kernel(this, readPtr(0), name, [...signature]);
+      k = new Kernel(this, this.device.state.api.module_get_kernel(this.handle, cstr(name)), name, [...signature]);
       this.#kernels.set(key, k);
     }
     return k;
@@ -92,7 +89,13 @@ export class Module {
     if (!this.#live) return;
     this.#live = false;
     untrack(this);
-    if (this.device.state.open) check(N.bg_module_unload(this.#handle), "bg_module_unload", this.device.backend);
+    const st = this.device.state;
+    if (!st.open) return;
+    try {
+      st.api.module_unload(this.#handle);
+    } catch {
+      /* dispose never throws: a module the shim refused to unload goes with its device */
+    }
   }
 
   [Symbol.dispose](): void {
@@ -212,10 +215,12 @@ export class Kernel {
   /** The signature as packing codes (see sigCodes). */
   readonly codes: Uint8Array;
   readonly #handle: number;
+  readonly #backend: BackendName;
 
   constructor(module: Module, handle: number, name: string, signature: ArgType[]) {
     this.module = module;
     this.#handle = handle;
+    this.#backend = module.device.backend;
     this.name = name;
     this.signature = Object.freeze(signature);
     this.codes = sigCodes(signature);
@@ -231,8 +236,7 @@ export class Kernel {
   }
 
   get maxThreadsPerBlock(): number {
-    check(N.bg_kernel_max_threads(this.handle, slot(0)), "bg_kernel_max_threads", this.device.backend);
-    return readI32(0);
+    return this.device.state.api.kernel_max_threads(this.handle);
   }
 
   /** Launch on `stream`: arguments checked, packed into one block, one FFI crossing. */
@@ -240,7 +244,7 @@ export class Kernel {
     if (stream === null || typeof stream !== "object" || cfg === null || typeof cfg !== "object") invalid("Kernel.launch", `${this.name}: expected (stream, { grid, block, args })`);
     const k = this.handle;
     const s = stream.handle;
-    if (typeof s !== "number" || !(stream.device instanceof Device)) invalid("Kernel.launch", `${this.name}: expected a Stream`);
+    if (typeof s !== "number" || !isDevice(stream.device)) invalid("Kernel.launch", `${this.name}: expected a Stream`);
     const dev = this.module.device.state.handle;
     if (stream.device.state.handle !== dev) invalid("Kernel.launch", `${this.name}: stream of another device`);
     // Grid and block inline (no arrays allocated on the hot path).
@@ -261,8 +265,7 @@ export class Kernel {
     const shared = cfg.sharedBytes ?? 0;
     if ((shared | 0) !== shared || shared < 0) invalid("Kernel.launch", `sharedBytes must be a non-negative integer`);
     packArgs("Kernel.launch", this.name, this.signature, cfg.args, dev, launchArea, 0, this.codes);
-    const rc = N.bg_launch(k, s, gx, gy, gz, bx, by, bz, shared, ARG_PTR, this.codes.length);
-    if (rc !== 0) check(rc, "bg_launch", this.device.backend);
+    launch(k, s, gx, gy, gz, bx, by, bz, shared, ARG_PTR, this.codes.length, this.#backend);
     const st = stream.device.state;
     if (st.captures > 0) noteCaptured(st, s, this, cfg.args); // a graph replays it: keep what it uses
   }

@@ -62,6 +62,32 @@ describe("CommandList", () => {
     expect(b.read(Float32Array)[N - 1]).toBe(21);
   });
 
+  test("patchLaunch rewrites a launch's grid, block and scalars in place; a bad one changes nothing", () => {
+    using b = dev.alloc(4 * N).fill(0);
+    using other = dev.alloc(4 * N);
+    const empty = mod.kernel("empty", []);
+    const list = new CommandList(dev).launch(addScalar, { grid: 1, block: 64, args: [b, 1, 64] });
+    const at = list.lastArgOffset;
+    list.submit(s, { keep: true, wait: true });
+    let got = b.read(Float32Array);
+    expect([got[0], got[63], got[64], got[N - 1]]).toEqual([1, 1, 0, 0]);
+    list.patchLaunch("test", at, addScalar, { grid: 2, block: 128, args: [b, 2, N] });
+    expect(list.describe().map((c) => c.op)).toEqual(["launch"]);
+    const before = list.bytes();
+    // each refusal names the call and leaves every byte as it was
+    expectGpuError(() => list.patchLaunch("test", at, addScalar, { grid: 1, block: 4096, args: [b, 2, N] }), Status.INVALID_VALUE, /test: .*exceeds the limits/);
+    expectGpuError(() => list.patchLaunch("test", at, addScalar, { grid: 0, block: 1, args: [b, 2, N] }), Status.INVALID_VALUE, /grid/);
+    expectGpuError(() => list.patchLaunch("test", at, addScalar, { grid: 1, block: 1, args: [b, "x" as never, N] }), Status.INVALID_VALUE, /f32/);
+    expectGpuError(() => list.patchLaunch("test", at, addScalar, { grid: 1, block: 1, args: [other, 2, N] }), Status.INVALID_VALUE, /not appended with/);
+    expectGpuError(() => list.patchLaunch("test", at + 8, addScalar, { grid: 1, block: 1, args: [b, 2, N] }), Status.INVALID_VALUE, /not where a launch/);
+    expectGpuError(() => list.patchLaunch("test", at, empty, { grid: 1, block: 1, args: [] }), Status.INVALID_VALUE, /not where a launch/);
+    expectGpuError(() => list.patchArgs("test", at, empty, []), Status.INVALID_VALUE, /not where a launch/);
+    expect(list.bytes()).toEqual(before);
+    list.submit(s, { keep: true, wait: true });
+    got = b.read(Float32Array);
+    expect([got[0], got[63], got[64], got[N - 1]]).toEqual([3, 3, 2, 2]);
+  });
+
   test("host copies refuse device buffers where host memory is expected, and ranges past the end", () => {
     using b = dev.alloc(64);
     using h = dev.allocHost(64);

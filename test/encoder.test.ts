@@ -471,8 +471,8 @@ describe("sessions: misuse, dropping, counters", () => {
         for (const [name, fn] of saved) table[name] = fn as (...a: unknown[]) => unknown;
       }
       expect(afterOps).toEqual({});
-      expect(afterCommit).toEqual({ bg_submit_checked: 1 });
-      expect(calls.bg_submit_checked).toBe(2);
+      expect(afterCommit).toEqual({ bg_submit_ex: 1 });
+      expect(calls.bg_submit_ex).toBe(2);
       expect(sess.stats).toEqual({ dispatches: 15, barriers: 1, copies: 1, fills: 2, commits: 3, ffiCrossings: 2, waits: 1 });
     });
   }

@@ -198,3 +198,20 @@ describe("CUDA versions of the same kernels", () => {
     }
   }, 60_000);
 });
+
+describe("the NVRTC path on a device without NVRTC", () => {
+  test("a refused compile is a GpuError, even with a live handle left in the result slot by an earlier call", async () => {
+    const { compileCudaImage } = await import("../src/compile/cuda");
+    const { Ring } = await import("../src/ring");
+    for (let i = 0; i < 3; i++) {
+      // ring creation writes a live native pointer into the first out slot: the refused compile
+      // after it must not take it for its result
+      const ring = Ring.create(dev, { messageBytes: 16, capacity: 4 });
+      try {
+        expectGpuError(() => compileCudaImage(dev, 'extern "C" __global__ void k() {}', {}, false), Status.NOT_SUPPORTED);
+      } finally {
+        ring.dispose();
+      }
+    }
+  });
+});

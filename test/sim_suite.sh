@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Dress rehearsal of the GPU run: the WHOLE suite with BUNGPU_DEVICE=cuda:0, as the lent GPU
-# machine runs it (../shared/gpu/on-device.sh), but with the CUDA driver simulator
+# Dress rehearsal of the GPU run: the WHOLE suite with BUNGPU_DEVICE=cuda:0, as a machine with
+# an NVIDIA GPU runs it, but with the CUDA driver simulator
 # (shim/test/cudasim) as libcuda. Needs Linux, a C compiler and NVRTC (BUNGPU_NVRTC, or the
 # pip-installed one of test/nvrtc_env.ts). No GPU.
 #

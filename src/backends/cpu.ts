@@ -101,6 +101,9 @@ ${BATCH_LOOP}
 
 export const cpu = {
   name: "cpu",
+  // the fallback: any GPU first
+  defaultRank: 2,
+  bareSpec: true,
   language: "C11 with bungpu_cpu.h, compiled by the first C compiler found (else Bun's TinyCC)",
   dialect: cDialect,
   compile: (_device, source, opts) => compileCpu(source, opts),

@@ -84,6 +84,8 @@ ${BATCH_LOOP}
 
 export const cuda = {
   name: "cuda",
+  defaultRank: 0,
+  bareSpec: false,
   language: "CUDA C++, compiled by NVRTC to a CUBIN (PTX where NVRTC does not know the GPU)",
   dialect: cudaDialect,
   compile: compileCuda,

@@ -1,8 +1,8 @@
 // The backend table: every backend TypeScript knows, one record each. Every union of backend
 // names is derived from it (BackendName), so a backend missing from a `Record<BackendName, …>`
-// or a switch fails to compile, and so does a backend the shim numbers (ffi/sys' Backend)
+// or a switch fails to compile, and so does a backend the shim numbers (ffi/result's Backend)
 // without a record here.
-import type { Backend } from "../../ffi/sys";
+import type { Backend } from "../../ffi/result";
 import { cpu } from "./cpu";
 import { cuda } from "./cuda";
 import { metal } from "./metal";

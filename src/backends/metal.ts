@@ -28,6 +28,8 @@ kernel void ${BATCH_KERNEL}(const device uchar* in [[buffer(0)]], device uchar* 
 
 export const metal = {
   name: "metal",
+  defaultRank: 1,
+  bareSpec: false,
   language: "the Metal Shading Language, compiled by the Metal framework at load",
   dialect: metalDialect,
   compile: (_device, source) => compileMetal(source),

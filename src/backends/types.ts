@@ -7,6 +7,10 @@ import type { Dialect } from "./dialect";
 export interface BackendRecord {
   /** The name in device specs ("cpu", "cuda:0") and in errors; the key of the backend table. */
   readonly name: string;
+  /** Where Device.default() tries it: the lowest rank that opens is the default device. */
+  readonly defaultRank: number;
+  /** Whether its first device's spec is the bare name ("cpu" rather than "cpu:0"). */
+  readonly bareSpec: boolean;
   /** The language its kernels are written in, for people. */
   readonly language: string;
   /** How the tensor code generator writes its kernels. */

@@ -2,9 +2,7 @@
 // sm_XY, PTX where this NVRTC does not know the GPU; cached on disk.
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { N, check, cstr, slot, readPtr, readI32, readU64, lastError } from "../../ffi/native";
-import { ImageKind } from "../../ffi/sys";
-import { GpuError } from "../errors";
+import { ImageKind, api, cstr, rtcCompile } from "../../ffi/result";
 import { cacheDir, cached, compileStats, sha256, store } from "./cache";
 import type { CompileOptions, CompileTarget, LoadableImage } from "./types";
 
@@ -23,7 +21,12 @@ function isElf(b: Uint8Array): boolean {
 
 /** "nvrtc MAJOR.MINOR" as the shim reports it, or "nvrtc" when it cannot say. */
 function nvrtcVersion(device: CompileTarget): string {
-  return N.bg_rtc_version(device.handle, slot(0), slot(1)) === 0 ? `nvrtc ${readI32(0)}.${readI32(1)}` : "nvrtc";
+  try {
+    const [major, minor] = api("cuda").rtc_version(device.handle);
+    return `nvrtc ${major}.${minor}`;
+  } catch {
+    return "nvrtc";
+  }
 }
 
 /** What identifies CUDA kernels' compiler: NVRTC's version and the GPU architecture. */
@@ -50,29 +53,16 @@ export function compileCudaImage(device: CompileTarget, source: string, opts: Co
     return isElf(data) ? { kind: "cubin", code: data, log: "" } : { kind: "ptx", code: cstr(new TextDecoder().decode(data)), log: "" };
   }
   compileStats.compilerRuns++;
-  const rc = N.bg_rtc_compile(device.handle, cstr(source), cstr(opts.name ?? "kernel.cu"), cstr(options.join("\n")), 1, slot(0));
-  const result = readPtr(0);
-  const msg = rc !== 0 ? lastError() : "";
-  if (!result) check(rc, "bg_rtc_compile", "cuda");
-  try {
-    check(N.bg_rtc_sizes(result, slot(0), slot(1)), "bg_rtc_sizes", "cuda");
-    const codeLen = readU64(0), logLen = readU64(1);
-    const code = new Uint8Array(codeLen + 1);
-    const log = new Uint8Array(logLen + 1);
-    check(N.bg_rtc_copy(result, code, log), "bg_rtc_copy", "cuda");
-    const text = new TextDecoder().decode(log.subarray(0, logLen));
-    if (rc !== 0) throw new GpuError(rc, `${msg}\n${text}`, { backend: "cuda", call: "bg_rtc_compile" });
-    const bytes = code.subarray(0, codeLen);
-    if (useCache) {
-      const tmp = join(dir, `${key}.${process.pid}.tmp`);
-      writeFileSync(tmp, bytes);
-      store(dir, key, "img", tmp, rtc);
-    }
-    // PTX keeps its NUL terminator (code has one extra zero byte); a CUBIN is passed as is.
-    return isElf(bytes) ? { kind: "cubin", code: bytes, log: text } : { kind: "ptx", code, log: text };
-  } finally {
-    N.bg_rtc_free(result);
+  // Throws GpuError (with NVRTC's log) on a failed compilation, and on a refusal that compiled nothing.
+  const { code, bytes: codeLen, log: text } = rtcCompile(device.handle, source, opts.name ?? "kernel.cu", options.join("\n"), true, "cuda");
+  const bytes = code.subarray(0, codeLen);
+  if (useCache) {
+    const tmp = join(dir, `${key}.${process.pid}.tmp`);
+    writeFileSync(tmp, bytes);
+    store(dir, key, "img", tmp, rtc);
   }
+  // PTX keeps its NUL terminator (code has one extra zero byte); a CUBIN is passed as is.
+  return isElf(bytes) ? { kind: "cubin", code: bytes, log: text } : { kind: "ptx", code, log: text };
 }
 
 /** CUDA C → what the shim loads (a CUBIN or PTX). */

@@ -21,8 +21,8 @@
 //  - Responses are routed in FIFO order: every accepted message records where its response goes,
 //    either to a `request()` promise or to the receive queue (`send()`), so mixing the two is
 //    unambiguous: a request never sees a send's response and receive never sees a request's.
-import { nativeView } from "../../ffi/native";
-import { Status, RING_META_OFFSET } from "../../ffi/sys";
+import { nativeView } from "../../ffi/result";
+import { Status, RING_META_OFFSET } from "../../ffi/constants";
 import { backends, type BackendName } from "../backends";
 import { Buffer } from "../buffer";
 import { Device } from "../device";

@@ -1,7 +1,8 @@
 // KernelMode: how a RingKernel runs its handler, a launch per batch of messages (Batch) or a
 // persistent kernel fed through lock-free rings (Ring), and what each typically costs per backend.
 import { backendOf, type BackendName } from "../backends";
-import { Device } from "../device";
+import type { Device } from "../device";
+import { isDevice } from "../device_state";
 import { invalid } from "../errors";
 
 export type KernelModeName = "batch" | "ring";
@@ -62,11 +63,11 @@ export class KernelMode {
   }
 
   /**
-   * Typical overhead in µs on `backend` (default "cuda", the figure the reference describes):
-   * each backend record's `ring.typicalOverheadUs`, which says where its figures come from.
+   * Typical overhead in µs on `backend` (default "cuda"): each backend record's
+   * `ring.typicalOverheadUs`, which says where its figures come from.
    */
   typicalOverheadUs(backend: BackendName | Device = "cuda"): number {
-    const b = backend instanceof Device ? backend.backend : backend;
+    const b = isDevice(backend) ? backend.backend : backend;
     const row = backendOf(b)?.ring.typicalOverheadUs;
     if (!row) invalid("KernelMode.typicalOverheadUs", `unknown backend ${String(backend)}`);
     return row[this.#name];

@@ -1,10 +1,11 @@
 // Ring: TypeScript wrapper over the shim's single-producer single-consumer rings (bg_ring_*).
 // Batches cross the FFI once; head and tail are also read directly through a zero-copy view of
 // the ring header, so polling for a response costs no FFI call.
-import { N, check, slot, readU32, readPtr, nativeView } from "../../ffi/native";
-import { RING_HEAD_OFFSET, RING_TAIL_OFFSET, RING_META_OFFSET } from "../../ffi/sys";
-import { Device } from "../device";
-import { invalid, disposed, type BackendLabel } from "../errors";
+import { nativeView, type Api } from "../../ffi/result";
+import { RING_HEAD_OFFSET, RING_TAIL_OFFSET, RING_META_OFFSET } from "../../ffi/constants";
+import type { Device } from "../device";
+import { isDevice } from "../device_state";
+import { invalid, disposed } from "../errors";
 import { checkRingShape } from "./source";
 
 export interface RingOptions {
@@ -31,16 +32,13 @@ export function bytesView(call: string, v: unknown): Uint8Array {
 // The raw push and pop, for callers that have already checked the handle, the view and the count
 // against the ring (Ring.push/pop and the ring transport). Not re-exported from the package: a
 // wrong count or view here would let the shim read or write past the caller's array.
-export function pushChecked(backend: BackendLabel, h: number, u8: Uint8Array, n: number): number {
-  const rc = N.bg_ring_push(h, u8, n, slot(0));
-  if (rc !== 0) check(rc, "bg_ring_push", backend);
-  return readU32(0);
+// `gpu` is the ring's device's result layer (device.state.api).
+export function pushChecked(gpu: Api, h: number, u8: Uint8Array, n: number): number {
+  return gpu.ring_push(h, u8, n);
 }
 
-export function popChecked(backend: BackendLabel, h: number, out: Uint8Array, max: number): number {
-  const rc = N.bg_ring_pop(h, out, max, slot(0));
-  if (rc !== 0) check(rc, "bg_ring_pop", backend);
-  return readU32(0);
+export function popChecked(gpu: Api, h: number, out: Uint8Array, max: number): number {
+  return gpu.ring_pop(h, out, max);
 }
 
 /**
@@ -64,20 +62,17 @@ export class Ring {
     this.#handle = handle;
     this.messageBytes = messageBytes;
     this.capacity = capacity;
-    check(N.bg_ring_address(handle, slot(0), slot(1)), "bg_ring_address", device.backend);
-    this.#host = readPtr(0);
-    this.#devAddr = readPtr(1);
+    [this.#host, this.#devAddr] = device.state.api.ring_address(handle);
     this.#hdrAb = nativeView(this.#host, RING_META_OFFSET + 16);
     this.#hdr = new Uint32Array(this.#hdrAb);
   }
 
   static create(device: Device, opts: RingOptions): Ring {
     const call = "Ring.create";
-    if (!(device instanceof Device)) invalid(call, "expected a Device");
+    if (!isDevice(device)) invalid(call, "expected a Device");
     if (!opts || typeof opts !== "object") invalid(call, "expected { messageBytes, capacity }");
     checkRingShape(call, opts.messageBytes, opts.capacity);
-    check(N.bg_ring_create(device.handle, opts.messageBytes, opts.capacity, slot(0)), "bg_ring_create", device.backend);
-    return new Ring(device, readPtr(0), opts.messageBytes, opts.capacity);
+    return new Ring(device, device.state.api.ring_create(device.handle, opts.messageBytes, opts.capacity), opts.messageBytes, opts.capacity);
   }
 
   get handle(): number {
@@ -149,7 +144,7 @@ export class Ring {
     const n = count ?? max;
     if (!Number.isInteger(n) || n < 0 || n > max) invalid(call, `count must be an integer in 0..${max}, got ${String(count)}`);
     if (n === 0) return 0;
-    return pushChecked(this.device.backend, h, u8, n);
+    return pushChecked(this.device.state.api, h, u8, n);
   }
 
   /**
@@ -170,7 +165,7 @@ export class Ring {
     const out = into ?? new Uint8Array(Math.min(m, this.count()) * mb);
     if (!into) m = out.byteLength / mb;
     if (m === 0) return out.subarray(0, 0);
-    const k = popChecked(this.device.backend, h, out, m);
+    const k = popChecked(this.device.state.api, h, out, m);
     return out.subarray(0, k * mb);
   }
 
@@ -183,7 +178,13 @@ export class Ring {
       /* a view Bun cannot detach: nothing else reads it once the ring is dead */
     }
     this.#hdrAb = undefined;
-    if (this.device.state.open) check(N.bg_ring_destroy(this.#handle), "bg_ring_destroy", this.device.backend);
+    const st = this.device.state;
+    if (!st.open) return;
+    try {
+      st.api.ring_destroy(this.#handle);
+    } catch {
+      /* dispose never throws: a ring the shim refused to free goes with its device */
+    }
   }
 
   [Symbol.dispose](): void {

@@ -1,6 +1,7 @@
 // Where a RingKernel's messages go and its responses come from: a persistent kernel fed through
 // two rings (RingTransport), or a launch of the batch kernel per batch of staged messages
 // (BatchTransport); and the safety net for a RingKernel forgotten while its kernel runs.
+import type { Api } from "../../ffi/result";
 import { Buffer } from "../buffer";
 import type { Device } from "../device";
 import { Event } from "../event";
@@ -36,6 +37,7 @@ export class RingTransport implements Transport {
   readonly #outH: number;
   readonly #rb: number;
   readonly #stream: Stream;
+  readonly #api: Api;
   #launched = false;
   #resident: Set<number> | null = null;
   #residentHandle = 0;
@@ -43,6 +45,7 @@ export class RingTransport implements Transport {
   constructor(device: Device, kernel: Kernel, stream: Stream, state: Buffer, mb: number, rb: number, cap: number) {
     this.#stream = stream;
     this.#rb = rb;
+    this.#api = device.state.api;
     this.inRing = Ring.create(device, { messageBytes: mb, capacity: cap });
     try {
       this.outRing = Ring.create(device, { messageBytes: rb, capacity: cap });
@@ -67,7 +70,7 @@ export class RingTransport implements Transport {
   }
 
   push(u8: Uint8Array, n: number): number {
-    return pushChecked(this.inRing.device.backend, this.#inH, u8, n);
+    return pushChecked(this.#api, this.#inH, u8, n);
   }
 
   available(): number {
@@ -78,7 +81,7 @@ export class RingTransport implements Transport {
     const k = Math.min(n, this.outRing.countFast());
     const out = new Uint8Array(k * this.#rb);
     if (k === 0) return out;
-    const got = popChecked(this.outRing.device.backend, this.#outH, out, k);
+    const got = popChecked(this.#api, this.#outH, out, k);
     return got === k ? out : out.subarray(0, got * this.#rb);
   }
 

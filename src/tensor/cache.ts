@@ -32,6 +32,7 @@
 import { mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { cacheRoot } from "../../ffi/load";
+import { backends } from "../backends";
 import type { Device } from "../device";
 import { compilerIdentity, type Kernel } from "../kernel";
 import type { LazyNode } from "./ast";
@@ -147,10 +148,10 @@ export function structureKey(nodes: readonly LazyNode[], pos: ReadonlyMap<LazyNo
 /**
  * What besides the structure a plan-cache entry depends on: the schedule options that change the
  * kernels (fusion; memory planning is recomputed from the live options), the device by backend and
- * ordinal, a GPU by name too (the C for the CPU does not depend on its model), and the compiler.
+ * ordinal, by name too where its backend's code depends on the model, and the compiler.
  */
 export function planCacheContext(dev: Device, opts: ScheduleOptions = {}): string {
-  return `${(opts.fusion ?? true) ? "F" : "U"}|${dev.spec}|${dev.backend === "cpu" ? "" : dev.name}|${compilerIdentity(dev)}`;
+  return `${(opts.fusion ?? true) ? "F" : "U"}|${dev.spec}|${backends[dev.backend].codeDependsOnModel ? dev.name : ""}|${compilerIdentity(dev)}`;
 }
 
 /** The plan-cache key: a hash of the structural key, `context` (planCacheContext) and the version. */

@@ -5,9 +5,6 @@
 // and intermediates placed in one arena by a memory planner (memory.ts) so that intermediates
 // whose lifetimes do not overlap share memory.
 import { Device } from "../device";
-// side effects: these modules register the device factories (alloc, streams)
-import "../buffer";
-import "../stream";
 import { describeValue, disposed, illegalState, invalid, options } from "../errors";
 import type { Kernel } from "../kernel";
 import { ExecMode, type Executable, type Schedule } from "../schedule";
@@ -15,7 +12,7 @@ import type { Buffer } from "../buffer";
 import { Stream } from "../stream";
 import { hostFnsPending } from "../hostfn";
 import { inputNames, type HasNode, type LazyNode } from "./ast";
-import { PlanCommands, submitList } from "./cmdlist";
+import { PlanCommands } from "./cmdlist";
 import type { GeneratedKernel } from "./codegen";
 import { allocateIntermediates, readValue, type BufferLayout, type PlanBuffer } from "./memory";
 import { prepare, type CachedKernel, type PreparedKernel } from "./prepare";
@@ -106,7 +103,7 @@ export class ExecutionPlan {
     this.#kernels = p.kernels;
     this.#mem = p.mem;
     this.#arena = p.arena;
-    this.#list = new PlanCommands(this.#device, this.#kernels, this.#gens, this.#compiled);
+    this.#list = new PlanCommands(this.#device, this.#gens, this.#compiled);
   }
 
   #allocIntermediates(): void {
@@ -297,13 +294,6 @@ export class ExecutionPlan {
     return (this.#stream ??= this.#device.createStream({ nonBlocking: true }));
   }
 
-  /** What the list points at is still there: the device, every plan buffer, every kernel's module. */
-  #listUsable(call: string): void {
-    if (!this.#device.state.open) disposed(call, "device of this plan");
-    for (const m of this.#mem) if (m && m.disposed) disposed(call, "buffer of this plan");
-    for (const k of this.#compiled) if (k.module.disposed) disposed(call, `module of kernel ${k.name}`);
-  }
-
   /**
    * Submit the command list on `stream` (the plan's own unless given). With `wait`, on the plan's
    * own stream and no TypeScript host function pending anywhere, submit and wait are one crossing;
@@ -311,14 +301,16 @@ export class ExecutionPlan {
    * reports their failures).
    */
   #submit(call: string, stream: Stream | undefined, wait: boolean): Stream {
-    this.#listUsable(call);
-    const list = this.#list.get(this.#vals, this.#valsKey(), (i) => this.#argsOf(i));
+    if (!this.#device.state.open) disposed(call, "device of this plan");
+    const list = this.#list.get(call, this.#vals, this.#valsKey(), (i) => this.#argsOf(i));
     const s = stream ?? this.#ownStream();
+    // The list checks that what it uses is still there (buffers, modules: GpuError naming `call`);
+    // a refusal of the shim is the list's CommandError, naming the command at fault.
     if (wait && !stream && hostFnsPending() === 0) {
-      submitList(call, s, list, true);
+      list.submit(s, { keep: true, wait: true }, call);
       return s;
     }
-    submitList(call, s, list, false);
+    list.submit(s, { keep: true }, call);
     if (wait) s.synchronize();
     return s;
   }

@@ -7,6 +7,7 @@
 //   allocate  the plan's buffers and the memory plan of its intermediates (memory.ts)
 // Every cache on the way (cache.ts) hangs on one structural key computed once per prepare: a plan
 // seen before (this process or an earlier one) skips schedule, lower and render.
+import { backends } from "../backends";
 import type { Buffer } from "../buffer";
 import type { Device } from "../device";
 import { Program, type Kernel, type Module } from "../kernel";
@@ -53,9 +54,9 @@ export interface PreparedKernel extends CachedKernel {
   readonly astId: number;
 }
 
-/** The kernel language of a device. */
+/** The kernel language of a device: its backend's dialect. */
 export function langOf(dev: Device): Lang {
-  return dev.backend === "cpu" ? "c" : dev.backend === "cuda" ? "cuda" : "metal";
+  return backends[dev.backend].dialect.lang;
 }
 
 // ---- the stages ------------------------------------------------------------------------------------
@@ -109,8 +110,7 @@ function compile(dev: Device, gens: readonly GeneratedKernel[]): Kernel[] {
     const source = prelude(lang) + list.map((g) => g.body).join("\n");
     tensorCompileStats.compiles++;
     tensorCompileStats.kernelsCompiled += list.length;
-    // CPU: let the compiler contract a*b+c into FMA (one rounding instead of two).
-    const options = dev.backend === "cpu" ? ["-ffp-contract=fast"] : [];
+    const options = [...backends[dev.backend].tensorCompileOptions];
     const mod: Module = Program.compile(dev, source, { name: list.length === 1 ? list[0]!.name : `tensor_${list.length}k`, options });
     for (const g of list) cache.set(g.name, mod.kernel(g.name, g.signature));
   }
