@@ -1,18 +1,8 @@
 // The result layer (ffi/result.ts): wrappers derived from the symbol table return their
 // out-values and throw GpuError (code, name, call, backend, the shim's message) on a failure.
 import { describe, expect, test } from "bun:test";
-import { readdirSync, readFileSync } from "node:fs";
-import { dirname, join, relative, resolve } from "node:path";
 import { Cmd } from "../ffi/constants";
 import { GpuError, Status, SubmitError, api, backendInfo, eventElapsed, launch, rtcCompile, submit } from "../ffi/result";
-
-const root = join(import.meta.dir, "..");
-/** Every .ts file under src/, as absolute paths. */
-function srcFiles(dir = join(root, "src")): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
-    e.isDirectory() ? srcFiles(join(dir, e.name)) : e.name.endsWith(".ts") ? [join(dir, e.name)] : [],
-  );
-}
 
 describe("result layer", () => {
   const cpu = api("cpu");
@@ -119,50 +109,5 @@ describe("result layer", () => {
     const info = backendInfo(0);
     expect(info.available).toBe(true);
     expect(info.devices).toBeGreaterThanOrEqual(1);
-  });
-
-  test("no file in ffi/ imports from src/", () => {
-    const dir = join(import.meta.dir, "..", "ffi");
-    for (const f of readdirSync(dir).filter((n) => n.endsWith(".ts")))
-      expect({ file: f, importsSrc: /from\s+["']\.\.\/src\//.test(readFileSync(join(dir, f), "utf8")) }).toEqual({ file: f, importsSrc: false });
-  });
-
-  test("src/ never sees the symbol table or the scratch slots: no import of ffi/native, no N.bg_* call", () => {
-    const offenders = srcFiles().filter((f) => {
-      const text = readFileSync(f, "utf8");
-      return /from\s+["'](\.\.\/)+ffi\/native["']/.test(text) || /\bN\.bg_/.test(text);
-    });
-    expect(offenders).toEqual([]);
-  });
-
-  test("no circle of imports in src/ (type-only imports included)", () => {
-    const files = srcFiles();
-    const known = new Set(files);
-    const edges = new Map<string, string[]>();
-    for (const f of files) {
-      const deps: string[] = [];
-      for (const m of readFileSync(f, "utf8").matchAll(/^(?:import|export)\b[^;]*?\bfrom\s+"(\.[^"]+)"|^import\s+"(\.[^"]+)"/gm)) {
-        const spec = m[1] ?? m[2]!;
-        const base = resolve(dirname(f), spec);
-        const hit = [`${base}.ts`, join(base, "index.ts"), base].find((c) => known.has(c));
-        if (hit) deps.push(hit);
-      }
-      edges.set(f, deps);
-    }
-    const state = new Map<string, 1 | 2>();
-    const stack: string[] = [];
-    const circles: string[] = [];
-    const visit = (f: string): void => {
-      state.set(f, 1);
-      stack.push(f);
-      for (const d of edges.get(f)!) {
-        if (state.get(d) === 1) circles.push(stack.slice(stack.indexOf(d)).concat(d).map((p) => relative(root, p)).join(" -> "));
-        else if (!state.has(d)) visit(d);
-      }
-      stack.pop();
-      state.set(f, 2);
-    };
-    for (const f of files) if (!state.has(f)) visit(f);
-    expect(circles).toEqual([]);
   });
 });
