@@ -569,6 +569,7 @@ const bg_ops cpu_ops = {
     .graph_launch = cpu_graph_launch,
     .graph_exec_set_kernel_args = cpu_graph_exec_set_kernel_args,
     .submit = cpu_submit,
+    .graph_from_commands = cpu_graph_from_commands,
     .kernel_hold = cpu_kernel_hold,
     .kernel_unhold = cpu_kernel_unhold,
     .event_hold = cpu_event_hold,
@@ -641,6 +642,7 @@ WRAP_H(graph_upload, x, (void* x, void* s), (x, s))
 WRAP_H(graph_launch, x, (void* x, void* s), (x, s))
 WRAP_H(graph_exec_set_kernel_args, x, (void* x, uint32_t i, const uint64_t* a, uint32_t n), (x, i, a, n))
 WRAP_H(submit, s, (void* s, const uint8_t* b, uint64_t n), (s, b, n))
+WRAP_D(graph_from_commands, (bg_device* dev, const uint8_t* p, uint64_t n, void** o), (dev, p, n, o))
 
 const bg_ops cpu_ops_checked = {
     .name = "cpu",
@@ -690,6 +692,7 @@ const bg_ops cpu_ops_checked = {
     .graph_launch = chk_graph_launch,
     .graph_exec_set_kernel_args = chk_graph_exec_set_kernel_args,
     .submit = chk_submit,
+    .graph_from_commands = chk_graph_from_commands,
     .kernel_hold = cpu_kernel_hold,
     .kernel_unhold = cpu_kernel_unhold,
     .event_hold = cpu_event_hold,
