@@ -333,13 +333,8 @@ export class CommandList {
     const size = CMD_BYTES.LAUNCH_HEADER + 8 * n;
     if (this.#len + size > this.#cap) this.#grow(size);
     const off = this.#len;
-    // Grid and block: numbers take a path with no allocation; arrays go through dim3.
-    let gx: number, gy = 1, gz = 1, bx: number, by = 1, bz = 1;
-    const grid = cfg.grid, block = cfg.block;
-    if (typeof grid === "number" && grid >= 1 && grid <= DIM_MAX && Math.floor(grid) === grid) gx = grid;
-    else [gx, gy, gz] = dim3(call, "grid", grid);
-    if (typeof block === "number" && block >= 1 && block <= DIM_MAX && Math.floor(block) === block) bx = block;
-    else [bx, by, bz] = dim3(call, "block", block);
+    const g = geometry(call, cfg);
+    const gx = g[0]!, gy = g[1]!, gz = g[2]!, bx = g[3]!, by = g[4]!, bz = g[5]!;
     checkGeometry(call, kernel, dev, this.#maxThreads, gx, gy, gz, bx, by, bz);
     const shared = cfg.sharedBytes === undefined ? 0 : checkShared(call, cfg.sharedBytes);
     // Arguments straight into their slots (validated first; the length has not moved yet).
@@ -648,13 +643,8 @@ export class CommandList {
   patchLaunch(call: string, argOffset: number, kernel: Kernel, cfg: LaunchOptions): void {
     const w = this.#launchAt(call, argOffset, kernel);
     if (cfg === null || typeof cfg !== "object") invalid(call, `${kernel.name}: expected { grid, block, args }`);
-    // numbers take a path with no allocation, as in launch()
-    let gx: number, gy = 1, gz = 1, bx: number, by = 1, bz = 1;
-    const grid = cfg.grid, block = cfg.block;
-    if (typeof grid === "number" && grid >= 1 && grid <= DIM_MAX && Math.floor(grid) === grid) gx = grid;
-    else [gx, gy, gz] = dim3(call, "grid", grid);
-    if (typeof block === "number" && block >= 1 && block <= DIM_MAX && Math.floor(block) === block) bx = block;
-    else [bx, by, bz] = dim3(call, "block", block);
+    const g = geometry(call, cfg);
+    const gx = g[0]!, gy = g[1]!, gz = g[2]!, bx = g[3]!, by = g[4]!, bz = g[5]!;
     checkGeometry(call, kernel, this.#dev, maxThreads(kernel), gx, gy, gz, bx, by, bz);
     const shared = cfg.sharedBytes === undefined ? 0 : checkShared(call, cfg.sharedBytes);
     checkArgs(call, kernel, cfg.args);
@@ -732,6 +722,22 @@ function put64(u32: Uint32Array, w: number, v: number): void {
   const lo = v >>> 0;
   u32[w] = lo;
   u32[w + 1] = (v - lo) / TWO32;
+}
+
+/** A launch's grid and block as [gx, gy, gz, bx, by, bz] in one reused array: numbers take a path
+ * with no allocation; arrays go through dim3. Read it before the next call. */
+const GEO = new Uint32Array(6);
+function geometry(call: string, cfg: LaunchOptions): Uint32Array {
+  const grid = cfg.grid, block = cfg.block;
+  if (typeof grid === "number" && grid >= 1 && grid <= DIM_MAX && Math.floor(grid) === grid) {
+    GEO[0] = grid;
+    GEO[1] = GEO[2] = 1;
+  } else GEO.set(dim3(call, "grid", grid), 0);
+  if (typeof block === "number" && block >= 1 && block <= DIM_MAX && Math.floor(block) === block) {
+    GEO[3] = block;
+    GEO[4] = GEO[5] = 1;
+  } else GEO.set(dim3(call, "block", block), 3);
+  return GEO;
 }
 
 function inRange(call: string, what: string, len: number, off: number, bytes: number): void {
