@@ -2,7 +2,9 @@
  * api.c: the entry points of libbungpu (bungpu.h): the device table, and one thin wrapper per
  * bg_* symbol that validates what it can and calls the device's vtable, or the generic
  * command-list graph (commands.c). The last error, handle checks and compile results it stands
- * on are base.c's; the bg_submit* entries are commands.c's.
+ * on are base.c's; the bg_submit* entries are commands.c's. One file over 600 lines: every
+ * wrapper is a few lines of the same shape (CHECK, NONNULL, NEED, BG_HOOK, the vtable call), in
+ * the header's order, and they share those macros.
  */
 #define _GNU_SOURCE
 #include "internal.h"

@@ -18,6 +18,10 @@
  * Illegal calls (cpu_capture_guard*) invalidate captures by mode: Global for any thread,
  * ThreadLocal for the thread that began it, Relaxed never; a call on the capturing stream or
  * captured event itself always does. All state is under the device's cap_mu.
+ *
+ * One file over 600 lines: every part reads and writes the same state under that one lock (the
+ * node list, each stream's D, the captured events' marks), and the thread-exit watch ends
+ * captures the same way end_capture does.
  */
 #include "cpu.h"
 

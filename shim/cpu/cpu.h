@@ -240,7 +240,7 @@ typedef struct cpu_stream {
   uint32_t space_waiters;   /* under mu */
   _Atomic uint64_t enqueued, completed;
   _Atomic int32_t waiters;
-  _Atomic int32_t resident; /* running a persistent ring kernel (see defer_on in device.c) */
+  _Atomic int32_t resident; /* running a persistent ring kernel (see defer_on in queue.c) */
   void* scratch; /* CPU_MAX_SHARED bytes: shared memory for launches run on this worker */
   /* capture membership: cap is read without the lock on the fast path; D (the nodes the
    * stream's next node depends on) is under dev->cap_mu */
