@@ -262,7 +262,10 @@ BG_API int32_t bg_submit_ex(void* s, const void* bytes, uint64_t len, uint32_t f
     return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit_ex: unknown flags 0x%x", flags);
   int32_t rc = bg_submit_checked(s, bytes, len, bad);
   if (rc != BG_OK || !(flags & BG_SUBMIT_WAIT)) return rc;
-  return bg_stream_synchronize(s);
+  /* `s` is a live stream: bg_submit_checked said so. */
+  bg_device* d = ((bg_obj*)s)->dev;
+  BG_HOOK(d);
+  return d->ops->stream_synchronize(s);
 }
 
 BG_API int32_t bg_submit(void* s, const void* bytes, uint64_t len) {

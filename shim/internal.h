@@ -1,5 +1,6 @@
 /*
- * internal.h: what the core (bungpu.c, commands.c) and the backends (cpu/, cuda/, metal/) share.
+ * internal.h: what the core (api.c, commands.c, base.c) and the backends (cpu/, cuda/, metal/)
+ * share.
  *
  * Every handle begins with bg_obj, so the core can check a handle's kind before it trusts it
  * and find its device. The core validates arguments, then calls the device's vtable. Backends
@@ -163,7 +164,7 @@ struct bg_ops {
   int32_t (*ring_free)(bg_device* dev, void* host);
 };
 
-/* ---- shared helpers (bungpu.c) ------------------------------------------------------------ */
+/* ---- shared helpers (base.c) -------------------------------------------------------------- */
 /* Record the thread's last error; returns code so `return bg_set_error(...)` reads naturally. */
 int32_t bg_set_error(int32_t code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 int32_t bg_set_errorv(int32_t code, const char* fmt, va_list ap);
@@ -173,13 +174,20 @@ bool bg_obj_is(const void* h, bg_kind kind);
 void bg_obj_init(void* h, bg_kind kind, bg_device* dev);
 void bg_obj_kill(void* h); /* clears the magic so a stale handle is caught */
 
-/* Build a bg_rtc_compile result (code and log are copied). */
+/* A bg_rtc_compile result. Build one with bg_rtc_make (code and log are copied). */
+typedef struct bg_rtc {
+  bg_obj h;
+  uint8_t* code;
+  uint64_t code_len;
+  char* log;
+  uint64_t log_len;
+} bg_rtc;
 int32_t bg_rtc_make(bg_device* dev, const void* code, uint64_t code_len, const char* log,
                     uint64_t log_len, void** out);
 
 /* A device handle's bg_obj.dev points at the device itself: bg_obj_init(d, BG_KIND_DEVICE, d). */
 
-/* Signals (bungpu.c): the stream operation that a backend runs to hand off to the host. */
+/* Signals (api.c): the stream operation that a backend runs to hand off to the host. */
 void bg_signal_run(void* sig); /* a bg_host_fn: mark reached, wait for release, reset */
 
 /* BG_HOOK(dev): the device's enter hook now, its leave hook when the enclosing block ends. */
@@ -288,7 +296,7 @@ extern const bg_backend bg_cpu_backend;
 extern const bg_backend bg_cuda_backend;
 extern const bg_backend bg_metal_backend;
 
-/* Portable monotonic nanoseconds. */
+/* Portable monotonic nanoseconds (base.c). */
 uint64_t bg_now_ns(void);
 
 #endif /* BUNGPU_INTERNAL_H */

@@ -1,21 +1,29 @@
 /*
  * cpu/cpu.h: what the files of the CPU backend share.
  *
- *  device.c  probe/open/close, props, memory (tracked allocations), synchronous copies, rings,
- *            and the vtable.
- *  stream.c  streams (one worker thread each, an in-order queue of cpu_op), events, host
- *            functions, asynchronous copies, launches (cpu_launch queues an OP_KERNEL), and
- *            running one op.
+ * From the bottom up; each file calls only files above it in this list:
  *  pool.c    the per-device kernel thread pool: running a launch's blocks (cpu_kernel_run),
  *            and checked mode's fault handling.
+ *  event.c   what an event is underneath: references, a record reached, waiting for one.
+ *  queue.c   a stream's queue from below its worker: putting an op in, waiting for ops to
+ *            complete, references; snapshots of many streams; frees deferred until the work
+ *            queued before them has run (cpu_defer).
  *  module.c  modules (dlopen, or functions compiled in memory) and kernels.
- *  graph.c   stream capture (fork/join through events, invalidation by CaptureMode), graphs,
- *            graph execs and bg_submit command buffers.
+ *  run.c     what a worker does with an op: run it, release it, abandon it; graph exec replays
+ *            and command lists included.
+ *  capture.c stream capture: ops, records and waits on a capturing stream, the guards that
+ *            invalidate by CaptureMode, begin/end/status.
+ *  stream.c  streams (one worker thread each, an in-order queue of cpu_op), enqueueing with
+ *            the legacy stream's implicit waits, events' and host functions' entry points,
+ *            asynchronous copies, launches (cpu_launch queues an OP_KERNEL).
+ *  graph.c   graphs, graph execs (instantiate, launch, argument updates) and bg_submit command
+ *            lists, each queued as one op.
+ *  device.c  probe/open/close, props, memory (tracked allocations), synchronous copies, rings,
+ *            and the vtable.
  *
- * Calls between the files go one way (device -> stream, graph, module, pool; graph -> stream,
- * module, pool; stream -> pool; module -> stream), except between stream.c and graph.c: an
- * enqueue asks the capture (graph.c) whether to record the op instead, and a worker runs graph
- * execs and command lists (graph.c), which enqueue through stream.c.
+ * The worker runs ops below it (run.c), and capture is asked below the enqueue (capture.c), so
+ * nothing below stream.c calls it back; the one call that climbs is through a pointer: a
+ * deferred free (cpu_defer) runs the function it was given.
  *
  * Synchronisation follows CUDA's legacy default stream (stream.c, "legacy"): work queued on the
  * device's default stream waits for the work queued before it on every blocking stream (created
@@ -232,7 +240,7 @@ typedef struct cpu_stream {
   uint32_t space_waiters;   /* under mu */
   _Atomic uint64_t enqueued, completed;
   _Atomic int32_t waiters;
-  _Atomic int32_t resident; /* running a persistent ring kernel (see defer_on in device.c) */
+  _Atomic int32_t resident; /* running a persistent ring kernel (see defer_on in queue.c) */
   void* scratch; /* CPU_MAX_SHARED bytes: shared memory for launches run on this worker */
   /* capture membership: cap is read without the lock on the fast path; D (the nodes the
    * stream's next node depends on) is under dev->cap_mu */
@@ -346,18 +354,28 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* device.c */
-extern const bg_ops cpu_ops;
-extern const bg_ops cpu_ops_checked; /* the same, each entry first returning the sticky error */
-int cpu_checked_mode(void);          /* BUNGPU_CHECK=1 (read once) */
+/* pool.c */
+void cpu_fault_init(void); /* checked mode: install the SIGSEGV/SIGBUS handler (once) */
+/* Record a kernel's fault as the device's sticky error (the first one wins). */
+void cpu_set_sticky(cpu_device* d, int32_t code, const char* msg);
+int32_t cpu_pool_init(cpu_pool* p, uint32_t nslots);
+void cpu_pool_destroy(cpu_pool* p);
+/* Run a launch to completion on the calling stream worker. */
+void cpu_kernel_run(struct cpu_stream* s, cpu_kernel* k, const uint32_t g[3], const uint32_t b[3],
+                    uint32_t shared, const uint64_t* args);
 
-/* stream.c */
-void cpu_device_wait_all(cpu_device* d); /* wait for every stream's queued work */
-/* Call fn(arg) once every stream has finished the work queued so far; never blocks. */
-void cpu_defer(cpu_device* d, void (*fn)(void*), void* arg);
-void cpu_deferred_release(cpu_deferred* df);
-int32_t cpu_stream_new(cpu_device* d, uint32_t flags, int32_t prio, cpu_stream** out);
-void cpu_stream_free(cpu_stream* s); /* waits, stops, joins, frees */
+/* event.c */
+void cpu_event_retain(cpu_event* e);
+void cpu_event_release(cpu_event* e);
+void cpu_event_complete(cpu_event* e, uint64_t seq);
+void cpu_event_wait_seq(cpu_event* e, uint64_t seq);
+
+/* queue.c */
+/* Copy `op` to the end of the stream's queue (the worker owns it from then on), waking the
+ * worker if it sleeps; blocks while CPU_QUEUE_MAX ops are queued. 0, or -1 when out of memory
+ * for a bigger queue: nothing was queued and `op` is still the caller's. No implicit waits, no
+ * capture: cpu_enqueue (stream.c) is the way in for work. */
+int cpu_queue_push(cpu_stream* s, const cpu_op* op);
 void cpu_stream_wait_idle(cpu_stream* s);
 void cpu_stream_wait_count(cpu_stream* s, uint64_t target); /* until `target` ops completed */
 void cpu_stream_retain(cpu_stream* s);
@@ -386,18 +404,57 @@ void cpu_snaps_free(cpu_snaps* sn);
 /* The host-side half of a legacy (default-stream) synchronous operation: wait for the default
  * stream and every blocking stream as of now. */
 void cpu_legacy_wait_host(cpu_device* d);
+void cpu_device_wait_all(cpu_device* d); /* wait for every stream's queued work */
+/* Call fn(arg) once every stream has finished the work queued so far; never blocks. */
+void cpu_defer(cpu_device* d, void (*fn)(void*), void* arg);
+void cpu_deferred_release(cpu_deferred* df);
+
+/* module.c */
+int32_t cpu_module_load(bg_device* dev, int32_t kind, const void* data, uint64_t n, void** out);
+int32_t cpu_module_unload(void* m);
+void cpu_module_hold(cpu_module* m);
+void cpu_module_unhold(cpu_module* m);
+int32_t cpu_module_get_kernel(void* m, const char* name, void** out);
+int32_t cpu_kernel_max_threads(void* k, int32_t* out);
+
+/* run.c */
+void cpu_fill(void* dst, uint32_t pattern, uint32_t esz, uint64_t count);
+void cpu_op_run(cpu_stream* s, cpu_op* op); /* on the stream's worker */
+void cpu_op_release(cpu_op* op);
+/* An op that will never run: complete the event records it issued (and pass over a graph
+ * launch's turn), so nothing waits forever; then release it. */
+void cpu_op_abandon(cpu_op* op);
+void cpu_exec_run(cpu_stream* s, cpu_exec* x, cpu_xargs* a, const uint64_t* seqs, uint64_t ticket);
+void cpu_exec_skip(cpu_exec* x, uint64_t ticket);
+void cpu_exec_release(cpu_exec* x);
+void cpu_xargs_release(cpu_xargs* a);
+void cpu_cmds_run(cpu_stream* s, cpu_op* op);
+
+/* capture.c */
+int32_t cpu_capture_guard(cpu_device* d, const char* fn);
+int32_t cpu_capture_guard_stream(cpu_stream* s, const char* fn);
+int32_t cpu_capture_guard_event(cpu_event* e, const char* fn);
+/* Default-stream use while a blocking stream captures: BG_ERR_STREAM_CAPTURE_IMPLICIT. */
+int32_t cpu_capture_implicit(cpu_device* d, const char* fn);
+int32_t cpu_capture_add(cpu_stream* s, cpu_op* op, const char* fn, int* handled);
+int32_t cpu_capture_record(cpu_stream* s, cpu_event* e, int* handled);
+int32_t cpu_capture_wait(cpu_stream* s, cpu_event* e, int* handled);
+void cpu_capture_stream_gone(cpu_stream* s);
+void cpu_capture_free_all(cpu_device* d);
+void cpu_nodes_free(cpu_node* nodes, uint32_t n); /* a graph's or a capture's nodes */
+int32_t cpu_begin_capture(void* s, int32_t mode);
+int32_t cpu_end_capture(void* s, void** out_graph);
+int32_t cpu_capture_status(void* s, int32_t* out);
+
+/* stream.c */
+int32_t cpu_stream_new(cpu_device* d, uint32_t flags, int32_t prio, cpu_stream** out);
+void cpu_stream_free(cpu_stream* s); /* waits, stops, joins, frees */
 int32_t cpu_enqueue(cpu_stream* s, cpu_op* op, const char* fn); /* releases op on failure */
 /* cpu_enqueue in two halves, for ops that take event record numbers: the legacy default stream's
  * implicit waits (or its refusal during a global capture) first, then the op itself. */
 int32_t cpu_legacy_deps(cpu_stream* s, const char* fn);
 int32_t cpu_enqueue_raw(cpu_stream* s, cpu_op* op, const char* fn); /* releases op on failure */
 int32_t cpu_submit_op(cpu_stream* s, cpu_op* op, const char* fn); /* capture or enqueue */
-void cpu_op_release(cpu_op* op);
-void cpu_fill(void* dst, uint32_t pattern, uint32_t esz, uint64_t count);
-void cpu_event_retain(cpu_event* e);
-void cpu_event_release(cpu_event* e);
-void cpu_event_complete(cpu_event* e, uint64_t seq);
-void cpu_event_wait_seq(cpu_event* e, uint64_t seq);
 
 int32_t cpu_stream_create(bg_device* dev, uint32_t flags, int32_t prio, void** out);
 int32_t cpu_stream_destroy(void* s);
@@ -415,50 +472,11 @@ int32_t cpu_event_record(void* e, void* s);
 int32_t cpu_event_query(void* e);
 int32_t cpu_event_synchronize(void* e);
 int32_t cpu_event_elapsed(float* ms, void* a, void* b);
-
-/* stream.c: launches */
 int32_t cpu_check_launch(const char* fn, const uint32_t g[3], const uint32_t b[3], uint32_t shared);
 int32_t cpu_launch(void* k, void* s, const uint32_t grid[3], const uint32_t block[3],
                    uint32_t shared, const uint64_t* args, uint32_t nargs);
 
-/* pool.c */
-void cpu_fault_init(void); /* checked mode: install the SIGSEGV/SIGBUS handler (once) */
-/* Record a kernel's fault as the device's sticky error (the first one wins). */
-void cpu_set_sticky(cpu_device* d, int32_t code, const char* msg);
-int32_t cpu_pool_init(cpu_pool* p, uint32_t nslots);
-void cpu_pool_destroy(cpu_pool* p);
-/* Run a launch to completion on the calling stream worker. */
-void cpu_kernel_run(struct cpu_stream* s, cpu_kernel* k, const uint32_t g[3], const uint32_t b[3],
-                    uint32_t shared, const uint64_t* args);
-
-/* module.c */
-int32_t cpu_module_load(bg_device* dev, int32_t kind, const void* data, uint64_t n, void** out);
-int32_t cpu_module_unload(void* m);
-void cpu_module_hold(cpu_module* m);
-void cpu_module_unhold(cpu_module* m);
-int32_t cpu_module_get_kernel(void* m, const char* name, void** out);
-int32_t cpu_kernel_max_threads(void* k, int32_t* out);
-
 /* graph.c */
-int32_t cpu_capture_guard(cpu_device* d, const char* fn);
-int32_t cpu_capture_guard_stream(cpu_stream* s, const char* fn);
-int32_t cpu_capture_guard_event(cpu_event* e, const char* fn);
-/* Default-stream use while a blocking stream captures: BG_ERR_STREAM_CAPTURE_IMPLICIT. */
-int32_t cpu_capture_implicit(cpu_device* d, const char* fn);
-int32_t cpu_capture_add(cpu_stream* s, cpu_op* op, const char* fn, int* handled);
-int32_t cpu_capture_record(cpu_stream* s, cpu_event* e, int* handled);
-int32_t cpu_capture_wait(cpu_stream* s, cpu_event* e, int* handled);
-void cpu_capture_stream_gone(cpu_stream* s);
-void cpu_capture_free_all(cpu_device* d);
-void cpu_exec_run(cpu_stream* s, cpu_exec* x, cpu_xargs* a, const uint64_t* seqs, uint64_t ticket);
-void cpu_exec_skip(cpu_exec* x, uint64_t ticket);
-void cpu_exec_release(cpu_exec* x);
-void cpu_xargs_release(cpu_xargs* a);
-void cpu_cmds_run(cpu_stream* s, cpu_op* op);
-
-int32_t cpu_begin_capture(void* s, int32_t mode);
-int32_t cpu_end_capture(void* s, void** out_graph);
-int32_t cpu_capture_status(void* s, int32_t* out);
 int32_t cpu_graph_destroy(void* g);
 int32_t cpu_graph_node_count(void* g, uint32_t* nodes, uint32_t* kernel_nodes);
 int32_t cpu_graph_instantiate(void* g, void** out_exec);
@@ -470,5 +488,10 @@ int32_t cpu_graph_exec_set_kernel_args(void* x, uint32_t index, const uint64_t* 
 int32_t cpu_submit(void* s, const uint8_t* bytes, uint64_t len);
 /* cmdgraph.c: a native graph from a validated command list (bg_graph_from_commands). */
 int32_t cpu_graph_from_commands(bg_device* dev, const uint8_t* p, uint64_t len, void** out);
+
+/* device.c */
+extern const bg_ops cpu_ops;
+extern const bg_ops cpu_ops_checked; /* the same, each entry first returning the sticky error */
+int cpu_checked_mode(void);          /* BUNGPU_CHECK=1 (read once) */
 
 #endif /* BUNGPU_CPU_BACKEND_H */

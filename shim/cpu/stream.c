@@ -2,15 +2,15 @@
  * cpu/stream.c: streams, events, host functions, and launches (validated and queued here).
  *
  * A stream is one worker thread and an in-order queue (a growable ring of cpu_op under the
- * stream's mutex). Enqueue copies the op in and signals the worker only when it sleeps. The
- * worker spins briefly when the queue runs dry, then sleeps on a condition variable, so an idle
- * stream costs nothing. `enqueued` and `completed` are counters: a stream is idle when they
- * are equal; synchronize waits for `completed` to reach the `enqueued` it saw.
+ * stream's mutex): enqueue (queue.c) copies the op in and signals the worker only when it
+ * sleeps; the worker here takes ops out and has run.c run them. The worker spins briefly when
+ * the queue runs dry, then sleeps on a condition variable, so an idle stream costs nothing.
+ * `enqueued` and `completed` are counters: a stream is idle when they are equal; synchronize
+ * waits for `completed` to reach the `enqueued` it saw.
  *
- * An event counts records: `rec_seq` is bumped when a record is issued, `done_seq` when a
- * record is reached (the highest wins). Complete means done_seq >= rec_seq, so an event never
- * recorded is complete. A wait captures the rec_seq of its call and waits for done_seq to
- * reach it. Ops hold references to the events they name, so destroying a pending event is fine.
+ * Events: the entry points are here; what an event is underneath (records counted, waits on
+ * them) is event.c's. An op on a capturing stream, or on an event recorded in a capture, goes to
+ * capture.c instead of the queue.
  *
  * Legacy synchronisation (CUDA's legacy default stream). An op enqueued on the default stream
  * is preceded by an OP_WAIT_STREAM for each blocking stream that has work pending, waiting until
@@ -21,112 +21,6 @@
  * destroyed meanwhile keeps its counters until the wait has run.
  */
 #include "cpu.h"
-
-#include <time.h>
-
-/* ---- ops ------------------------------------------------------------------------------------ */
-void cpu_fill(void* dst, uint32_t pattern, uint32_t esz, uint64_t count) {
-  if (esz == 1) {
-    memset(dst, (int)(pattern & 0xff), (size_t)count);
-  } else if (esz == 2) {
-    uint16_t v = (uint16_t)pattern, *p = dst;
-    for (uint64_t i = 0; i < count; i++) p[i] = v;
-  } else {
-    uint32_t v = pattern, *p = dst;
-    for (uint64_t i = 0; i < count; i++) p[i] = v;
-  }
-}
-
-void cpu_op_release(cpu_op* op) {
-  switch (op->kind) {
-    case OP_KERNEL:
-      if (op->nargs > CPU_INLINE_ARGS) free(op->u.l.heap);
-      op->u.l.heap = NULL;
-      break;
-    case OP_RECORD:
-    case OP_WAIT:
-      if (op->u.ev.e) cpu_event_release(op->u.ev.e);
-      op->u.ev.e = NULL;
-      break;
-    case OP_GRAPH:
-      if (op->u.g.a) cpu_xargs_release(op->u.g.a);
-      if (op->u.g.x) cpu_exec_release(op->u.g.x);
-      free(op->u.g.seqs);
-      op->u.g.a = NULL;
-      op->u.g.x = NULL;
-      op->u.g.seqs = NULL;
-      break;
-    case OP_CMDS:
-      for (uint32_t i = 0; i < op->u.cmd.nev; i++)
-        if (op->u.cmd.evs[i]) cpu_event_release(op->u.cmd.evs[i]);
-      free(op->u.cmd.evs);
-      free(op->u.cmd.seqs);
-      free(op->u.cmd.bytes);
-      op->u.cmd.evs = NULL;
-      op->u.cmd.seqs = NULL;
-      op->u.cmd.bytes = NULL;
-      op->u.cmd.nev = 0;
-      break;
-    case OP_RELEASE:
-      if (op->u.rel.def) cpu_deferred_release(op->u.rel.def);
-      op->u.rel.def = NULL;
-      break;
-    case OP_WAIT_STREAM:
-      if (op->u.ws.s) cpu_stream_release(op->u.ws.s);
-      op->u.ws.s = NULL;
-      break;
-    default: break;
-  }
-}
-
-/* An op that will never run: complete the event records it issued, so nothing waits forever. */
-static void op_abandon(cpu_op* op) {
-  switch (op->kind) {
-    case OP_RECORD: cpu_event_complete(op->u.ev.e, op->u.ev.seq); break;
-    case OP_GRAPH: {
-      cpu_exec* x = op->u.g.x;
-      for (uint32_t i = 0; i < x->nev; i++) {
-        cpu_op* eo = &x->ops[x->evslot_op[i]];
-        if (eo->kind == OP_RECORD) cpu_event_complete(eo->u.ev.e, op->u.g.seqs[i]);
-      }
-      cpu_exec_skip(x, op->u.g.ticket); /* later launches of the exec must not wait for it */
-      break;
-    }
-    case OP_CMDS: {
-      uint32_t ei = 0;
-      bg_cmd_iter it;
-      bg_cmd c;
-      bg_cmd_iter_init(&it, op->u.cmd.bytes, op->u.cmd.len);
-      while (bg_cmd_next(&it, &c) == BG_CMD_NEXT) {
-        if (c.op == BG_CMD_EVENT_RECORD) cpu_event_complete(op->u.cmd.evs[ei], op->u.cmd.seqs[ei]);
-        if (c.op == BG_CMD_EVENT_RECORD || c.op == BG_CMD_EVENT_WAIT) ei++;
-      }
-      break;
-    }
-    default: break;
-  }
-  cpu_op_release(op);
-}
-
-static void run_op(cpu_stream* s, cpu_op* op) {
-  switch (op->kind) {
-    case OP_KERNEL:
-      if (op->u.l.k->persistent) atomic_store_explicit(&s->resident, 1, memory_order_release);
-      cpu_kernel_run(s, op->u.l.k, op->u.l.grid, op->u.l.block, op->u.l.shared,
-                     cpu_op_args(op));
-      if (op->u.l.k->persistent) atomic_store_explicit(&s->resident, 0, memory_order_release);
-      break;
-    case OP_COPY: memmove(op->u.cp.dst, op->u.cp.src, (size_t)op->u.cp.n); break;
-    case OP_MEMSET: cpu_fill(op->u.ms.dst, op->u.ms.pattern, op->u.ms.esz, op->u.ms.count); break;
-    case OP_HOST: op->u.hf.fn(op->u.hf.user); break;
-    case OP_RECORD: cpu_event_complete(op->u.ev.e, op->u.ev.seq); break;
-    case OP_WAIT: cpu_event_wait_seq(op->u.ev.e, op->u.ev.seq); break;
-    case OP_GRAPH: cpu_exec_run(s, op->u.g.x, op->u.g.a, op->u.g.seqs, op->u.g.ticket); break;
-    case OP_CMDS: cpu_cmds_run(s, op); break;
-    case OP_WAIT_STREAM: cpu_stream_wait_count(op->u.ws.s, op->u.ws.target); break;
-    default: break;
-  }
-}
 
 /* ---- the worker ------------------------------------------------------------------------------ */
 static void* worker_main(void* arg) {
@@ -162,7 +56,7 @@ static void* worker_main(void* arg) {
     if (s->space_waiters) pthread_cond_broadcast(&s->cv_space); /* a full queue has room */
     pthread_mutex_unlock(&s->mu);
     for (uint32_t i = 0; i < nb; i++) {
-      run_op(s, &batch[i]);
+      cpu_op_run(s, &batch[i]);
       cpu_op_release(&batch[i]);
       atomic_fetch_add(&s->completed, 1); /* per op: query and events see each one finish */
       if (atomic_load(&s->waiters) > 0) {
@@ -177,33 +71,11 @@ static void* worker_main(void* arg) {
   return NULL;
 }
 
+/* ---- enqueueing: implicit waits, capture ----------------------------------------------------- */
 int32_t cpu_enqueue_raw(cpu_stream* s, cpu_op* op, const char* fn) {
-  pthread_mutex_lock(&s->mu);
-  while (s->tail - s->head == s->qcap) {
-    if (s->qcap >= CPU_QUEUE_MAX) {
-      s->space_waiters++;
-      pthread_cond_wait(&s->cv_space, &s->mu);
-      s->space_waiters--;
-      continue;
-    }
-    uint32_t ncap = s->qcap * 2;
-    cpu_op* nq = malloc(sizeof(cpu_op) * ncap);
-    if (!nq) {
-      pthread_mutex_unlock(&s->mu);
-      op_abandon(op);
-      return bg_set_error(BG_ERR_OUT_OF_MEMORY, "%s: out of host memory for the stream queue", fn);
-    }
-    for (uint64_t i = s->head; i < s->tail; i++) nq[i & (ncap - 1)] = s->q[i & (s->qcap - 1)];
-    free(s->q);
-    s->q = nq;
-    s->qcap = ncap;
-  }
-  s->q[s->tail & (s->qcap - 1)] = *op;
-  s->tail++;
-  atomic_fetch_add_explicit(&s->enqueued, 1, memory_order_release);
-  if (s->sleeping) pthread_cond_signal(&s->cv_work);
-  pthread_mutex_unlock(&s->mu);
-  return BG_OK;
+  if (cpu_queue_push(s, op) == 0) return BG_OK;
+  cpu_op_abandon(op);
+  return bg_set_error(BG_ERR_OUT_OF_MEMORY, "%s: out of host memory for the stream queue", fn);
 }
 
 /* Queue an OP_WAIT_STREAM on `s` for `on` reaching `target` completed ops; takes over the
@@ -242,13 +114,10 @@ int32_t cpu_legacy_deps(cpu_stream* s, const char* fn) {
 }
 
 int32_t cpu_enqueue(cpu_stream* s, cpu_op* op, const char* fn) {
-  /* OP_RELEASE is bookkeeping (and cpu_defer queues it holding streams_mu): no implicit waits */
-  if (op->kind != OP_RELEASE) {
-    int32_t rc = cpu_legacy_deps(s, fn);
-    if (rc) {
-      op_abandon(op);
-      return rc;
-    }
+  int32_t rc = cpu_legacy_deps(s, fn);
+  if (rc) {
+    cpu_op_abandon(op);
+    return rc;
   }
   return cpu_enqueue_raw(s, op, fn);
 }
@@ -262,102 +131,7 @@ int32_t cpu_submit_op(cpu_stream* s, cpu_op* op, const char* fn) {
   return cpu_enqueue(s, op, fn);
 }
 
-void cpu_stream_wait_idle(cpu_stream* s) { cpu_stream_wait_count(s, atomic_load(&s->enqueued)); }
-
-void cpu_stream_wait_count(cpu_stream* s, uint64_t target) {
-  if (atomic_load(&s->completed) >= target) return;
-  uint64_t t0 = bg_now_ns();
-  for (unsigned i = 1; atomic_load(&s->completed) < target; i++) {
-    if ((i & 7) == 0) sched_yield(); else cpu_relax();
-    if ((i & 31) == 0 && bg_now_ns() - t0 > CPU_SYNC_SPIN_NS) break;
-  }
-  if (atomic_load(&s->completed) >= target) return;
-  pthread_mutex_lock(&s->mu);
-  atomic_fetch_add(&s->waiters, 1);
-  while (atomic_load(&s->completed) < target) pthread_cond_wait(&s->cv_done, &s->mu);
-  atomic_fetch_sub(&s->waiters, 1);
-  pthread_mutex_unlock(&s->mu);
-}
-
-void cpu_stream_retain(cpu_stream* s) { atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed); }
-
-void cpu_stream_release(cpu_stream* s) {
-  if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1) return;
-  pthread_mutex_destroy(&s->mu);
-  pthread_cond_destroy(&s->cv_work);
-  pthread_cond_destroy(&s->cv_done);
-  pthread_cond_destroy(&s->cv_space);
-  free(s);
-}
-
-static int snap_push(cpu_snaps* sn, cpu_stream* s, uint64_t target) {
-  if (sn->n == sn->cap) {
-    uint32_t nc = sn->cap * 2;
-    cpu_snap* nv = malloc(nc * sizeof(cpu_snap));
-    if (!nv) return -1;
-    memcpy(nv, sn->v, sn->n * sizeof(cpu_snap));
-    if (sn->v != sn->local) free(sn->v);
-    sn->v = nv;
-    sn->cap = nc;
-  }
-  cpu_stream_retain(s);
-  sn->v[sn->n].s = s;
-  sn->v[sn->n].target = target;
-  sn->n++;
-  return 0;
-}
-
-/* Adds `s` when it has work pending. */
-static int snap_add(cpu_snaps* sn, cpu_stream* s) {
-  uint64_t target = atomic_load_explicit(&s->enqueued, memory_order_acquire);
-  if (atomic_load_explicit(&s->completed, memory_order_acquire) >= target) return 0;
-  return snap_push(sn, s, target);
-}
-
-int cpu_snap_streams(cpu_device* d, cpu_snaps* sn, int with_default, int all) {
-  sn->v = sn->local;
-  sn->n = 0;
-  sn->cap = (uint32_t)(sizeof sn->local / sizeof sn->local[0]);
-  if (with_default && snap_add(sn, (cpu_stream*)d->base.default_stream)) return -1;
-  int bad = 0;
-  pthread_mutex_lock(&d->streams_mu);
-  for (cpu_stream* s = d->streams; s && !bad; s = s->next)
-    if (all || !(s->flags & BG_STREAM_NON_BLOCKING)) bad = snap_add(sn, s);
-  pthread_mutex_unlock(&d->streams_mu);
-  if (bad) {
-    cpu_snaps_free(sn);
-    return -1;
-  }
-  return 0;
-}
-
-void cpu_snaps_wait(cpu_snaps* sn) {
-  pthread_t self = pthread_self();
-  for (uint32_t i = 0; i < sn->n; i++) {
-    cpu_stream* s = sn->v[i].s;
-    if (s && !(s->thread_ok && pthread_equal(s->thread, self))) cpu_stream_wait_count(s, sn->v[i].target);
-  }
-}
-
-void cpu_snaps_free(cpu_snaps* sn) {
-  for (uint32_t i = 0; i < sn->n; i++)
-    if (sn->v[i].s) cpu_stream_release(sn->v[i].s);
-  if (sn->v != sn->local) free(sn->v);
-  sn->v = sn->local;
-  sn->n = 0;
-}
-
-void cpu_legacy_wait_host(cpu_device* d) {
-  cpu_snaps sn;
-  if (cpu_snap_streams(d, &sn, 1, 0)) { /* out of memory: wait stream by stream instead */
-    cpu_device_wait_all(d);
-    return;
-  }
-  cpu_snaps_wait(&sn);
-  cpu_snaps_free(&sn);
-}
-
-/* ---- streams ------------------------------------------------------------------------------- */
+/* ---- streams --------------------------------------------------------------------------------- */
 int32_t cpu_stream_new(cpu_device* d, uint32_t flags, int32_t prio, cpu_stream** out) {
   cpu_stream* s = calloc(1, sizeof *s);
   if (!s) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_stream_create: out of host memory");
@@ -536,41 +310,6 @@ int32_t cpu_launch_host_func(void* s, bg_host_fn fn, void* user) {
 }
 
 /* ---- events ---------------------------------------------------------------------------------- */
-void cpu_event_retain(cpu_event* e) { atomic_fetch_add(&e->refs, 1); }
-
-void cpu_event_release(cpu_event* e) {
-  if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1) return;
-  pthread_mutex_destroy(&e->mu);
-  pthread_cond_destroy(&e->cv);
-  free(e->capdeps);
-  free(e);
-}
-
-void cpu_event_complete(cpu_event* e, uint64_t seq) {
-  pthread_mutex_lock(&e->mu);
-  if (seq > atomic_load(&e->done_seq)) {
-    e->ts_ns = bg_now_ns();
-    atomic_store_explicit(&e->done_seq, seq, memory_order_release);
-  }
-  if (atomic_load(&e->waiters) > 0) pthread_cond_broadcast(&e->cv);
-  pthread_mutex_unlock(&e->mu);
-}
-
-void cpu_event_wait_seq(cpu_event* e, uint64_t seq) {
-  if (atomic_load_explicit(&e->done_seq, memory_order_acquire) >= seq) return;
-  uint64_t t0 = bg_now_ns();
-  for (unsigned i = 1; atomic_load_explicit(&e->done_seq, memory_order_acquire) < seq; i++) {
-    if ((i & 7) == 0) sched_yield(); else cpu_relax();
-    if ((i & 31) == 0 && bg_now_ns() - t0 > CPU_SYNC_SPIN_NS) break;
-  }
-  if (atomic_load_explicit(&e->done_seq, memory_order_acquire) >= seq) return;
-  pthread_mutex_lock(&e->mu);
-  atomic_fetch_add(&e->waiters, 1);
-  while (atomic_load(&e->done_seq) < seq) pthread_cond_wait(&e->cv, &e->mu);
-  atomic_fetch_sub(&e->waiters, 1);
-  pthread_mutex_unlock(&e->mu);
-}
-
 int32_t cpu_event_create(bg_device* dev, uint32_t flags, void** out) {
   cpu_event* e = calloc(1, sizeof *e);
   if (!e) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_event_create: out of host memory");
@@ -672,65 +411,7 @@ int32_t cpu_event_elapsed(float* ms, void* av, void* bv) {
   return BG_OK;
 }
 
-/* ---- waiting for every stream, and frees deferred until the work queued before them ran -- */
-void cpu_device_wait_all(cpu_device* d) {
-  /* Wait on a snapshot, not under streams_mu: a host function on a stream waited for may
-   * enqueue on the default stream, which takes streams_mu. */
-  cpu_snaps sn;
-  if (cpu_snap_streams(d, &sn, 1, 1) == 0) {
-    cpu_snaps_wait(&sn);
-    cpu_snaps_free(&sn);
-    return;
-  }
-  pthread_t self = pthread_self(); /* out of memory: the old way, under the lock */
-  cpu_stream* ds = (cpu_stream*)d->base.default_stream;
-  if (!(ds->thread_ok && pthread_equal(ds->thread, self))) cpu_stream_wait_idle(ds);
-  pthread_mutex_lock(&d->streams_mu);
-  for (cpu_stream* s = d->streams; s; s = s->next)
-    if (!(s->thread_ok && pthread_equal(s->thread, self))) cpu_stream_wait_idle(s);
-  pthread_mutex_unlock(&d->streams_mu);
-}
-
-void cpu_deferred_release(cpu_deferred* df) {
-  if (atomic_fetch_sub_explicit(&df->refs, 1, memory_order_acq_rel) != 1) return;
-  df->fn(df->arg);
-  free(df);
-}
-
-static void defer_on(cpu_stream* s, cpu_deferred* df) {
-  if (atomic_load(&s->completed) >= atomic_load(&s->enqueued)) return; /* idle */
-  /* Running a persistent ring kernel with nothing queued behind it: that kernel never ends on its
-   * own, so a release queued here would wait until it is stopped (and a stream of frees would
-   * fill the queue and block the caller). What it uses (its rings, state and module) bungpu keeps
-   * until it has exited; nothing queued before this free is left to run on the stream. */
-  if (atomic_load_explicit(&s->resident, memory_order_acquire) &&
-      atomic_load(&s->enqueued) - atomic_load(&s->completed) == 1)
-    return;
-  atomic_fetch_add(&df->refs, 1);
-  cpu_op op = {.kind = OP_RELEASE};
-  op.u.rel.def = df;
-  /* straight into the queue: a capturing stream's queued work counts too */
-  if (cpu_enqueue(s, &op, "bg_mem_free") != BG_OK) cpu_stream_wait_idle(s);
-}
-
-void cpu_defer(cpu_device* d, void (*fn)(void*), void* arg) {
-  cpu_deferred* df = malloc(sizeof *df);
-  if (!df) { /* out of memory: fall back to waiting */
-    cpu_device_wait_all(d);
-    fn(arg);
-    return;
-  }
-  atomic_init(&df->refs, 1);
-  df->fn = fn;
-  df->arg = arg;
-  pthread_mutex_lock(&d->streams_mu);
-  defer_on((cpu_stream*)d->base.default_stream, df);
-  for (cpu_stream* s = d->streams; s; s = s->next) defer_on(s, df);
-  pthread_mutex_unlock(&d->streams_mu);
-  cpu_deferred_release(df);
-}
-
-/* ---- launches: validated, then queued as an OP_KERNEL (pool.c runs it) ------------------ */
+/* ---- launches: validated, then queued as an OP_KERNEL (pool.c runs it) ----------------------- */
 int32_t cpu_check_launch(const char* fn, const uint32_t g[3], const uint32_t b[3],
                          uint32_t shared) {
   uint64_t threads = (uint64_t)b[0] * b[1] * b[2];

@@ -1,10 +1,11 @@
 /*
  * metal.h: what the files of the Metal backend share. The backend is plain C11 over the
- * Objective-C runtime, in four files by job:
- *  runtime.c  the runtime loaded at run time, device probe/open/close/props, the vtable
- *  memory.c   the address map, allocations, synchronous copies and fills, rings
+ * Objective-C runtime, in five files by job, each calling only the files listed above it:
+ *  runtime.c  the runtime loaded at run time, the selectors, NSString and NSError helpers
  *  stream.c   streams (command buffers, encoders, the helper thread), events
+ *  memory.c   the address map, allocations, synchronous copies and fills, rings
  *  ops.c      built-in kernels, asynchronous copies and fills, modules, launches, command lists
+ *  backend.c  the device (probe/open/close/props/synchronize) and the vtable naming them all
  *
  * Nothing is linked: libobjc, Foundation, Metal (and CoreGraphics, which macOS wants loaded
  * before it hands out a default device) are dlopen'ed, and every Objective-C message goes
@@ -339,6 +340,7 @@ typedef struct mtl_ref {
 
 /* ---- what the files of the backend call across each other ------------------------------------ */
 /* runtime.c */
+int32_t mtl_rt_ready(void); /* loads the runtime once; BG_OK, or mtl_rt.rc with mtl_rt.msg */
 oc_id mtl_ns_str(const char* p, size_t n);
 const char* mtl_err_text(oc_id err, char* buf, size_t cap);
 /* memory.c */

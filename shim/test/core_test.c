@@ -1,11 +1,11 @@
 /*
- * core_test.c: the core (bungpu.c, commands.c) against a recording fake backend that has only
+ * core_test.c: the core (api.c, commands.c, base.c) against a recording fake backend that has only
  * the required vtable entries (and enter/leave hooks): the command decoder on good and bad lists, one-by-one issue of a
  * submit, the synchronous copies and memset the core builds from asynchronous ones, and the
  * generic command-list graph (replay, argument patches, holds).
  *
- *   cc -std=c11 -g -Ishim -o /tmp/core_test shim/test/core_test.c shim/bungpu.c shim/commands.c
- *      -lpthread && /tmp/core_test
+ *   cc -std=c11 -g -Ishim -o /tmp/core_test shim/test/core_test.c shim/api.c shim/commands.c
+ *      shim/base.c -lpthread && /tmp/core_test
  *
  * Prints "core_test: N checks passed".
  */
