@@ -167,7 +167,10 @@ class Emitter {
       case "abs": return isF ? `${d.math.abs}(${a})` : `(${a} < 0 ? bg_ineg(${a}) : ${a})`;
       case "pow": return isF ? `${d.math.pow}(${a}, ${b})` : `bg_ipow(${a}, ${b})`;
       case "tanh": case "exp": case "log": case "sqrt": case "sin": case "cos":
+      case "exp2": case "log2": case "tan": case "atan": case "asin": case "acos": case "sinh": case "cosh":
+      case "floor": case "ceil": case "trunc": case "rint":
         return `${d.math[e.op]}(${a})`;
+      case "fmod": return isF ? `${d.math.fmod}(${a}, ${b})` : `bg_imod(${a}, ${b})`;
       case "lt": return bool(`${a} < ${b}`);
       case "le": return bool(`${a} <= ${b}`);
       case "eq": return bool(`${a} == ${b}`);
@@ -318,6 +321,8 @@ function makePrelude(lang: Lang): string {
     `${fn} int bg_idiv(int a, int b) { return b == 0 ? 0 : b == -1 ? bg_ineg(a) : a / b; }`,
     `${fn} int bg_floordiv(int a, int b) { int q = a / b; return ((a % b) != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }`,
     `${fn} int bg_floormod(int a, int b) { int m = a % b; return (m != 0 && ((m < 0) != (b < 0))) ? m + b : m; }`,
+    // C's remainder without its traps: x % 0 and x % -1 (INT_MIN % -1 overflows) give 0
+    `${fn} int bg_imod(int a, int b) { return (b == 0 || b == -1) ? 0 : a % b; }`,
     `${fn} int bg_ipow(int a, int b) { if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0; ${u} r = 1u, x = (${u})a; while (b > 0) { if (b & 1) r *= x; x *= x; b >>= 1; } return (int)r; }`,
     `${fn} ${u} bg_hash(${u} x) { ${HASH_BODY} }`,
     `${fn} float bg_rand(${u} mix, int i) { return (float)(bg_hash(bg_hash((${u})i) ^ mix) >> 8) * 5.9604644775390625e-8f; }`,
