@@ -71,7 +71,7 @@ function ringSources(backend: "cuda" | "metal"): NamedSource[] {
 function elementwiseOps(): Tensor[] {
   const x = Tensor.rand([4, 8]).sub(0.5).mul(6);
   const i = Tensor.arange(-16, 16).reshape([4, 8]);
-  const unary = ["erf", "floor", "ceil", "trunc", "round", "exp2", "log2", "tan", "atan", "asin", "acos", "sinh", "cosh", "sign", "isnan", "isinf", "isfinite", "silu", "softplus", "leakyRelu", "elu", "hardswish", "mish"] as const;
+  const unary = ["erf", "floor", "ceil", "trunc", "round", "exp2", "log2", "tan", "atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh", "sign", "isnan", "isinf", "isfinite", "silu", "softplus", "leakyRelu", "elu", "hardswish", "mish", "relu6", "hardsigmoid", "softsign", "logsigmoid", "quickGelu", "celu", "selu"] as const;
   return [
     ...unary.map((n) => x[n]().contiguous()),
     x.gelu("none"), x.clip(-1, 1), x.lerp(x.exp(), 0.25),

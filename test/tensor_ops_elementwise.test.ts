@@ -7,10 +7,11 @@
 //  - floor, ceil, trunc, round, sign, mod, fmod, clip, isnan, isinf, isfinite: exact (0, 0), signed
 //    zeros included where stated (fmod is exact in IEEE arithmetic, and mod adds one rounding that
 //    the float64 reference rounds the same way);
-//  - libm functions (exp2, log2, tan, atan, asin, acos, sinh, cosh): 1e-6 + 4e-6·|want| (CPU libm
+//  - libm functions (exp2, log2, tan, atan, asin, acos, sinh, cosh, asinh, acosh, atanh): 1e-6 + 4e-6·|want| (CPU libm
 //    is within an ulp or two; CUDA documents at most 4 ulp);
 //  - erf (a series and a fit over the ALU's own ops): 4e-7 absolute, 4e-6 relative;
-//  - composites of several float32 ops (gelu, silu, softplus, elu, mish, hardswish, lerp): 2e-6 + 1e-5·|want|.
+//  - composites of several float32 ops (gelu, silu, softplus, elu, mish, hardswish, lerp and the
+//    other activations): 2e-6 + 1e-5·|want|.
 import { describe, expect, test } from "bun:test";
 import { GpuError, Status } from "../src";
 import { Ref, erf64, refUnary, roundHalfEven, seededRandom } from "../src/tensor/reference";
@@ -148,6 +149,9 @@ describe("libm functions and erf", () => {
     ["acos", -1, 1, LIBM],
     ["sinh", -10, 10, LIBM],
     ["cosh", -10, 10, LIBM],
+    ["asinh", -1000, 1000, LIBM],
+    ["acosh", 1, 1000, LIBM],
+    ["atanh", -1, 1, LIBM],
     ["erf", -5, 5, ERF],
   ];
   for (const [name, lo, hi, tol] of cases) {
@@ -291,6 +295,17 @@ describe("activations and lerp", () => {
     ["elu 0.5", (t) => t.elu(0.5), (x) => (x > 0 ? x : 0.5 * Math.expm1(x))],
     ["hardswish", (t) => t.hardswish(), (x) => (x * Math.min(Math.max(x + 3, 0), 6)) / 6],
     ["mish", (t) => t.mish(), (x) => x * Math.tanh(softplus(x))],
+    ["relu6", (t) => t.relu6(), (x) => (Number.isNaN(x) ? 0 : Math.min(Math.max(x, 0), 6))],
+    ["hardsigmoid", (t) => t.hardsigmoid(), (x) => Math.min(Math.max(x / 6 + 0.5, 0), 1)],
+    ["hardsigmoid 0.2 0.3", (t) => t.hardsigmoid(0.2, 0.3), (x) => Math.min(Math.max(0.2 * x + 0.3, 0), 1)],
+    ["hardtanh", (t) => t.hardtanh(), (x) => Math.min(Math.max(x, -1), 1)],
+    ["hardtanh -2 0.5", (t) => t.hardtanh(-2, 0.5), (x) => Math.min(Math.max(x, -2), 0.5)],
+    ["softsign", (t) => t.softsign(), (x) => x / (1 + Math.abs(x))],
+    ["logsigmoid", (t) => t.logsigmoid(), (x) => -softplus(-x)],
+    ["quickGelu", (t) => t.quickGelu(), (x) => x * sig(1.702 * x)],
+    ["celu", (t) => t.celu(), (x) => (x > 0 ? x : Math.expm1(x))],
+    ["celu 2", (t) => t.celu(2), (x) => (x > 0 ? x : 2 * Math.expm1(x / 2))],
+    ["selu", (t) => t.selu(), (x) => 1.0507 * (x >= 0 ? x : 1.67326 * Math.expm1(x))],
   ];
   for (const [name, f, g] of cases) {
     test(`${name} against float64 on every layout, fused and not`, () => {

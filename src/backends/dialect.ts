@@ -13,7 +13,8 @@ export type DialectShape =
 export type MathNames = Readonly<
   Record<
     | "exp" | "log" | "sqrt" | "sin" | "cos" | "tanh" | "pow" | "abs"
-    | "exp2" | "log2" | "tan" | "atan" | "asin" | "acos" | "sinh" | "cosh" | "floor" | "ceil" | "trunc" | "rint" | "fmod",
+    | "exp2" | "log2" | "tan" | "atan" | "asin" | "acos" | "sinh" | "cosh" | "floor" | "ceil" | "trunc" | "rint" | "fmod"
+    | "asinh" | "acosh" | "atanh",
     string
   >
 >;
@@ -67,12 +68,12 @@ export interface GpuDialect {
 const C_MATH: MathNames = {
   exp: "expf", log: "logf", sqrt: "sqrtf", sin: "sinf", cos: "cosf", tanh: "tanhf", pow: "powf", abs: "fabsf",
   exp2: "exp2f", log2: "log2f", tan: "tanf", atan: "atanf", asin: "asinf", acos: "acosf", sinh: "sinhf", cosh: "coshf",
-  floor: "floorf", ceil: "ceilf", trunc: "truncf", rint: "rintf", fmod: "fmodf",
+  floor: "floorf", ceil: "ceilf", trunc: "truncf", rint: "rintf", fmod: "fmodf", asinh: "asinhf", acosh: "acoshf", atanh: "atanhf",
 };
 const MSL_MATH: MathNames = {
   exp: "exp", log: "log", sqrt: "sqrt", sin: "sin", cos: "cos", tanh: "tanh", pow: "pow", abs: "fabs",
   exp2: "exp2", log2: "log2", tan: "tan", atan: "atan", asin: "asin", acos: "acos", sinh: "sinh", cosh: "cosh",
-  floor: "floor", ceil: "ceil", trunc: "trunc", rint: "rint", fmod: "fmod",
+  floor: "floor", ceil: "ceil", trunc: "trunc", rint: "rint", fmod: "fmod", asinh: "asinh", acosh: "acosh", atanh: "atanh",
 };
 
 /** C11 for the CPU backend, with shim/bungpu_cpu.h. */

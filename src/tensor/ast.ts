@@ -9,7 +9,7 @@ export type DType = "float32" | "int32";
 export type UnaryOp =
   | "neg" | "exp" | "log" | "sqrt" | "sin" | "cos" | "abs" | "recip" | "relu" | "sigmoid" | "tanh" | "gelu"
   // float32 only (an int32 operand is cast; floor, ceil, trunc and round of int32 are the int itself)
-  | "erf" | "floor" | "ceil" | "trunc" | "round" | "exp2" | "log2" | "tan" | "atan" | "asin" | "acos" | "sinh" | "cosh";
+  | "erf" | "floor" | "ceil" | "trunc" | "round" | "exp2" | "log2" | "tan" | "atan" | "asin" | "acos" | "sinh" | "cosh" | "asinh" | "acosh" | "atanh";
 export type BinaryOp =
   | "add" | "sub" | "mul" | "div" | "max" | "min" | "pow"
   | "cmplt" | "cmple" | "cmpgt" | "cmpge" | "cmpeq" | "cmpne"

@@ -168,7 +168,7 @@ class Emitter {
       case "pow": return isF ? `${d.math.pow}(${a}, ${b})` : `bg_ipow(${a}, ${b})`;
       case "tanh": case "exp": case "log": case "sqrt": case "sin": case "cos":
       case "exp2": case "log2": case "tan": case "atan": case "asin": case "acos": case "sinh": case "cosh":
-      case "floor": case "ceil": case "trunc": case "rint":
+      case "floor": case "ceil": case "trunc": case "rint": case "asinh": case "acosh": case "atanh":
         return `${d.math[e.op]}(${a})`;
       case "fmod": return isF ? `${d.math.fmod}(${a}, ${b})` : `bg_imod(${a}, ${b})`;
       case "lt": return bool(`${a} < ${b}`);

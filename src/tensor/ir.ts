@@ -20,7 +20,8 @@ export type AluOp =
   // index ops (int32; operands of idiv/mod are known non-negative)
   | "idiv" | "mod" | "floordiv" | "floormod" | "and"
   // more value ops: float32 math (libm's names through the dialect); fmod also int32 (C's %, x % 0 and x % -1 give 0)
-  | "exp2" | "log2" | "tan" | "atan" | "asin" | "acos" | "sinh" | "cosh" | "floor" | "ceil" | "trunc" | "rint" | "fmod";
+  | "exp2" | "log2" | "tan" | "atan" | "asin" | "acos" | "sinh" | "cosh" | "floor" | "ceil" | "trunc" | "rint" | "fmod"
+  | "asinh" | "acosh" | "atanh";
 
 export type ExprOp = "const" | "gidx" | "ridx" | "var" | "acc" | "load" | "rand" | "randn" | AluOp;
 
@@ -172,6 +173,9 @@ export function evalAlu(op: AluOp, dtype: DType, s: readonly number[], srcTypes:
     case "acos": return f32(Math.acos(a));
     case "sinh": return f32(Math.sinh(a));
     case "cosh": return f32(Math.cosh(a));
+    case "asinh": return f32(Math.asinh(a));
+    case "acosh": return f32(Math.acosh(a));
+    case "atanh": return f32(Math.atanh(a));
     case "floor": return Math.floor(a);
     case "ceil": return Math.ceil(a);
     case "trunc": return Math.trunc(a);

@@ -159,7 +159,7 @@ function lowerNode(ctx: LowerCtx, n: LazyNode, cs: readonly Sym[], guard: Expr |
         case "round":
           return eb.alu("rint", dt, x);
         case "exp2": case "log2": case "tan": case "atan": case "asin": case "acos": case "sinh": case "cosh":
-        case "floor": case "ceil": case "trunc":
+        case "floor": case "ceil": case "trunc": case "asinh": case "acosh": case "atanh":
           return eb.alu(a.fn, dt, x);
       }
       break;

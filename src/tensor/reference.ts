@@ -199,6 +199,9 @@ export const refUnary: Record<string, (x: number) => number> = {
   acos: Math.acos,
   sinh: Math.sinh,
   cosh: Math.cosh,
+  asinh: Math.asinh,
+  acosh: Math.acosh,
+  atanh: Math.atanh,
 };
 
 /** Round to nearest, ties to even (numpy's round, C's rint); -0 stays -0, as does a negative that rounds to 0. */

@@ -51,7 +51,7 @@ export interface Scheduled {
 
 const EXPENSIVE = new Set<string>([
   "exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "gelu",
-  "erf", "exp2", "log2", "tan", "atan", "asin", "acos", "sinh", "cosh",
+  "erf", "exp2", "log2", "tan", "atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh",
 ]);
 
 /** Some view of the tracker broadcasts a dimension (stride 0, size > 1). */

@@ -302,6 +302,9 @@ export class Tensor {
   acos(): Tensor { return this.#unary("acos"); }
   sinh(): Tensor { return this.#unary("sinh"); }
   cosh(): Tensor { return this.#unary("cosh"); }
+  asinh(): Tensor { return this.#unary("asinh"); }
+  acosh(): Tensor { return this.#unary("acosh"); }
+  atanh(): Tensor { return this.#unary("atanh"); }
   floor(): Tensor { return this.dtype === "int32" ? this : this.#unary("floor"); }
   ceil(): Tensor { return this.dtype === "int32" ? this : this.#unary("ceil"); }
   trunc(): Tensor { return this.dtype === "int32" ? this : this.#unary("trunc"); }
@@ -359,6 +362,30 @@ export class Tensor {
   }
   hardswish(): Tensor { return this.mul(this.add(3).clip(0, 6)).mul(1 / 6); }
   mish(): Tensor { return this.mul(this.softplus().tanh()); }
+  relu6(): Tensor { return this.relu().minimum(6); }
+  /** max(0, min(1, α·x + β)) (torch's defaults α = 1/6, β = 0.5). */
+  hardsigmoid(alpha = 1 / 6, beta = 0.5): Tensor {
+    finiteNumber("Tensor.hardsigmoid", "alpha", alpha);
+    finiteNumber("Tensor.hardsigmoid", "beta", beta);
+    return this.mul(alpha).add(beta).clip(0, 1);
+  }
+  hardtanh(minVal = -1, maxVal = 1): Tensor { return this.clip(minVal, maxVal); }
+  softsign(): Tensor { return this.div(this.abs().add(1)); }
+  /** log(sigmoid(x)) = -softplus(-x), without overflow. */
+  logsigmoid(): Tensor { return this.neg().softplus().neg(); }
+  /** x·sigmoid(1.702·x). */
+  quickGelu(): Tensor { return this.mul(this.mul(1.702).sigmoid()); }
+  /** x for x > 0, α·(e^(x/α) - 1) otherwise (NaN stays NaN). */
+  celu(alpha = 1): Tensor {
+    finiteNumber("Tensor.celu", "alpha", alpha);
+    return this.cmpgt(0).where(this, this.div(alpha).exp().sub(1).mul(alpha));
+  }
+  /** γ·(x for x >= 0, α·(eˣ - 1) otherwise), with tinygrad's α and γ. */
+  selu(alpha = 1.67326, gamma = 1.0507): Tensor {
+    finiteNumber("Tensor.selu", "alpha", alpha);
+    finiteNumber("Tensor.selu", "gamma", gamma);
+    return this.cmpge(0).where(this, this.exp().sub(1).mul(alpha)).mul(gamma);
+  }
 
   #scalar(v: number, like: DType): Tensor {
     const dt: DType = like === "int32" && Number.isInteger(v) ? "int32" : "float32";
