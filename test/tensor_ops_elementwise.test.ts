@@ -87,12 +87,12 @@ function checkLayouts(name: string, data: Float32Array, f: (t: Tensor) => Tensor
 describe("0-d tensors and int32 min (the bugs)", () => {
   test("reductions, softmax and squeeze over axis 0 or -1 of a 0-d tensor keep the value; other axes are GpuError", () => {
     const x = Tensor.from(3.5, []);
-    const outs = [x.sum(0), x.sum(-1), x.max(0, true), x.min(-1), x.mean(-1), x.mean([0]), x.softmax(), x.softmax(0), x.logSoftmax(-1), x.squeeze(0), x.squeeze(-1), x.flip(0)];
+    const outs = [x.sum(0), x.sum(-1), x.max(0, true), x.min(-1), x.mean(-1), x.mean([0]), x.softmax(), x.softmax(0), x.logSoftmax(-1), x.squeeze(0), x.squeeze(-1), x.flip(0), x.transpose(0, -1)];
     for (const o of outs) expect(o.shape).toEqual([]);
-    expect(run(outs).map((a) => a[0])).toEqual([3.5, 3.5, 3.5, 3.5, 3.5, 3.5, 1, 1, 0, 3.5, 3.5, 3.5]);
+    expect(run(outs).map((a) => a[0])).toEqual([3.5, 3.5, 3.5, 3.5, 3.5, 3.5, 1, 1, 0, 3.5, 3.5, 3.5, 3.5]);
     const i = Tensor.from([7], [], { dtype: "int32" });
     expect(run([i.sum(0), i.max(-1), i.min(0)]).map((a) => [a[0], a instanceof Int32Array])).toEqual([[7, true], [7, true], [7, true]]);
-    for (const f of [() => x.sum(1), () => x.max(-2), () => x.softmax(1), () => x.squeeze(2), () => x.sum(0.5), () => x.min([0, -1])]) {
+    for (const f of [() => x.sum(1), () => x.max(-2), () => x.softmax(1), () => x.squeeze(2), () => x.transpose(0, 1), () => x.sum(0.5), () => x.min([0, -1])]) {
       try {
         f();
         throw new Error("no error");

@@ -524,6 +524,7 @@ export class Tensor {
     const nd = this.ndim;
     if (nd < 2 && a === -2 && b === -1) return this;
     const x = normAxis(call, a, nd, this.shape), y = normAxis(call, b, nd, this.shape);
+    if (nd === 0) return this;
     const order = [...Array(nd).keys()];
     [order[x], order[y]] = [order[y]!, order[x]!];
     return this.permute(order);
