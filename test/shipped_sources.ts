@@ -75,7 +75,7 @@ function elementwiseOps(): Tensor[] {
   return [
     ...unary.map((n) => x[n]().contiguous()),
     x.gelu("none"), x.clip(-1, 1), x.lerp(x.exp(), 0.25),
-    x.mod(1.5), x.fmod(-1.5), i.mod(3), i.fmod(-3), i.min(1), i.sign(),
+    x.mod(1.5), x.fmod(-1.5), i.mod(3), i.fmod(-3), i.min(1), x.min(0), i.sign(),
   ];
 }
 

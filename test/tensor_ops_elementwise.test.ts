@@ -118,6 +118,29 @@ describe("0-d tensors and int32 min (the bugs)", () => {
   });
 });
 
+describe("min reduction", () => {
+  test("float32 and int32 min over wide (vector tile), narrow (lanes) and merged axes, permuted and padded, fused and not", () => {
+    const a = randF32(40 * 48, 9, -100, 100);
+    const ra = new Ref([40, 48], a);
+    const ia = Int32Array.from(a, (v) => Math.trunc(v * 2e7));
+    const ri = new Ref([40, 48], ia);
+    for (const fusion of [true, false]) {
+      const x = Tensor.from(a, [40, 48]), xi = Tensor.from(ia, [40, 48], { dtype: "int32" });
+      const outs = [x.min(0), x.min(1), x.min(), x.T.min(0, true), x.reshape([40, 6, 8]).min([1, 2]), x.mul(x).min(0), x.pad([[0, 0], [1, 1]], 1000).min(1), xi.min(0), xi.min(1), xi.T.min(-1), x.reshape([4, 10, 48]).min(2)];
+      const refs = [ra.min([0]), ra.min([1]), ra.min([0, 1]), ra.permute([1, 0]).min([0], true), ra.reshape([40, 6, 8]).min([1, 2]), ra.map((v) => Math.fround(v * v)).min([0]), ra.min([1]), ri.min([0]), ri.min([1]), ri.min([0]), ra.reshape([4, 10, 48]).min([2])];
+      const got = run(outs, { fusion });
+      refs.forEach((r, k) => {
+        expect(outs[k]!.shape).toEqual(r.shape);
+        expectClose(got[k]!, r.data, ...EXACT, `min ${k} fusion=${fusion}`);
+      });
+      expect(got[7]).toBeInstanceOf(Int32Array);
+    }
+    // one kernel for a min with its producer and epilogue, like max
+    const x = Tensor.from(a, [40, 48]);
+    expect(schedule([x.exp().min(1).sqrt().node]).kernels.length).toBe(1);
+  });
+});
+
 describe("rounding", () => {
   const data = input(1, -8, 8, EDGES);
   for (const name of ["floor", "ceil", "trunc", "round"] as const) {

@@ -2,7 +2,7 @@
 // IR. Everything between the target and the realized values it reads is inlined, at coordinates
 // remapped through its views; adjacent output (and reduce) axes are merged while the index
 // arithmetic does not grow. The kernel's name hashes its lowered text, so equal kernels share it.
-import type { DType, LazyNode } from "./ast";
+import type { DType, LazyNode, ReduceOp } from "./ast";
 import { ExprBuilder, dagText, type Expr, type KDim, type KernelIR } from "./ir";
 import type { ScheduledKernel } from "./scheduler";
 import { Sym, Valid } from "./symbolic";
@@ -351,7 +351,7 @@ function lowerKernel(root: LazyNode, targets: ReadonlySet<LazyNode>, vars: Reado
   const ir: KernelIR = {
     name: hashName(text),
     dims,
-    reduce: red ? { fn: (red.node.arg as { fn: "sum" | "max" }).fn, dims: red.dims, body: red.body } : null,
+    reduce: red ? { fn: (red.node.arg as { fn: ReduceOp }).fn, dims: red.dims, body: red.body } : null,
     value,
     store,
     outDtype: root.dtype,

@@ -134,6 +134,9 @@ export class Ref {
   max(axes: readonly number[], keepdim = false): Ref {
     return this.reduce(axes, keepdim, -Infinity, (a, x) => Math.max(a, x));
   }
+  min(axes: readonly number[], keepdim = false): Ref {
+    return this.reduce(axes, keepdim, Infinity, (a, x) => Math.min(a, x));
+  }
   mean(axes: readonly number[], keepdim = false): Ref {
     const n = axes.reduce((p, a) => p * this.shape[a]!, 1);
     return this.sum(axes, keepdim).map((x) => x / n);

@@ -684,13 +684,9 @@ export class Tensor {
   max(axis?: number | readonly number[], keepdim = false): Tensor {
     return this.#reduce("max", axis, keepdim, "Tensor.max");
   }
-  /**
-   * The minimum as a max of a decreasing bijection: -x for float32, ~x = -x - 1 for int32 (wrapping,
-   * so INT_MIN maps to INT_MAX; -x would map INT_MIN to itself and lose it).
-   */
+  /** The minimum (a reduction of its own: the max of -x would lose INT_MIN, whose negation is itself). */
   min(axis?: number | readonly number[], keepdim = false): Tensor {
-    if (this.dtype === "float32") return this.neg().#reduce("max", axis, keepdim, "Tensor.min").neg();
-    return this.neg().sub(1).#reduce("max", axis, keepdim, "Tensor.min").neg().sub(1);
+    return this.#reduce("min", axis, keepdim, "Tensor.min");
   }
   mean(axis?: number | readonly number[], keepdim = false): Tensor {
     boolArg("Tensor.mean", "keepdim", keepdim);
