@@ -68,6 +68,17 @@ function ringSources(backend: "cuda" | "metal"): NamedSource[] {
   }));
 }
 
+function elementwiseOps(): Tensor[] {
+  const x = Tensor.rand([4, 8]).sub(0.5).mul(6);
+  const i = Tensor.arange(-16, 16).reshape([4, 8]);
+  const unary = ["erf", "floor", "ceil", "trunc", "round", "exp2", "log2", "tan", "atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh", "sign", "isnan", "isinf", "isfinite", "silu", "softplus", "leakyRelu", "elu", "hardswish", "mish", "relu6", "hardsigmoid", "softsign", "logsigmoid", "quickGelu", "celu", "selu"] as const;
+  return [
+    ...unary.map((n) => x[n]().contiguous()),
+    x.gelu("none"), x.clip(-1, 1), x.lerp(x.exp(), 0.25),
+    x.mod(1.5), x.fmod(-1.5), i.mod(3), i.fmod(-3), i.min(1), x.min(0), i.sign(),
+  ];
+}
+
 /** One module per demo model, as ExecutionPlan.prepare builds it: prelude + every kernel body. */
 function tensorSources(lang: Lang): NamedSource[] {
   const models: [string, Tensor[]][] = [
@@ -75,6 +86,8 @@ function tensorSources(lang: Lang): NamedSource[] {
     ["transformer block", [demoTransformerModel().out]],
     // kernels over 2^32 elements, which the codegen indexes with 64-bit integers
     ["64-bit indexing", [Tensor.full([65536, 65536], 3).add(Tensor.arange(65536)), Tensor.rand([65536, 65536]).mul(2).sum(1)]],
+    // every elementwise primitive and composite past the models' own (libm names, erf, remainders)
+    ["elementwise ops", elementwiseOps()],
   ];
   return models.map(([name, outs]) => {
     const gens = schedule(outs.map((o) => o.node)).kernels.map((k) => generate(k.ir, lang));

@@ -9,8 +9,15 @@ export type DialectShape =
   /** GPU: one thread per output element, the reduce loop in the thread. */
   | "threads";
 
-/** Names of the float math functions codegen calls (abs, pow, exp, log, sqrt, sin, cos, tanh). */
-export type MathNames = Readonly<Record<"exp" | "log" | "sqrt" | "sin" | "cos" | "tanh" | "pow" | "abs", string>>;
+/** Names of the float math functions codegen calls (abs, pow, exp, log, sqrt, sin, cos, tanh, ...). */
+export type MathNames = Readonly<
+  Record<
+    | "exp" | "log" | "sqrt" | "sin" | "cos" | "tanh" | "pow" | "abs"
+    | "exp2" | "log2" | "tan" | "atan" | "asin" | "acos" | "sinh" | "cosh" | "floor" | "ceil" | "trunc" | "rint" | "fmod"
+    | "asinh" | "acosh" | "atanh",
+    string
+  >
+>;
 
 export interface Dialect {
   /** The language's name in generated kernels and caches: "c", "cuda", "metal". */
@@ -58,8 +65,16 @@ export interface GpuDialect {
   gid(wide: boolean): string;
 }
 
-const C_MATH: MathNames = { exp: "expf", log: "logf", sqrt: "sqrtf", sin: "sinf", cos: "cosf", tanh: "tanhf", pow: "powf", abs: "fabsf" };
-const MSL_MATH: MathNames = { exp: "exp", log: "log", sqrt: "sqrt", sin: "sin", cos: "cos", tanh: "tanh", pow: "pow", abs: "fabs" };
+const C_MATH: MathNames = {
+  exp: "expf", log: "logf", sqrt: "sqrtf", sin: "sinf", cos: "cosf", tanh: "tanhf", pow: "powf", abs: "fabsf",
+  exp2: "exp2f", log2: "log2f", tan: "tanf", atan: "atanf", asin: "asinf", acos: "acosf", sinh: "sinhf", cosh: "coshf",
+  floor: "floorf", ceil: "ceilf", trunc: "truncf", rint: "rintf", fmod: "fmodf", asinh: "asinhf", acosh: "acoshf", atanh: "atanhf",
+};
+const MSL_MATH: MathNames = {
+  exp: "exp", log: "log", sqrt: "sqrt", sin: "sin", cos: "cos", tanh: "tanh", pow: "pow", abs: "fabs",
+  exp2: "exp2", log2: "log2", tan: "tan", atan: "atan", asin: "asin", acos: "acos", sinh: "sinh", cosh: "cosh",
+  floor: "floor", ceil: "ceil", trunc: "trunc", rint: "rint", fmod: "fmod", asinh: "asinh", acosh: "acosh", atanh: "atanh",
+};
 
 /** C11 for the CPU backend, with shim/bungpu_cpu.h. */
 export const cDialect = {

@@ -7,11 +7,15 @@ import type { ShapeTracker } from "./view";
 export type DType = "float32" | "int32";
 
 export type UnaryOp =
-  | "neg" | "exp" | "log" | "sqrt" | "sin" | "cos" | "abs" | "recip" | "relu" | "sigmoid" | "tanh" | "gelu";
+  | "neg" | "exp" | "log" | "sqrt" | "sin" | "cos" | "abs" | "recip" | "relu" | "sigmoid" | "tanh" | "gelu"
+  // float32 only (an int32 operand is cast; floor, ceil, trunc and round of int32 are the int itself)
+  | "erf" | "floor" | "ceil" | "trunc" | "round" | "exp2" | "log2" | "tan" | "atan" | "asin" | "acos" | "sinh" | "cosh" | "asinh" | "acosh" | "atanh";
 export type BinaryOp =
   | "add" | "sub" | "mul" | "div" | "max" | "min" | "pow"
-  | "cmplt" | "cmple" | "cmpgt" | "cmpge" | "cmpeq" | "cmpne";
-export type ReduceOp = "sum" | "max";
+  | "cmplt" | "cmple" | "cmpgt" | "cmpge" | "cmpeq" | "cmpne"
+  // remainders: mod has the divisor's sign (Python, tinygrad), fmod the dividend's (C); x mod 0 is 0 for int32, NaN for float32
+  | "mod" | "fmod";
+export type ReduceOp = "sum" | "max" | "min";
 
 export type NodeArg =
   | { op: "buffer"; data: Float32Array | Int32Array }

@@ -167,7 +167,10 @@ class Emitter {
       case "abs": return isF ? `${d.math.abs}(${a})` : `(${a} < 0 ? bg_ineg(${a}) : ${a})`;
       case "pow": return isF ? `${d.math.pow}(${a}, ${b})` : `bg_ipow(${a}, ${b})`;
       case "tanh": case "exp": case "log": case "sqrt": case "sin": case "cos":
+      case "exp2": case "log2": case "tan": case "atan": case "asin": case "acos": case "sinh": case "cosh":
+      case "floor": case "ceil": case "trunc": case "rint": case "asinh": case "acosh": case "atanh":
         return `${d.math[e.op]}(${a})`;
+      case "fmod": return isF ? `${d.math.fmod}(${a}, ${b})` : `bg_imod(${a}, ${b})`;
       case "lt": return bool(`${a} < ${b}`);
       case "le": return bool(`${a} <= ${b}`);
       case "eq": return bool(`${a} == ${b}`);
@@ -318,6 +321,8 @@ function makePrelude(lang: Lang): string {
     `${fn} int bg_idiv(int a, int b) { return b == 0 ? 0 : b == -1 ? bg_ineg(a) : a / b; }`,
     `${fn} int bg_floordiv(int a, int b) { int q = a / b; return ((a % b) != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }`,
     `${fn} int bg_floormod(int a, int b) { int m = a % b; return (m != 0 && ((m < 0) != (b < 0))) ? m + b : m; }`,
+    // C's remainder without its traps: x % 0 and x % -1 (INT_MIN % -1 overflows) give 0
+    `${fn} int bg_imod(int a, int b) { return (b == 0 || b == -1) ? 0 : a % b; }`,
     `${fn} int bg_ipow(int a, int b) { if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0; ${u} r = 1u, x = (${u})a; while (b > 0) { if (b & 1) r *= x; x *= x; b >>= 1; } return (int)r; }`,
     `${fn} ${u} bg_hash(${u} x) { ${HASH_BODY} }`,
     `${fn} float bg_rand(${u} mix, int i) { return (float)(bg_hash(bg_hash((${u})i) ^ mix) >> 8) * 5.9604644775390625e-8f; }`,
@@ -337,11 +342,13 @@ function makePrelude(lang: Lang): string {
 function reduceInit(ir: KernelIR, lang: Lang): string {
   const dt = ir.reduce!.body.dtype;
   if (ir.reduce!.fn === "sum") return dt === "float32" ? "0.0f" : "0";
+  if (ir.reduce!.fn === "min") return dt === "float32" ? floatLit(Infinity, lang) : "2147483647";
   return dt === "float32" ? floatLit(-Infinity, lang) : "(-2147483647-1)";
 }
 
 function combine(ir: KernelIR, acc: string, v: string): string {
-  return ir.reduce!.fn === "sum" ? `${acc} + ${v}` : `(${acc} > ${v} ? ${acc} : ${v})`;
+  const fn = ir.reduce!.fn;
+  return fn === "sum" ? `${acc} + ${v}` : fn === "min" ? `(${acc} < ${v} ? ${acc} : ${v})` : `(${acc} > ${v} ? ${acc} : ${v})`;
 }
 
 function signatureOf(ir: KernelIR): ("buffer" | "i32")[] {
@@ -620,9 +627,9 @@ function vecTile(ir: KernelIR, TR: number, H: number, last: number, reduceLoops:
     for (let h = 0; h < H; h++) {
       const v = ref(red.body, r, h, true);
       body.push(...lines.splice(0));
-      body.push(red.fn === "sum" ? `a${r}_${h} = a${r}_${h} + ${v};` : `a${r}_${h} = bg_vmax(a${r}_${h}, ${v});`);
+      body.push(red.fn === "sum" ? `a${r}_${h} = a${r}_${h} + ${v};` : `a${r}_${h} = ${red.fn === "min" ? "bg_vmin" : "bg_vmax"}(a${r}_${h}, ${v});`);
     }
-  const init = red.fn === "sum" ? "bg_bc8(0.0f)" : `bg_bc8(${floatLit(-Infinity, "c")})`;
+  const init = red.fn === "sum" ? "bg_bc8(0.0f)" : `bg_bc8(${floatLit(red.fn === "min" ? Infinity : -Infinity, "c")})`;
   const out: string[] = [];
   if (P) {
     out.push(`if (bg_pk_c0 != c0) { /* pack this column panel */`);

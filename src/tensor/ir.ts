@@ -18,7 +18,10 @@ export type AluOp =
   | "where" // srcs [cond, a, b]; cond != 0
   | "cast" // srcs [x] → dtype
   // index ops (int32; operands of idiv/mod are known non-negative)
-  | "idiv" | "mod" | "floordiv" | "floormod" | "and";
+  | "idiv" | "mod" | "floordiv" | "floormod" | "and"
+  // more value ops: float32 math (libm's names through the dialect); fmod also int32 (C's %, x % 0 and x % -1 give 0)
+  | "exp2" | "log2" | "tan" | "atan" | "asin" | "acos" | "sinh" | "cosh" | "floor" | "ceil" | "trunc" | "rint" | "fmod"
+  | "asinh" | "acosh" | "atanh";
 
 export type ExprOp = "const" | "gidx" | "ridx" | "var" | "acc" | "load" | "rand" | "randn" | AluOp;
 
@@ -86,6 +89,14 @@ export function randNormal(mix: number, i: number): number {
   return f32(r * f32(Math.cos(f32(6.2831855 * u2))));
 }
 
+/** Round to the nearest integer, ties to even (C's rint in the default rounding mode); keeps -0. */
+export function rintHalfEven(x: number): number {
+  if (!Number.isFinite(x)) return x;
+  const f = Math.floor(x), d = x - f;
+  const r = d < 0.5 ? f : d > 0.5 ? f + 1 : f % 2 === 0 ? f : f + 1;
+  return r === 0 && (x < 0 || Object.is(x, -0)) ? -0 : r;
+}
+
 function idivTrunc(a: number, b: number): number {
   if (b === 0) return 0;
   return (a / b) | 0;
@@ -131,6 +142,7 @@ export function evalAlu(op: AluOp, dtype: DType, s: readonly number[], srcTypes:
       case "floordiv": return Math.floor(a / b);
       case "floormod": return ((a % b) + b) % b;
       case "and": return a !== 0 && b !== 0 ? 1 : 0;
+      case "fmod": return b === 0 || b === -1 ? 0 : (a % b) | 0;
       default:
         throw new Error(`int32 ${op}`);
     }
@@ -153,6 +165,22 @@ export function evalAlu(op: AluOp, dtype: DType, s: readonly number[], srcTypes:
     case "tanh": return f32(Math.tanh(a));
     case "where": return a !== 0 ? b : s[2]!;
     case "cast": return f32(a);
+    case "exp2": return f32(Math.pow(2, a));
+    case "log2": return f32(Math.log2(a));
+    case "tan": return f32(Math.tan(a));
+    case "atan": return f32(Math.atan(a));
+    case "asin": return f32(Math.asin(a));
+    case "acos": return f32(Math.acos(a));
+    case "sinh": return f32(Math.sinh(a));
+    case "cosh": return f32(Math.cosh(a));
+    case "asinh": return f32(Math.asinh(a));
+    case "acosh": return f32(Math.acosh(a));
+    case "atanh": return f32(Math.atanh(a));
+    case "floor": return Math.floor(a);
+    case "ceil": return Math.ceil(a);
+    case "trunc": return Math.trunc(a);
+    case "rint": return rintHalfEven(a);
+    case "fmod": return a % b; // exact, as C's fmodf
     default:
       throw new Error(`float32 ${op}`);
   }

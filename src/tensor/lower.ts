@@ -2,7 +2,7 @@
 // IR. Everything between the target and the realized values it reads is inlined, at coordinates
 // remapped through its views; adjacent output (and reduce) axes are merged while the index
 // arithmetic does not grow. The kernel's name hashes its lowered text, so equal kernels share it.
-import type { DType, LazyNode } from "./ast";
+import type { DType, LazyNode, ReduceOp } from "./ast";
 import { ExprBuilder, dagText, type Expr, type KDim, type KernelIR } from "./ir";
 import type { ScheduledKernel } from "./scheduler";
 import { Sym, Valid } from "./symbolic";
@@ -154,6 +154,13 @@ function lowerNode(ctx: LowerCtx, n: LazyNode, cs: readonly Sym[], guard: Expr |
           const inner = eb.alu("mul", dt, eb.c(0.7978845608028654, dt), eb.alu("add", dt, x, eb.alu("mul", dt, eb.c(0.044715, dt), x3)));
           return eb.alu("mul", dt, eb.alu("mul", dt, eb.c(0.5, dt), x), eb.alu("add", dt, one, eb.alu("tanh", dt, inner)));
         }
+        case "erf":
+          return erfExpr(eb, x);
+        case "round":
+          return eb.alu("rint", dt, x);
+        case "exp2": case "log2": case "tan": case "atan": case "asin": case "acos": case "sinh": case "cosh":
+        case "floor": case "ceil": case "trunc": case "asinh": case "acosh": case "atanh":
+          return eb.alu(a.fn, dt, x);
       }
       break;
     }
@@ -169,7 +176,10 @@ function lowerNode(ctx: LowerCtx, n: LazyNode, cs: readonly Sym[], guard: Expr |
         return castTo(eb, e, n.dtype);
       }
       const dt = n.dtype;
-      return eb.alu(a.fn as "add", dt, castTo(eb, l, dt), castTo(eb, r, dt));
+      const x = castTo(eb, l, dt), y = castTo(eb, r, dt);
+      if (a.fn === "fmod") return eb.alu("fmod", dt, x, y);
+      if (a.fn === "mod") return modExpr(eb, dt, x, y);
+      return eb.alu(a.fn as "add", dt, x, y);
     }
     case "reduce": {
       if (ctx.reduce) throw new Error(`scheduler bug: two reductions in kernel of node ${ctx.root.id}`);
@@ -205,6 +215,46 @@ function lowerNode(ctx: LowerCtx, n: LazyNode, cs: readonly Sym[], guard: Expr |
     }
   }
   throw new Error(`cannot lower ${n.op}`);
+}
+
+// erf in float32 from the ALU's own ops, so every dialect and the interpreter compute it alike
+// (Metal has no erf). |x| < 1: its Maclaurin series to the x²¹ term (truncation below 2e-9);
+// |x| >= 1: 1 - erfc(|x|) with erfc from the Chebyshev fit of Numerical Recipes (fractional
+// error below 1.2e-7, and erfc(1) < 0.16, so below 2e-8 on erf). Odd; NaN stays NaN; ±inf give ±1.
+const ERF_SERIES = Array.from({ length: 11 }, (_, n) => {
+  let f = 1;
+  for (let k = 2; k <= n; k++) f *= k;
+  return ((n % 2 ? -1 : 1) * 2) / Math.sqrt(Math.PI) / (f * (2 * n + 1));
+});
+const ERFC_FIT = [-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277];
+
+function erfExpr(eb: ExprBuilder, x: Expr): Expr {
+  const f = "float32";
+  const ax = eb.alu("abs", f, x);
+  const s = eb.alu("mul", f, x, x);
+  let p = eb.c(ERF_SERIES[ERF_SERIES.length - 1]!, f);
+  for (let i = ERF_SERIES.length - 2; i >= 0; i--) p = eb.alu("add", f, eb.alu("mul", f, p, s), eb.c(ERF_SERIES[i]!, f));
+  const small = eb.alu("mul", f, x, p);
+  const t = eb.alu("div", f, eb.c(1, f), eb.alu("add", f, eb.c(1, f), eb.alu("mul", f, eb.c(0.5, f), ax)));
+  let q = eb.c(ERFC_FIT[ERFC_FIT.length - 1]!, f);
+  for (let i = ERFC_FIT.length - 2; i >= 0; i--) q = eb.alu("add", f, eb.alu("mul", f, q, t), eb.c(ERFC_FIT[i]!, f));
+  const erfc = eb.alu("mul", f, t, eb.alu("exp", f, eb.alu("sub", f, q, s)));
+  const big = eb.alu("sub", f, eb.c(1, f), erfc);
+  const signed = eb.alu("where", f, eb.alu("lt", "int32", x, eb.c(0, f)), eb.alu("neg", f, big), big);
+  return eb.alu("where", f, eb.alu("lt", "int32", ax, eb.c(1, f)), small, signed);
+}
+
+// x mod y with the divisor's sign (Python, numpy): r = fmod(x, y), plus y when r is non-zero and
+// of the other sign; a float zero takes y's sign (numpy's divmod). fmod is exact, so is r + y's
+// single rounding.
+function modExpr(eb: ExprBuilder, dt: DType, x: Expr, y: Expr): Expr {
+  const r = eb.alu("fmod", dt, x, y);
+  const zero = eb.c(0, dt);
+  const flip = eb.alu("and", "int32", eb.alu("ne", "int32", r, zero), eb.alu("ne", "int32", eb.alu("lt", "int32", r, zero), eb.alu("lt", "int32", y, zero)));
+  const m = eb.alu("where", dt, flip, eb.alu("add", dt, r, y), r);
+  if (dt === "int32") return m;
+  const signedZero = eb.alu("where", dt, eb.alu("lt", "int32", y, zero), eb.c(-0, dt), zero);
+  return eb.alu("where", dt, eb.alu("eq", "int32", r, zero), signedZero, m);
 }
 
 function maxOf(d: Dim): number {
@@ -301,7 +351,7 @@ function lowerKernel(root: LazyNode, targets: ReadonlySet<LazyNode>, vars: Reado
   const ir: KernelIR = {
     name: hashName(text),
     dims,
-    reduce: red ? { fn: (red.node.arg as { fn: "sum" | "max" }).fn, dims: red.dims, body: red.body } : null,
+    reduce: red ? { fn: (red.node.arg as { fn: ReduceOp }).fn, dims: red.dims, body: red.body } : null,
     value,
     store,
     outDtype: root.dtype,

@@ -134,6 +134,9 @@ export class Ref {
   max(axes: readonly number[], keepdim = false): Ref {
     return this.reduce(axes, keepdim, -Infinity, (a, x) => Math.max(a, x));
   }
+  min(axes: readonly number[], keepdim = false): Ref {
+    return this.reduce(axes, keepdim, Infinity, (a, x) => Math.min(a, x));
+  }
   mean(axes: readonly number[], keepdim = false): Ref {
     const n = axes.reduce((p, a) => p * this.shape[a]!, 1);
     return this.sum(axes, keepdim).map((x) => x / n);
@@ -186,7 +189,55 @@ export const refUnary: Record<string, (x: number) => number> = {
   sigmoid: (x) => 1 / (1 + Math.exp(-x)),
   tanh: Math.tanh,
   gelu: (x) => 0.5 * x * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (x + 0.044715 * x ** 3))),
+  erf: erf64,
+  floor: Math.floor,
+  ceil: Math.ceil,
+  trunc: Math.trunc,
+  round: roundHalfEven,
+  exp2: (x) => Math.pow(2, x),
+  log2: Math.log2,
+  tan: Math.tan,
+  atan: Math.atan,
+  asin: Math.asin,
+  acos: Math.acos,
+  sinh: Math.sinh,
+  cosh: Math.cosh,
+  asinh: Math.asinh,
+  acosh: Math.acosh,
+  atanh: Math.atanh,
 };
+
+/** Round to nearest, ties to even (numpy's round, C's rint); -0 stays -0, as does a negative that rounds to 0. */
+export function roundHalfEven(x: number): number {
+  if (!Number.isFinite(x)) return x;
+  const f = Math.floor(x), d = x - f;
+  const r = d < 0.5 ? f : d > 0.5 ? f + 1 : f % 2 === 0 ? f : f + 1;
+  return r === 0 && (x < 0 || Object.is(x, -0)) ? -0 : r;
+}
+
+/**
+ * erf in float64: its Maclaurin series below |x| = 3 (terms to 1e-17; at most e^9 of cancellation,
+ * so about 1e-12 absolute), and 1 - erfc by erfc's continued fraction (Laplace) above.
+ */
+export function erf64(x: number): number {
+  if (Number.isNaN(x)) return NaN;
+  const a = Math.abs(x);
+  if (a < 3) {
+    let term = x, sum = x;
+    for (let n = 1; n < 200; n++) {
+      term *= (-x * x) / n;
+      const t = term / (2 * n + 1);
+      sum += t;
+      if (Math.abs(t) < 1e-17 * Math.abs(sum)) break;
+    }
+    return (2 / Math.sqrt(Math.PI)) * sum;
+  }
+  // erfc(a) = e^(-a²)/√π · 1/(a + (1/2)/(a + 1/(a + (3/2)/(a + 2/(a + ...)))))
+  let f = a;
+  for (let k = 200; k >= 1; k--) f = a + k / 2 / f;
+  const erfc = Math.exp(-a * a) / Math.sqrt(Math.PI) / f;
+  return x < 0 ? erfc - 1 : 1 - erfc;
+}
 
 /** A deterministic uniform generator for test inputs (mulberry32). */
 export function seededRandom(seed: number): () => number {

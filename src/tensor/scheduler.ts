@@ -14,7 +14,7 @@
 //  5. One reduction per kernel: an elementwise node carrying a fused reduction is realized when
 //     it has several uses, is broadcast, or feeds another reduction.
 //  6. An elementwise value whose expression holds a transcendental (exp, log, sqrt, sin, cos,
-//     tanh, sigmoid, gelu, pow) is realized when it is read through a broadcast into a reduction
+//     tanh, sigmoid, gelu, pow, erf and the other libm functions) is realized when it is read through a broadcast into a reduction
 //     (say the operand of a matmul): otherwise it would be recomputed for every step of every
 //     broadcast copy. (Broadcast into elementwise work is left fused: the recompute is of the
 //     order of the consumer's own work, cheaper than a kernel and a buffer.)
@@ -49,7 +49,10 @@ export interface Scheduled {
   readonly vars: ReadonlyMap<string, Variable>;
 }
 
-const EXPENSIVE = new Set<string>(["exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "gelu"]);
+const EXPENSIVE = new Set<string>([
+  "exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "gelu",
+  "erf", "exp2", "log2", "tan", "atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh",
+]);
 
 /** Some view of the tracker broadcasts a dimension (stride 0, size > 1). */
 function broadcasts(st: ShapeTracker): boolean {

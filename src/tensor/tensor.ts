@@ -24,10 +24,11 @@ function sameDim(a: Dim, b: Dim): boolean {
   return a === b || (a instanceof Variable && b instanceof Variable && a.name === b.name);
 }
 
+/** An axis in [-nd, nd); a 0-d tensor takes 0 and -1 (as tinygrad and torch), both giving 0. */
 function normAxis(call: string, axis: number, nd: number, shape: Shape): number {
-  if (!Number.isInteger(axis) || axis < -nd || axis >= Math.max(nd, 1) || (nd === 0 && axis !== 0 && axis !== -1))
-    invalid(call, `axis ${String(axis)} is out of range for shape ${shapeStr(shape)}`);
-  return axis < 0 ? axis + nd : axis;
+  const n = Math.max(nd, 1);
+  if (!Number.isInteger(axis) || axis < -n || axis >= n) invalid(call, `axis ${String(axis)} is out of range for shape ${shapeStr(shape)}`);
+  return axis < 0 ? axis + n : axis;
 }
 
 function numelNumeric(shape: Shape): number {
@@ -277,9 +278,114 @@ export class Tensor {
   relu(): Tensor { return this.#unary("relu"); }
   sigmoid(): Tensor { return this.#unary("sigmoid"); }
   tanh(): Tensor { return this.#unary("tanh"); }
-  /** GELU, tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). */
-  gelu(): Tensor { return this.#unary("gelu"); }
+  /**
+   * GELU as tinygrad: approximate "tanh" (the default) is 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)));
+   * "none" is the exact x·Φ(x) = 0.5·x·(1 + erf(x/√2)).
+   */
+  gelu(approximate: "tanh" | "none" = "tanh"): Tensor {
+    if (approximate === "tanh") return this.#unary("gelu");
+    if (approximate === "none") return this.mul(0.5).mul(this.mul(Math.SQRT1_2).erf().add(1));
+    invalid("Tensor.gelu", `approximate must be "tanh" or "none", got ${describeValue(approximate)}`);
+  }
   square(): Tensor { return this.mul(this); }
+
+  // ---- more elementwise ops (tinygrad's names and argument order) -----------------------------
+  // float32 results for int32 operands except where noted: floor, ceil, trunc, round of an int32
+  // are the value itself; sign, mod, fmod of int32 stay int32; isnan, isinf, isfinite give int32 0/1.
+
+  erf(): Tensor { return this.#unary("erf"); }
+  exp2(): Tensor { return this.#unary("exp2"); }
+  log2(): Tensor { return this.#unary("log2"); }
+  tan(): Tensor { return this.#unary("tan"); }
+  atan(): Tensor { return this.#unary("atan"); }
+  asin(): Tensor { return this.#unary("asin"); }
+  acos(): Tensor { return this.#unary("acos"); }
+  sinh(): Tensor { return this.#unary("sinh"); }
+  cosh(): Tensor { return this.#unary("cosh"); }
+  asinh(): Tensor { return this.#unary("asinh"); }
+  acosh(): Tensor { return this.#unary("acosh"); }
+  atanh(): Tensor { return this.#unary("atanh"); }
+  floor(): Tensor { return this.dtype === "int32" ? this : this.#unary("floor"); }
+  ceil(): Tensor { return this.dtype === "int32" ? this : this.#unary("ceil"); }
+  trunc(): Tensor { return this.dtype === "int32" ? this : this.#unary("trunc"); }
+  /** Round half to even (numpy, tinygrad): 0.5 → 0, 1.5 → 2, -2.5 → -2. */
+  round(): Tensor { return this.dtype === "int32" ? this : this.#unary("round"); }
+  /** Remainder with the divisor's sign (Python's %, tinygrad's mod); int32 x mod 0 is 0, float32 NaN. */
+  mod(o: TensorLike): Tensor { return this.#binary("mod", o, "Tensor.mod"); }
+  /** C's remainder (the dividend's sign); int32 x fmod 0 is 0, float32 NaN. */
+  fmod(o: TensorLike): Tensor { return this.#binary("fmod", o, "Tensor.fmod"); }
+  /** -1, 0 or 1 (the dtype kept); NaN stays NaN as in numpy, -0 gives 0. */
+  sign(): Tensor {
+    const s = this.cmpgt(0).sub(this.cmplt(0));
+    return this.dtype === "int32" ? s : this.isnan().where(this, s.float());
+  }
+  isnan(): Tensor { return this.cmpne(this); }
+  isinf(detectPositive = true, detectNegative = true): Tensor {
+    boolArg("Tensor.isinf", "detectPositive", detectPositive);
+    boolArg("Tensor.isinf", "detectNegative", detectNegative);
+    if (detectPositive && detectNegative) return this.abs().cmpeq(Infinity);
+    return detectPositive ? this.cmpeq(Infinity) : detectNegative ? this.cmpeq(-Infinity) : this.cmpne(this).mul(0);
+  }
+  isfinite(): Tensor { return this.sub(this).cmpeq(0); }
+  /** Clamp to [min, max] (either may be omitted, not both); NaN stays NaN. */
+  clip(min?: TensorLike, max?: TensorLike): Tensor {
+    const call = "Tensor.clip";
+    if (min === undefined && max === undefined) invalid(call, "at least one of min and max must be given");
+    let r: Tensor = this;
+    if (min !== undefined) r = r.cmplt(tensorLike(call, "min", min)).where(min, r);
+    if (max !== undefined) r = r.cmpgt(tensorLike(call, "max", max)).where(max, r);
+    return r;
+  }
+  clamp(min?: TensorLike, max?: TensorLike): Tensor { return this.clip(min, max); }
+  /** this + (end - this)·weight. */
+  lerp(end: TensorLike, weight: TensorLike): Tensor {
+    tensorLike("Tensor.lerp", "end", end);
+    tensorLike("Tensor.lerp", "weight", weight);
+    return this.add(this.rsub(end).mul(weight));
+  }
+  silu(): Tensor { return this.mul(this.sigmoid()); }
+  swish(): Tensor { return this.silu(); }
+  /** log(1 + e^(βx))/β, as max(βx, 0) + log(1 + e^-|βx|) so that it never overflows. */
+  softplus(beta = 1): Tensor {
+    finiteNumber("Tensor.softplus", "beta", beta);
+    const y = this.mul(beta);
+    return y.relu().add(y.abs().neg().exp().add(1).log()).div(beta);
+  }
+  leakyRelu(negSlope = 0.01): Tensor {
+    finiteNumber("Tensor.leakyRelu", "negSlope", negSlope);
+    return this.cmplt(0).where(this.mul(negSlope), this);
+  }
+  /** x for x > 0, α·(eˣ - 1) otherwise (NaN stays NaN). */
+  elu(alpha = 1): Tensor {
+    finiteNumber("Tensor.elu", "alpha", alpha);
+    return this.cmpgt(0).where(this, this.exp().sub(1).mul(alpha));
+  }
+  hardswish(): Tensor { return this.mul(this.add(3).clip(0, 6)).mul(1 / 6); }
+  mish(): Tensor { return this.mul(this.softplus().tanh()); }
+  relu6(): Tensor { return this.relu().minimum(6); }
+  /** max(0, min(1, α·x + β)) (torch's defaults α = 1/6, β = 0.5). */
+  hardsigmoid(alpha = 1 / 6, beta = 0.5): Tensor {
+    finiteNumber("Tensor.hardsigmoid", "alpha", alpha);
+    finiteNumber("Tensor.hardsigmoid", "beta", beta);
+    return this.mul(alpha).add(beta).clip(0, 1);
+  }
+  hardtanh(minVal = -1, maxVal = 1): Tensor { return this.clip(minVal, maxVal); }
+  softsign(): Tensor { return this.div(this.abs().add(1)); }
+  /** log(sigmoid(x)) = -softplus(-x), without overflow. */
+  logsigmoid(): Tensor { return this.neg().softplus().neg(); }
+  /** x·sigmoid(1.702·x). */
+  quickGelu(): Tensor { return this.mul(this.mul(1.702).sigmoid()); }
+  /** x for x > 0, α·(e^(x/α) - 1) otherwise (NaN stays NaN). */
+  celu(alpha = 1): Tensor {
+    finiteNumber("Tensor.celu", "alpha", alpha);
+    return this.cmpgt(0).where(this, this.div(alpha).exp().sub(1).mul(alpha));
+  }
+  /** γ·(x for x >= 0, α·(eˣ - 1) otherwise), with tinygrad's α and γ. */
+  selu(alpha = 1.67326, gamma = 1.0507): Tensor {
+    finiteNumber("Tensor.selu", "alpha", alpha);
+    finiteNumber("Tensor.selu", "gamma", gamma);
+    return this.cmpge(0).where(this, this.exp().sub(1).mul(alpha)).mul(gamma);
+  }
 
   #scalar(v: number, like: DType): Tensor {
     const dt: DType = like === "int32" && Number.isInteger(v) ? "int32" : "float32";
@@ -418,6 +524,7 @@ export class Tensor {
     const nd = this.ndim;
     if (nd < 2 && a === -2 && b === -1) return this;
     const x = normAxis(call, a, nd, this.shape), y = normAxis(call, b, nd, this.shape);
+    if (nd === 0) return this;
     const order = [...Array(nd).keys()];
     [order[x], order[y]] = [order[y]!, order[x]!];
     return this.permute(order);
@@ -525,6 +632,7 @@ export class Tensor {
     const call = "Tensor.flip";
     if (typeof axes !== "number" && !Array.isArray(axes)) invalid(call, `axes must be a number or an array of numbers, got ${describeValue(axes)}`);
     const list = (typeof axes === "number" ? [axes] : axes).map((a) => normAxis(call, a, this.ndim, this.shape));
+    if (this.ndim === 0) return this;
     for (const a of list) if (typeof this.shape[a] !== "number") invalid(call, `cannot flip variable dimension ${a}`);
     return this.#view((st) => st.flip(list));
   }
@@ -540,6 +648,7 @@ export class Tensor {
   squeeze(axis?: number): Tensor {
     if (axis === undefined) return this.reshape(this.shape.filter((d) => d !== 1));
     const a = normAxis("Tensor.squeeze", axis, this.ndim, this.shape);
+    if (this.ndim === 0) return this;
     if (this.shape[a] !== 1) invalid("Tensor.squeeze", `dimension ${a} of ${shapeStr(this.shape)} is not 1`);
     return this.reshape(this.shape.filter((_, i) => i !== a));
   }
@@ -555,7 +664,8 @@ export class Tensor {
     if (axis === undefined) return [...Array(this.ndim).keys()];
     const list = (typeof axis === "number" ? [axis] : axis).map((a) => normAxis(call, a, this.ndim, this.shape));
     if (new Set(list).size !== list.length) invalid(call, `repeated axis in [${list.join(", ")}]`);
-    return list.sort((a, b) => a - b);
+    // a 0-d tensor's axis 0 (or -1) names no dimension: reducing over it keeps the value
+    return this.ndim === 0 ? [] : list.sort((a, b) => a - b);
   }
 
   #reduce(fn: ReduceOp, axis: number | readonly number[] | undefined, keepdim: boolean, call: string): Tensor {
@@ -574,8 +684,9 @@ export class Tensor {
   max(axis?: number | readonly number[], keepdim = false): Tensor {
     return this.#reduce("max", axis, keepdim, "Tensor.max");
   }
+  /** The minimum (a reduction of its own: the max of -x would lose INT_MIN, whose negation is itself). */
   min(axis?: number | readonly number[], keepdim = false): Tensor {
-    return this.neg().#reduce("max", axis, keepdim, "Tensor.min").neg();
+    return this.#reduce("min", axis, keepdim, "Tensor.min");
   }
   mean(axis?: number | readonly number[], keepdim = false): Tensor {
     boolArg("Tensor.mean", "keepdim", keepdim);
