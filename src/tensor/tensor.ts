@@ -567,7 +567,9 @@ export class Tensor {
         : [part(n - b, n), part(0, a)];
       x = Tensor.#catChecked([...(b ? [before] : []), x, ...(a ? [after] : [])], d);
     });
-    return crop.some((c) => c) ? x.shrink(crop) : x;
+    // crop the grown tensor: a dim with a negative amount grew only on its other side
+    const grown = x.shape as readonly number[];
+    return crop.some((c) => c) ? x.shrink(crop.map((c, i) => (c ? [c[0], c[1] + grown[i]! - (this.shape[i] as number)] : null))) : x;
   }
 
   /** Constant padding by non-negative amounts (checked by the caller). */
