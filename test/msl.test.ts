@@ -35,6 +35,7 @@ describe("MSL syntax check", () => {
         "tensor MLP",
         "transformer block",
         "64-bit indexing",
+        "movement ops",
       ]);
       for (const s of sources) {
         expect(s.kernels.length).toBeGreaterThan(0);
