@@ -445,6 +445,49 @@ describe("indexing: oneHot, maskedFill, gather, indexSelect", () => {
   });
 });
 
+describe("gather is a direct indexed read", () => {
+  test("one kernel, no reduction loop; producers and views of the source are read at the gathered coordinates", () => {
+    const w = Tensor.rand([1000, 16], { seed: 4 });
+    const ix = Tensor.from([999, 0, 17, 17, -1, 1000], [6], { dtype: "int32" });
+    const e = w.mul(2).T.indexSelect(1, ix);
+    const s = schedule([e.node]);
+    expect(s.kernels.length).toBe(1);
+    expect(s.kernels[0]!.ir.reduce).toBeNull();
+    const wv = Array.from(w.toArray());
+    const want = Ref.fill([16, 6], (idx) => {
+      const j = [999, 0, 17, 17, -1, 1000][idx[1]!]!;
+      return j >= 0 && j < 1000 ? 2 * wv[j * 16 + idx[0]!]! : 0;
+    });
+    for (const fusion of [true, false]) expectSame(run([e], { fusion })[0]!, want, `indexSelect of computed, fusion ${fusion}`);
+    expectSame(interpretSchedule(s, new Map()).get(e.node)!, want, "interpreted");
+  });
+
+  test("a computed index, a reduction as the source, a variable-length index", () => {
+    const xr = randRef([4, 6], 21, "float32");
+    const x = toTensor(xr, "float32");
+    const ir = Ref.fill([3, 6], (idx) => (idx[0]! * 5 + idx[1]!) % 4);
+    const ix = Tensor.from(Int32Array.from(ir.data), [3, 6], { dtype: "int32" });
+    const rowsum = xr.sum([1], true); // [4, 1]
+    const cases: Case[] = [
+      ["computed index", () => x.gather(0, ix.add(1).sub(1)), () => ref.gather(xr, 0, ir)],
+      ["gather of a sum", () => x.sum(1, true).expand([4, 6]).gather(0, ix), () => ref.gather(rowsum.broadcastTo([4, 6]), 0, ir), 1e-6],
+      ["sum of a gather", () => x.gather(0, ix).sum(0), () => ref.gather(xr, 0, ir).sum([0]), 1e-6],
+      ["gather of gather", () => x.gather(0, ix).gather(1, ix.shrink([null, [0, 2]]).add(3)), () => ref.gather(ref.gather(xr, 0, ir), 1, ir.shrink([[0, 3], [0, 2]]).map((v) => v + 3))],
+      ["int32 gather", () => x.mul(100).int().gather(1, ix.shrink([[0, 3], [0, 2]])), () => ref.gather(xr.map((v) => Math.trunc(Math.fround(v * 100))), 1, ir.shrink([[0, 3], [0, 2]]))],
+    ];
+    for (const fusion of [true, false]) {
+      const got = run(cases.map(([, f]) => f(x, x)), { fusion });
+      cases.forEach(([name, , rf, tol], i) => expectSame(got[i]!, rf(xr, xr), `${name}, fusion ${fusion}`, tol ?? 0));
+    }
+    const S = new Variable("T", 1, 8).bind(3);
+    const tok = Tensor.arange(S).mul(2); // [T]: 0, 2, 4
+    const emb = x.indexSelect(0, tok); // rows 0, 2 and 4 (out of range: zeros)
+    expect(emb.shape[0]).toBe(S);
+    const want = [...xr.data.slice(0, 6), ...xr.data.slice(12, 18), 0, 0, 0, 0, 0, 0].map(Math.fround);
+    expect(emb.toList()).toEqual(want);
+  });
+});
+
 describe("bad arguments are GpuError INVALID_VALUE", () => {
   test("every new op", () => {
     const x = Tensor.zeros([2, 3]);

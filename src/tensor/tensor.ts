@@ -823,14 +823,6 @@ export class Tensor {
     return tensorArg(call, "mask", mask).where(tensorLike(call, "value", value), this);
   }
 
-  /** A one-hot selector [..., k, n, 1…] and this expanded to match, reduced over the n axis at d + 1. */
-  #selectAlong(d: number, idx: Tensor, x: Tensor): Tensor {
-    const n = x.shape[d] as number;
-    const m = idx.shape[d]!;
-    const xe = x.unsqueeze(d).expand([...x.shape.slice(0, d), m, n, ...x.shape.slice(d + 1)]);
-    const ar = Tensor.arange(n, undefined, 1, { dtype: "int32" }).reshape([n, ...new Array<number>(x.ndim - 1 - d).fill(1)]);
-    return idx.unsqueeze(d + 1).cmpeq(ar).where(xe, 0).cast(this.dtype).sum(d + 1);
-  }
   #indexArgs(call: string, dim: number, index: unknown): [number, Tensor] {
     tensorArg(call, "index", index);
     const idx = index as Tensor;
@@ -852,7 +844,7 @@ export class Tensor {
         invalid(call, `index shape ${shapeStr(idx.shape)} exceeds ${shapeStr(this.shape)} in dimension ${i}`);
     });
     const x = this.shrink(this.shape.map((s, i) => (i === d || sameDim(s, idx.shape[i]!) ? null : [0, idx.shape[i]!])));
-    return this.#selectAlong(d, idx, x);
+    return new Tensor(new LazyNode({ op: "gather", axis: d }, this.dtype, idx.shape, [x.node, idx.node]));
   }
 
   /** The slices at 1-D int32 `index` along `dim` (torch's index_select); out-of-range indices give 0. */
@@ -860,8 +852,9 @@ export class Tensor {
     const call = "Tensor.indexSelect";
     const [d, idx] = this.#indexArgs(call, dim, index);
     if (idx.ndim !== 1) invalid(call, `index must be 1-D, got ${shapeStr(idx.shape)}`);
-    const full = this.shape.map((s, i) => (i === d ? idx.shape[0]! : 1));
-    return this.#selectAlong(d, idx.reshape(full), this);
+    const k = idx.shape[0]!;
+    const ix = idx.reshape(this.shape.map((_, i) => (i === d ? k : 1))).expand(this.shape.map((s, i) => (i === d ? k : s)));
+    return new Tensor(new LazyNode({ op: "gather", axis: d }, this.dtype, ix.shape, [this.node, ix.node]));
   }
 
   // ---- reductions ------------------------------------------------------------------------------
