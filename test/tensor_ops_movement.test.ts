@@ -134,10 +134,7 @@ const ref = {
     });
   },
   gather(r: Ref, d: number, ix: Ref): Ref {
-    return Ref.fill(ix.shape, (idx, lin) => {
-      const j = ix.data[lin]!;
-      return j >= 0 && j < r.shape[d]! ? r.at(idx.map((x, i) => (i === d ? j : x))) : 0;
-    });
+    return r.gather(d, ix);
   },
   indexSelect(r: Ref, d: number, ix: number[]): Ref {
     const shape = r.shape.map((n, i) => (i === d ? ix.length : n));
