@@ -267,6 +267,23 @@ describe("repeat, roll, tril/triu", () => {
   });
 });
 
+describe("variable dims", () => {
+  test("tril/triu over a variable square (a causal mask), repeat keeping a variable dim", () => {
+    const S = new Variable("S", 1, 8);
+    const m = Tensor.arange(S).float().reshape([S, 1]).expand([S, S]);
+    const cases: [Tensor, (i: number, j: number) => number][] = [
+      [m.triu(), (i, j) => (j >= i ? i : 0)],
+      [m.tril(-1), (i, j) => (j <= i - 1 ? i : 0)],
+      [m.T.tril(1), (i, j) => (j <= i + 1 ? j : 0)],
+    ];
+    for (const n of [1, 3, 8]) {
+      S.bind(n);
+      for (const [t, f] of cases) expect(t.toList()).toEqual(Array.from(Ref.fill([n, n], (idx) => f(idx[0]!, idx[1]!)).data));
+      expect(Tensor.arange(S).reshape([1, S]).repeat([2, 1]).toList()).toEqual([...Array(2)].flatMap(() => [...Array(n).keys()]));
+    }
+  });
+});
+
 describe("pad: negative amounts and modes", () => {
   const P: [number, number][] = [[1, 2], [0, 3], [2, 1]];
   test("against the reference on contiguous, permuted and sliced inputs", () => {
