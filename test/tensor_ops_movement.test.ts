@@ -571,6 +571,24 @@ describe("bad arguments are GpuError INVALID_VALUE", () => {
       ["gather not tensor", () => x.gather(0, [0] as never)],
       ["indexSelect 2-d", () => x.indexSelect(0, i)],
       ["indexSelect axis", () => x.indexSelect(-3, Tensor.zeros([1], { dtype: "int32" }))],
+      // missing and wrong-typed arguments from untyped callers
+      ["cat null", () => x.cat(null as never)],
+      ["split undefined", () => x.split(undefined as never)],
+      ["split string size", () => x.split([1, "2"] as never, 1)],
+      ["chunk string dim", () => x.chunk(2, "0" as never)],
+      ["repeat nothing", () => (x.repeat as () => Tensor)()],
+      ["roll undefined", () => x.roll(undefined as never)],
+      ["roll string dim", () => x.roll([1, 1], [0, "1"] as never)],
+      ["pad null", () => x.pad(null as never)],
+      ["pad null mode", () => x.pad([null, null], null as never)],
+      ["slice strings", () => x.slice([["0"]] as never)],
+      ["eye undefined", () => Tensor.eye(undefined as never)],
+      ["linspace null options", () => Tensor.linspace(0, 1, 3, null as never)],
+      ["fullLike string", () => x.fullLike("1" as never)],
+      ["maskedFill no value", () => x.maskedFill(i, undefined as never)],
+      ["oneHot null", () => i.oneHot(null as never)],
+      ["gather undefined dim", () => x.gather(undefined as never, i)],
+      ["indexSelect 0-d index", () => x.indexSelect(0, Tensor.full([], 0, { dtype: "int32" }))],
     ];
     for (const [what, f] of bad) expectInvalid(f, what);
   });
