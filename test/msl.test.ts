@@ -36,6 +36,7 @@ describe("MSL syntax check", () => {
         "transformer block",
         "64-bit indexing",
         "elementwise ops",
+        "movement ops",
       ]);
       for (const s of sources) {
         expect(s.kernels.length).toBeGreaterThan(0);

@@ -79,6 +79,17 @@ function elementwiseOps(): Tensor[] {
   ];
 }
 
+/** Stepped and reversed slices, moded pads, cat, roll, triangles, eye and gathers: strides, masks and selects. */
+function movementModel(): Tensor[] {
+  const x = Tensor.rand([6, 8], { seed: 1 });
+  const ix = Tensor.from([3, 0, 5], [3], { dtype: "int32" });
+  return [
+    x.slice([[null, null, -2], [1, 7, 3]]).pad([[1, 2], [1, 1]], "reflect").exp(),
+    Tensor.cat([x, x.roll(3, 1).triu(1), Tensor.eye(4, 8)], 0).pad([[0, 0], [-1, 2]], 2),
+    x.pad([[2, 2], [3, 3]], "circular").indexSelect(0, ix).gather(1, ix.reshape([3, 1]).expand([3, 4]).contiguous()),
+  ];
+}
+
 /** One module per demo model, as ExecutionPlan.prepare builds it: prelude + every kernel body. */
 function tensorSources(lang: Lang): NamedSource[] {
   const models: [string, Tensor[]][] = [
@@ -88,6 +99,7 @@ function tensorSources(lang: Lang): NamedSource[] {
     ["64-bit indexing", [Tensor.full([65536, 65536], 3).add(Tensor.arange(65536)), Tensor.rand([65536, 65536]).mul(2).sum(1)]],
     // every elementwise primitive and composite past the models' own (libm names, erf, remainders)
     ["elementwise ops", elementwiseOps()],
+    ["movement ops", movementModel()],
   ];
   return models.map(([name, outs]) => {
     const gens = schedule(outs.map((o) => o.node)).kernels.map((k) => generate(k.ir, lang));

@@ -29,7 +29,9 @@ export type NodeArg =
   | { op: "cast" }
   | { op: "reduce"; fn: ReduceOp; axes: readonly number[] } // keepdim shape
   | { op: "contiguous" }
-  | { op: "view"; st: ShapeTracker };
+  | { op: "view"; st: ShapeTracker }
+  // srcs [x, index]: x at the coordinates of the output with coordinate `axis` read from index (int32); outside [0, n) 0
+  | { op: "gather"; axis: number };
 
 export type Op = NodeArg["op"];
 

@@ -128,6 +128,7 @@ function argKey(n: LazyNode): string {
         .map((v) => `[${shapeKey(v.shape)}]s${v.strides.join(",")}o${v.offset}m${v.mask ? JSON.stringify(v.mask) : ""}`)
         .join("|");
     case "where": case "cast": case "contiguous": return "";
+    case "gather": return `g${a.axis}`;
   }
 }
 

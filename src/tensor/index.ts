@@ -1,5 +1,6 @@
 // The tensor compiler's public API (re-exported from src/index.ts).
 export { Tensor, type TensorLike, type Shape } from "./tensor";
+export type { PadMode } from "./tensor";
 export { Variable, type Dim } from "./variable";
 export {
   ExecutionPlan,

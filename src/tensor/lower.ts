@@ -32,6 +32,9 @@ function kdim(d: Dim): KDim {
   return typeof d === "number" ? d : { var: d.name, max: d.max };
 }
 
+/** Per builder: coordinates read from data (a gather's index), by the name of their coordinate atom. */
+const dataCoords = new WeakMap<ExprBuilder, Map<string, Expr>>();
+
 function symToExpr(eb: ExprBuilder, s: Sym): Expr {
   let e: Expr = eb.c(s.c);
   const terms = [...s.terms.values()].sort((a, b) => (a.atom.key < b.atom.key ? -1 : a.atom.key > b.atom.key ? 1 : 0));
@@ -39,7 +42,7 @@ function symToExpr(eb: ExprBuilder, s: Sym): Expr {
     let ae: Expr;
     if (atom.kind === "coord") {
       const axis = Number(atom.name.slice(1));
-      ae = atom.name[0] === "g" ? eb.gidx(axis) : eb.ridx(axis);
+      ae = atom.name[0] === "x" ? dataCoords.get(eb)!.get(atom.name)! : atom.name[0] === "g" ? eb.gidx(axis) : eb.ridx(axis);
     } else {
       const x = symToExpr(eb, atom.x);
       const nonneg = atom.x.lo >= 0;
@@ -180,6 +183,22 @@ function lowerNode(ctx: LowerCtx, n: LazyNode, cs: readonly Sym[], guard: Expr |
       if (a.fn === "fmod") return eb.alu("fmod", dt, x, y);
       if (a.fn === "mod") return modExpr(eb, dt, x, y);
       return eb.alu(a.fn as "add", dt, x, y);
+    }
+    case "gather": {
+      // the index, clamped into [0, n), is a coordinate atom of its own: views and inlined
+      // producers of x map it like a loop coordinate; outside [0, n) the value is 0
+      const [x, index] = n.srcs as [LazyNode, LazyNode];
+      const size = x.shape[a.axis] as number;
+      if (!size) return eb.c(0, n.dtype);
+      const ie = castTo(eb, lowerNode(ctx, index, cs, guard), "int32");
+      const inRange = eb.alu("and", "int32", eb.alu("le", "int32", eb.c(0), ie), eb.alu("lt", "int32", ie, eb.c(size)));
+      let coords = dataCoords.get(eb);
+      if (!coords) dataCoords.set(eb, (coords = new Map()));
+      const name = `x${coords.size}`;
+      coords.set(name, eb.alu("max", "int32", eb.alu("min", "int32", ie, eb.c(size - 1)), eb.c(0)));
+      const xcs = cs.map((c, i) => (i === a.axis ? Sym.coord(name, size - 1) : c));
+      const v = castTo(eb, lowerNode(ctx, x, xcs, andE(eb, guard, inRange)), n.dtype);
+      return eb.alu("where", n.dtype, inRange, v, eb.c(0, n.dtype));
     }
     case "reduce": {
       if (ctx.reduce) throw new Error(`scheduler bug: two reductions in kernel of node ${ctx.root.id}`);

@@ -168,6 +168,14 @@ export class Ref {
     return s.zip(l, (x, y) => x - y);
   }
 
+  /** out[…, j, …] = this[…, index[…, j, …], …] along `axis`; an index outside the axis gives 0. */
+  gather(axis: number, index: Ref): Ref {
+    return Ref.fill(index.shape, (idx, lin) => {
+      const j = index.data[lin]!;
+      return j >= 0 && j < this.shape[axis]! ? this.at(idx.map((x, i) => (i === axis ? j : x))) : 0;
+    });
+  }
+
   layerNorm(axis: number, eps: number): Ref {
     const mean = this.mean([axis], true);
     const xc = this.zip(mean, (x, y) => x - y);

@@ -7,6 +7,7 @@
 //  2. Leaves (constants, arange, rand, variable products) are always inlined.
 //  3. Elementwise nodes are inlined into every consumer (chains become one kernel; a producer
 //     chain fuses into the reduction that consumes it).
+//     A gather counts as elementwise: its source is inlined at the coordinates its index gives.
 //  4. A reduction is fused into its consumer (the consumer becomes its epilogue) when it has
 //     exactly one use, reached through views that only relabel its shape (no broadcast,
 //     permute or pad), and that use is not another reduction. Otherwise it is realized: a

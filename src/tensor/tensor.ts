@@ -16,6 +16,9 @@ import { ExecutionPlan, type PrepareOptions } from "./plan";
 
 export type TensorLike = Tensor | number;
 export type Shape = readonly Dim[];
+export type PadMode = "constant" | "reflect" | "replicate" | "circular";
+
+const PAD_MODES: readonly PadMode[] = ["constant", "reflect", "replicate", "circular"];
 
 let globalSeed = 0;
 let randCounter = 0;
@@ -577,49 +580,107 @@ export class Tensor {
     return this.#view((st) => st.shrink(norm));
   }
 
-  /** Python-style slice per dim: [start, end) with negative indices from the end; null keeps. */
-  slice(ranges: readonly (readonly [number, number?] | number | null)[]): Tensor {
+  /**
+   * Python slicing per dim: an integer index (the dim is kept, size 1), [start?, end?, step?]
+   * with negative indices from the end and null or undefined for a default (a negative step reads
+   * the dim backwards), or null to keep the dim. Views only: flip, shrink and a stride.
+   */
+  slice(ranges: readonly (readonly [(number | null)?, (number | null)?, (number | null)?] | number | null)[]): Tensor {
     const call = "Tensor.slice";
     if (!Array.isArray(ranges)) invalid(call, `ranges must be an array, got ${describeValue(ranges)}`);
+    const optInt = (x: unknown) => x === null || x === undefined || Number.isInteger(x);
     ranges.forEach((r, i) => {
       const ok =
         r === null ||
         r === undefined ||
         (typeof r === "number" && Number.isInteger(r)) ||
-        (Array.isArray(r) && r.length >= 1 && r.length <= 2 && Number.isInteger(r[0]) && (r[1] === undefined || Number.isInteger(r[1])));
-      if (!ok) invalid(call, `range ${i} must be an integer index, [start, end?] of integers or null, got ${describeValue(r)}`);
+        (Array.isArray(r) && r.length <= 3 && optInt(r[0]) && optInt(r[1]) && optInt(r[2]) && r[2] !== 0);
+      if (!ok) invalid(call, `range ${i} must be an integer index, [start?, end?, step?] of integers (step non-zero) or null, got ${describeValue(r)}`);
     });
     if (ranges.length > this.ndim) invalid(call, `${ranges.length} ranges for shape ${shapeStr(this.shape)}`);
+    const flips: number[] = [];
+    const steps = this.shape.map(() => 1);
     const arg = this.shape.map((d, i): readonly [number, number] | null => {
       const r = ranges[i];
       if (r === null || r === undefined) return null;
       if (typeof d !== "number") invalid(call, `cannot slice variable dimension ${i} of ${shapeStr(this.shape)}; use shrink`);
-      const fix = (x: number) => Math.min(Math.max(x < 0 ? x + d : x, 0), d);
       if (typeof r === "number") {
         const s = r < 0 ? r + d : r;
         if (s < 0 || s >= d) invalid(call, `index ${r} is outside dimension ${i} of ${shapeStr(this.shape)}`);
         return [s, s + 1];
       }
-      const s = fix(r[0]), e = fix(r[1] ?? d);
-      return [s, Math.max(s, e)];
+      const step = r[2] ?? 1;
+      const lo = step > 0 ? 0 : -1, hi = step > 0 ? d : d - 1;
+      const fix = (x: number | null | undefined, dflt: number) => (x === null || x === undefined ? dflt : Math.min(Math.max(x < 0 ? x + d : x, lo), hi));
+      const s = fix(r[0], step > 0 ? 0 : d - 1), e = fix(r[1], step > 0 ? d : -1);
+      const n = Math.max(0, Math.ceil((e - s) / step));
+      steps[i] = Math.abs(step);
+      if (step > 0) return [s, n ? s + (n - 1) * step + 1 : s];
+      flips.push(i);
+      const fs = d - 1 - s; // s in the flipped dim
+      return n ? [fs, fs + (n - 1) * -step + 1] : [0, 0];
     });
-    return this.shrink(arg);
+    const t = (flips.length ? this.flip(flips) : this).shrink(arg);
+    return steps.some((s) => s !== 1) ? t.#view((st) => st.stride(steps)) : t;
   }
 
-  /** Pad each dim with [before, after] elements of `value` (default 0). */
-  pad(arg: readonly (readonly [number, number] | null)[], value = 0): Tensor {
+  /**
+   * Pad each dim by [before, after] (null: none; a negative amount crops), or torch's flat form
+   * [left, right, top, bottom, …] from the last dim backwards. `mode`: "constant" (with `value`,
+   * default 0), "reflect", "replicate" or "circular"; a number in place of the mode is the value.
+   */
+  pad(arg: readonly (readonly [number, number] | null)[] | readonly number[], mode: PadMode | number = "constant", value = 0): Tensor {
     const call = "Tensor.pad";
     if (!Array.isArray(arg)) invalid(call, `pads must be an array, got ${describeValue(arg)}`);
-    arg.forEach((r, i) => {
-      if (r !== null && (!Array.isArray(r) || r.length !== 2)) invalid(call, `pad ${i} must be [before, after] or null, got ${describeValue(r)}`);
-    });
+    if (typeof mode === "number") [mode, value] = ["constant", mode];
+    if (!PAD_MODES.includes(mode)) invalid(call, `mode must be one of ${PAD_MODES.join(", ")}, got ${describeValue(mode)}`);
     if (typeof value !== "number") invalid(call, `value must be a number, got ${describeValue(value)}`);
-    if (arg.length !== this.ndim) invalid(call, `${arg.length} pads for shape ${shapeStr(this.shape)}`);
-    const p = arg.map((r) => r ?? ([0, 0] as const));
+    let p: (readonly [number, number])[];
+    if (arg.length && arg.every((x) => typeof x === "number")) {
+      const flat = arg as readonly number[];
+      if (flat.length % 2 || flat.length / 2 > this.ndim) invalid(call, `flat pads [${flat.join(", ")}] need an even count of at most 2 per dim of ${shapeStr(this.shape)}`);
+      p = this.shape.map(() => [0, 0] as const);
+      for (let k = 0; k < flat.length / 2; k++) p[this.ndim - 1 - k] = [flat[2 * k]!, flat[2 * k + 1]!];
+    } else {
+      arg.forEach((r, i) => {
+        if (r !== null && (!Array.isArray(r) || r.length !== 2)) invalid(call, `pad ${i} must be [before, after] or null, got ${describeValue(r)}`);
+      });
+      if (arg.length !== this.ndim) invalid(call, `${arg.length} pads for shape ${shapeStr(this.shape)}`);
+      p = (arg as readonly (readonly [number, number] | null)[]).map((r) => r ?? ([0, 0] as const));
+    }
     p.forEach(([b, a], i) => {
-      if (!Number.isInteger(b) || !Number.isInteger(a) || b < 0 || a < 0) invalid(call, `pad [${b}, ${a}] must be non-negative integers`);
-      if ((b || a) && typeof this.shape[i] !== "number") invalid(call, `cannot pad variable dimension ${i} of ${shapeStr(this.shape)}`);
+      const d = this.shape[i]!;
+      if (!Number.isSafeInteger(b) || !Number.isSafeInteger(a)) invalid(call, `pad [${describeValue(b)}, ${describeValue(a)}] must be integers`);
+      if (!b && !a) return;
+      if (typeof d !== "number") invalid(call, `cannot pad variable dimension ${i} of ${shapeStr(this.shape)}`);
+      if (Math.max(-b, 0) + Math.max(-a, 0) > d) invalid(call, `pad [${b}, ${a}] crops more than dimension ${i} of ${shapeStr(this.shape)}`);
+      if (mode === "reflect" && (b >= d || a >= d)) invalid(call, `reflect pad [${b}, ${a}] must be less than dimension ${i} of ${shapeStr(this.shape)}`);
+      if (mode === "replicate" && d === 0) invalid(call, `cannot replicate-pad empty dimension ${i} of ${shapeStr(this.shape)}`);
+      if (mode === "circular" && (b < 0 || a < 0 || b > d || a > d))
+        invalid(call, `circular pad [${b}, ${a}] must be non-negative and at most dimension ${i} of ${shapeStr(this.shape)}`);
     });
+    const crop = p.map(([b, a], i): readonly [number, number] | null => (b < 0 || a < 0 ? [Math.max(-b, 0), (this.shape[i] as number) - Math.max(-a, 0)] : null));
+    const grow = p.map(([b, a]) => [Math.max(b, 0), Math.max(a, 0)] as const);
+    if (mode === "constant") return (crop.some((c) => c) ? this.shrink(crop) : this).#padConstant(call, grow, value);
+    let x: Tensor = this;
+    grow.forEach(([b, a], d) => {
+      if (!b && !a) return;
+      const n = x.shape[d] as number;
+      const part = (lo: number, hi: number) => x.shrink(x.shape.map((_, i) => (i === d ? [lo, hi] : null)));
+      const along = (k: number) => x.shape.map((s, i) => (i === d ? k : s));
+      const [before, after] =
+        mode === "reflect" ? [part(1, b + 1).flip(d), part(n - 1 - a, n - 1).flip(d)]
+        : mode === "replicate" ? [part(0, 1).expand(along(b)), part(n - 1, n).expand(along(a))]
+        : [part(n - b, n), part(0, a)];
+      x = Tensor.#catChecked([...(b ? [before] : []), x, ...(a ? [after] : [])], d);
+    });
+    // crop the grown tensor: a dim with a negative amount grew only on its other side
+    const grown = x.shape as readonly number[];
+    return crop.some((c) => c) ? x.shrink(crop.map((c, i) => (c ? [c[0], c[1] + grown[i]! - (this.shape[i] as number)] : null))) : x;
+  }
+
+  /** Constant padding by non-negative amounts (checked by the caller). */
+  #padConstant(call: string, p: readonly (readonly [number, number])[], value: number): Tensor {
     checkShapeDims(call, this.shape.map((d, i) => (typeof d === "number" ? d + p[i]![0] + p[i]![1] : d)));
     if (p.every(([b, a]) => !b && !a)) return this;
     const padded = this.#view((st) => st.pad(p));
@@ -655,6 +716,254 @@ export class Tensor {
 
   flatten(): Tensor {
     return this.reshape([numelNumeric(this.shape)]);
+  }
+
+  // ---- movement and construction built on views (cat, split, repeat, roll, tri, eye, indexing)
+
+  /** Join `tensors` along `dim` (equal shapes elsewhere; mixed dtypes promote to float32). */
+  static cat(tensors: readonly Tensor[], dim = 0): Tensor {
+    const call = "Tensor.cat";
+    if (!Array.isArray(tensors) || !tensors.length) invalid(call, `tensors must be a non-empty array of Tensors, got ${describeValue(tensors)}`);
+    tensors.forEach((t, i) => tensorArg(call, `tensors[${i}]`, t));
+    const t0 = tensors[0]!;
+    if (!t0.ndim) invalid(call, "cannot concatenate 0-d tensors");
+    const d = normAxis(call, dim, t0.ndim, t0.shape);
+    tensors.forEach((t: Tensor, i: number) => {
+      const ok = t.ndim === t0.ndim && t.shape.every((s, k) => k === d || sameDim(s, t0.shape[k]!));
+      if (!ok) invalid(call, `tensors[${i}] has shape ${shapeStr(t.shape)}, not ${shapeStr(t0.shape)} outside dimension ${d}`);
+      if (tensors.length > 1 && typeof t.shape[d] !== "number") invalid(call, `cannot concatenate along variable dimension ${d} of ${shapeStr(t.shape)}`);
+    });
+    return Tensor.#catChecked(tensors, d);
+  }
+  /** this, then `others`, along `dim` (tinygrad's x.cat(y, z, dim)). */
+  cat(others: Tensor | readonly Tensor[], dim = 0): Tensor {
+    return Tensor.cat([this, ...(Array.isArray(others) ? others : [others as Tensor])], dim);
+  }
+
+  /** cat of checked operands: each is padded to the whole extent and the pads are summed (one fused kernel). */
+  static #catChecked(tensors: readonly Tensor[], d: number): Tensor {
+    const dt: DType = tensors.some((t) => t.dtype === "float32") ? "float32" : "int32";
+    const ts = tensors.map((t) => t.cast(dt));
+    if (ts.length === 1) return ts[0]!;
+    const total = ts.reduce((p, t) => p + (t.shape[d] as number), 0);
+    let off = 0, out: Tensor | null = null;
+    for (const t of ts) {
+      const n = t.shape[d] as number;
+      if (n || (!out && off + n === total)) {
+        const p = t.#padConstant("Tensor.cat", t.shape.map((_, i) => (i === d ? [off, total - off - n] : [0, 0])), 0);
+        out = out ? out.add(p) : p;
+      }
+      off += n;
+    }
+    return out ?? ts[0]!.#padConstant("Tensor.cat", ts[0]!.shape.map((_, i) => (i === d ? [0, total] : [0, 0])), 0);
+  }
+
+  /** Stack equal-shaped `tensors` along a new axis `dim`. */
+  static stack(tensors: readonly Tensor[], dim = 0): Tensor {
+    const call = "Tensor.stack";
+    if (!Array.isArray(tensors) || !tensors.length) invalid(call, `tensors must be a non-empty array of Tensors, got ${describeValue(tensors)}`);
+    tensors.forEach((t, i) => tensorArg(call, `tensors[${i}]`, t));
+    const t0 = tensors[0]!;
+    const d = normAxis(call, dim, t0.ndim + 1, t0.shape);
+    tensors.forEach((t: Tensor, i: number) => {
+      if (t.ndim !== t0.ndim || !t.shape.every((s, k) => sameDim(s, t0.shape[k]!)))
+        invalid(call, `tensors[${i}] has shape ${shapeStr(t.shape)}, not ${shapeStr(t0.shape)}`);
+    });
+    return Tensor.cat(tensors.map((t) => t.unsqueeze(d)), d);
+  }
+  stack(others: Tensor | readonly Tensor[], dim = 0): Tensor {
+    return Tensor.stack([this, ...(Array.isArray(others) ? others : [others as Tensor])], dim);
+  }
+
+  /** Pieces along `dim`: of `sizes` each (the last may be smaller), or of the listed sizes (summing to the dim). */
+  split(sizes: number | readonly number[], dim = 0): Tensor[] {
+    const call = "Tensor.split";
+    const d = normAxis(call, dim, this.ndim, this.shape);
+    if (!this.ndim) invalid(call, "cannot split a 0-d tensor");
+    const n = this.shape[d]!;
+    if (typeof n !== "number") invalid(call, `cannot split variable dimension ${d} of ${shapeStr(this.shape)}`);
+    let list: number[];
+    if (typeof sizes === "number") {
+      if (!Number.isSafeInteger(sizes) || sizes <= 0) invalid(call, `split size must be a positive integer, got ${describeValue(sizes)}`);
+      list = [];
+      for (let i = 0; i < Math.max(1, n); i += sizes) list.push(Math.min(sizes, n - i));
+    } else {
+      if (!Array.isArray(sizes)) invalid(call, `sizes must be a number or an array of numbers, got ${describeValue(sizes)}`);
+      list = [...sizes];
+      if (list.some((s) => !Number.isSafeInteger(s) || s < 0) || list.reduce((p, q) => p + q, 0) !== n)
+        invalid(call, `sizes [${list.map((s) => describeValue(s)).join(", ")}] must be non-negative integers summing to ${n}`);
+    }
+    let off = 0;
+    return list.map((s) => this.shrink(this.shape.map((_, i) => (i === d ? [off, (off += s)] : null))));
+  }
+
+  /** `chunks` pieces of ceil(n / chunks) along `dim` (fewer when they run out, as tinygrad). */
+  chunk(chunks: number, dim = 0): Tensor[] {
+    const call = "Tensor.chunk";
+    if (!Number.isSafeInteger(chunks) || chunks <= 0) invalid(call, `chunks must be a positive integer, got ${describeValue(chunks)}`);
+    const d = normAxis(call, dim, this.ndim, this.shape);
+    const n = this.shape[d];
+    if (typeof n !== "number") invalid(call, `cannot chunk variable dimension ${d} of ${shapeStr(this.shape)}`);
+    return n ? this.split(Math.ceil(n / chunks), d) : this.split(new Array<number>(chunks).fill(0), d);
+  }
+
+  /** Tile: repeats[i] copies along dim i (leading repeats add dims). A view, never a copy. */
+  repeat(repeats: number | readonly number[], ...more: number[]): Tensor {
+    const call = "Tensor.repeat";
+    const reps = typeof repeats === "number" ? [repeats, ...more] : Array.isArray(repeats) ? [...repeats] : invalid(call, `repeats must be numbers, got ${describeValue(repeats)}`);
+    if (reps.some((r) => !Number.isSafeInteger(r) || r < 0)) invalid(call, `repeats [${reps.map((r) => describeValue(r)).join(", ")}] must be non-negative integers`);
+    if (reps.length < this.ndim) invalid(call, `${reps.length} repeats for shape ${shapeStr(this.shape)}`);
+    const base: Dim[] = [...new Array<number>(reps.length - this.ndim).fill(1), ...this.shape];
+    base.forEach((b, i) => {
+      if (typeof b !== "number" && reps[i] !== 1) invalid(call, `cannot repeat variable dimension ${i} of ${shapeStr(this.shape)}`);
+    });
+    const out = base.map((b, i) => (typeof b === "number" ? b * reps[i]! : b));
+    checkShapeDims(call, out);
+    return this.reshape(base.flatMap((b) => [1, b])).expand(base.flatMap((b, i) => [reps[i]!, b])).reshape(out);
+  }
+
+  /** Rotate by `shifts` along `dims` (none: over the flattened tensor). */
+  roll(shifts: number | readonly number[], dims?: number | readonly number[]): Tensor {
+    const call = "Tensor.roll";
+    const ss = typeof shifts === "number" ? [shifts] : Array.isArray(shifts) ? [...shifts] : invalid(call, `shifts must be a number or an array, got ${describeValue(shifts)}`);
+    if (ss.some((s) => !Number.isSafeInteger(s))) invalid(call, `shifts [${ss.map((s) => describeValue(s)).join(", ")}] must be integers`);
+    if (dims === undefined) {
+      if (ss.length !== 1) invalid(call, `${ss.length} shifts without dims`);
+      if (this.shape.some((d) => typeof d !== "number")) invalid(call, `cannot roll variable shape ${shapeStr(this.shape)}`);
+      return this.flatten().roll(ss[0]!, 0).reshape(this.shape);
+    }
+    const ds = (typeof dims === "number" ? [dims] : Array.isArray(dims) ? dims : invalid(call, `dims must be a number or an array, got ${describeValue(dims)}`)).map((a) => normAxis(call, a, this.ndim, this.shape));
+    if (ds.length !== ss.length) invalid(call, `${ss.length} shifts for ${ds.length} dims`);
+    const total = this.shape.map(() => 0);
+    ds.forEach((d, k) => {
+      if (typeof this.shape[d] !== "number") invalid(call, `cannot roll variable dimension ${d} of ${shapeStr(this.shape)}`);
+      total[d]! += ss[k]!;
+    });
+    const reps = this.shape.map((_, i) => (ds.includes(i) ? 2 : 1));
+    const keep = this.shape.map((d, i): readonly [number, number] | null => {
+      const n = d as number;
+      if (!ds.includes(i) || !n) return null;
+      const delta = n - (((total[i]! % n) + n) % n);
+      return [delta, delta + n];
+    });
+    if (this.ndim === 0) return this;
+    return this.repeat(reps).shrink(keep);
+  }
+
+  /** int32 mask [r, c]: row + k <= col. */
+  static #tri(r: Dim, c: Dim, k: number): Tensor {
+    return Tensor.arange(r).unsqueeze(-1).add(k).cmple(Tensor.arange(c));
+  }
+  #triArgs(call: string, diagonal: number): [Dim, Dim] {
+    if (this.ndim < 2) invalid(call, `needs at least 2 dims, got ${shapeStr(this.shape)}`);
+    if (!Number.isSafeInteger(diagonal)) invalid(call, `diagonal must be an integer, got ${describeValue(diagonal)}`);
+    return [this.shape[this.ndim - 2]!, this.shape[this.ndim - 1]!];
+  }
+  /** The upper triangle of the last two dims (col - row >= diagonal); the rest is 0. */
+  triu(diagonal = 0): Tensor {
+    const [r, c] = this.#triArgs("Tensor.triu", diagonal);
+    return Tensor.#tri(r, c, diagonal).where(this, 0).cast(this.dtype);
+  }
+  /** The lower triangle of the last two dims (col - row <= diagonal); the rest is 0. */
+  tril(diagonal = 0): Tensor {
+    const [r, c] = this.#triArgs("Tensor.tril", diagonal);
+    return Tensor.#tri(r, c, diagonal + 1).where(0, this).cast(this.dtype);
+  }
+
+  /** The n×m identity (m defaults to n), built from views of one constant. */
+  static eye(n: number, m?: number, opts: { dtype?: DType } = {}): Tensor {
+    const call = "Tensor.eye";
+    const dtype = dtypeOf(call, options(call, opts).dtype) ?? "float32";
+    if (!Number.isSafeInteger(n) || n < 0 || (m !== undefined && (!Number.isSafeInteger(m) || m < 0)))
+      invalid(call, `sizes must be non-negative integers, got ${describeValue(n)}, ${describeValue(m)}`);
+    checkShapeDims(call, [n, n + 1]);
+    const x = Tensor.ones([n, 1], { dtype }).pad([null, [0, n]]).flatten().shrink([[0, n * n]]).reshape([n, n]);
+    if (m === undefined || m === n) return x;
+    return m > n ? x.pad([null, [0, m - n]]) : x.shrink([null, [0, m]]);
+  }
+
+  /** `steps` evenly spaced values from start to stop inclusive (float32 unless dtype says). */
+  static linspace(start: number, stop: number, steps: number, opts: { dtype?: DType } = {}): Tensor {
+    const call = "Tensor.linspace";
+    const dtype = dtypeOf(call, options(call, opts).dtype) ?? "float32";
+    finiteNumber(call, "start", start);
+    finiteNumber(call, "stop", stop);
+    if (!Number.isSafeInteger(steps) || steps < 0) invalid(call, `steps must be a non-negative integer, got ${describeValue(steps)}`);
+    checkShapeDims(call, [steps]);
+    if (steps === 1) return Tensor.full([1], start).cast(dtype);
+    return new Tensor(new LazyNode({ op: "arange", start, step: steps > 1 ? (stop - start) / (steps - 1) : 0 }, "float32", [steps])).cast(dtype);
+  }
+
+  /** A tensor of this shape filled with `value` (this dtype unless opts.dtype says). */
+  fullLike(value: number, opts: { dtype?: DType } = {}): Tensor {
+    const call = "Tensor.fullLike";
+    return Tensor.full(this.shape, value, { dtype: dtypeOf(call, options(call, opts).dtype) ?? this.dtype });
+  }
+  zerosLike(opts: { dtype?: DType } = {}): Tensor { return this.fullLike(0, opts); }
+  onesLike(opts: { dtype?: DType } = {}): Tensor { return this.fullLike(1, opts); }
+  #randLike(call: string, normal: boolean, opts: { seed?: number; dtype?: DType }): Tensor {
+    const o = options(call, opts);
+    if ((dtypeOf(call, o.dtype) ?? "float32") !== "float32") invalid(call, `random tensors are float32, got dtype ${describeValue(o.dtype)}`);
+    return normal ? Tensor.randn(this.shape, { seed: o.seed }) : Tensor.rand(this.shape, { seed: o.seed });
+  }
+  /** Uniform [0, 1) float32 of this shape (see rand). */
+  randLike(opts: { seed?: number; dtype?: DType } = {}): Tensor { return this.#randLike("Tensor.randLike", false, opts); }
+  /** Standard normal float32 of this shape (see randn). */
+  randnLike(opts: { seed?: number; dtype?: DType } = {}): Tensor { return this.#randLike("Tensor.randnLike", true, opts); }
+
+  /**
+   * int32 one-hot over a new last axis of `numClasses` (-1: the maximum + 1, which runs the
+   * tensor now). Values outside [0, numClasses) give a row of zeros.
+   */
+  oneHot(numClasses = -1): Tensor {
+    const call = "Tensor.oneHot";
+    if (this.dtype !== "int32") invalid(call, `needs an int32 tensor, got ${this.dtype}`);
+    if (numClasses === -1) {
+      if (!this.numel) invalid(call, "cannot infer the class count of an empty tensor; give numClasses");
+      numClasses = (this.max().toArray()[0]! | 0) + 1;
+    }
+    if (!Number.isSafeInteger(numClasses) || numClasses < 0) invalid(call, `numClasses must be a non-negative integer or -1, got ${describeValue(numClasses)}`);
+    return this.unsqueeze(-1).cmpeq(Tensor.arange(numClasses, undefined, 1, { dtype: "int32" }));
+  }
+
+  /** `value` where `mask` is non-zero, else this (broadcast). */
+  maskedFill(mask: Tensor, value: TensorLike): Tensor {
+    const call = "Tensor.maskedFill";
+    return tensorArg(call, "mask", mask).where(tensorLike(call, "value", value), this);
+  }
+
+  #indexArgs(call: string, dim: number, index: unknown): [number, Tensor] {
+    tensorArg(call, "index", index);
+    const idx = index as Tensor;
+    if (idx.dtype !== "int32") invalid(call, `index must be int32, got ${idx.dtype}`);
+    if (!this.ndim) invalid(call, "needs at least a 1-D tensor");
+    const d = normAxis(call, dim, this.ndim, this.shape);
+    if (typeof this.shape[d] !== "number") invalid(call, `cannot index variable dimension ${d} of ${shapeStr(this.shape)}`);
+    return [d, idx];
+  }
+
+  /** out[…, j, …] = this[…, index[…, j, …], …] along `dim` (tinygrad and torch gather); out-of-range indices give 0. */
+  gather(dim: number, index: Tensor): Tensor {
+    const call = "Tensor.gather";
+    const [d, idx] = this.#indexArgs(call, dim, index);
+    if (idx.ndim !== this.ndim) invalid(call, `index has shape ${shapeStr(idx.shape)}, needs ${this.ndim} dims like ${shapeStr(this.shape)}`);
+    idx.shape.forEach((s, i) => {
+      const t = this.shape[i]!;
+      if (i !== d && !sameDim(s, t) && (typeof s !== "number" || typeof t !== "number" || s > t))
+        invalid(call, `index shape ${shapeStr(idx.shape)} exceeds ${shapeStr(this.shape)} in dimension ${i}`);
+    });
+    const x = this.shrink(this.shape.map((s, i) => (i === d || sameDim(s, idx.shape[i]!) ? null : [0, idx.shape[i]!])));
+    return new Tensor(new LazyNode({ op: "gather", axis: d }, this.dtype, idx.shape, [x.node, idx.node]));
+  }
+
+  /** The slices at 1-D int32 `index` along `dim` (torch's index_select); out-of-range indices give 0. */
+  indexSelect(dim: number, index: Tensor): Tensor {
+    const call = "Tensor.indexSelect";
+    const [d, idx] = this.#indexArgs(call, dim, index);
+    if (idx.ndim !== 1) invalid(call, `index must be 1-D, got ${shapeStr(idx.shape)}`);
+    const k = idx.shape[0]!;
+    const ix = idx.reshape(this.shape.map((_, i) => (i === d ? k : 1))).expand(this.shape.map((s, i) => (i === d ? k : s)));
+    return new Tensor(new LazyNode({ op: "gather", axis: d }, this.dtype, ix.shape, [this.node, ix.node]));
   }
 
   // ---- reductions ------------------------------------------------------------------------------

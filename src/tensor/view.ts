@@ -217,6 +217,24 @@ export class ShapeTracker {
     return this.#replace({ shape: v.shape, strides, offset, mask });
   }
 
+  /** Every steps[i]-th element of dim i from its start (steps > 0): a dim of n keeps ceil(n / step). */
+  stride(steps: readonly number[]): ShapeTracker {
+    const v = this.view;
+    const shape = v.shape.map((d, i) => (steps[i] === 1 ? d : Math.ceil((d as number) / steps[i]!)));
+    let anyMask = false;
+    const mask = v.mask
+      ? v.mask.map((m, i): readonly [number, number] | null => {
+          if (!m) return null;
+          const s = steps[i]!;
+          const lo = Math.ceil(m[0] / s), hi = Math.max(lo, Math.ceil(m[1] / s));
+          if (lo === 0 && hi === dimMax(shape[i]!)) return null;
+          anyMask = true;
+          return [lo, hi];
+        })
+      : null;
+    return this.#replace({ shape, strides: v.strides.map((s, i) => s * steps[i]!), offset: v.offset, mask: anyMask ? mask : null });
+  }
+
   reshape(shape: readonly Dim[]): ShapeTracker {
     const v = this.view;
     if (v.shape.length === shape.length && v.shape.every((d, i) => sameDim(d, shape[i]!))) return this;
