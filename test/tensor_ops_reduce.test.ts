@@ -223,6 +223,23 @@ describe("reductions and scans against float64", () => {
     }
   });
 
+  test("prod on the wide paths: vector tiles over 16+ columns, accumulator lanes over long rows, float32 and int32", () => {
+    const r = seededRandom(7);
+    const d = Array.from({ length: 24 * 48 }, () => Math.fround(0.9 + 0.2 * r()));
+    const di = Array.from({ length: 24 * 48 }, () => (r() < 0.1 ? -1 : 1));
+    const ref = new Ref([24, 48], Float64Array.from(d)), refi = new Ref([24, 48], Float64Array.from(di));
+    const x = Tensor.from(Float32Array.from(d), [24, 48]), xi = Tensor.from(Int32Array.from(di), [24, 48]);
+    for (const fusion of [true, false]) {
+      const got = run([x.prod(0), x.prod(1), x.mul(x).prod(0, true), xi.prod(0), xi.prod(1), x.T.prod(0)], { fusion });
+      expectClose(got[0]!, ref.prod([0]).data, 0, 1e-5, `columns, fusion ${fusion}`);
+      expectClose(got[1]!, ref.prod([1]).data, 0, 2e-5, `rows, fusion ${fusion}`);
+      expectClose(got[2]!, ref.map((v) => v * v).prod([0]).data, 0, 2e-5, `fused product of squares, fusion ${fusion}`);
+      expectClose(got[3]!, refi.prod([0]).data, 0, 0, `int32 columns, fusion ${fusion}`);
+      expectClose(got[4]!, refi.prod([1]).data, 0, 0, `int32 rows, fusion ${fusion}`);
+      expectClose(got[5]!, ref.prod([1]).data, 0, 2e-5, `transposed, fusion ${fusion}`);
+    }
+  });
+
   test("int32: prod, cumprod, argmax and cummax with INT_MIN and INT_MAX", () => {
     const x = Tensor.from([-2147483648, 5, 2147483647, -2147483648], [4], { dtype: "int32" });
     expect(x.argmax().toList()).toEqual([2]);
