@@ -90,6 +90,18 @@ function movementModel(): Tensor[] {
   ];
 }
 
+/** prod (float32 and int32), argmax, scans (short and blocked), var, logsumexp, crossEntropy, topk. */
+function reduceModel(): Tensor[] {
+  const x = Tensor.rand([6, 40], { seed: 2 }).add(0.5);
+  const i = Tensor.arange(0, 240).reshape([6, 40]).mod(5).sub(2);
+  const t = Tensor.from([1, 0, 3, 2, 2, 1], [6], { dtype: "int32" });
+  return [
+    x.prod(1), x.prod(0), i.prod(-1), x.argmax(1), i.argmin(), x.cumsum(1), x.cumprod(0), i.cummax(1),
+    x.var(0), x.std(1), x.logsumexp(1), x.any(1), x.all(), x.shrink([null, [0, 4]]).crossEntropy(t, { labelSmoothing: 0.1 }),
+    ...x.topk(2),
+  ];
+}
+
 /** One module per demo model, as ExecutionPlan.prepare builds it: prelude + every kernel body. */
 function tensorSources(lang: Lang): NamedSource[] {
   const models: [string, Tensor[]][] = [
@@ -100,6 +112,7 @@ function tensorSources(lang: Lang): NamedSource[] {
     // every elementwise primitive and composite past the models' own (libm names, erf, remainders)
     ["elementwise ops", elementwiseOps()],
     ["movement ops", movementModel()],
+    ["reduction ops", reduceModel()],
   ];
   return models.map(([name, outs]) => {
     const gens = schedule(outs.map((o) => o.node)).kernels.map((k) => generate(k.ir, lang));

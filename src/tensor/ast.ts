@@ -15,7 +15,9 @@ export type BinaryOp =
   | "cmplt" | "cmple" | "cmpgt" | "cmpge" | "cmpeq" | "cmpne"
   // remainders: mod has the divisor's sign (Python, tinygrad), fmod the dividend's (C); x mod 0 is 0 for int32, NaN for float32
   | "mod" | "fmod";
-export type ReduceOp = "sum" | "max" | "min";
+export type ReduceOp = "sum" | "max" | "min"
+  // the product: start 1, acc * v (no pairing: a float32 product over- or underflows long before rounding matters)
+  | "prod";
 
 export type NodeArg =
   | { op: "buffer"; data: Float32Array | Int32Array }

@@ -343,11 +343,13 @@ function reduceInit(ir: KernelIR, lang: Lang): string {
   const dt = ir.reduce!.body.dtype;
   if (ir.reduce!.fn === "sum") return dt === "float32" ? "0.0f" : "0";
   if (ir.reduce!.fn === "min") return dt === "float32" ? floatLit(Infinity, lang) : "2147483647";
+  if (ir.reduce!.fn === "prod") return dt === "float32" ? "1.0f" : "1";
   return dt === "float32" ? floatLit(-Infinity, lang) : "(-2147483647-1)";
 }
 
 function combine(ir: KernelIR, acc: string, v: string): string {
   const fn = ir.reduce!.fn;
+  if (fn === "prod") return `${acc} * ${v}`;
   return fn === "sum" ? `${acc} + ${v}` : fn === "min" ? `(${acc} < ${v} ? ${acc} : ${v})` : `(${acc} > ${v} ? ${acc} : ${v})`;
 }
 
@@ -627,9 +629,9 @@ function vecTile(ir: KernelIR, TR: number, H: number, last: number, reduceLoops:
     for (let h = 0; h < H; h++) {
       const v = ref(red.body, r, h, true);
       body.push(...lines.splice(0));
-      body.push(red.fn === "sum" ? `a${r}_${h} = a${r}_${h} + ${v};` : `a${r}_${h} = ${red.fn === "min" ? "bg_vmin" : "bg_vmax"}(a${r}_${h}, ${v});`);
+      body.push(red.fn === "sum" || red.fn === "prod" ? `a${r}_${h} = a${r}_${h} ${red.fn === "sum" ? "+" : "*"} ${v};` : `a${r}_${h} = ${red.fn === "min" ? "bg_vmin" : "bg_vmax"}(a${r}_${h}, ${v});`);
     }
-  const init = red.fn === "sum" ? "bg_bc8(0.0f)" : `bg_bc8(${floatLit(red.fn === "min" ? Infinity : -Infinity, "c")})`;
+  const init = red.fn === "sum" ? "bg_bc8(0.0f)" : red.fn === "prod" ? "bg_bc8(1.0f)" : `bg_bc8(${floatLit(red.fn === "min" ? Infinity : -Infinity, "c")})`;
   const out: string[] = [];
   if (P) {
     out.push(`if (bg_pk_c0 != c0) { /* pack this column panel */`);

@@ -54,9 +54,9 @@ export function interpretKernel(ir: KernelIR, bufs: readonly Arr[], vals: Readon
     }
     if (ir.reduce) {
       const red = ir.reduce;
-      const isSum = red.fn === "sum", isMin = red.fn === "min";
+      const isSum = red.fn === "sum", isMin = red.fn === "min", isProd = red.fn === "prod";
       const f = red.body.dtype === "float32";
-      acc = isSum ? 0 : isMin ? (f ? Infinity : 2147483647) : f ? -Infinity : -2147483648;
+      acc = isSum ? 0 : isProd ? 1 : isMin ? (f ? Infinity : 2147483647) : f ? -Infinity : -2147483648;
       for (let rl = 0; rl < rtotal; rl++) {
         let rr = rl;
         for (let i = rdims.length - 1; i >= 0; i--) {
@@ -66,6 +66,7 @@ export function interpretKernel(ir: KernelIR, bufs: readonly Arr[], vals: Readon
         memo.clear();
         const x = ev(red.body);
         if (isSum) acc = f ? Math.fround(acc + x) : (acc + x) | 0;
+        else if (isProd) acc = f ? Math.fround(acc * x) : Math.imul(acc, x);
         else if (isMin) acc = acc < x ? acc : x;
         else acc = acc > x ? acc : x;
       }

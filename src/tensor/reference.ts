@@ -137,6 +137,9 @@ export class Ref {
   min(axes: readonly number[], keepdim = false): Ref {
     return this.reduce(axes, keepdim, Infinity, (a, x) => Math.min(a, x));
   }
+  prod(axes: readonly number[], keepdim = false): Ref {
+    return this.reduce(axes, keepdim, 1, (a, x) => a * x);
+  }
   mean(axes: readonly number[], keepdim = false): Ref {
     const n = axes.reduce((p, a) => p * this.shape[a]!, 1);
     return this.sum(axes, keepdim).map((x) => x / n);

@@ -1009,6 +1009,192 @@ export class Tensor {
     return s.div(Tensor.fromDims(dims, "float32"));
   }
 
+  // ---- more reductions and scans (tinygrad's semantics; argmax/argmin, any/all give int32) ------
+  // NaN: argmax/argmin give the first NaN's index (numpy); sum, prod, var, logsumexp propagate it;
+  // max, min, cummax and topk do not define where a NaN goes (a NaN loses to a later number).
+
+  /** The product over `axis` (all axes by default); an empty product is 1. int32 stays int32 (wrapping). */
+  prod(axis?: number | readonly number[], keepdim = false): Tensor {
+    return this.#reduce("prod", axis, keepdim, "Tensor.prod");
+  }
+  /** int32 1 where any element over `axis` is non-zero (NaN counts), else 0; empty gives 0. */
+  any(axis?: number | readonly number[], keepdim = false): Tensor {
+    return this.cmpne(0).#reduce("max", axis, keepdim, "Tensor.any").maximum(0);
+  }
+  /** int32 1 where every element over `axis` is non-zero (NaN counts), else 0; empty gives 1. */
+  all(axis?: number | readonly number[], keepdim = false): Tensor {
+    return this.cmpne(0).#reduce("min", axis, keepdim, "Tensor.all").minimum(1);
+  }
+
+  /** The first index along `d` where int32 `mask` is non-zero (n-1 - the largest reversed index; n-1 if none). */
+  #firstIndex(mask: Tensor, d: number, n: number, keepdim: boolean): Tensor {
+    const rev = Tensor.arange(n - 1, -1, -1, { dtype: "int32" }).reshape([n, ...this.shape.slice(d + 1).map(() => 1)]);
+    return mask.cmpne(0).mul(rev).max(d, keepdim).rsub(n - 1);
+  }
+  /** A numeric, non-empty reduce axis for argmax/argmin/topk. */
+  #extAxis(call: string, axis: number): [number, number] {
+    const d = normAxis(call, axis, this.ndim, this.shape);
+    const n = this.shape[d]!;
+    if (typeof n !== "number") invalid(call, `cannot search variable dimension ${d} of ${shapeStr(this.shape)}`);
+    if (n === 0) invalid(call, `attempt to search an empty dimension ${d} of ${shapeStr(this.shape)}`);
+    return [d, n];
+  }
+  #argExt(call: string, isMax: boolean, axis: number | undefined, keepdim: boolean): Tensor {
+    boolArg(call, "keepdim", keepdim);
+    if (axis === undefined) {
+      if (this.ndim === 0) return Tensor.full([], 0, { dtype: "int32" });
+      const r = this.reshape([numelNumeric(this.shape) === this.numel ? this.numel : -1]).#argExt(call, isMax, 0, false);
+      return keepdim ? r.reshape(this.shape.map(() => 1)) : r;
+    }
+    if (typeof axis !== "number") invalid(call, `axis must be a number, got ${describeValue(axis)}`);
+    if (this.ndim === 0) {
+      normAxis(call, axis, 0, this.shape);
+      return Tensor.full([], 0, { dtype: "int32" });
+    }
+    const [d, n] = this.#extAxis(call, axis);
+    let mask = this.cmpeq(isMax ? this.max(d, true) : this.min(d, true));
+    if (this.dtype === "float32") {
+      const nan = this.isnan();
+      mask = nan.max(d, true).where(nan, mask);
+    }
+    return this.#firstIndex(mask, d, n, keepdim);
+  }
+  /** int32 index of the first maximum along `axis` (no axis: into the flattened tensor); a NaN wins. Empty: GpuError. */
+  argmax(axis?: number, keepdim = false): Tensor { return this.#argExt("Tensor.argmax", true, axis, keepdim); }
+  /** int32 index of the first minimum along `axis` (no axis: into the flattened tensor); a NaN wins. Empty: GpuError. */
+  argmin(axis?: number, keepdim = false): Tensor { return this.#argExt("Tensor.argmin", false, axis, keepdim); }
+
+  /**
+   * The inclusive scan of `fn` along the last axis of `x` (length m): each output reduces the
+   * masked row x[j <= i], m·m work per row. Longer rows scan blocks of ~√m, then add each
+   * block's carry from an exclusive scan of the block totals: about 2·m·√m work per row.
+   */
+  static #scanLast(x: Tensor, fn: "sum" | "prod" | "max", ident: number): Tensor {
+    const m = x.shape[x.ndim - 1] as number;
+    const lead = x.shape.slice(0, -1);
+    if (m > 32) {
+      const k = Math.ceil(Math.sqrt(m)), B = Math.ceil(m / k);
+      const xp = x.pad([...lead.map(() => null), [0, B * k - m]], ident).reshape([...lead, B, k]);
+      const within = Tensor.#scanLast(xp, fn, ident); // [..., B, k]
+      const totals = within.shrink([...lead.map(() => null), null, [k - 1, k]]).reshape([...lead, B]);
+      const incl = Tensor.#scanLast(totals, fn, ident);
+      const carry = incl.pad([...lead.map(() => null), [1, 0]], ident).shrink([...lead.map(() => null), [0, B]]).unsqueeze(-1);
+      const both = fn === "sum" ? within.add(carry) : fn === "prod" ? within.mul(carry) : within.maximum(carry);
+      return both.reshape([...lead, B * k]).shrink([...lead.map(() => null), [0, m]]);
+    }
+    const xe = x.unsqueeze(-2).expand([...lead, m, m]);
+    const tri = Tensor.arange(m, undefined, 1, { dtype: "int32" }).reshape([m, 1]).cmpge(Tensor.arange(m, undefined, 1, { dtype: "int32" }));
+    return tri.where(xe, Tensor.full([], ident, { dtype: x.dtype })).#reduce(fn, -1, false, "Tensor.scan");
+  }
+  #scan(call: string, fn: "sum" | "prod" | "max", axis: number): Tensor {
+    const d = normAxis(call, axis, this.ndim, this.shape);
+    if (this.ndim === 0) return this;
+    const n = this.shape[d]!;
+    if (typeof n !== "number") invalid(call, `cannot scan variable dimension ${d} of ${shapeStr(this.shape)}`);
+    if (n <= 1 || this.numel === 0) return this;
+    const f = this.dtype === "float32";
+    const ident = fn === "sum" ? 0 : fn === "prod" ? 1 : f ? -Infinity : -2147483648;
+    const last = this.ndim - 1;
+    const x = d === last ? this : this.transpose(d, last);
+    const r = Tensor.#scanLast(x, fn, ident);
+    return d === last ? r : r.transpose(d, last);
+  }
+  /** Running sum along `axis` (default 0, as tinygrad); int32 stays int32. */
+  cumsum(axis = 0): Tensor { return this.#scan("Tensor.cumsum", "sum", axis); }
+  /** Running product along `axis` (default 0). */
+  cumprod(axis = 0): Tensor { return this.#scan("Tensor.cumprod", "prod", axis); }
+  /** Running maximum along `axis` (default 0). */
+  cummax(axis = 0): Tensor { return this.#scan("Tensor.cummax", "max", axis); }
+
+  /** Variance over `axis` (all by default): Σ(x - mean)² / max(0, N - correction); float32. */
+  var(axis?: number | readonly number[], keepdim = false, correction = 1): Tensor {
+    const call = "Tensor.var";
+    boolArg(call, "keepdim", keepdim);
+    finiteNumber(call, "correction", correction);
+    const axes = this.#axes(call, axis);
+    const sq = this.sub(this.mean(axes, true)).square();
+    const dims = axes.map((a) => this.shape[a]!);
+    const s = sq.float().sum(axes, keepdim);
+    if (dims.every((q) => typeof q === "number")) return s.div(Math.max(0, numelNumeric(dims) - correction));
+    return s.div(Tensor.fromDims(dims, "float32").sub(correction).maximum(0));
+  }
+  /** Standard deviation: sqrt(var(axis, keepdim, correction)). */
+  std(axis?: number | readonly number[], keepdim = false, correction = 1): Tensor {
+    return this.var(axis, keepdim, correction).sqrt();
+  }
+  /** log Σ exp(x) over `axis`, shifted by the maximum (an infinite maximum shifts by 0: all -inf gives -inf). */
+  logsumexp(axis?: number | readonly number[], keepdim = false): Tensor {
+    boolArg("Tensor.logsumexp", "keepdim", keepdim);
+    const m = this.max(axis, true);
+    const m0 = m.isinf().where(0, m).float();
+    const s = this.sub(m0).exp().sum(axis, keepdim).log();
+    return s.add(m0.reshape(s.shape));
+  }
+
+  /**
+   * Cross entropy of logits `this` ([N, C, …] or [C]; classes on axis 1, or 0 for 1-D) against
+   * int32 class indices (the shape without the class axis; an index outside [0, C) is a row of
+   * zeros) or float probabilities (this shape). labelSmoothing mixes in the uniform distribution.
+   */
+  crossEntropy(target: Tensor, opts: { reduction?: "none" | "sum" | "mean"; labelSmoothing?: number } = {}): Tensor {
+    const call = "Tensor.crossEntropy";
+    tensorArg(call, "target", target);
+    const o = options(call, opts);
+    const reduction = o.reduction ?? "mean";
+    if (reduction !== "none" && reduction !== "sum" && reduction !== "mean") invalid(call, `reduction must be "none", "sum" or "mean", got ${describeValue(reduction)}`);
+    const ls = o.labelSmoothing ?? 0;
+    if (typeof ls !== "number" || !(ls >= 0 && ls <= 1)) invalid(call, `labelSmoothing must be a number in [0, 1], got ${describeValue(ls)}`);
+    if (this.ndim === 0) invalid(call, "logits need at least 1 dimension");
+    const ca = this.ndim === 1 ? 0 : 1;
+    const C = this.shape[ca]!;
+    if (typeof C !== "number") invalid(call, `the class dimension cannot be a variable (${shapeStr(this.shape)})`);
+    const rest = this.shape.filter((_, i) => i !== ca);
+    let Y: Tensor;
+    if (target.dtype === "int32" && target.ndim === rest.length && target.shape.every((s, i) => sameDim(s, rest[i]!))) {
+      const oh = target.oneHot(C);
+      const order = [...Array(target.ndim).keys()];
+      order.splice(ca, 0, target.ndim);
+      Y = oh.permute(order).float();
+    } else if (target.ndim === this.ndim && target.shape.every((s, i) => sameDim(s, this.shape[i]!))) {
+      Y = target.float();
+    } else {
+      invalid(call, `target shape ${shapeStr(target.shape)} (${target.dtype}) fits neither class indices ${shapeStr(rest)} nor probabilities ${shapeStr(this.shape)}`);
+    }
+    if (ls > 0) Y = Y.mul(1 - ls).add(ls / C);
+    const ret = this.logSoftmax(ca).mul(Y).sum(ca).neg();
+    return reduction === "none" ? ret : reduction === "sum" ? ret.sum() : ret.mean();
+  }
+
+  /**
+   * The k largest (or smallest) values along `dim` (default -1) and their int32 indices, in
+   * order; equal values in index order. k passes of a masked max: meant for small k.
+   */
+  topk(k: number, dim = -1, largest = true): [Tensor, Tensor] {
+    const call = "Tensor.topk";
+    boolArg(call, "largest", largest);
+    if (this.ndim === 0) invalid(call, "needs at least a 1-D tensor");
+    const d = normAxis(call, dim, this.ndim, this.shape);
+    const n = this.shape[d]!;
+    if (typeof n !== "number") invalid(call, `cannot search variable dimension ${d} of ${shapeStr(this.shape)}`);
+    if (!Number.isSafeInteger(k) || k < 0 || k > n) invalid(call, `k must be an integer in [0, ${n}], got ${describeValue(k)}`);
+    const sel = this.shape.map((_, i) => (i === d ? [0, 0] as const : null));
+    if (k === 0) return [this.shrink(sel), this.shrink(sel).cast("int32").mul(0)];
+    const f = this.dtype === "float32";
+    const fill = largest ? (f ? -Infinity : -2147483648) : f ? Infinity : 2147483647;
+    const ar = Tensor.arange(n, undefined, 1, { dtype: "int32" }).reshape([n, ...this.shape.slice(d + 1).map(() => 1)]);
+    let taken = Tensor.full([], 0, { dtype: "int32" });
+    const vals: Tensor[] = [], idxs: Tensor[] = [];
+    for (let i = 0; i < k; i++) {
+      const cand = taken.where(fill, this);
+      const m = largest ? cand.max(d, true) : cand.min(d, true);
+      const idx = this.#firstIndex(cand.cmpeq(m).mul(taken.rsub(1)), d, n, true);
+      vals.push(m);
+      idxs.push(idx);
+      taken = taken.maximum(ar.cmpeq(idx));
+    }
+    return [Tensor.cat(vals, d), Tensor.cat(idxs, d)];
+  }
+
   // ---- matmul and composites ---------------------------------------------------------------------
 
   /** numpy matmul: [..., M, K] @ [..., K, N], batch dims broadcast, 1-D operands promoted. */
