@@ -20,8 +20,9 @@
 //     broadcast copy. (Broadcast into elementwise work is left fused: the recompute is of the
 //     order of the consumer's own work, cheaper than a kernel and a buffer.)
 //  7. A random leaf (rand, randn) read by a reduction, directly or through inlined elementwise work
-//     and views (say an operand of a matmul), is realized: its kernel runs once at every execute
-//     instead of the generator running inside the reduction loop for every output. Cheap leaves
+//     and views (say an operand of a matmul), is realized: its kernel runs once, at prepare
+//     (prepare.ts then holds the values as an input), instead of the generator running inside the
+//     reduction loop for every output. Cheap leaves
 //     (full, arange, variable products) stay inlined. This holds with fusion off as well.
 // With `fusion: false` every non-leaf base node is realized (one kernel per op).
 import { invalid } from "../errors";
