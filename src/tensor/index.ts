@@ -22,3 +22,4 @@ export type { Scheduled, ScheduledKernel, ScheduleOptions } from "./scheduler";
 export { generate, type GeneratedKernel, type Lang } from "./codegen";
 export type { KernelIR, Expr, KDim } from "./ir";
 export { interpretSchedule, interpretKernel } from "./interp";
+export { readSafetensors, writeSafetensors, encodeSafetensors, type SafetensorsEntry, type SafetensorsFile, type SafetensorsDType } from "./safetensors";

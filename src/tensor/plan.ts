@@ -49,6 +49,7 @@ export class ExecutionPlan {
   readonly #inputData: (Float32Array | Int32Array)[];
   readonly #inputNames: string[];
   readonly #inputChanged: boolean[];
+  readonly #inputShapes: (readonly number[])[];
   readonly #outputNames: string[];
   /** Variable values at prepare time: what run() uses for variables it is not given. */
   readonly #defaultVals: Map<string, number>;
@@ -91,6 +92,7 @@ export class ExecutionPlan {
     this.#inputData = p.inputData;
     this.#inputNames = sched.inputs.map((n, i) => inputNames.get(n) ?? `input${i}`);
     this.#inputChanged = sched.inputs.map(() => false);
+    this.#inputShapes = sched.inputs.map((n) => n.shape.map((d) => dimValue(d)));
     this.#outputNames = sched.outputs.map((_, i) => outNames?.[i] ?? `output${i}`);
     this.#layout = p.layout;
     this.#bufs = p.layout.bufs;
@@ -412,6 +414,57 @@ export class ExecutionPlan {
     }
     this.#queue = job.catch(() => undefined);
     return job;
+  }
+
+  /**
+   * New values for named inputs (the weights), without preparing again: each key an input name
+   * (inputNames; a tensor from Tensor.fromSafetensors is named by its key), each value a Tensor of
+   * the input's shape and dtype (realized first when it is not data) or a Float32Array / Int32Array
+   * of the input's dtype and element count. Every entry is checked before anything is written; a
+   * name the plan lacks, a name shared by several inputs, or a shape / dtype / length mismatch is
+   * INVALID_VALUE. The values are copied and stay the plan's inputs for every later execute and
+   * run (a run given other data for an input overrides it for that run only). Refused while an
+   * execution is in flight.
+   */
+  setWeights(weights: Readonly<Record<string, HasNode | RunInput>>): void {
+    const call = "ExecutionPlan.setWeights";
+    this.#live(call);
+    this.#idle(call);
+    if (weights === null || typeof weights !== "object" || Array.isArray(weights) || ArrayBuffer.isView(weights))
+      invalid(call, `weights must be an object of Tensors or typed arrays by input name, got ${describeValue(weights)}`);
+    const writes: [number, RunInput][] = [];
+    for (const [name, w] of Object.entries(weights)) {
+      const at = this.#inputNames.flatMap((n, i) => (n === name ? [i] : []));
+      if (at.length === 0) invalid(call, `the plan has no input named ${JSON.stringify(name)} (inputs: ${this.#inputNames.join(", ") || "none"})`);
+      if (at.length > 1) invalid(call, `${at.length} inputs are named ${JSON.stringify(name)}`);
+      const i = at[0]!;
+      const b = this.#bufs[i]!;
+      const shape = this.#inputShapes[i]!;
+      const C = b.dtype === "float32" ? Float32Array : Int32Array;
+      let data: RunInput;
+      if (w instanceof Float32Array || w instanceof Int32Array) {
+        if (!(w instanceof C)) invalid(call, `${JSON.stringify(name)} must be a ${C.name} (the input is ${b.dtype}), got ${describeValue(w)}`);
+        if (w.length !== b.elements) invalid(call, `${JSON.stringify(name)} has ${w.length} elements, the input holds ${b.elements}`);
+        data = w.slice();
+      } else if (w && typeof w === "object" && (w as HasNode).node instanceof Object && "dtype" in (w as object)) {
+        const node = (w as HasNode).node;
+        if (node.dtype !== b.dtype) invalid(call, `${JSON.stringify(name)} is ${node.dtype}, the input is ${b.dtype}`);
+        if (node.shape.length !== shape.length || node.shape.some((d, k) => d !== shape[k]))
+          invalid(call, `${JSON.stringify(name)} has shape ${shapeStr(node.shape)}, the input has ${shapeStr(shape)}`);
+        if (node.op === "buffer") data = ((node.arg as { data: RunInput }).data).slice();
+        else {
+          const t = w as HasNode & { toArray(o: PrepareOptions): RunInput };
+          if (typeof t.toArray !== "function") invalid(call, `${JSON.stringify(name)} is not a Tensor`);
+          data = t.toArray({ device: this.#device });
+        }
+      } else invalid(call, `${JSON.stringify(name)} must be a Tensor, Float32Array or Int32Array, got ${describeValue(w)}`);
+      writes.push([i, data]);
+    }
+    for (const [i, data] of writes) {
+      this.#inputData[i] = data;
+      this.#mem[i]!.write(data);
+      this.#inputChanged[i] = false;
+    }
   }
 
   async #runNow(call: string, inputs: Map<number, RunInput>, vals: Map<string, number>, mode: ExecMode | undefined, byName: boolean): Promise<RunOutput[] | Record<string, RunOutput>> {

@@ -11,6 +11,7 @@ import { backends } from "../backends";
 import type { Buffer } from "../buffer";
 import type { Device } from "../device";
 import { Program, type Kernel, type Module } from "../kernel";
+import { Stream } from "../stream";
 import { toposort, type LazyNode } from "./ast";
 import {
   cachedSchedule,
@@ -125,6 +126,52 @@ export function schedule(outputs: readonly LazyNode[], opts: ScheduleOptions = {
   return scheduleAndLower(program(outputs, call), opts.fusion ?? true);
 }
 
+// ---- constants computed once ---------------------------------------------------------------------
+
+/** Values of the random sources constantsOnce computed, by node (a node's value never changes). */
+const computedData = new WeakMap<LazyNode, Float32Array | Int32Array>();
+
+/**
+ * The kernels that compute a random source on its own (the scheduler realizes one read by a
+ * reduction: rule 7 of scheduler.ts), run once here, at prepare, on `device`; their nodes become
+ * inputs holding the values they computed, so an execute reads them instead of generating them
+ * again. A source whose shape holds a variable, or that is an output, stays a kernel.
+ */
+function constantsOnce(device: Device, sched: Scheduled, gens: GeneratedKernel[], compiled: Kernel[], kvars: (readonly string[])[]): { sched: Scheduled; gens: GeneratedKernel[]; compiled: Kernel[]; kvars: (readonly string[])[] } {
+  const outs = new Set(sched.outputs);
+  const once = sched.kernels.map((k, i) => k.target.op === "rand" && k.inputs.length === 0 && !outs.has(k.target) && kvars[i]!.length === 0 && k.target.shape.every((d) => typeof d === "number"));
+  if (!once.includes(true)) return { sched, gens, compiled, kvars };
+  const todo = sched.kernels.filter((k, i) => once[i] && !computedData.has(k.target));
+  if (todo.length) {
+    const stream = Stream.create(device);
+    const bufs: [LazyNode, Buffer, number][] = [];
+    try {
+      sched.kernels.forEach((k, i) => {
+        if (!once[i] || computedData.has(k.target)) return;
+        const n = k.target.shape.reduce<number>((p, d) => p * (d as number), 1);
+        const buf = device.alloc(Math.max(n * 4, 4));
+        bufs.push([k.target, buf, n]);
+        const { grid, block } = gens[i]!.launch(new Map());
+        if (grid > 0) compiled[i]!.launch(stream, { grid: [grid], block: [block], args: [buf] });
+      });
+      stream.synchronize();
+      for (const [node, buf, n] of bufs) computedData.set(node, buf.read(node.dtype === "int32" ? new Int32Array(n) : new Float32Array(n)));
+    } finally {
+      for (const [, buf] of bufs) buf.dispose();
+      stream.dispose();
+    }
+  }
+  const keep = (_: unknown, i: number) => !once[i];
+  const kernels = sched.kernels.filter(keep);
+  const inputs = [...sched.inputs, ...sched.kernels.filter((_, i) => once[i]).map((k) => k.target)];
+  return {
+    sched: { kernels, outputs: sched.outputs, inputs, realized: [...inputs, ...kernels.map((k) => k.target)], vars: sched.vars },
+    gens: gens.filter(keep),
+    compiled: compiled.filter(keep),
+    kvars: kvars.filter(keep),
+  };
+}
+
 // ---- the pipeline ------------------------------------------------------------------------------
 
 export interface PipelineOptions extends ScheduleOptions {
@@ -158,6 +205,7 @@ export function prepare(outputs: readonly LazyNode[], device: Device, opts: Pipe
   const fusion = opts.fusion ?? true;
   let sched: Scheduled | null = null;
   let gens: GeneratedKernel[] = [];
+  let compiled: Kernel[];
   let kvars: (readonly string[])[] = [];
   let cacheKey: string | null = null;
   if (opts.planCache ?? true) {
@@ -180,8 +228,11 @@ export function prepare(outputs: readonly LazyNode[], device: Device, opts: Pipe
     gens = render(sched, lang);
     kvars = sched.kernels.map((k) => k.ir.vars);
   }
-  const compiled = compile(device, gens);
+  compiled = compile(device, gens);
   if (cacheKey && !fromPlanCache) storePlan(cacheKey, planToCache(sched, gens, p.nodes, lang));
+  // constants: random sources computed once, now, and held as inputs from here on
+  ({ sched, gens, compiled, kvars } = constantsOnce(device, sched, gens, compiled, kvars));
+  const inputData = sched.inputs.map((n) => (n.arg as { data?: Float32Array | Int32Array }).data ?? computedData.get(n)!);
   // allocate
   const noPlanning = opts.noMemoryPlanning ?? false;
   const layout = layoutBuffers(sched, noPlanning);
@@ -203,7 +254,6 @@ export function prepare(outputs: readonly LazyNode[], device: Device, opts: Pipe
       astId: k.target.id,
     };
   });
-  const inputData = s.inputs.map((n) => (n.arg as { data: Float32Array | Int32Array }).data);
   const mem: (Buffer | null)[] = layout.bufs.map(() => null);
   let arena: Buffer | null = null;
   try {

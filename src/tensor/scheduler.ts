@@ -4,7 +4,7 @@
 //
 // Fusion rules
 //  1. Inputs (buffer leaves) are buffers; outputs are realized; `contiguous()` realizes.
-//  2. Leaves (constants, arange, rand, variable products) are always inlined.
+//  2. Leaves (constants, arange, rand, variable products) are inlined, except as rule 7 says.
 //  3. Elementwise nodes are inlined into every consumer (chains become one kernel; a producer
 //     chain fuses into the reduction that consumes it).
 //     A gather counts as elementwise: its source is inlined at the coordinates its index gives.
@@ -19,6 +19,11 @@
 //     (say the operand of a matmul): otherwise it would be recomputed for every step of every
 //     broadcast copy. (Broadcast into elementwise work is left fused: the recompute is of the
 //     order of the consumer's own work, cheaper than a kernel and a buffer.)
+//  7. A random leaf (rand, randn) read by a reduction, directly or through inlined elementwise work
+//     and views (say an operand of a matmul), is realized: its kernel runs once, at prepare
+//     (prepare.ts then holds the values as an input), instead of the generator running inside the
+//     reduction loop for every output. Cheap leaves
+//     (full, arange, variable products) stay inlined. This holds with fusion off as well.
 // With `fusion: false` every non-leaf base node is realized (one kernel per op).
 import { invalid } from "../errors";
 import type { LazyNode } from "./ast";
@@ -170,6 +175,11 @@ export function scheduleTargets(nodes: readonly LazyNode[], outputs: readonly La
     // rule 6: an expensive value read through a broadcast is computed once, not once per copy
     if (fusion && !targets.has(n) && isCostly(n) && uses(n).some((x) => x.expands && feedsReduce(x.consumer))) targets.add(n);
   }
+
+  // rule 7: a random leaf read by a reduction is computed once into a buffer (a hash, a log, a
+  // sqrt and a cos per element, otherwise redone at every step of the loop of every output).
+  for (const n of nodes)
+    if (n.op === "rand" && !targets.has(n) && uses(n).some((u) => feedsReduce(u.consumer))) targets.add(n);
 
   return [...targets].sort((a, b) => a.id - b.id);
 }

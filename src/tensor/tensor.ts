@@ -13,6 +13,7 @@ import { seedMix } from "./ir";
 import { Variable, type Dim, dimMax, dimValue, shapeStr } from "./variable";
 import { ShapeTracker, checkShapeDims, maxStrides } from "./view";
 import { ExecutionPlan, type PrepareOptions } from "./plan";
+import { readSafetensors, writeSafetensors, type SafetensorsEntry } from "./safetensors";
 
 export type TensorLike = Tensor | number;
 export type Shape = readonly Dim[];
@@ -216,6 +217,71 @@ export class Tensor {
     if (o.seed !== undefined) finiteNumber(call, "seed", o.seed);
     const seed = o.seed ?? (globalSeed * 1000003 + randCounter++) >>> 0;
     return new Tensor(new LazyNode({ op: "rand", seed: seedMix(seed), normal: true }, "float32", [...shape]));
+  }
+
+  // ---- weights and realized values (safetensors.ts) ----------------------------------------------
+
+  /**
+   * The tensors of a safetensors file, by name. Each is an input named by its key (so
+   * ExecutionPlan.run and ExecutionPlan.setWeights take new values for it by that name). F32 and
+   * I32 load as they are; F16 and BF16 widen to float32; the narrower integers and BOOL become
+   * int32; I64, U64, U32 and F64 load only where every value is exact in int32 / float32. A
+   * missing file is FILE_NOT_FOUND; a truncated or inconsistent one, or a dtype with no exact
+   * conversion, INVALID_VALUE naming the path and the reason.
+   */
+  static fromSafetensors(path: string): Record<string, Tensor> {
+    const file = readSafetensors(path, "Tensor.fromSafetensors");
+    const out: Record<string, Tensor> = {};
+    for (const [name, e] of file.tensors) {
+      const node = new LazyNode({ op: "buffer", data: e.data }, e.dtype, [...e.shape]);
+      inputNames.set(node, name);
+      out[name] = new Tensor(node);
+    }
+    return out;
+  }
+
+  /** The `__metadata__` strings of a safetensors file (the header checked as fromSafetensors does). */
+  static safetensorsMetadata(path: string): Record<string, string> {
+    return readSafetensors(path, "Tensor.safetensorsMetadata").metadata;
+  }
+
+  /**
+   * Realize every tensor of `tensors` (one plan) and write them to `path` as a safetensors file
+   * (F32 / I32, offsets in key order, the header padded with spaces to 8 bytes), with `metadata`
+   * as its `__metadata__`. Shapes must not hold unbound variables.
+   */
+  static toSafetensors(path: string, tensors: Readonly<Record<string, Tensor>>, metadata?: Readonly<Record<string, string>>, opts: PrepareOptions = {}): void {
+    const call = "Tensor.toSafetensors";
+    if (typeof path !== "string" || !path) invalid(call, `path must be a non-empty string, got ${describeValue(path)}`);
+    if (tensors === null || typeof tensors !== "object" || Array.isArray(tensors)) invalid(call, `tensors must be an object of Tensors, got ${describeValue(tensors)}`);
+    const names = Object.keys(tensors);
+    const list = names.map((n) => tensorArg(call, `tensors[${JSON.stringify(n)}]`, tensors[n]));
+    for (const [i, t] of list.entries())
+      if (varsOf(t.shape).length) invalid(call, `tensor ${JSON.stringify(names[i])} has a symbolic shape ${shapeStr(t.shape)}; bind its variables first`);
+    const entries = new Map<string, SafetensorsEntry>();
+    if (list.length) {
+      const plan = Tensor.prepareBatch(list, prepareOpts(call, opts));
+      try {
+        plan.execute();
+        list.forEach((t, i) => entries.set(names[i]!, { dtype: t.dtype, shape: t.shape.map((d) => dimValue(d)), data: plan.readOutput(i) }));
+      } finally {
+        plan.dispose();
+      }
+    }
+    writeSafetensors(path, entries, metadata, call);
+  }
+
+  /**
+   * This tensor computed now and held as data: a Tensor whose node is a buffer (an input of the
+   * plans it is prepared into), so a random or costly value is no longer recomputed by every
+   * kernel that reads it. A tensor that is already data is returned as it is.
+   */
+  realize(opts: PrepareOptions = {}): Tensor {
+    const call = "Tensor.realize";
+    if (this.node.op === "buffer") return this;
+    if (varsOf(this.shape).length) invalid(call, `the shape ${shapeStr(this.shape)} holds variables; only a concrete shape can be realized`);
+    const data = this.toArray(prepareOpts(call, opts));
+    return new Tensor(new LazyNode({ op: "buffer", data }, this.dtype, this.shape.map((d) => dimValue(d))));
   }
 
   /** The value of a variable (or a product of dims) as a scalar tensor. */

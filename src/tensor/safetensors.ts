@@ -1,0 +1,269 @@
+// The safetensors file format: reading (every byte of the header checked) and writing. This module
+// works on plain arrays ({ dtype, shape, data }); tensor.ts wraps them in Tensors
+// (Tensor.fromSafetensors / Tensor.toSafetensors), so nothing here imports the Tensor class.
+//
+// Layout: an 8-byte little-endian unsigned header length N, N bytes of JSON (an object; each key a
+// tensor name mapping to { dtype, shape, data_offsets: [begin, end] }, plus an optional
+// "__metadata__" object of strings), then the data section. Offsets are relative to the data
+// section; the tensors tile it exactly (no overlap, no hole, nothing after the last one), and each
+// tensor's bytes are its element count times its dtype size. Values are little endian.
+//
+// Reading memory-maps the file (Bun.mmap) and copies each tensor once out of the mapping into its
+// own array (the tensors never alias the file, so a later rewrite of it does not change them); where
+// the file cannot be mapped it is read once instead.
+//
+// dtypes: the tensors here are float32 or int32. F32 and I32 load as they are; F16 and BF16 are
+// widened to float32 (exact); I8, U8, I16, U16 and BOOL become int32 (exact); I64, U64 and U32 become
+// int32 when every value fits, F64 becomes float32 when every value is a float32; anything else
+// (or a value that does not fit) is a GpuError naming the dtype.
+import { readFileSync, statSync, writeFileSync } from "node:fs";
+import { GpuError, Status, describeValue, invalid } from "../errors";
+
+export type SafetensorsDType = "float32" | "int32";
+
+/** One tensor of a safetensors file: its elements (row-major), its shape and dtype. */
+export interface SafetensorsEntry {
+  readonly dtype: SafetensorsDType;
+  readonly shape: readonly number[];
+  readonly data: Float32Array | Int32Array;
+}
+
+/** A whole file: its tensors in data order and its `__metadata__` strings. */
+export interface SafetensorsFile {
+  readonly tensors: Map<string, SafetensorsEntry>;
+  readonly metadata: Record<string, string>;
+}
+
+/** Bytes per element of every dtype the format names. */
+const DTYPE_SIZE: Readonly<Record<string, number>> = {
+  BOOL: 1, U8: 1, I8: 1, F8_E5M2: 1, F8_E4M3: 1,
+  I16: 2, U16: 2, F16: 2, BF16: 2,
+  I32: 4, U32: 4, F32: 4,
+  I64: 8, U64: 8, F64: 8,
+};
+
+/** The largest header accepted (the reference implementation's limit). */
+const MAX_HEADER = 100_000_000;
+
+function fileError(call: string, code: number, path: string, reason: string): never {
+  throw new GpuError(code, `${call}: ${path}: ${reason}`, { backend: "typescript", call });
+}
+
+/** The file's bytes: mapped where possible, else read once. */
+function fileBytes(call: string, path: string): Uint8Array {
+  let size: number;
+  try {
+    const st = statSync(path);
+    if (!st.isFile()) fileError(call, Status.INVALID_VALUE, path, "not a regular file");
+    size = st.size;
+  } catch (e) {
+    if (e instanceof GpuError) throw e;
+    const code = (e as { code?: string }).code;
+    if (code === "ENOENT" || code === "ENOTDIR") fileError(call, Status.FILE_NOT_FOUND, path, "no such file");
+    fileError(call, Status.INVALID_VALUE, path, `cannot open (${(e as Error).message})`);
+  }
+  if (size < 8) fileError(call, Status.INVALID_VALUE, path, `the file has ${size} bytes, fewer than the 8-byte header length`);
+  try {
+    return Bun.mmap(path, { shared: false });
+  } catch {
+    try {
+      return readFileSync(path);
+    } catch (e) {
+      fileError(call, Status.INVALID_VALUE, path, `cannot read (${(e as Error).message})`);
+    }
+  }
+}
+
+function widenF16(src: Uint16Array): Float32Array {
+  const out = new Float32Array(src.length);
+  for (let i = 0; i < src.length; i++) {
+    const h = src[i]!;
+    const s = h & 0x8000 ? -1 : 1;
+    const e = (h >> 10) & 0x1f;
+    const m = h & 0x3ff;
+    if (e === 0) out[i] = s * m * 2 ** -24;
+    else if (e === 31) out[i] = m ? NaN : s * Infinity;
+    else out[i] = s * (1 + m / 1024) * 2 ** (e - 15);
+  }
+  return out;
+}
+
+function widenBF16(src: Uint16Array): Float32Array {
+  const bits = new Uint32Array(src.length);
+  for (let i = 0; i < src.length; i++) bits[i] = src[i]! << 16;
+  return new Float32Array(bits.buffer);
+}
+
+/** One tensor's bytes (a fresh, aligned copy) as a float32 or int32 array, or a GpuError. */
+function convert(call: string, path: string, name: string, dtype: string, bytes: Uint8Array): { dtype: SafetensorsDType; data: Float32Array | Int32Array } {
+  const buf = bytes.slice().buffer;
+  const refuse = (why: string): never =>
+    fileError(call, Status.INVALID_VALUE, path, `tensor ${JSON.stringify(name)} has dtype ${dtype}: ${why} (tensors here are float32 or int32)`);
+  switch (dtype) {
+    case "F32": return { dtype: "float32", data: new Float32Array(buf) };
+    case "I32": return { dtype: "int32", data: new Int32Array(buf) };
+    case "F16": return { dtype: "float32", data: widenF16(new Uint16Array(buf)) };
+    case "BF16": return { dtype: "float32", data: widenBF16(new Uint16Array(buf)) };
+    case "BOOL": return { dtype: "int32", data: Int32Array.from(new Uint8Array(buf), (x) => (x ? 1 : 0)) };
+    case "U8": return { dtype: "int32", data: Int32Array.from(new Uint8Array(buf)) };
+    case "I8": return { dtype: "int32", data: Int32Array.from(new Int8Array(buf)) };
+    case "U16": return { dtype: "int32", data: Int32Array.from(new Uint16Array(buf)) };
+    case "I16": return { dtype: "int32", data: Int32Array.from(new Int16Array(buf)) };
+    case "U32":
+    case "I64":
+    case "U64": {
+      const src = dtype === "U32" ? new Uint32Array(buf) : dtype === "I64" ? new BigInt64Array(buf) : new BigUint64Array(buf);
+      const out = new Int32Array(src.length);
+      for (let i = 0; i < src.length; i++) {
+        const v = Number(src[i]!);
+        if (v < -2147483648 || v > 2147483647) refuse(`element ${i} (${String(src[i])}) does not fit int32`);
+        out[i] = v;
+      }
+      return { dtype: "int32", data: out };
+    }
+    case "F64": {
+      const src = new Float64Array(buf);
+      const out = Float32Array.from(src);
+      for (let i = 0; i < src.length; i++)
+        if (out[i] !== src[i] && !(Number.isNaN(out[i]) && Number.isNaN(src[i]))) refuse(`element ${i} (${src[i]}) is not exactly a float32`);
+      return { dtype: "float32", data: out };
+    }
+    default:
+      return refuse("no exact conversion to float32 or int32");
+  }
+}
+
+interface HeaderEntry {
+  readonly name: string;
+  readonly dtype: string;
+  readonly shape: number[];
+  readonly begin: number;
+  readonly end: number;
+}
+
+/** Parse and check the header of `bytes`; the data section starts at the returned `dataStart`. */
+function parseHeader(call: string, path: string, bytes: Uint8Array): { entries: HeaderEntry[]; metadata: Record<string, string>; dataStart: number } {
+  const bad = (reason: string): never => fileError(call, Status.INVALID_VALUE, path, reason);
+  const total = bytes.length;
+  const n = new DataView(bytes.buffer, bytes.byteOffset, 8).getBigUint64(0, true);
+  if (n > BigInt(total - 8)) bad(`the header length ${n} runs past the end of the file (${total} bytes, ${total - 8} after the length)`);
+  if (n > BigInt(MAX_HEADER)) bad(`the header length ${n} is over ${MAX_HEADER} bytes`);
+  const hlen = Number(n);
+  if (hlen < 2) bad(`the header length ${hlen} is too short for a JSON object`);
+  const dataStart = 8 + hlen;
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes.subarray(8, dataStart));
+  } catch {
+    return bad("the header is not UTF-8");
+  }
+  if (text[0] !== "{") bad("the header does not start with '{'");
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (e) {
+    return bad(`the header is not JSON (${(e as Error).message})`);
+  }
+  if (json === null || typeof json !== "object" || Array.isArray(json)) bad("the header is not a JSON object");
+  const metadata: Record<string, string> = {};
+  const entries: HeaderEntry[] = [];
+  for (const [name, v] of Object.entries(json as Record<string, unknown>)) {
+    const what = `tensor ${JSON.stringify(name)}`;
+    if (name === "__metadata__") {
+      if (v === null || typeof v !== "object" || Array.isArray(v)) bad("__metadata__ is not an object");
+      for (const [k, s] of Object.entries(v as Record<string, unknown>)) {
+        if (typeof s !== "string") bad(`__metadata__ ${JSON.stringify(k)} is not a string (${describeValue(s)})`);
+        metadata[k] = s as string;
+      }
+      continue;
+    }
+    if (v === null || typeof v !== "object" || Array.isArray(v)) bad(`${what} is not an object`);
+    const e = v as { dtype?: unknown; shape?: unknown; data_offsets?: unknown };
+    for (const k of Object.keys(e)) if (k !== "dtype" && k !== "shape" && k !== "data_offsets") bad(`${what} has an unknown field ${JSON.stringify(k)}`);
+    if (typeof e.dtype !== "string") bad(`${what} has no dtype string`);
+    const dtype = e.dtype as string;
+    const size = DTYPE_SIZE[dtype] ?? 0;
+    if (!size) bad(`${what} has an unknown dtype ${JSON.stringify(e.dtype)}`);
+    if (!Array.isArray(e.shape) || e.shape.some((d) => typeof d !== "number" || !Number.isSafeInteger(d) || d < 0))
+      bad(`${what} has a shape that is not an array of non-negative integers (${describeValue(e.shape)})`);
+    const shape = e.shape as number[];
+    const off = e.data_offsets;
+    if (!Array.isArray(off) || off.length !== 2 || off.some((d) => typeof d !== "number" || !Number.isSafeInteger(d) || d < 0))
+      bad(`${what} has data_offsets that are not two non-negative integers (${describeValue(off)})`);
+    const [begin, end] = off as [number, number];
+    if (end < begin) bad(`${what} has data_offsets [${begin}, ${end}] that end before they begin`);
+    if (end > total - dataStart) bad(`${what} has data_offsets [${begin}, ${end}] past the data section (${total - dataStart} bytes): the file is truncated or its header lies`);
+    let numel = 1;
+    for (const d of shape) numel *= d;
+    if (!Number.isSafeInteger(numel * size) || numel * size !== end - begin)
+      bad(`${what}: shape [${shape.join(", ")}] of ${e.dtype} is ${numel * size} bytes but data_offsets [${begin}, ${end}] hold ${end - begin}`);
+    entries.push({ name, dtype: e.dtype as string, shape: [...shape], begin, end });
+  }
+  const sorted = [...entries].sort((a, b) => a.begin - b.begin || a.end - b.end);
+  let at = 0;
+  for (const e of sorted) {
+    if (e.begin < at) bad(`tensor ${JSON.stringify(e.name)} at [${e.begin}, ${e.end}] overlaps the tensor before it (which ends at ${at})`);
+    if (e.begin > at) bad(`a hole in the data section: bytes [${at}, ${e.begin}) belong to no tensor`);
+    at = e.end;
+  }
+  if (at !== total - dataStart) bad(`the data section has ${total - dataStart} bytes but the tensors cover ${at}`);
+  return { entries: sorted, metadata, dataStart };
+}
+
+/** Read and check a safetensors file. Throws GpuError (FILE_NOT_FOUND, INVALID_VALUE) naming the path and the reason. */
+export function readSafetensors(path: unknown, call = "Tensor.fromSafetensors"): SafetensorsFile {
+  if (typeof path !== "string" || !path) invalid(call, `path must be a non-empty string, got ${describeValue(path)}`);
+  const bytes = fileBytes(call, path);
+  const { entries, metadata, dataStart } = parseHeader(call, path, bytes);
+  const tensors = new Map<string, SafetensorsEntry>();
+  for (const e of entries) {
+    const { dtype, data } = convert(call, path, e.name, e.dtype, bytes.subarray(dataStart + e.begin, dataStart + e.end));
+    tensors.set(e.name, { dtype, shape: e.shape, data });
+  }
+  return { tensors, metadata };
+}
+
+/** The bytes of a safetensors file holding `tensors` (in the given order) and `metadata`. */
+export function encodeSafetensors(tensors: ReadonlyMap<string, SafetensorsEntry>, metadata: Readonly<Record<string, string>> | undefined, call = "Tensor.toSafetensors"): Uint8Array {
+  const header: Record<string, unknown> = {};
+  if (metadata !== undefined) {
+    if (metadata === null || typeof metadata !== "object" || Array.isArray(metadata)) invalid(call, `metadata must be an object of strings, got ${describeValue(metadata)}`);
+    for (const [k, v] of Object.entries(metadata)) if (typeof v !== "string") invalid(call, `metadata ${JSON.stringify(k)} must be a string, got ${describeValue(v)}`);
+    if (Object.keys(metadata).length) header.__metadata__ = { ...metadata };
+  }
+  let at = 0;
+  for (const [name, t] of tensors) {
+    if (!name || name === "__metadata__") invalid(call, `a tensor cannot be named ${JSON.stringify(name)}`);
+    const bytes = t.data.byteLength;
+    header[name] = { dtype: t.dtype === "float32" ? "F32" : "I32", shape: [...t.shape], data_offsets: [at, at + bytes] };
+    at += bytes;
+  }
+  let json = JSON.stringify(header);
+  let hbytes = new TextEncoder().encode(json);
+  const pad = (8 - (hbytes.length % 8)) % 8;
+  if (pad) {
+    json += " ".repeat(pad);
+    hbytes = new TextEncoder().encode(json);
+  }
+  const out = new Uint8Array(8 + hbytes.length + at);
+  new DataView(out.buffer).setBigUint64(0, BigInt(hbytes.length), true);
+  out.set(hbytes, 8);
+  let p = 8 + hbytes.length;
+  for (const t of tensors.values()) {
+    out.set(new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength), p);
+    p += t.data.byteLength;
+  }
+  return out;
+}
+
+/** Write `tensors` to `path` as a safetensors file. Throws GpuError naming the path on failure. */
+export function writeSafetensors(path: unknown, tensors: ReadonlyMap<string, SafetensorsEntry>, metadata?: Readonly<Record<string, string>>, call = "Tensor.toSafetensors"): void {
+  if (typeof path !== "string" || !path) invalid(call, `path must be a non-empty string, got ${describeValue(path)}`);
+  const bytes = encodeSafetensors(tensors, metadata, call);
+  try {
+    writeFileSync(path, bytes);
+  } catch (e) {
+    const code = (e as { code?: string }).code;
+    fileError(call, code === "ENOENT" || code === "ENOTDIR" ? Status.FILE_NOT_FOUND : Status.INVALID_VALUE, path, `cannot write (${(e as Error).message})`);
+  }
+}

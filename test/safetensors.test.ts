@@ -1,0 +1,310 @@
+// Safetensors: reading (the header checked byte by byte, dtypes converted exactly), writing (the
+// layout the format requires) and swapping a prepared plan's weights without preparing again.
+import { afterAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Device, GpuError, Status, Tensor } from "../src";
+
+const dev = Device.open("cpu");
+const dir = mkdtempSync(join(tmpdir(), "bungpu-safetensors-"));
+afterAll(() => {
+  dev.dispose();
+  rmSync(dir, { recursive: true, force: true });
+});
+let fileNo = 0;
+const fresh = (): string => join(dir, `f${fileNo++}.safetensors`);
+
+/** A file laid out as the reference writer does: u64 LE header length, JSON header padded with spaces to 8, data. */
+function fileFrom(header: unknown, data: Uint8Array | number[], opts: { pad?: boolean; rawHeader?: string; length?: bigint } = {}): string {
+  let h = opts.rawHeader ?? JSON.stringify(header);
+  if (opts.pad ?? true) while (h.length % 8) h += " ";
+  const hb = new TextEncoder().encode(h);
+  const out = new Uint8Array(8 + hb.length + data.length);
+  new DataView(out.buffer).setBigUint64(0, opts.length ?? BigInt(hb.length), true);
+  out.set(hb, 8);
+  out.set(data instanceof Uint8Array ? data : Uint8Array.from(data), 8 + hb.length);
+  const p = fresh();
+  writeFileSync(p, out);
+  return p;
+}
+const bytesOf = (a: Float32Array | Int32Array | Uint16Array | BigInt64Array | Float64Array): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+
+function expectGpuError(f: () => unknown, code: number, ...parts: string[]): GpuError {
+  let err: unknown;
+  try {
+    f();
+  } catch (e) {
+    err = e;
+  }
+  expect(err).toBeInstanceOf(GpuError);
+  const g = err as GpuError;
+  expect(g.code).toBe(code);
+  for (const p of parts) expect(g.message).toContain(p);
+  return g;
+}
+
+describe("writing and reading back", () => {
+  test("several tensors of both dtypes and a 0-d one round-trip, with metadata", () => {
+    const a = Tensor.from(Float32Array.from([1.5, -2, 3.25, 0, 1e-30, -7]), [2, 3]);
+    const b = Tensor.arange(10).reshape([2, 5]); // int32, computed
+    const c = Tensor.from([42.5], []).reshape([]);
+    const d = a.mul(2).sum(1); // computed float32
+    const p = fresh();
+    Tensor.toSafetensors(p, { a, b, c, d }, { format: "pt", note: "round trip" }, { device: dev });
+    const back = Tensor.fromSafetensors(p);
+    expect(Object.keys(back)).toEqual(["a", "b", "c", "d"]);
+    expect(back.a!.shape).toEqual([2, 3]);
+    expect(back.a!.dtype).toBe("float32");
+    expect(Array.from(back.a!.toArray({ device: dev }))).toEqual(Array.from(Float32Array.from([1.5, -2, 3.25, 0, 1e-30, -7])));
+    expect(back.b!.dtype).toBe("int32");
+    expect(back.b!.shape).toEqual([2, 5]);
+    expect(back.b!.toList()).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    expect(back.c!.shape).toEqual([]);
+    expect(back.c!.toList()).toEqual([42.5]);
+    expect(back.d!.toList()).toEqual([5.5, -14]);
+    expect(Tensor.safetensorsMetadata(p)).toEqual({ format: "pt", note: "round trip" });
+  });
+
+  test("the written layout: u64 LE length, header padded with spaces to 8, offsets in key order", () => {
+    const p = fresh();
+    Tensor.toSafetensors(p, { w: Tensor.from([1, 2, 3]), i: Tensor.from([7], [1], { dtype: "int32" }) });
+    const f = new Uint8Array(readFileSync(p));
+    const n = Number(new DataView(f.buffer, f.byteOffset).getBigUint64(0, true));
+    expect(n % 8).toBe(0);
+    const text = new TextDecoder().decode(f.subarray(8, 8 + n));
+    expect(text.trimEnd()).toBe(JSON.stringify({ w: { dtype: "F32", shape: [3], data_offsets: [0, 12] }, i: { dtype: "I32", shape: [1], data_offsets: [12, 16] } }));
+    expect(text.slice(text.trimEnd().length)).toMatch(/^ *$/);
+    expect(f.length).toBe(8 + n + 16);
+    expect(Array.from(new Float32Array(f.slice(8 + n, 8 + n + 12).buffer))).toEqual([1, 2, 3]);
+    expect(new Int32Array(f.slice(8 + n + 12).buffer)[0]).toBe(7);
+  });
+
+  test("an empty record writes a valid file", () => {
+    const p = fresh();
+    Tensor.toSafetensors(p, {});
+    expect(Tensor.fromSafetensors(p)).toEqual({});
+  });
+
+  test("bad arguments to toSafetensors are INVALID_VALUE; a missing directory FILE_NOT_FOUND", () => {
+    expectGpuError(() => Tensor.toSafetensors(3 as never, {}), Status.INVALID_VALUE, "path");
+    expectGpuError(() => Tensor.toSafetensors(fresh(), { a: 3 as never }), Status.INVALID_VALUE, "a");
+    expectGpuError(() => Tensor.toSafetensors(fresh(), { __metadata__: Tensor.from([1]) }), Status.INVALID_VALUE, "__metadata__");
+    expectGpuError(() => Tensor.toSafetensors(fresh(), {}, { k: 3 as never }), Status.INVALID_VALUE, "metadata");
+    expectGpuError(() => Tensor.toSafetensors(join(dir, "no", "such", "x.safetensors"), { a: Tensor.from([1]) }), Status.FILE_NOT_FOUND, "no");
+  });
+});
+
+describe("reading files written by hand", () => {
+  test("the reference layout, byte by byte, with __metadata__ and tensors in non-key order", () => {
+    const f32 = Float32Array.from([0.5, -1, 2]);
+    const i32 = Int32Array.from([-3, 2147483647]);
+    const data = new Uint8Array(20);
+    data.set(bytesOf(i32), 0);
+    data.set(bytesOf(f32), 8);
+    const p = fileFrom(
+      { __metadata__: { format: "pt" }, weight: { dtype: "F32", shape: [3, 1], data_offsets: [8, 20] }, ids: { dtype: "I32", shape: [2], data_offsets: [0, 8] } },
+      data,
+    );
+    const t = Tensor.fromSafetensors(p);
+    expect(Object.keys(t).sort()).toEqual(["ids", "weight"]);
+    expect(t.weight!.shape).toEqual([3, 1]);
+    expect(t.weight!.toList()).toEqual([0.5, -1, 2]);
+    expect(t.ids!.dtype).toBe("int32");
+    expect(t.ids!.toList()).toEqual([-3, 2147483647]);
+    expect(Tensor.safetensorsMetadata(p)).toEqual({ format: "pt" });
+  });
+
+  test("an unpadded header is accepted (the padding is the writer's duty)", () => {
+    const p = fileFrom({ x: { dtype: "F32", shape: [1], data_offsets: [0, 4] } }, bytesOf(Float32Array.from([9])), { pad: false });
+    expect(Tensor.fromSafetensors(p).x!.toList()).toEqual([9]);
+  });
+
+  test("F16 and BF16 widen to float32 exactly", () => {
+    const f16 = Uint16Array.from([0x3c00, 0xc000, 0x7bff, 0x0001, 0x3555, 0x7c00, 0xfc00, 0x8000, 0x0400]);
+    const bf16 = Uint16Array.from([0x3f80, 0x4049, 0xc2f7, 0x0000, 0x7f80]);
+    const data = new Uint8Array(f16.byteLength + bf16.byteLength);
+    data.set(bytesOf(f16), 0);
+    data.set(bytesOf(bf16), f16.byteLength);
+    const p = fileFrom(
+      { h: { dtype: "F16", shape: [9], data_offsets: [0, 18] }, b: { dtype: "BF16", shape: [5], data_offsets: [18, 28] } },
+      data,
+    );
+    const t = Tensor.fromSafetensors(p);
+    expect(t.h!.dtype).toBe("float32");
+    const h = Array.from(t.h!.toArray());
+    expect(h.slice(0, 5)).toEqual([1, -2, 65504, 2 ** -24, 0.333251953125]);
+    expect(h[5]).toBe(Infinity);
+    expect(h[6]).toBe(-Infinity);
+    expect(Object.is(h[7], -0)).toBe(true);
+    expect(h[8]).toBe(2 ** -14);
+    expect(t.b!.dtype).toBe("float32");
+    expect(Array.from(t.b!.toArray())).toEqual([1, 3.140625, -123.5, 0, Infinity]);
+  });
+
+  test("narrow integers and BOOL become int32; I64 and F64 load where exact and refuse otherwise", () => {
+    const data = [0, 1, 7, 0, 255, 0x80, 0xff, 0x7f]; // BOOL[4] = 0,1,1,0; U8[2] = 255,128; I8[2] = -1,127
+    const p = fileFrom(
+      { b: { dtype: "BOOL", shape: [4], data_offsets: [0, 4] }, u: { dtype: "U8", shape: [2], data_offsets: [4, 6] }, i: { dtype: "I8", shape: [2], data_offsets: [6, 8] } },
+      data,
+    );
+    const t = Tensor.fromSafetensors(p);
+    expect(t.b!.dtype).toBe("int32");
+    expect(t.b!.toList()).toEqual([0, 1, 1, 0]);
+    expect(t.u!.toList()).toEqual([255, 128]);
+    expect(t.i!.toList()).toEqual([-1, 127]);
+
+    const ok64 = fileFrom({ x: { dtype: "I64", shape: [3], data_offsets: [0, 24] } }, bytesOf(BigInt64Array.from([-5n, 0n, 2147483647n])));
+    expect(Tensor.fromSafetensors(ok64).x!.toList()).toEqual([-5, 0, 2147483647]);
+    const big64 = fileFrom({ x: { dtype: "I64", shape: [2], data_offsets: [0, 16] } }, bytesOf(BigInt64Array.from([1n, 1n << 40n])));
+    expectGpuError(() => Tensor.fromSafetensors(big64), Status.INVALID_VALUE, "I64", "int32", big64);
+
+    const okf64 = fileFrom({ x: { dtype: "F64", shape: [2], data_offsets: [0, 16] } }, bytesOf(Float64Array.from([0.5, -3])));
+    expect(Tensor.fromSafetensors(okf64).x!.toList()).toEqual([0.5, -3]);
+    const badf64 = fileFrom({ x: { dtype: "F64", shape: [1], data_offsets: [0, 8] } }, bytesOf(Float64Array.from([0.1])));
+    expectGpuError(() => Tensor.fromSafetensors(badf64), Status.INVALID_VALUE, "F64", "float32");
+
+    const f8 = fileFrom({ x: { dtype: "F8_E4M3", shape: [1], data_offsets: [0, 1] } }, [0x38]);
+    expectGpuError(() => Tensor.fromSafetensors(f8), Status.INVALID_VALUE, "F8_E4M3", "float32 or int32");
+  });
+
+  test("tensors of a file are named inputs: run() takes new values by those names", async () => {
+    const p = fileFrom({ w: { dtype: "F32", shape: [2], data_offsets: [0, 8] } }, bytesOf(Float32Array.from([1, 2])));
+    const { w } = Tensor.fromSafetensors(p);
+    const plan = w!.mul(3).prepare({ device: dev });
+    try {
+      expect(plan.inputNames).toEqual(["w"]);
+      const out = await plan.run({ w: Float32Array.from([5, 6]) });
+      expect(Array.from(out.output0!)).toEqual([15, 18]);
+    } finally {
+      plan.dispose();
+    }
+  });
+});
+
+describe("malformed files are GpuError, never a TypeError or a crash", () => {
+  const ok = { x: { dtype: "F32", shape: [2], data_offsets: [0, 8] } };
+  const data8 = bytesOf(Float32Array.from([1, 2]));
+
+  test("a missing file is FILE_NOT_FOUND naming the path; a directory or a bad path INVALID_VALUE", () => {
+    const p = join(dir, "absent.safetensors");
+    expectGpuError(() => Tensor.fromSafetensors(p), Status.FILE_NOT_FOUND, p);
+    expectGpuError(() => Tensor.fromSafetensors(dir), Status.INVALID_VALUE, "not a regular file");
+    expectGpuError(() => Tensor.fromSafetensors(undefined as never), Status.INVALID_VALUE, "path");
+    expectGpuError(() => Tensor.fromSafetensors("" as never), Status.INVALID_VALUE, "path");
+  });
+
+  test("a 0-byte file and a file shorter than 8 bytes", () => {
+    const p = fresh();
+    writeFileSync(p, new Uint8Array(0));
+    expectGpuError(() => Tensor.fromSafetensors(p), Status.INVALID_VALUE, p, "0 bytes");
+    const q = fresh();
+    writeFileSync(q, new Uint8Array([1, 0, 0]));
+    expectGpuError(() => Tensor.fromSafetensors(q), Status.INVALID_VALUE, "3 bytes");
+  });
+
+  test("a header length past the end of the file (a truncated file, a huge length)", () => {
+    const full = fileFrom(ok, data8);
+    const bytes = readFileSync(full);
+    const cut = fresh();
+    writeFileSync(cut, bytes.subarray(0, 20)); // inside the header
+    expectGpuError(() => Tensor.fromSafetensors(cut), Status.INVALID_VALUE, "past the end");
+    expectGpuError(() => Tensor.fromSafetensors(fileFrom(ok, data8, { length: 1n << 62n })), Status.INVALID_VALUE, "past the end");
+    expectGpuError(() => Tensor.fromSafetensors(fileFrom(ok, data8, { length: 0xffffffffffffffffn })), Status.INVALID_VALUE, "past the end");
+  });
+
+  test("a file shorter than its header says (data truncated)", () => {
+    const full = fileFrom(ok, data8);
+    const bytes = readFileSync(full);
+    const cut = fresh();
+    writeFileSync(cut, bytes.subarray(0, bytes.length - 3));
+    expectGpuError(() => Tensor.fromSafetensors(cut), Status.INVALID_VALUE, "past the data section", "truncated");
+  });
+
+  test("a header that is not a JSON object", () => {
+    expectGpuError(() => Tensor.fromSafetensors(fileFrom(null, [], { rawHeader: "{not json" })), Status.INVALID_VALUE, "not JSON");
+    expectGpuError(() => Tensor.fromSafetensors(fileFrom(null, [], { rawHeader: "[1, 2]  " })), Status.INVALID_VALUE, "start with '{'");
+    expectGpuError(() => Tensor.fromSafetensors(fileFrom(null, [], { rawHeader: "{}" + "\u0000".repeat(6), pad: false })), Status.INVALID_VALUE, "not JSON");
+    expectGpuError(() => Tensor.fromSafetensors(fileFrom(null, [], { length: 1n, rawHeader: "{", pad: false })), Status.INVALID_VALUE, "too short");
+    const badUtf8 = fresh();
+    const b = new Uint8Array(8 + 8);
+    b[0] = 8;
+    b.set([0x7b, 0x22, 0xff, 0xfe, 0x22, 0x3a, 0x31, 0x7d], 8);
+    writeFileSync(badUtf8, b);
+    expectGpuError(() => Tensor.fromSafetensors(badUtf8), Status.INVALID_VALUE, "UTF-8");
+  });
+
+  const cases: [string, unknown, number[] | Uint8Array, string][] = [
+    ["an entry that is not an object", { x: 3 }, [], "not an object"],
+    ["a missing dtype", { x: { shape: [2], data_offsets: [0, 8] } }, data8, "dtype"],
+    ["an unknown dtype", { x: { dtype: "F33", shape: [2], data_offsets: [0, 8] } }, data8, "unknown dtype"],
+    ["a negative dimension", { x: { dtype: "F32", shape: [-2], data_offsets: [0, 8] } }, data8, "shape"],
+    ["a fractional dimension", { x: { dtype: "F32", shape: [1.5], data_offsets: [0, 8] } }, data8, "shape"],
+    ["a shape that is not an array", { x: { dtype: "F32", shape: "2", data_offsets: [0, 8] } }, data8, "shape"],
+    ["one data offset", { x: { dtype: "F32", shape: [2], data_offsets: [8] } }, data8, "data_offsets"],
+    ["offsets that end before they begin", { x: { dtype: "F32", shape: [0], data_offsets: [8, 0] } }, data8, "end before"],
+    ["offsets past the data section", { x: { dtype: "F32", shape: [4], data_offsets: [0, 16] } }, data8, "past the data section"],
+    ["shape × dtype size ≠ byte length", { x: { dtype: "F32", shape: [3], data_offsets: [0, 8] } }, data8, "12 bytes"],
+    ["an unknown field", { x: { dtype: "F32", shape: [2], data_offsets: [0, 8], extra: 1 } }, data8, "unknown field"],
+    ["overlapping tensors", { x: { dtype: "F32", shape: [2], data_offsets: [0, 8] }, y: { dtype: "F32", shape: [1], data_offsets: [4, 8] } }, data8, "overlaps"],
+    ["a hole between tensors", { x: { dtype: "F32", shape: [1], data_offsets: [4, 8] } }, data8, "hole"],
+    ["bytes after the last tensor", { x: { dtype: "F32", shape: [1], data_offsets: [0, 4] } }, data8, "cover 4"],
+    ["__metadata__ that is not an object", { __metadata__: "x", ...ok }, data8, "__metadata__"],
+    ["__metadata__ with a non-string value", { __metadata__: { a: 1 }, ...ok }, data8, "__metadata__"],
+  ];
+  for (const [what, header, data, part] of cases)
+    test(what, () => {
+      const p = fileFrom(header, data);
+      expectGpuError(() => Tensor.fromSafetensors(p), Status.INVALID_VALUE, p, part);
+    });
+});
+
+describe("ExecutionPlan.setWeights: new weights without preparing again", () => {
+  test("named inputs of the same shape and dtype are rewritten and stay for later runs", async () => {
+    const p = fresh();
+    Tensor.toSafetensors(p, { w: Tensor.from([1, 2, 3, 4], [2, 2]), b: Tensor.from([10, 20]) });
+    const { w, b } = Tensor.fromSafetensors(p);
+    const x = Tensor.from([1, 1], [1, 2], { name: "x" });
+    const plan = x.matmul(w!).add(b!).prepare({ device: dev });
+    try {
+      plan.execute();
+      expect(Array.from(plan.readOutput(0))).toEqual([14, 26]);
+      const p2 = fresh();
+      Tensor.toSafetensors(p2, { w: Tensor.from([0, 1, 1, 0], [2, 2]), b: Tensor.from([-1, -2]) });
+      plan.setWeights(Tensor.fromSafetensors(p2));
+      plan.execute();
+      expect(Array.from(plan.readOutput(0))).toEqual([0, -1]);
+      // a run with other data for x keeps the new weights; a run without inputs too
+      expect(Array.from((await plan.run({ x: Float32Array.from([2, 3]) })).output0!)).toEqual([2, 0]);
+      expect(Array.from((await plan.run()).at(0)!)).toEqual([0, -1]);
+      // typed arrays, and a computed tensor (realized on the plan's device)
+      plan.setWeights({ b: Float32Array.from([5, 5]), w: Tensor.from([1, 0, 0, 1], [2, 2]).mul(2) });
+      plan.execute();
+      expect(Array.from(plan.readOutput(0))).toEqual([7, 7]);
+    } finally {
+      plan.dispose();
+    }
+  });
+
+  test("mismatches are INVALID_VALUE and write nothing", () => {
+    const w = Tensor.from([1, 2, 3, 4], [2, 2], { name: "w" });
+    const plan = w.sum().prepare({ device: dev });
+    try {
+      expectGpuError(() => plan.setWeights({ nope: Float32Array.from([1]) }), Status.INVALID_VALUE, "no input named");
+      expectGpuError(() => plan.setWeights({ w: Float32Array.from([1, 2]) }), Status.INVALID_VALUE, "elements");
+      expectGpuError(() => plan.setWeights({ w: Int32Array.from([1, 2, 3, 4]) }), Status.INVALID_VALUE, "Float32Array");
+      expectGpuError(() => plan.setWeights({ w: Tensor.from([1, 2, 3, 4], [4]) }), Status.INVALID_VALUE, "shape");
+      expectGpuError(() => plan.setWeights({ w: Tensor.from([1, 2, 3, 4], [2, 2], { dtype: "int32" }) }), Status.INVALID_VALUE, "int32");
+      expectGpuError(() => plan.setWeights({ w: 3 as never }), Status.INVALID_VALUE, "Tensor");
+      expectGpuError(() => plan.setWeights(null as never), Status.INVALID_VALUE, "weights");
+      // the first entry is fine, the second is not: nothing is written
+      const w2 = Tensor.from([0, 0, 0, 0], [2, 2], { name: "w" });
+      expectGpuError(() => plan.setWeights({ w: w2, other: Float32Array.from([1]) }), Status.INVALID_VALUE, "other");
+      plan.execute();
+      expect(plan.readOutput(0)[0]).toBe(10);
+    } finally {
+      plan.dispose();
+    }
+    expectGpuError(() => plan.setWeights({ w: Float32Array.from([1, 2, 3, 4]) }), Status.ILLEGAL_STATE, "disposed");
+  });
+});
