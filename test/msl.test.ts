@@ -37,6 +37,7 @@ describe("MSL syntax check", () => {
         "64-bit indexing",
         "elementwise ops",
         "movement ops",
+        "conv and pool ops",
       ]);
       for (const s of sources) {
         expect(s.kernels.length).toBeGreaterThan(0);
