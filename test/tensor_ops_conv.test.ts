@@ -99,7 +99,8 @@ function refConvT(x: Ref, w: Ref, b: Ref | null, s: P2, p: P2, d: P2, op: P2, g:
               for (let j = 0; j < KW; j++) {
                 const oy = y * s[0] - p[0] + i * d[0], ox = xx * s[1] - p[1] + j * d[1];
                 if (oy < 0 || oy >= OH || ox < 0 || ox >= OW) continue;
-                out[((n * O + gi * Og + oo) * OH + oy) * OW + ox] += x.at([n, c, y, xx]) * w.at([c, oo, i, j]);
+                const at = ((n * O + gi * Og + oo) * OH + oy) * OW + ox;
+                out[at] = out[at]! + x.at([n, c, y, xx]) * w.at([c, oo, i, j]);
               }
     }
   return new Ref([N, O, OH, OW], out);
