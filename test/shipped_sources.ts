@@ -90,7 +90,7 @@ function movementModel(): Tensor[] {
   ];
 }
 
-/** Convolutions (strided, dilated, depthwise, transposed) and pools: window views and fused multiply-reduces. */
+/** Convolutions (strided, dilated, depthwise, transposed), pools and resizes: window views, fused multiply-reduces, gathers. */
 function convModel(): Tensor[] {
   const x = Tensor.rand([2, 4, 9, 9], { seed: 2 });
   const w = Tensor.rand([6, 2, 3, 3], { seed: 3 });
@@ -100,6 +100,8 @@ function convModel(): Tensor[] {
     x.conv2d(Tensor.rand([4, 1, 3, 3], { seed: 5 }), undefined, { dilation: 2, groups: 4 }).avgPool2d(3, { stride: 1, padding: 1, countIncludePad: false }),
     y.convTranspose2d(Tensor.rand([6, 2, 3, 3], { seed: 6 }), undefined, { stride: 2, padding: 1, outputPadding: 1 }),
     x.maxPool2d(3, { stride: 2, padding: 1, dilation: 2 }),
+    x.interpolate([13, 7], "bilinear"),
+    y.interpolate([10, 10], "nearest"),
   ];
 }
 

@@ -1,4 +1,4 @@
-// Convolution and pooling (conv2d, convTranspose2d, maxPool2d, avgPool2d) against float64
+// Convolution, pooling and resizing (conv2d, convTranspose2d, maxPool2d, avgPool2d, interpolate) against float64
 // direct-loop references written here from torch's definitions (every output element is a sum or
 // max over the input positions its window reads), on several shapes and stride / padding /
 // dilation / groups combinations, batch > 1, non-contiguous inputs, fusion on and off; kernel
@@ -287,6 +287,75 @@ describe("convTranspose2d", () => {
   }
 });
 
+/** torch interpolate over the last dims, directly: per output position, its source neighbours and weights. */
+function refInterp(x: Ref, size: number[], mode: string, align = false): Ref {
+  const lead = x.shape.length - size.length;
+  const out = [...x.shape.slice(0, lead), ...size];
+  // per resized dim: a list of (source index, weight) pairs for each output index
+  const taps = size.map((o, j) => {
+    const n = x.shape[lead + j]!;
+    return [...Array(o).keys()].map((d): [number, number][] => {
+      if (mode === "nearest") return [[Math.min(Math.floor((d * n) / o), n - 1), 1]];
+      if (mode === "nearest-exact") return [[Math.min(Math.floor(((d + 0.5) * n) / o), n - 1), 1]];
+      const src = align ? (o > 1 ? (d * (n - 1)) / (o - 1) : 0) : Math.max(0, ((d + 0.5) * n) / o - 0.5);
+      const l = Math.floor(src), h = Math.min(l + 1, n - 1), f = src - l;
+      return [[l, 1 - f], [h, f]];
+    });
+  });
+  return Ref.fill(out, (idx) => {
+    let acc = 0;
+    const walk = (j: number, at: number[], w: number): void => {
+      if (j === size.length) {
+        acc += w * x.at([...idx.slice(0, lead), ...at]);
+        return;
+      }
+      for (const [s, tw] of taps[j]![idx[lead + j]!]!) walk(j + 1, [...at, s], w * tw);
+    };
+    walk(0, [], 1);
+    return acc;
+  });
+}
+
+describe("interpolate", () => {
+  for (const fusion of [true, false]) {
+    test(`nearest, nearest-exact, bilinear (align corners or not), up and down (fusion ${fusion ? "on" : "off"})`, () => {
+      const xr = randRef([2, 3, 5, 7], 100);
+      const x = toTensor(xr);
+      const cases: [number[], "nearest" | "nearest-exact" | "bilinear" | "linear", boolean][] = [
+        [[10, 14], "nearest", false],
+        [[3, 4], "nearest", false],
+        [[8, 5], "nearest-exact", false],
+        [[10, 14], "bilinear", false],
+        [[3, 9], "bilinear", false],
+        [[9, 4], "bilinear", true],
+        [[1, 1], "bilinear", true],
+        [[11], "linear", false], // the last dim only
+        [[4, 6, 9], "linear", false], // channels too
+      ];
+      const outs = cases.map(([size, mode, align]) => x.interpolate(size, mode, align));
+      const got = run(outs, { fusion });
+      cases.forEach(([size, mode, align], i) => {
+        const want = refInterp(xr, size, mode, align);
+        expect(outs[i]!.shape).toEqual(want.shape);
+        expectClose(got[i]!, want, `${mode} ${size.join("x")} align ${align}`);
+      });
+    });
+  }
+
+  test("non-contiguous input, int32, default mode nearest, one kernel", () => {
+    const base = randRef([2, 6, 5, 3], 101);
+    const xr = Ref.fill([2, 3, 6, 5], ([n, c, h, w]) => base.at([n!, h!, w!, c!]));
+    const x = toTensor(base).permute([0, 3, 1, 2]);
+    expectClose(x.interpolate([12, 7], "bilinear").toArray(), refInterp(xr, [12, 7], "bilinear"), "permuted bilinear");
+    expectClose(x.interpolate([4, 10]).toArray(), refInterp(xr, [4, 10], "nearest"), "default nearest");
+    const xi = randRef([1, 2, 3, 3], 102, true);
+    const yi = toTensor(xi, true).interpolate([6, 6]);
+    expect(yi.dtype).toBe("int32");
+    expectClose(yi.toArray(), refInterp(xi, [6, 6], "nearest"), "int32 nearest", 0);
+    expect(schedule([x.interpolate([12, 7], "bilinear").node]).kernels.length).toBe(1);
+  });
+});
+
 describe("bad arguments are INVALID_VALUE", () => {
   test("conv2d, convTranspose2d and the pools", () => {
     const x = Tensor.rand([2, 4, 6, 6]), w = Tensor.rand([6, 2, 3, 3]);
@@ -324,6 +393,15 @@ describe("bad arguments are INVALID_VALUE", () => {
       ["pool 1-D input", () => Tensor.rand([6]).maxPool2d(2)],
       ["pool kernel a string", () => x.maxPool2d("2" as unknown as number)],
       ["pool countIncludePad not boolean", () => x.avgPool2d(2, { padding: 1, countIncludePad: 1 as unknown as boolean })],
+      ["interpolate size not an array", () => x.interpolate(4 as unknown as number[])],
+      ["interpolate size empty", () => x.interpolate([])],
+      ["interpolate size too long", () => x.interpolate([1, 2, 3, 4, 5])],
+      ["interpolate size 0", () => x.interpolate([0, 4])],
+      ["interpolate size fractional", () => x.interpolate([2.5, 4])],
+      ["interpolate unknown mode", () => x.interpolate([4, 4], "bicubic" as "nearest")],
+      ["interpolate align corners with nearest", () => x.interpolate([4, 4], "nearest", true)],
+      ["interpolate align corners not boolean", () => x.interpolate([4, 4], "bilinear", 1 as unknown as boolean)],
+      ["interpolate an empty dim", () => Tensor.zeros([2, 0, 3]).interpolate([4, 4])],
     ];
     for (const [what, f] of bad) expectInvalid(f, what);
   });

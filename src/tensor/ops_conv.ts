@@ -30,7 +30,16 @@ export interface ConvTensor<T> {
   max(axis?: number | readonly number[], keepdim?: boolean): T;
   mean(axis?: number | readonly number[], keepdim?: boolean): T;
   onesLike(opts?: { dtype?: DType }): T;
+  indexSelect(dim: number, index: T): T;
+  lerp(end: T, weight: T): T;
+  cast(dtype: DType): T;
 }
+
+/** Makes a constant tensor (the Tensor class passes Tensor.from). */
+export type ConstantOf<T> = (data: readonly number[], shape: readonly number[], dtype: DType) => T;
+
+export type InterpolateMode = "nearest" | "nearest-exact" | "linear" | "bilinear";
+const INTERPOLATE_MODES: readonly InterpolateMode[] = ["nearest", "nearest-exact", "linear", "bilinear"];
 
 export interface Conv2dOptions {
   stride?: number | readonly number[];
@@ -205,4 +214,48 @@ export function avgPool2d<T extends ConvTensor<T>>(call: string, x: T, kernelSiz
   const sum = poolWindows(call, x.pad([...noop, ...p]), k, s, d).sum([-1, -2]);
   const n = poolWindows(call, x.onesLike({ dtype: "float32" }).pad([...noop, ...p]), k, s, d).sum([-1, -2]);
   return sum.div(n);
+}
+
+/**
+ * Resize the last size.length dims (torch's interpolate on [N, C, ...spatial] with size = the
+ * spatial sizes). "nearest": source floor(dst · in/out); "nearest-exact": floor((dst + 0.5) ·
+ * in/out); "linear"/"bilinear": the two neighbours of (dst + 0.5) · in/out - 0.5 (alignCorners:
+ * dst · (in-1)/(out-1)) mixed by distance. Source positions and weights are computed here in
+ * float64 and read as small constants: each dim is one or two gathers (and a lerp), fused.
+ */
+export function interpolate<T extends ConvTensor<T>>(call: string, x: T, size: unknown, mode: unknown, alignCorners: unknown, constant: ConstantOf<T>): T {
+  if (!Array.isArray(size) || size.length === 0 || size.length > x.ndim || !size.every((n) => Number.isSafeInteger(n) && (n as number) > 0))
+    invalid(call, `size must be an array of 1 to ${x.ndim} positive integers, got ${describeValue(size)}`);
+  if (!INTERPOLATE_MODES.includes(mode as InterpolateMode)) invalid(call, `mode must be one of ${INTERPOLATE_MODES.join(", ")}, got ${describeValue(mode)}`);
+  if (typeof alignCorners !== "boolean") invalid(call, `alignCorners must be a boolean, got ${describeValue(alignCorners)}`);
+  const linear = mode === "linear" || mode === "bilinear";
+  if (alignCorners && !linear) invalid(call, `alignCorners applies to the linear modes only, not ${String(mode)}`);
+  const sizes = size as number[];
+  const lead = x.ndim - sizes.length;
+  x.shape.slice(lead).forEach((d, j) => {
+    if (typeof d !== "number" || d === 0) invalid(call, `cannot resize dimension ${lead + j} of ${shapeStr(x.shape)}`);
+  });
+  let y = x;
+  for (let j = sizes.length - 1; j >= 0; j--) {
+    const dim = lead + j, n = x.shape[dim] as number, out = sizes[j]!;
+    const dst = [...Array(out).keys()];
+    if (!linear) {
+      const scale = n / out;
+      const src = dst.map((o) => Math.min(Math.floor((mode === "nearest-exact" ? o + 0.5 : o) * scale), n - 1));
+      y = y.indexSelect(dim, constant(src, [out], "int32"));
+      continue;
+    }
+    const pos = dst.map((o) => {
+      if (alignCorners) return out > 1 ? (o * (n - 1)) / (out - 1) : 0;
+      return Math.max(0, ((o + 0.5) * n) / out - 0.5);
+    });
+    const lo = pos.map((p) => Math.min(Math.floor(p), n - 1));
+    const hi = lo.map((l) => Math.min(l + 1, n - 1));
+    const w = pos.map((p, k) => Math.min(p - lo[k]!, 1));
+    const wshape = y.shape.map((_, i) => (i === dim ? out : 1));
+    const a = y.indexSelect(dim, constant(lo, [out], "int32"));
+    const b = y.indexSelect(dim, constant(hi, [out], "int32"));
+    y = a.cast("float32").lerp(b.cast("float32"), constant(w, wshape as number[], "float32"));
+  }
+  return y.dtype === x.dtype ? y : y.cast(x.dtype);
 }

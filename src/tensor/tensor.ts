@@ -14,7 +14,7 @@ import { Variable, type Dim, dimMax, dimValue, shapeStr } from "./variable";
 import { ShapeTracker, checkShapeDims, maxStrides } from "./view";
 import { ExecutionPlan, type PrepareOptions } from "./plan";
 import * as conv from "./ops_conv";
-import type { AvgPoolOptions, Conv2dOptions, ConvTranspose2dOptions, PoolOptions } from "./ops_conv";
+import type { AvgPoolOptions, Conv2dOptions, ConvTranspose2dOptions, InterpolateMode, PoolOptions } from "./ops_conv";
 
 export type TensorLike = Tensor | number;
 export type Shape = readonly Dim[];
@@ -1055,6 +1055,10 @@ export class Tensor {
   /** Mean over kernelSize windows of the last two dims (padding counted unless countIncludePad is false). */
   avgPool2d(kernelSize: number | readonly number[] = 2, opts: AvgPoolOptions = {}): Tensor {
     return conv.avgPool2d<Tensor>("Tensor.avgPool2d", this, kernelSize, options("Tensor.avgPool2d", opts));
+  }
+  /** Resize the last size.length dims (torch's interpolate on [N, C, ...spatial]): nearest, nearest-exact, (bi)linear. */
+  interpolate(size: readonly number[], mode: InterpolateMode = "nearest", alignCorners = false): Tensor {
+    return conv.interpolate<Tensor>("Tensor.interpolate", this, size, mode, alignCorners, (data, shape, dtype) => Tensor.from(data, shape, { dtype }));
   }
 
   softmax(axis = -1): Tensor {
