@@ -6,7 +6,7 @@
 import { describe, expect, test } from "bun:test";
 import { GpuError, Status } from "../src";
 import { Ref, seededRandom } from "../src/tensor/reference";
-import { Tensor, schedule, type PrepareOptions } from "../src/tensor";
+import { Tensor, generate, schedule, type PrepareOptions } from "../src/tensor";
 
 function randRef(shape: number[], seed: number, int = false): Ref {
   const r = seededRandom(seed);
@@ -198,6 +198,19 @@ describe("conv2d", () => {
     const depth = x.conv2d(Tensor.rand([3, 1, 3, 3], { seed: 4 }), undefined, { groups: 3, stride: 2, dilation: 2 });
     expect(schedule([depth.node]).kernels.length).toBe(1);
     expect(schedule([x.avgPool2d(3, { stride: 1, padding: 1 }).node]).kernels.length).toBe(1);
+  });
+
+  test("the window views fold into plain index arithmetic: no division or remainder per element", () => {
+    // the repeat trick reads (k·(n+d) + o) % n; the index simplifier folds it to k·d + o
+    const x = Tensor.from(new Float32Array(2 * 4 * 9 * 9), [2, 4, 9, 9]);
+    const divMods = (t: Tensor) =>
+      schedule([t.node]).kernels.flatMap((k) => generate(k.ir, "c").body.split("\n").filter((l) => /const int t\d+ = .*[%/]/.test(l)));
+    const w = (shape: number[]) => Tensor.from(new Float32Array(shape.reduce((a, b) => a * b, 1)), shape);
+    expect(divMods(x.conv2d(w([6, 4, 3, 3]), undefined, { padding: 1 }))).toEqual([]);
+    expect(divMods(x.conv2d(w([4, 1, 3, 3]), undefined, { dilation: 2, groups: 4, padding: 2 }))).toEqual([]);
+    expect(divMods(x.conv2d(w([6, 4, 2, 2]), undefined, { stride: 2 }))).toEqual([]);
+    expect(divMods(x.maxPool2d(3, { stride: 2, padding: 1 }))).toEqual([]);
+    expect(divMods(x.avgPool2d(3, { stride: 1, padding: 1 }))).toEqual([]);
   });
 
   test("conv → relu → maxPool2d → avgPool2d against the reference, fusion on and off", () => {
