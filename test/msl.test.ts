@@ -38,6 +38,7 @@ describe("MSL syntax check", () => {
         "elementwise ops",
         "movement ops",
         "reduction ops",
+        "conv and pool ops",
       ]);
       for (const s of sources) {
         expect(s.kernels.length).toBeGreaterThan(0);

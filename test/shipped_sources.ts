@@ -102,6 +102,21 @@ function reduceModel(): Tensor[] {
   ];
 }
 
+/** Convolutions (strided, dilated, depthwise, transposed), pools and resizes: window views, fused multiply-reduces, gathers. */
+function convModel(): Tensor[] {
+  const x = Tensor.rand([2, 4, 9, 9], { seed: 2 });
+  const w = Tensor.rand([6, 2, 3, 3], { seed: 3 });
+  const y = x.conv2d(w, Tensor.rand([6], { seed: 4 }), { stride: 2, padding: 1, groups: 2 }).relu();
+  return [
+    y.maxPool2d(2),
+    x.conv2d(Tensor.rand([4, 1, 3, 3], { seed: 5 }), undefined, { dilation: 2, groups: 4 }).avgPool2d(3, { stride: 1, padding: 1, countIncludePad: false }),
+    y.convTranspose2d(Tensor.rand([6, 2, 3, 3], { seed: 6 }), undefined, { stride: 2, padding: 1, outputPadding: 1 }),
+    x.maxPool2d(3, { stride: 2, padding: 1, dilation: 2 }),
+    x.interpolate([13, 7], "bilinear"),
+    y.interpolate([10, 10], "nearest"),
+  ];
+}
+
 /** One module per demo model, as ExecutionPlan.prepare builds it: prelude + every kernel body. */
 function tensorSources(lang: Lang): NamedSource[] {
   const models: [string, Tensor[]][] = [
@@ -113,6 +128,7 @@ function tensorSources(lang: Lang): NamedSource[] {
     ["elementwise ops", elementwiseOps()],
     ["movement ops", movementModel()],
     ["reduction ops", reduceModel()],
+    ["conv and pool ops", convModel()],
   ];
   return models.map(([name, outs]) => {
     const gens = schedule(outs.map((o) => o.node)).kernels.map((k) => generate(k.ir, lang));

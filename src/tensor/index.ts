@@ -1,6 +1,7 @@
 // The tensor compiler's public API (re-exported from src/index.ts).
 export { Tensor, type TensorLike, type Shape } from "./tensor";
 export type { PadMode } from "./tensor";
+export type { Conv2dOptions, ConvTranspose2dOptions, PoolOptions, AvgPoolOptions, InterpolateMode } from "./ops_conv";
 export { Variable, type Dim } from "./variable";
 export {
   ExecutionPlan,

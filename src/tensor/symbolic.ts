@@ -145,8 +145,13 @@ export class Sym {
   mod(d: number): Sym {
     if (d === 1) return Sym.const(0);
     if (this.isConst) return Sym.const(posMod(this.c, d));
+    // (c·a + y) % d = ((c mod d)·a + y) % d for integer atoms: a smaller coefficient may bring the
+    // whole remainder inside [0, d) (window views built by repeat: (k·(n+s) + o) % n = k·s + o)
     const r = new Map<string, Term>();
-    for (const [k, t] of this.terms) if (t.coef % d !== 0) r.set(k, t);
+    for (const [k, t] of this.terms) {
+      const c = posMod(t.coef, d);
+      if (c !== 0) r.set(k, c === t.coef ? t : { atom: t.atom, coef: c });
+    }
     const rem = new Sym(posMod(this.c, d), r);
     const klo = floorDiv(rem.lo, d), khi = floorDiv(rem.hi, d);
     if (klo === khi) return rem.add(-klo * d);

@@ -14,6 +14,8 @@ import { Variable, type Dim, dimMax, dimValue, shapeStr } from "./variable";
 import { ShapeTracker, checkShapeDims, maxStrides } from "./view";
 import { ExecutionPlan, type PrepareOptions } from "./plan";
 import { readSafetensors, writeSafetensors, type SafetensorsEntry } from "./safetensors";
+import * as conv from "./ops_conv";
+import type { AvgPoolOptions, Conv2dOptions, ConvTranspose2dOptions, InterpolateMode, PoolOptions } from "./ops_conv";
 
 export type TensorLike = Tensor | number;
 export type Shape = readonly Dim[];
@@ -1284,6 +1286,31 @@ export class Tensor {
   }
   dot(o: Tensor): Tensor {
     return this.matmul(o);
+  }
+
+  // ---- convolution and pooling (src/tensor/ops_conv.ts: windows as views, one fused reduce) ----
+
+  /** torch/tinygrad conv2d: this [N, Cin, H, W], weight [Cout, Cin/groups, kh, kw], bias [Cout]. */
+  conv2d(weight: Tensor, bias?: Tensor, opts: Conv2dOptions = {}): Tensor {
+    const call = "Tensor.conv2d";
+    return conv.conv2d<Tensor>(call, this, tensorArg(call, "weight", weight), bias === undefined ? undefined : tensorArg(call, "bias", bias), options(call, opts));
+  }
+  /** torch/tinygrad conv_transpose2d: weight [Cin, Cout/groups, kh, kw], bias [Cout]. */
+  convTranspose2d(weight: Tensor, bias?: Tensor, opts: ConvTranspose2dOptions = {}): Tensor {
+    const call = "Tensor.convTranspose2d";
+    return conv.convTranspose2d<Tensor>(call, this, tensorArg(call, "weight", weight), bias === undefined ? undefined : tensorArg(call, "bias", bias), options(call, opts));
+  }
+  /** Max over kernelSize windows of the last two dims (stride defaults to the kernel size). */
+  maxPool2d(kernelSize: number | readonly number[] = 2, opts: PoolOptions = {}): Tensor {
+    return conv.maxPool2d<Tensor>("Tensor.maxPool2d", this, kernelSize, options("Tensor.maxPool2d", opts));
+  }
+  /** Mean over kernelSize windows of the last two dims (padding counted unless countIncludePad is false). */
+  avgPool2d(kernelSize: number | readonly number[] = 2, opts: AvgPoolOptions = {}): Tensor {
+    return conv.avgPool2d<Tensor>("Tensor.avgPool2d", this, kernelSize, options("Tensor.avgPool2d", opts));
+  }
+  /** Resize the last size.length dims (torch's interpolate on [N, C, ...spatial]): nearest, nearest-exact, (bi)linear. */
+  interpolate(size: readonly number[], mode: InterpolateMode = "nearest", alignCorners = false): Tensor {
+    return conv.interpolate<Tensor>("Tensor.interpolate", this, size, mode, alignCorners, (data, shape, dtype) => Tensor.from(data, shape, { dtype }));
   }
 
   softmax(axis = -1): Tensor {
