@@ -12,25 +12,11 @@ import { GpuError, Status } from "../src";
 import { Ref, refUnary, seededRandom } from "../src/tensor/reference";
 import { Tensor, Variable, schedule, interpretSchedule, type PrepareOptions } from "../src/tensor";
 import { randNormal, randUniform, seedMix } from "../src/tensor/ir";
+import { run, toTensor } from "./tensor_helpers";
 
 function randRef(shape: number[], seed: number, lo = -1, hi = 1): Ref {
   const r = seededRandom(seed);
   return Ref.fill(shape, () => Math.fround(lo + (hi - lo) * r()));
-}
-
-function toTensor(r: Ref, dtype: "float32" | "int32" = "float32"): Tensor {
-  return Tensor.from(dtype === "float32" ? Float32Array.from(r.data) : Int32Array.from(r.data), r.shape, { dtype });
-}
-
-/** Realize several tensors in one plan (one compile), return their arrays. */
-function run(ts: Tensor[], opts: PrepareOptions = {}): (Float32Array | Int32Array)[] {
-  const plan = Tensor.prepareBatch(ts, opts);
-  try {
-    plan.execute();
-    return ts.map((_, i) => plan.readOutput(i));
-  } finally {
-    plan.dispose();
-  }
 }
 
 function expectClose(got: ArrayLike<number>, want: Ref | ArrayLike<number>, atol: number, rtol: number, what = ""): void {

@@ -7,6 +7,7 @@ import { describe, expect, test } from "bun:test";
 import { GpuError, Status } from "../src";
 import { Ref, seededRandom } from "../src/tensor/reference";
 import { Tensor, generate, schedule, type PrepareOptions } from "../src/tensor";
+import { run } from "./tensor_helpers";
 
 function randRef(shape: number[], seed: number, int = false): Ref {
   const r = seededRandom(seed);
@@ -15,16 +16,6 @@ function randRef(shape: number[], seed: number, int = false): Ref {
 
 function toTensor(r: Ref, int = false): Tensor {
   return int ? Tensor.from(Int32Array.from(r.data), r.shape, { dtype: "int32" }) : Tensor.from(Float32Array.from(r.data), r.shape);
-}
-
-function run(ts: Tensor[], opts: PrepareOptions = {}): (Float32Array | Int32Array)[] {
-  const plan = Tensor.prepareBatch(ts, opts);
-  try {
-    plan.execute();
-    return ts.map((_, i) => plan.readOutput(i));
-  } finally {
-    plan.dispose();
-  }
 }
 
 function expectClose(got: ArrayLike<number>, want: Ref, what: string, tol = 1e-5): void {

@@ -16,18 +16,7 @@ import { describe, expect, test } from "bun:test";
 import { GpuError, Status } from "../src";
 import { Ref, erf64, refUnary, roundHalfEven, seededRandom } from "../src/tensor/reference";
 import { Tensor, interpretSchedule, schedule, type PrepareOptions } from "../src/tensor";
-
-type Arr = Float32Array | Int32Array;
-
-function run(ts: Tensor[], opts: PrepareOptions = {}): Arr[] {
-  const plan = Tensor.prepareBatch(ts, opts);
-  try {
-    plan.execute();
-    return ts.map((_, i) => plan.readOutput(i));
-  } finally {
-    plan.dispose();
-  }
-}
+import { run, type Arr } from "./tensor_helpers";
 
 function expectClose(got: ArrayLike<number>, want: ArrayLike<number>, atol: number, rtol: number, what: string, signedZero = false): void {
   if (got.length !== want.length) throw new Error(`${what}: length ${got.length}, want ${want.length}`);

@@ -8,26 +8,13 @@ import { describe, expect, test } from "bun:test";
 import { GpuError, Status } from "../src";
 import { Ref, seededRandom } from "../src/tensor/reference";
 import { Tensor, Variable, interpretSchedule, schedule, type PrepareOptions } from "../src/tensor";
+import { run, toTensor } from "./tensor_helpers";
 
 type DT = "float32" | "int32";
 
 function randRef(shape: number[], seed: number, dtype: DT): Ref {
   const r = seededRandom(seed);
   return Ref.fill(shape, () => (dtype === "int32" ? Math.floor(-50 + 100 * r()) : Math.fround(-2 + 4 * r())));
-}
-
-function toTensor(r: Ref, dtype: DT): Tensor {
-  return Tensor.from(dtype === "float32" ? Float32Array.from(r.data) : Int32Array.from(r.data), r.shape, { dtype });
-}
-
-function run(ts: Tensor[], opts: PrepareOptions = {}): (Float32Array | Int32Array)[] {
-  const plan = Tensor.prepareBatch(ts, opts);
-  try {
-    plan.execute();
-    return ts.map((_, i) => plan.readOutput(i));
-  } finally {
-    plan.dispose();
-  }
 }
 
 function expectSame(got: ArrayLike<number>, want: Ref, what: string, tol = 0): void {
