@@ -206,7 +206,7 @@ function refEinsum(formula: string, ops: Ref[]): Ref {
       terms.forEach((t, i) => (p *= ops[i]!.at([...t].map((l) => idx.get(l)!))));
       let lin = 0;
       for (const l of rhs) lin = lin * size.get(l)! + idx.get(l)!;
-      (out.data as number[])[lin]! += p;
+      (out.data as unknown as number[])[lin]! += p;
       return;
     }
     for (let i = 0; i < size.get(labels[n]!)!; i++) {
