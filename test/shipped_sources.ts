@@ -117,7 +117,7 @@ function convModel(): Tensor[] {
   ];
 }
 
-/** Attention (causal over a Variable KV-cache length, masked, a decode step) and einsum contractions, diagonals included. */
+/** Attention (causal over a Variable KV-cache length, masked, a decode step), einsum contractions with diagonals, and sort. */
 function attentionModel(): Tensor[] {
   const S = new Variable("S", 1, 16).bind(7);
   const x = Tensor.rand([2, 16, 8], { seed: 7 }).shrink([null, [0, S], null]);
@@ -131,6 +131,7 @@ function attentionModel(): Tensor[] {
     Tensor.einsum("bi,ij,bj->b", m, a, Tensor.rand([3, 4], { seed: 12 })),
     Tensor.einsum("ii->i", m),
     Tensor.einsum("...ij->...ji", x),
+    ...Tensor.rand([3, 6], { seed: 13 }).sort(-1, true),
   ];
 }
 

@@ -1,9 +1,10 @@
-// scaledDotProductAttention and einsum against float64 references written here: attention as
-// direct loops over (batch, query, key) with torch's masks (causal = top-left lower triangle,
+// scaledDotProductAttention, einsum and sort against float64 references written here: attention
+// as direct loops over (batch, query, key) with torch's masks (causal = top-left lower triangle,
 // int32 masks select, float32 masks add); einsum as a brute-force loop over every assignment of
-// its labels. Batch and head dims, broadcast batches, causal on and off, explicit masks, a KV
-// cache whose length is a bound Variable (prepared once, run at two lengths), fusion on and off,
-// and bad arguments (GpuError INVALID_VALUE). Tolerance: 1e-5 relative to 1 + |want|.
+// its labels; sort as a stable JS sort (NaN largest). Batch and head dims, broadcast batches,
+// causal on and off, explicit masks, a KV cache whose length is a bound Variable (prepared once,
+// run at three lengths), fusion on and off, and bad arguments (GpuError INVALID_VALUE).
+// Tolerance: 1e-5 relative to 1 + |want| (sort values: exact).
 import { describe, expect, test } from "bun:test";
 import { GpuError, Status, compileStats } from "../src";
 import { Ref, seededRandom } from "../src/tensor/reference";
@@ -311,5 +312,82 @@ describe("einsum", () => {
     ];
     for (const [what, f] of bad) expectInvalid(f, what);
     expect(Tensor.einsum("ii->i", sq).shape).toEqual([3]);
+  });
+});
+
+// ---- sort ----------------------------------------------------------------------------------------
+
+/** A stable sort of every line along `axis` in float64 (NaN as the largest): [values, indices]. */
+function refSort(x: Ref, axis: number, descending: boolean): [number[], number[]] {
+  const n = x.shape[axis]!;
+  const cmp = (a: number, b: number) => {
+    if (Number.isNaN(a) || Number.isNaN(b)) return Number(Number.isNaN(a)) - Number(Number.isNaN(b));
+    return a < b ? -1 : a > b ? 1 : 0;
+  };
+  const vals = Ref.fill(x.shape, () => 0), idxs = Ref.fill(x.shape, () => 0);
+  const lines = Ref.fill(x.shape.map((d, i) => (i === axis ? 1 : d)), () => 0);
+  lines.data.forEach((_, lin) => {
+    const base: number[] = [];
+    let r = lin;
+    for (let i = x.shape.length - 1; i >= 0; i--) {
+      const d = i === axis ? 1 : x.shape[i]!;
+      base[i] = r % d;
+      r = Math.floor(r / d);
+    }
+    const at = (k: number) => base.map((b, i) => (i === axis ? k : b));
+    const order = [...Array(n).keys()].sort((p, q) => (descending ? cmp(x.at(at(q)), x.at(at(p))) : cmp(x.at(at(p)), x.at(at(q)))) || p - q);
+    order.forEach((src, k) => {
+      const lin2 = at(k).reduce((acc, v, i) => acc * x.shape[i]! + v, 0);
+      (vals.data as unknown as number[])[lin2] = x.at(at(src));
+      (idxs.data as unknown as number[])[lin2] = src;
+    });
+  });
+  return [[...vals.data], [...idxs.data]];
+}
+
+describe("sort", () => {
+  for (const fusion of FUSION)
+    test(`stable, every axis, ascending and descending, ties, NaN and ±inf, int32, a permuted view (fusion ${fusion ? "on" : "off"})`, () => {
+      const r = seededRandom(400);
+      const special = [Number.NaN, Infinity, -Infinity, -0];
+      const xr = Ref.fill([3, 4, 5], () => (r() < 0.15 ? special[Math.floor(r() * 4)]! : Math.floor(r() * 5) - 2)); // many ties
+      const ir = randRef([4, 6], 401, true);
+      const pr = randRef([5, 3], 402);
+      const cases: [string, Tensor, Ref, number][] = [];
+      for (const axis of [0, 1, 2, -1, -3]) cases.push([`float axis ${axis}`, toTensor(xr), xr, axis]);
+      cases.push(["int32 axis -1", toTensor(ir, true), ir, -1], ["int32 axis 0", toTensor(ir, true), ir, 0]);
+      cases.push(["permuted view", toTensor(pr).T, pr.permute([1, 0]), 1]);
+      for (const descending of [false, true]) {
+        const outs = cases.flatMap(([, t, , axis]) => t.sort(axis, descending));
+        const got = run(outs, { fusion });
+        cases.forEach(([what, t, ref, axis], i) => {
+          const [wv, wi] = refSort(ref, axis < 0 ? axis + ref.shape.length : axis, descending);
+          expect(got[2 * i + 1]).toBeInstanceOf(Int32Array);
+          expect(got[2 * i]!.constructor).toBe(t.dtype === "int32" ? Int32Array : Float32Array);
+          expect([...got[2 * i + 1]!]).toEqual(wi);
+          expectClose(got[2 * i]!, wv, `${what} values (descending ${descending})`, 0);
+        });
+      }
+    });
+
+  test("0-d, zero-size and bad arguments", () => {
+    const [v0, i0] = Tensor.from(7).sort();
+    expect(v0.shape).toEqual([]);
+    expect([...v0.toArray()]).toEqual([7]);
+    expect([...i0.toArray()]).toEqual([0]);
+    const [ve, ie] = Tensor.zeros([2, 0]).sort();
+    expect(ve.shape).toEqual([2, 0]);
+    expect(ie.shape).toEqual([2, 0]);
+    expect(run([ve, ie]).map((a) => a.length)).toEqual([0, 0]);
+    const x = Tensor.rand([3, 4]);
+    const S = new Variable("S", 1, 4).bind(2);
+    const bad: [string, () => unknown][] = [
+      ["axis out of range", () => x.sort(2)],
+      ["axis -3", () => x.sort(-3)],
+      ["axis not an integer", () => x.sort(0.5)],
+      ["descending not a boolean", () => x.sort(-1, 1 as unknown as boolean)],
+      ["a variable axis", () => x.shrink([null, [0, S]]).sort(1)],
+    ];
+    for (const [what, f] of bad) expectInvalid(f, what);
   });
 });

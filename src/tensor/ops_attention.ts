@@ -1,6 +1,6 @@
-// Attention and einsum as composites of existing ops: scaled dot-product attention is two matmuls
+// Attention, einsum and sort as composites of existing ops: scaled dot-product attention is two matmuls
 // around a masked softmax; an einsum is a permute/reshape/expand of each operand to one shared
-// label order, a product, and a sum over the labels that the output drops.
+// label order, a product, and a sum over the labels that the output drops; a sort counts ranks.
 //
 // The functions take the tensor through the small structural interface below (the Tensor class
 // passes itself), so this module does not import tensor.ts and tensor.ts imports it plainly.
@@ -184,4 +184,52 @@ export function einsum<T extends AttentionTensor<T>>(call: string, formula: stri
   });
   const res = prod!;
   return summed.length ? res.sum(summed.map((_, i) => out.length + i)) : res;
+}
+
+/** What sort uses of a Tensor. */
+export interface SortTensor<T> {
+  readonly shape: readonly Dim[];
+  readonly ndim: number;
+  readonly dtype: DType;
+  permute(order: readonly number[]): T;
+  unsqueeze(axis: number): T;
+  cmplt(o: T | number): T;
+  cmpgt(o: T | number): T;
+  cmpeq(o: T | number): T;
+  isnan(): T;
+  mul(o: T | number): T;
+  maximum(o: T | number): T;
+  rsub(o: T | number): T;
+  where(a: T | number, b: T | number): T;
+  sum(axis?: number | readonly number[], keepdim?: boolean): T;
+  gather(dim: number, index: T): T;
+}
+
+/**
+ * A stable sort along `dim` by counting ranks: element i goes to place r_i = #{j: x_j before x_i}
+ * + #{j < i: x_j equal to x_i}, and the indices are read back by one comparison of r against each
+ * place. Two [..., n, n] reductions and a gather: meant for short rows. NaN sorts as the largest
+ * (torch): last ascending, first descending. Returns [values, int32 indices].
+ */
+export function sort<T extends SortTensor<T>>(call: string, x: T, d: number, descending: boolean, arange: (n: number) => T, zerosInt: (shape: readonly Dim[]) => T): [T, T] {
+  if (x.ndim === 0) return [x, zerosInt([])];
+  const n = x.shape[d]!;
+  if (typeof n !== "number") invalid(call, `cannot sort variable dimension ${d} of ${shapeStr(x.shape)}`);
+  const nd = x.ndim;
+  const order = [...[...Array(nd).keys()].filter((i) => i !== d), d];
+  const back = [...Array(nd).keys()].map((i) => order.indexOf(i));
+  const xl = x.permute(order); // [..., n]
+  const xi = xl.unsqueeze(-1), xj = xl.unsqueeze(-2); // [..., n, 1], [..., 1, n]
+  let before = descending ? xj.cmpgt(xi) : xj.cmplt(xi);
+  let equal = xj.cmpeq(xi);
+  if (x.dtype === "float32") {
+    const ni = xi.isnan(), nj = xj.isnan();
+    before = before.maximum(descending ? nj.mul(ni.rsub(1)) : ni.mul(nj.rsub(1)));
+    equal = equal.maximum(ni.mul(nj));
+  }
+  const ar = arange(n);
+  const jBeforeI = ar.cmplt(ar.unsqueeze(-1)); // [n(i), n(j)]: j < i
+  const rank = before.maximum(equal.mul(jBeforeI)).sum(-1); // [..., n]: the place of each i
+  const idx = rank.unsqueeze(-2).cmpeq(ar.unsqueeze(-1)).where(ar, 0).sum(-1); // [..., n(place)]
+  return [xl.gather(-1, idx).permute(back), idx.permute(back)];
 }

@@ -1315,7 +1315,7 @@ export class Tensor {
     return conv.interpolate<Tensor>("Tensor.interpolate", this, size, mode, alignCorners, (data, shape, dtype) => Tensor.from(data, shape, { dtype }));
   }
 
-  // ---- attention and einsum (src/tensor/ops_attention.ts: composites of matmul, softmax, views) ----
+  // ---- attention, einsum and sort (src/tensor/ops_attention.ts: composites of matmul, softmax, views) ----
 
   /** torch's scaled_dot_product_attention over this query [..., L, E], key [..., S, E], value [..., S, Ev]. */
   scaledDotProductAttention(key: Tensor, value: Tensor, opts: AttentionOptions<Tensor> = {}): Tensor {
@@ -1333,6 +1333,16 @@ export class Tensor {
     const ops = operands.length === 1 && Array.isArray(operands[0]) ? (operands[0] as unknown as Tensor[]) : operands;
     ops.forEach((t, i) => tensorArg(call, `operand ${i}`, t));
     return attention.einsum<Tensor>(call, formula, ops);
+  }
+  /**
+   * Sort along `dim` (default -1), stable (equal values keep their order), NaN as the largest:
+   * [values, int32 indices]. A rank count over [..., n, n]: meant for short rows.
+   */
+  sort(dim = -1, descending = false): [Tensor, Tensor] {
+    const call = "Tensor.sort";
+    boolArg(call, "descending", descending);
+    const d = normAxis(call, dim, this.ndim, this.shape);
+    return attention.sort<Tensor>(call, this, d, descending, (n) => Tensor.arange(n, undefined, 1, { dtype: "int32" }), (shape) => Tensor.zeros(shape, { dtype: "int32" }));
   }
 
   softmax(axis = -1): Tensor {
