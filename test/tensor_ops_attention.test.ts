@@ -289,6 +289,27 @@ describe("einsum", () => {
     expectClose(e3!, a.permute([0, 1, 3, 2]).data, "... transpose");
   });
 
+  test("labels over a bound Variable: prepared once, run at two lengths; a diagonal over it is refused", () => {
+    const xr = randRef([6, 3], 500);
+    const S = new Variable("S", 1, 6).bind(4);
+    const x = toTensor(xr).shrink([[0, S], null]);
+    const gram = Tensor.einsum("sd,td->st", x, x), colSum = Tensor.einsum("sd->d", x);
+    expect(gram.shape).toEqual([S, S]);
+    const plan = Tensor.prepareBatch([gram, colSum]);
+    try {
+      for (const s of [2, 5]) {
+        plan.executeWithVars({ S: s });
+        const xs = xr.shrink([[0, s], [0, 3]]);
+        expect(plan.outputShape(0)).toEqual([s, s]);
+        expectClose(plan.readOutput(0), refEinsum("sd,td->st", [xs, xs]).data, `gram S=${s}`);
+        expectClose(plan.readOutput(1), refEinsum("sd->d", [xs]).data, `column sums S=${s}`);
+      }
+    } finally {
+      plan.dispose();
+    }
+    expectInvalid(() => Tensor.einsum("ss->s", toTensor(randRef([6, 6], 501)).shrink([[0, S], [0, S]])), "diagonal over a Variable");
+  });
+
   test("bad formulas and operands are GpuError INVALID_VALUE", () => {
     const a = Tensor.rand([2, 3]), b = Tensor.rand([3, 4]), sq = Tensor.rand([3, 3]);
     const bad: [string, () => unknown][] = [
