@@ -39,6 +39,7 @@ describe("MSL syntax check", () => {
         "movement ops",
         "reduction ops",
         "conv and pool ops",
+        "attention and einsum",
       ]);
       for (const s of sources) {
         expect(s.kernels.length).toBeGreaterThan(0);

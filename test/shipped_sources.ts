@@ -6,7 +6,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { demoCudaSource, demoMlpModel, demoTransformerModel } from "../examples/demo";
 import { ringKernelSource } from "../src/ring";
-import { Tensor, generate, schedule, type Lang } from "../src/tensor";
+import { Tensor, Variable, generate, schedule, type Lang } from "../src/tensor";
 import { prelude } from "../src/tensor/codegen";
 import { cudaKernels, metalKernels } from "./kernels";
 
@@ -117,6 +117,24 @@ function convModel(): Tensor[] {
   ];
 }
 
+/** Attention (causal over a Variable KV-cache length, masked, a decode step), einsum contractions with diagonals, and sort. */
+function attentionModel(): Tensor[] {
+  const S = new Variable("S", 1, 16).bind(7);
+  const x = Tensor.rand([2, 16, 8], { seed: 7 }).shrink([null, [0, S], null]);
+  const q = Tensor.rand([2, 1, 8], { seed: 8 });
+  const a = Tensor.rand([3, 4], { seed: 9 }), b = Tensor.rand([4, 5], { seed: 10 }), m = Tensor.rand([3, 3], { seed: 11 });
+  return [
+    x.scaledDotProductAttention(x, x, { isCausal: true }),
+    q.scaledDotProductAttention(x, x),
+    q.scaledDotProductAttention(x, x, { attnMask: Tensor.arange(S).cmpne(2) }),
+    Tensor.einsum("ij,jk->ik", a, b),
+    Tensor.einsum("bi,ij,bj->b", m, a, Tensor.rand([3, 4], { seed: 12 })),
+    Tensor.einsum("ii->i", m),
+    Tensor.einsum("...ij->...ji", x),
+    ...Tensor.rand([3, 6], { seed: 13 }).sort(-1, true),
+  ];
+}
+
 /** One module per demo model, as ExecutionPlan.prepare builds it: prelude + every kernel body. */
 function tensorSources(lang: Lang): NamedSource[] {
   const models: [string, Tensor[]][] = [
@@ -129,6 +147,7 @@ function tensorSources(lang: Lang): NamedSource[] {
     ["movement ops", movementModel()],
     ["reduction ops", reduceModel()],
     ["conv and pool ops", convModel()],
+    ["attention and einsum", attentionModel()],
   ];
   return models.map(([name, outs]) => {
     const gens = schedule(outs.map((o) => o.node)).kernels.map((k) => generate(k.ir, lang));

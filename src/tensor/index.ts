@@ -2,6 +2,7 @@
 export { Tensor, type TensorLike, type Shape } from "./tensor";
 export type { PadMode } from "./tensor";
 export type { Conv2dOptions, ConvTranspose2dOptions, PoolOptions, AvgPoolOptions, InterpolateMode } from "./ops_conv";
+export type { AttentionOptions } from "./ops_attention";
 export { Variable, type Dim } from "./variable";
 export {
   ExecutionPlan,

@@ -16,6 +16,8 @@ import { ExecutionPlan, type PrepareOptions } from "./plan";
 import { readSafetensors, writeSafetensors, type SafetensorsEntry } from "./safetensors";
 import * as conv from "./ops_conv";
 import type { AvgPoolOptions, Conv2dOptions, ConvTranspose2dOptions, InterpolateMode, PoolOptions } from "./ops_conv";
+import * as attention from "./ops_attention";
+import type { AttentionOptions } from "./ops_attention";
 
 export type TensorLike = Tensor | number;
 export type Shape = readonly Dim[];
@@ -1311,6 +1313,36 @@ export class Tensor {
   /** Resize the last size.length dims (torch's interpolate on [N, C, ...spatial]): nearest, nearest-exact, (bi)linear. */
   interpolate(size: readonly number[], mode: InterpolateMode = "nearest", alignCorners = false): Tensor {
     return conv.interpolate<Tensor>("Tensor.interpolate", this, size, mode, alignCorners, (data, shape, dtype) => Tensor.from(data, shape, { dtype }));
+  }
+
+  // ---- attention, einsum and sort (src/tensor/ops_attention.ts: composites of matmul, softmax, views) ----
+
+  /** torch's scaled_dot_product_attention over this query [..., L, E], key [..., S, E], value [..., S, Ev]. */
+  scaledDotProductAttention(key: Tensor, value: Tensor, opts: AttentionOptions<Tensor> = {}): Tensor {
+    const call = "Tensor.scaledDotProductAttention";
+    const o = options(call, opts);
+    return attention.scaledDotProductAttention<Tensor>(call, this, tensorArg(call, "key", key), tensorArg(call, "value", value), o, (shape, v, dtype) => Tensor.full(shape, v, { dtype }));
+  }
+  /** scaledDotProductAttention(q, k, v, opts) as a function. */
+  static scaledDotProductAttention(query: Tensor, key: Tensor, value: Tensor, opts: AttentionOptions<Tensor> = {}): Tensor {
+    return tensorArg("Tensor.scaledDotProductAttention", "query", query).scaledDotProductAttention(key, value, opts);
+  }
+  /** numpy/torch einsum ("bij,bjk->bik", implicit output, "...", repeated labels take the diagonal). */
+  static einsum(formula: string, ...operands: Tensor[]): Tensor {
+    const call = "Tensor.einsum";
+    const ops = operands.length === 1 && Array.isArray(operands[0]) ? (operands[0] as unknown as Tensor[]) : operands;
+    ops.forEach((t, i) => tensorArg(call, `operand ${i}`, t));
+    return attention.einsum<Tensor>(call, formula, ops);
+  }
+  /**
+   * Sort along `dim` (default -1), stable (equal values keep their order), NaN as the largest:
+   * [values, int32 indices]. A rank count over [..., n, n]: meant for short rows.
+   */
+  sort(dim = -1, descending = false): [Tensor, Tensor] {
+    const call = "Tensor.sort";
+    boolArg(call, "descending", descending);
+    const d = normAxis(call, dim, this.ndim, this.shape);
+    return attention.sort<Tensor>(call, this, d, descending, (n) => Tensor.arange(n, undefined, 1, { dtype: "int32" }), (shape) => Tensor.zeros(shape, { dtype: "int32" }));
   }
 
   softmax(axis = -1): Tensor {
