@@ -9,6 +9,7 @@ import { describe, expect, test } from "bun:test";
 import { GpuError, Status, compileStats } from "../src";
 import { Ref, seededRandom } from "../src/tensor/reference";
 import { Tensor, Variable, tensorCompileStats, type PrepareOptions } from "../src/tensor";
+import { run } from "./tensor_helpers";
 
 function randRef(shape: number[], seed: number, int = false): Ref {
   const r = seededRandom(seed);
@@ -16,16 +17,6 @@ function randRef(shape: number[], seed: number, int = false): Ref {
 }
 const toTensor = (r: Ref, int = false) =>
   int ? Tensor.from(Int32Array.from(r.data), r.shape, { dtype: "int32" }) : Tensor.from(Float32Array.from(r.data), r.shape);
-
-function run(ts: Tensor[], opts: PrepareOptions = {}): (Float32Array | Int32Array)[] {
-  const plan = Tensor.prepareBatch(ts, opts);
-  try {
-    plan.execute();
-    return ts.map((_, i) => plan.readOutput(i));
-  } finally {
-    plan.dispose();
-  }
-}
 
 function expectClose(got: ArrayLike<number>, want: ArrayLike<number>, what: string, tol = 1e-5): void {
   if (got.length !== want.length) throw new Error(`${what}: length ${got.length}, want ${want.length}`);
