@@ -208,7 +208,7 @@ export class GPT2 {
       dp.bufferMutById(this.#kCache[i]!.node.id)!.write(pp.readOutput(1 + 2 * i) as Float32Array);
       dp.bufferMutById(this.#vCache[i]!.node.id)!.write(pp.readOutput(2 + 2 * i) as Float32Array);
     }
-    let logits = all.slice((T - 1) * V, T * V);
+    let logits: Float32Array = all.slice((T - 1) * V, T * V);
     const promptMs = performance.now() - t0;
     const tokens = [argmax(logits)];
     const out = [logits];
