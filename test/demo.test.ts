@@ -18,6 +18,8 @@ test("bun run demo exits 0 and every check passes", async () => {
   expect(out).toContain("PASS: raw-kernel MLP, every ExecMode matches the reference");
   expect(out).toContain("PASS: tensor MLP, every ExecMode matches the reference");
   expect(out).toContain("PASS: transformer block, every ExecMode and sequence length matches the reference, no recompiles");
+  expect(out).toContain("PASS: text generation, the KV-cached decode matches recomputing the sequence, no recompiles");
+  expect(out).toMatch(/decode \d+\.\d+ ms\/token/);
   expect(out).toContain("PASS: all checks");
   expect(out).not.toContain("FAIL");
   for (const mode of ["Stream", "Graph", "Eager", "MultiStream(2)"]) expect(out).toContain(`\n  ${mode} `);
