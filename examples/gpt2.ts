@@ -13,7 +13,7 @@
 //    returns the logits and the new key and value, which are then written into the cache at row P.
 // Every token runs the same decode plan through executeWithVars({ P }): no recompile per token.
 import { invalid } from "../src/errors";
-import { Tensor, Variable, type ExecutionPlan } from "../src/tensor";
+import { Tensor, Variable, type ExecutionPlan, type PrepareOptions } from "../src/tensor";
 import { seededRandom } from "../src/tensor/reference";
 
 export interface GPT2Config {
@@ -106,8 +106,11 @@ export class GPT2 {
   readonly #kCache: Tensor[] = [];
   readonly #vCache: Tensor[] = [];
 
-  /** Load a model from a safetensors file; the config comes from its metadata unless given. */
-  static load(path: string, config?: GPT2Config): GPT2 {
+  /**
+   * Load a model from a safetensors file; the config comes from its metadata unless given. `opts`
+   * (device, fusion, ...) go to both plans' prepare.
+   */
+  static load(path: string, config?: GPT2Config, opts: PrepareOptions = {}): GPT2 {
     const call = "GPT2.load";
     let cfg = config;
     if (!cfg) {
@@ -127,10 +130,10 @@ export class GPT2 {
       if (t.dtype !== "float32" || t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i]))
         invalid(call, `${path}: ${name} is ${t.dtype} [${t.shape.join(", ")}], expected float32 [${shape.join(", ")}]`);
     }
-    return new GPT2(cfg, w);
+    return new GPT2(cfg, w, opts);
   }
 
-  private constructor(cfg: GPT2Config, w: Record<string, Tensor>) {
+  private constructor(cfg: GPT2Config, w: Record<string, Tensor>, opts: PrepareOptions) {
     this.config = cfg;
     const { nLayer: L, nEmbd: C, nHead: H, nCtx } = cfg;
     const D = C / H;
@@ -154,7 +157,7 @@ export class GPT2 {
       x = x.add(mlp(x, i));
       promptOuts.push(k, v);
     }
-    this.promptPlan = Tensor.prepareBatch([head(x), ...promptOuts]);
+    this.promptPlan = Tensor.prepareBatch([head(x), ...promptOuts], opts);
 
     // One decode step: the token at position P, the cache holding positions [0, P).
     const P = new Variable("P", 1, nCtx - 1).bind(1);
@@ -182,7 +185,7 @@ export class GPT2 {
       y = y.add(mlp(y, i));
       stepOuts.push(kn, vn);
     }
-    this.decodePlan = Tensor.prepareBatch([head(y), ...stepOuts]);
+    this.decodePlan = Tensor.prepareBatch([head(y), ...stepOuts], opts);
     this.prepares = 2;
   }
 

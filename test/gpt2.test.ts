@@ -141,6 +141,22 @@ describe("GPT-2-style decoder", () => {
     });
   }
 
+  test("with fusion off, the same tokens and logits", () => {
+    const unfused = GPT2.load(path, undefined, { fusion: false });
+    try {
+      const prompt = [3, 17, 42, 5];
+      const ref = refGenerate(weights, CFG, prompt, 6);
+      const got = unfused.generate(prompt, 6);
+      expect(unfused.decodePlan.kernels().length).toBeGreaterThan(model.decodePlan.kernels().length);
+      expect(got.tokens).toEqual(ref.tokens);
+      let maxErr = 0;
+      got.logits.forEach((l, k) => l.forEach((v, i) => (maxErr = Math.max(maxErr, Math.abs(v - ref.logits[k]![i]!)))));
+      expect(maxErr).toBeLessThan(TOL);
+    } finally {
+      unfused.dispose();
+    }
+  });
+
   test("the decode step is one prepared plan, reused across generations of any length", () => {
     expect(model.prepares).toBe(2);
     const [pp, dp] = [model.promptPlan, model.decodePlan];
