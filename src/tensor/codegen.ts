@@ -367,16 +367,16 @@ function blockedSum(ir: KernelIR): boolean {
 /**
  * The innermost reduce loop over `v` in [0, extent) stepping `step`, cut into runs so that the
  * counter `bg_n` (elements since the last flush, declared by the caller) never passes
- * SUM_BLOCK·step; `flush` moves the accumulators into the totals. Leaves `v` at the first index
- * not taken (fewer than `step` from the end).
+ * SUM_BLOCK·step; `flush` moves the accumulators into the totals. With `declare`, `v` is the
+ * loop's own; otherwise the caller's, left at the first index not taken (fewer than `step` from
+ * the end).
  */
 function blockedLoop(v: string, extent: string, step: number, it: string, body: string[], flush: string[], pad: string, declare: boolean): string[] {
   const cap = SUM_BLOCK * step;
   const cond = step === 1 ? `${v} < bg_re` : `${v} + ${step} <= bg_re`;
   const more = step === 1 ? `${v} < ${extent}` : `${v} + ${step} <= ${extent}`;
   return [
-    `${pad}${declare ? `${it} ` : ""}${v} = 0;`,
-    `${pad}while (${more}) {`,
+    ...(declare ? [`${pad}for (${it} ${v} = 0; ${more};) {`] : [`${pad}${v} = 0;`, `${pad}while (${more}) {`]),
     `${pad}  ${it} bg_re = ${v} + (${cap} - bg_n); if (bg_re > ${extent}) bg_re = ${extent};`,
     `${pad}  const ${it} bg_rb = ${v};`,
     `${pad}  for (; ${cond}; ${v} += ${step}) {`,
