@@ -353,6 +353,44 @@ function combine(ir: KernelIR, acc: string, v: string): string {
   return fn === "sum" ? `${acc} + ${v}` : fn === "min" ? `(${acc} < ${v} ? ${acc} : ${v})` : `(${acc} > ${v} ? ${acc} : ${v})`;
 }
 
+// Float32 sums are blocked: the accumulators take at most SUM_BLOCK values each (per lane), then
+// are added into running totals and restart from zero, so the rounding error grows with
+// SUM_BLOCK + n/SUM_BLOCK rather than with n (a float32 sum of 2^25 ones is exact: every partial
+// and every total is an integer below 2^24 times a power of two). The innermost reduce loop is
+// cut where the count since the last flush reaches the block, whatever the nesting above it.
+const SUM_BLOCK = 4096;
+
+function blockedSum(ir: KernelIR): boolean {
+  return ir.reduce!.fn === "sum" && ir.reduce!.body.dtype === "float32";
+}
+
+/**
+ * The innermost reduce loop over `v` in [0, extent) stepping `step`, cut into runs so that the
+ * counter `bg_n` (elements since the last flush, declared by the caller) never passes
+ * SUM_BLOCK·step; `flush` moves the accumulators into the totals. With `declare`, `v` is the
+ * loop's own; otherwise the caller's, left at the first index not taken (fewer than `step` from
+ * the end).
+ */
+function blockedLoop(v: string, extent: string, step: number, it: string, body: string[], flush: string[], pad: string, declare: boolean): string[] {
+  const cap = SUM_BLOCK * step;
+  const cond = step === 1 ? `${v} < bg_re` : `${v} + ${step} <= bg_re`;
+  const more = step === 1 ? `${v} < ${extent}` : `${v} + ${step} <= ${extent}`;
+  return [
+    ...(declare ? [`${pad}for (${it} ${v} = 0; ${more};) {`] : [`${pad}${v} = 0;`, `${pad}while (${more}) {`]),
+    `${pad}  ${it} bg_re = ${v} + (${cap} - bg_n); if (bg_re > ${extent}) bg_re = ${extent};`,
+    `${pad}  const ${it} bg_rb = ${v};`,
+    `${pad}  for (; ${cond}; ${v} += ${step}) {`,
+    ...body.map((l) => `${pad}    ${l}`),
+    `${pad}  }`,
+    `${pad}  bg_n += ${v} - bg_rb;`,
+    `${pad}  if (bg_n > ${cap - step}) {`,
+    ...flush.map((l) => `${pad}    ${l}`),
+    `${pad}    bg_n = 0;`,
+    `${pad}  }`,
+    `${pad}}`,
+  ];
+}
+
 function signatureOf(ir: KernelIR): ("buffer" | "i32")[] {
   return [...ir.bufs.map(() => "buffer" as const), ...ir.vars.map(() => "i32" as const)];
 }
@@ -388,16 +426,26 @@ function gpuBody(ir: KernelIR, lang: Lang, wide: ReadonlySet<Expr> | null): stri
     out.push(...pre.lines);
     const t = ctype(ir.reduce.body.dtype, lang);
     out.push(`${t} acc = ${reduceInit(ir, lang)};`);
+    const nr = ir.reduce.dims.length;
+    const blocked = blockedSum(ir) && nr > 0;
+    if (blocked) out.push(`${t} bg_tot = 0.0f;`, `int bg_n = 0;`);
     let indent = "";
     ir.reduce.dims.forEach((d, i) => {
+      if (blocked && i === nr - 1) return;
       out.push(`${indent}for (${it} r${i} = 0; r${i} < ${dimExpr(d)}; ++r${i}) {`);
       indent += "  ";
     });
     const inner = new Emitter(lang, names, new Map(known), "t", w);
     const v = inner.ref(ir.reduce.body);
-    out.push(...inner.lines.map((l) => indent + l));
-    out.push(`${indent}acc = ${combine(ir, "acc", v)};`);
-    for (let i = ir.reduce.dims.length - 1; i >= 0; i--) out.push(`${"  ".repeat(i)}}`);
+    const step = [...inner.lines, `acc = ${combine(ir, "acc", v)};`];
+    if (blocked) {
+      out.push(...blockedLoop(`r${nr - 1}`, dimExpr(ir.reduce.dims[nr - 1]!), 1, it, step, ["bg_tot += acc; acc = 0.0f;"], indent, true));
+      for (let i = nr - 2; i >= 0; i--) out.push(`${"  ".repeat(i)}}`);
+      out.push(`acc += bg_tot;`);
+    } else {
+      out.push(...step.map((l) => indent + l));
+      for (let i = nr - 1; i >= 0; i--) out.push(`${"  ".repeat(i)}}`);
+    }
   }
   const post = new Emitter(lang, names, known, "e", w);
   const v = post.ref(ir.value);
@@ -761,6 +809,11 @@ function genC(ir: KernelIR): { source: string; tiles: CpuTiles } {
     const accDecl = L > 1 ? `${t} acc[${TR}][${L}];` : `${t} acc[${TR}][${TC}];`;
     body.push(accDecl);
     body.push(`for (int r = 0; r < ${TR}; ++r) for (int c = 0; c < ${L > 1 ? L : TC}; ++c) acc[r][c] = ${reduceInit(ir, "c")};`);
+    const blocked = blockedSum(ir) && nr > 0;
+    const W = L > 1 ? L : TC;
+    if (blocked) body.push(`${t} bg_tot[${TR}][${W}] = {{0}};`, `int bg_n = 0;`);
+    const flushScalar = [`for (int r = 0; r < ${TR}; ++r) for (int c = 0; c < ${W}; ++c) { bg_tot[r][c] += acc[r][c]; acc[r][c] = 0.0f; }`];
+    const unflushScalar = `for (int r = 0; r < ${TR}; ++r) for (int c = 0; c < ${W}; ++c) acc[r][c] += bg_tot[r][c];`;
     const names = (col: string, rIdx: (i: number) => string): Names => ({
       gidx: (i) => (i === last ? col : `g${i}_[r]`),
       ridx: rIdx,
@@ -789,23 +842,47 @@ function genC(ir: KernelIR): { source: string; tiles: CpuTiles } {
         `${pad}}`,
       ];
     };
+    // all reduce loops around `step` (the body of one reduce index); a blocked sum cuts the
+    // innermost one into runs and flushes the accumulators (`flush`) between them
+    const reduceNest = (step: string[], flush: string[]): string[] => {
+      if (!blocked) return [...loopOpen(nr), ...step.map((l) => `${"  ".repeat(nr)}${l}`), ...loopClose(nr)];
+      const k = nr - 1;
+      return [...loopOpen(k), ...blockedLoop(`r${k}`, `R${k}`, 1, "int", step, flush, "  ".repeat(k), true), ...loopClose(k)];
+    };
     if (L > 1) {
       // narrow output: lanes over the innermost reduce axis
       const k = nr - 1;
       const pad = "  ".repeat(k);
       body.push(...loopOpen(k));
-      body.push(`${pad}int rk = 0;`);
-      body.push(`${pad}for (; rk + ${L} <= R${k}; rk += ${L}) {`);
-      body.push(...inner(String(L), "c0", (i) => (i === k ? "(rk + c)" : `r${i}`), "acc[r][c]", `${pad}  `));
-      body.push(`${pad}}`);
+      const lanes = inner(String(L), "c0", (i) => (i === k ? "(rk + c)" : `r${i}`), "acc[r][c]", "");
+      if (blocked) {
+        body.push(`${pad}int rk;`);
+        body.push(...blockedLoop("rk", `R${k}`, L, "int", lanes, flushScalar, pad, false));
+      } else {
+        body.push(`${pad}int rk = 0;`);
+        body.push(`${pad}for (; rk + ${L} <= R${k}; rk += ${L}) {`);
+        body.push(...lanes.map((l) => `${pad}  ${l}`));
+        body.push(`${pad}}`);
+      }
       body.push(`${pad}for (; rk < R${k}; ++rk) {`);
       body.push(...inner("1", "c0", (i) => (i === k ? "rk" : `r${i}`), "acc[r][0]", `${pad}  `));
       body.push(`${pad}}`);
       body.push(...loopClose(k));
+      if (blocked) body.push(unflushScalar);
       body.push(`for (int r = 0; r < ${TR}; ++r) for (int c = 1; c < ${L}; ++c) acc[r][0] = ${combine(ir, "acc[r][0]", "acc[r][c]")};`);
     } else {
-      const pad = "  ".repeat(nr + 1);
-      const vt = TC === 16 ? vecTile(ir, TR, 2, last, (inner) => [...loopOpen(nr), ...inner.map((l) => `${"  ".repeat(nr)}${l}`), ...loopClose(nr)]) : null;
+      // the vector tile's accumulators a<r>_<h> flush into totals s<r>_<h>, added back at the end
+      const vecFlush: string[] = [];
+      const vecDecl: string[] = [];
+      const vecBack: string[] = [];
+      for (let r = 0; r < TR; r++) {
+        for (let h = 0; h < 2; h++) {
+          vecDecl.push(`bg_f8 s${r}_${h} = bg_bc8(0.0f);`);
+          vecFlush.push(`s${r}_${h} += a${r}_${h}; a${r}_${h} = bg_bc8(0.0f);`);
+          vecBack.push(`a${r}_${h} += s${r}_${h};`);
+        }
+      }
+      const vt = TC === 16 ? vecTile(ir, TR, 2, last, (inner) => (blocked ? [...vecDecl, ...reduceNest(inner, vecFlush), ...vecBack] : reduceNest(inner, []))) : null;
       if (vt?.packFloats) {
         // the panel scratch, per call (a worker's chunk of blocks); without it, the plain loops
         packing = true;
@@ -823,14 +900,12 @@ function genC(ir: KernelIR): { source: string; tiles: CpuTiles } {
         body.push(...vt.lines.map((l) => `  ${l}`));
         body.push("#else");
       }
-      body.push(...loopOpen(nr).map((l) => `  ${l}`));
-      body.push(...inner(String(TC), "(c0 + c)", (i) => `r${i}`, "acc[r][c]", pad));
-      body.push(...loopClose(nr).map((l) => `  ${l}`));
+      body.push(...reduceNest(inner(String(TC), "(c0 + c)", (i) => `r${i}`, "acc[r][c]", ""), flushScalar).map((l) => `  ${l}`));
+      if (blocked) body.push(`  ${unflushScalar}`);
       if (vt) body.push("#endif");
       body.push(`} else {`);
-      body.push(...loopOpen(nr).map((l) => `  ${l}`));
-      body.push(...inner("cn", "(c0 + c)", (i) => `r${i}`, "acc[r][c]", pad));
-      body.push(...loopClose(nr).map((l) => `  ${l}`));
+      body.push(...reduceNest(inner("cn", "(c0 + c)", (i) => `r${i}`, "acc[r][c]", ""), flushScalar).map((l) => `  ${l}`));
+      if (blocked) body.push(`  ${unflushScalar}`);
       body.push(`}`);
     }
     // epilogue
