@@ -6,10 +6,10 @@
 // run at three lengths), fusion on and off, and bad arguments (GpuError INVALID_VALUE).
 // Tolerance: 1e-5 relative to 1 + |want| (sort values: exact).
 import { describe, expect, test } from "bun:test";
-import { GpuError, Status, compileStats } from "../src";
+import { compileStats } from "../src";
 import { Ref, seededRandom } from "../src/tensor/reference";
 import { Tensor, Variable, tensorCompileStats, type PrepareOptions } from "../src/tensor";
-import { run } from "./tensor_helpers";
+import { run, expectInvalid } from "./tensor_helpers";
 
 function randRef(shape: number[], seed: number, int = false): Ref {
   const r = seededRandom(seed);
@@ -25,17 +25,6 @@ function expectClose(got: ArrayLike<number>, want: ArrayLike<number>, what: stri
     if (a === b || (Number.isNaN(a) && Number.isNaN(b))) continue;
     if (!(Math.abs(a - b) <= tol * (1 + Math.abs(b)))) throw new Error(`${what}: element ${i}: got ${a}, want ${b}`);
   }
-}
-
-function expectInvalid(f: () => unknown, what: string): void {
-  let err: unknown;
-  try {
-    f();
-  } catch (e) {
-    err = e;
-  }
-  if (!(err instanceof GpuError)) throw new Error(`${what}: expected GpuError, got ${err === undefined ? "no error" : String(err)}`);
-  expect(err.code).toBe(Status.INVALID_VALUE);
 }
 
 const FUSION = [true, false];

@@ -4,10 +4,9 @@
 // dilation / groups combinations, batch > 1, non-contiguous inputs, fusion on and off; kernel
 // counts show a conv is one fused multiply-reduce; bad arguments are GpuError INVALID_VALUE.
 import { describe, expect, test } from "bun:test";
-import { GpuError, Status } from "../src";
 import { Ref, seededRandom } from "../src/tensor/reference";
 import { Tensor, generate, schedule, type PrepareOptions } from "../src/tensor";
-import { run } from "./tensor_helpers";
+import { run, expectInvalid } from "./tensor_helpers";
 
 function randRef(shape: number[], seed: number, int = false): Ref {
   const r = seededRandom(seed);
@@ -25,17 +24,6 @@ function expectClose(got: ArrayLike<number>, want: Ref, what: string, tol = 1e-5
     if (a === b) continue;
     if (!(Math.abs(a - b) <= tol * (1 + Math.abs(b)))) throw new Error(`${what}: element ${i}: got ${a}, want ${b}`);
   }
-}
-
-function expectInvalid(f: () => unknown, what: string): void {
-  let err: unknown;
-  try {
-    f();
-  } catch (e) {
-    err = e;
-  }
-  if (!(err instanceof GpuError)) throw new Error(`${what}: expected GpuError, got ${err === undefined ? "no error" : String(err)}`);
-  expect(err.code).toBe(Status.INVALID_VALUE);
 }
 
 type P2 = [number, number];

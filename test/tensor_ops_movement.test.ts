@@ -5,10 +5,9 @@
 // Each case runs on contiguous, permuted and sliced inputs, in float32 and int32, fused and
 // unfused; bad arguments are GpuError INVALID_VALUE.
 import { describe, expect, test } from "bun:test";
-import { GpuError, Status } from "../src";
 import { Ref, seededRandom } from "../src/tensor/reference";
 import { Tensor, Variable, interpretSchedule, schedule, type PrepareOptions } from "../src/tensor";
-import { run, toTensor } from "./tensor_helpers";
+import { run, toTensor, expectInvalid } from "./tensor_helpers";
 
 type DT = "float32" | "int32";
 
@@ -24,17 +23,6 @@ function expectSame(got: ArrayLike<number>, want: Ref, what: string, tol = 0): v
     if (a === b || (Number.isNaN(a) && Number.isNaN(b))) continue;
     if (!(Math.abs(a - b) <= tol * (1 + Math.abs(b)))) throw new Error(`${what}: element ${i}: got ${a}, want ${b}`);
   }
-}
-
-function expectInvalid(f: () => unknown, what: string): void {
-  let err: unknown;
-  try {
-    f();
-  } catch (e) {
-    err = e;
-  }
-  if (!(err instanceof GpuError)) throw new Error(`${what}: expected GpuError, got ${err === undefined ? "no error" : String(err)}`);
-  expect(err.code).toBe(Status.INVALID_VALUE);
 }
 
 /** Python's slice(start, stop, step).indices(n) as the list of indices it selects. */
