@@ -24,7 +24,7 @@ import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buf
 import { noteCaptured, type Device, type DeviceState } from "./device";
 import { GpuError, disposed, invalid, options, type BackendLabel } from "./errors";
 import { Event } from "./event";
-import { Graph, type CaptureMode } from "./capture";
+import { Graph } from "./capture";
 import { Kernel, dim3, packArgs, type ArgArea, type ArgValue, type Dim3 } from "./kernel";
 import { Stream } from "./stream";
 
@@ -680,17 +680,6 @@ export class CommandError extends GpuError {
     this.offset = offset;
     this.index = index;
   }
-}
-
-// ---- graphs --------------------------------------------------------------------------------------
-
-/**
- * A graph that runs `list` (kernel nodes in launch order, so argument updates index them by the
- * list's launch order). Today: a capture of one submit of the list on `stream` (a created stream,
- * idle, of the list's device).
- */
-export function graphFromCommands(list: CommandList, stream: Stream, _mode?: CaptureMode): Graph {
-  return list.toGraph(stream, "graphFromCommands");
 }
 
 // ---- helpers -------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ import { Device } from "./device";
 import { invalid, disposed, illegalState, options } from "./errors";
 import { Event } from "./event";
 import { CaptureMode, GraphExec } from "./capture";
-import { CMD_BYTES, CommandList, graphFromCommands } from "./commands";
+import { CMD_BYTES, CommandList } from "./commands";
 import { planStreams, segments, singleStreamPlan, type StreamPlan } from "./hazards";
 import type { ArgValue } from "./kernel";
 import type { Stream } from "./stream";
@@ -51,7 +51,11 @@ export class ExecMode {
 }
 
 export interface ScheduleCompileOptions {
-  /** Graph mode: the capture mode (default CaptureMode.Global). */
+  /**
+   * Graph mode: the capture mode (default CaptureMode.Global). Checked and kept in
+   * `Executable.captureMode`, but Graph mode builds its graph from the command list without a
+   * stream capture, so no capture mode applies to it any more.
+   */
   captureMode?: CaptureMode;
 }
 
@@ -88,7 +92,7 @@ interface Staging {
  * A schedule compiled for one device and ExecMode: its steps lowered to one command list once.
  * Stream and Eager submit the list in one crossing per run; MultiStream submits ranges of it, one
  * per stream segment (hazards.ts), with the event records and waits of the stream plan inside;
- * Graph makes a graph of the list on the first run (graphFromCommands) and replays it. setArgs
+ * Graph makes a graph of the list on the first run (CommandList.toGraph) and replays it. setArgs
  * rewrites the argument words of the step's launch in the list (and, in Graph mode, the node).
  */
 export class Executable {
@@ -323,7 +327,7 @@ export class Executable {
 
   /** Graph mode's first run: a graph of the one list, instantiated. */
   #capture(): void {
-    const graph = graphFromCommands(this.#list, this.#streams[0]!, this.captureMode);
+    const graph = this.#list.toGraph(this.#streams[0]!, "Executable.run");
     try {
       this.#graph = graph.instantiate();
     } finally {

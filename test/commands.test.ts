@@ -3,7 +3,7 @@
 // and the planners every batching mode uses.
 import { afterAll, describe, expect, test } from "bun:test";
 import { Device, Program, Status } from "../src";
-import { CommandList, graphFromCommands } from "../src/commands";
+import { CommandList } from "../src/commands";
 import {
   dependencies,
   hazardBetween,
@@ -97,13 +97,13 @@ describe("CommandList", () => {
     expect(list.commandCount).toBe(0);
   });
 
-  test("graphFromCommands: a graph of the list replays it, kernel nodes in launch order", () => {
+  test("toGraph: a graph of the list replays it, kernel nodes in launch order", () => {
     using b = dev.alloc(4 * N).fill(0);
     const list = new CommandList(dev)
       .launch(addScalar, { grid: 2, block: 128, args: [b, 1, N] })
       .memset(b, 0, { bytes: 4 })
       .launch(addScalar, { grid: 2, block: 128, args: [b, 2, N] });
-    using g = graphFromCommands(list, s);
+    using g = list.toGraph(s);
     expect(g.kernelNodeCount).toBe(2);
     using x = g.instantiate();
     x.launch(s).launch(s);
