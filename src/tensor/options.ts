@@ -70,6 +70,14 @@ export interface RunPlan {
   readonly vars: ReadonlyMap<string, Variable>;
 }
 
+/** A copy of `data` for input buffer `b`, refused unless it is a typed array of the input's dtype and size. */
+export function inputCopy(call: string, what: string, b: PlanBuffer, data: unknown): RunInput {
+  const C = b.dtype === "float32" ? Float32Array : Int32Array;
+  if (!(data instanceof C)) invalid(call, `${what} must be a ${C.name} (the input is ${b.dtype}), got ${describeValue(data)}`);
+  if (data.length !== b.elements) invalid(call, `${what} has ${data.length} elements, the input holds ${b.elements}`);
+  return data.slice() as RunInput;
+}
+
 /** Check run()'s arguments and copy the inputs; throws GpuError before anything is queued. */
 export function runArgs(
   call: string,
@@ -86,13 +94,7 @@ export function runArgs(
     if (!vr) invalid(call, `the plan has no variable ${name} (it has ${[...plan.vars.keys()].join(", ") || "none"})`);
     vals.set(name, vr.check(v, call));
   };
-  const setInput = (i: number, what: string, data: unknown) => {
-    const b = plan.bufs[i]!;
-    const C = b.dtype === "float32" ? Float32Array : Int32Array;
-    if (!(data instanceof C)) invalid(call, `${what} must be a ${C.name} (the input is ${b.dtype}), got ${describeValue(data)}`);
-    if (data.length !== b.elements) invalid(call, `${what} has ${data.length} elements, the input holds ${b.elements}`);
-    inputs.set(i, data.slice() as RunInput);
-  };
+  const setInput = (i: number, what: string, data: unknown) => inputs.set(i, inputCopy(call, what, plan.bufs[i]!, data));
   let byName = false;
   if (feeds === undefined || feeds === null) {
     if (feeds === null) invalid(call, "inputs must be an array or an object, got null");

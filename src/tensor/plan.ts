@@ -16,7 +16,7 @@ import { PlanCommands } from "./cmdlist";
 import type { GeneratedKernel } from "./codegen";
 import { allocateIntermediates, readValue, type BufferLayout, type PlanBuffer } from "./memory";
 import { prepare, type CachedKernel, type PreparedKernel } from "./prepare";
-import { runArgs, type ExecuteOptions, type PlanRunOptions, type PrepareOptions, type PreparedOp, type RunInput, type RunOutput } from "./options";
+import { inputCopy, runArgs, type ExecuteOptions, type PlanRunOptions, type PrepareOptions, type PreparedOp, type RunInput, type RunOutput } from "./options";
 import { dimValue, shapeStr, type Variable } from "./variable";
 import { asSchedule, launchEach, type BoundKernels, type KernelProfile } from "./issue";
 
@@ -440,13 +440,9 @@ export class ExecutionPlan {
       const i = at[0]!;
       const b = this.#bufs[i]!;
       const shape = this.#inputShapes[i]!;
-      const C = b.dtype === "float32" ? Float32Array : Int32Array;
       let data: RunInput;
-      if (w instanceof Float32Array || w instanceof Int32Array) {
-        if (!(w instanceof C)) invalid(call, `${JSON.stringify(name)} must be a ${C.name} (the input is ${b.dtype}), got ${describeValue(w)}`);
-        if (w.length !== b.elements) invalid(call, `${JSON.stringify(name)} has ${w.length} elements, the input holds ${b.elements}`);
-        data = w.slice();
-      } else if (w && typeof w === "object" && (w as HasNode).node instanceof Object && "dtype" in (w as object)) {
+      if (w instanceof Float32Array || w instanceof Int32Array) data = inputCopy(call, JSON.stringify(name), b, w);
+      else if (w && typeof w === "object" && (w as HasNode).node instanceof Object && "dtype" in (w as object)) {
         const node = (w as HasNode).node;
         if (node.dtype !== b.dtype) invalid(call, `${JSON.stringify(name)} is ${node.dtype}, the input is ${b.dtype}`);
         if (node.shape.length !== shape.length || node.shape.some((d, k) => d !== shape[k]))
