@@ -32,7 +32,6 @@ export const slot = (i: number): number => SCRATCH + i * 8;
 export const readPtr = (i: number): number => scratchU32[i * 2]! + scratchU32[i * 2 + 1]! * 4294967296;
 export const readU64 = readPtr;
 export const readI32 = (i: number): number => scratchI32[i * 2]!;
-export const readU32 = (i: number): number => scratchU32[i * 2]!;
 export const readF32 = (i: number): number => scratchF32[i * 2]!;
 const MSG_OFFSET = 1024;
 const MSG_CAP = 4096;
