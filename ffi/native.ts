@@ -22,9 +22,9 @@ export const loadInfo = load().info;
 const SCRATCH_BYTES = 65536;
 const scratch = new ArrayBuffer(SCRATCH_BYTES);
 export const scratchU8 = new Uint8Array(scratch);
-const scratchU32 = new Uint32Array(scratch);
-const scratchI32 = new Int32Array(scratch);
-const scratchF32 = new Float32Array(scratch);
+export const scratchU32 = new Uint32Array(scratch);
+export const scratchI32 = new Int32Array(scratch);
+export const scratchF32 = new Float32Array(scratch);
 export const SCRATCH = ffiPtr(scratch);
 
 // Out slots: 8 bytes each in the first 1 KiB; the message area after it.

@@ -12,7 +12,7 @@
 // Each wrapper is compiled once per backend label as a function of exactly its arity (no rest
 // arguments, no loops), so a call through it costs about what the raw symbol costs.
 import { GpuError, Status, type BackendLabel } from "./errors";
-import { MSG_AREA, N, SCRATCH, cstr, fail, lastError, readF32, readI32, readMsg, readPtr, scratchU8, slot } from "./native";
+import { MSG_AREA, N, SCRATCH, cstr, fail, lastError, readF32, readI32, readMsg, readPtr, scratchF32, scratchI32, scratchU32, scratchU8, slot } from "./native";
 import { symbols, type Symbols } from "./sys";
 
 export { GpuError, Status, type BackendLabel };
@@ -74,10 +74,6 @@ function readOut(kind: OutKind, i: number): string {
       return `f32[${2 * i}]`;
   }
 }
-
-const scratchU32 = new Uint32Array(scratchU8.buffer);
-const scratchI32 = new Int32Array(scratchU8.buffer);
-const scratchF32 = new Float32Array(scratchU8.buffer);
 
 function wrap(name: string, e: EntryInfo, backend: BackendLabel | undefined): (...a: never[]) => unknown {
   const outs = e.out ?? [];
