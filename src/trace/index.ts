@@ -145,6 +145,8 @@ interface Session {
   drainAt: number;
   scope: Scope | null;
   scopes: number;
+  /** Plan execution spans: id → the call's name. */
+  readonly scopeNames: Map<number, string>;
   captured: number;
   unplaced: number;
   unfinished: number;
@@ -472,6 +474,7 @@ function swapPlanMethods(s: Session): () => void {
     proto[m] = function (this: unknown, ...a: unknown[]) {
       if (s.scope) return orig.apply(this, a); // the outer call's span covers it
       s.scope = { id: ++s.scopes, name: `ExecutionPlan.${m}` };
+      s.scopeNames.set(s.scope.id, s.scope.name);
       try {
         return orig.apply(this, a); // the async forms queue their work before they first await
       } finally {
@@ -485,7 +488,7 @@ function swapPlanMethods(s: Session): () => void {
 }
 
 /** One span per plan execution and lane, around the work it queued there (unless one submit is it). */
-function scopeSpans(events: readonly TraceEvent[]): TraceEvent[] {
+function scopeSpans(events: readonly TraceEvent[], names: ReadonlyMap<number, string>): TraceEvent[] {
   const spans = new Map<string, TraceEvent & { dur: number; n: number; names: Set<string>; submits: number }>();
   for (const e of events) {
     const id = e.args?.scope;
@@ -508,8 +511,7 @@ function scopeSpans(events: readonly TraceEvent[]): TraceEvent[] {
   for (const sp of spans.values()) {
     // A plan run as one command list already has its span: the submit, named after the plan call.
     if (sp.submits === 1 && sp.n === 0 && sp.names.size === 1) continue;
-    const name = [...sp.names].find((x) => x.startsWith("ExecutionPlan.")) ?? "ExecutionPlan";
-    out.push({ name, ph: "X", ts: sp.ts, dur: sp.dur, pid: sp.pid, tid: sp.tid, cat: "plan", args: { scope: sp.args!.scope, kernels: sp.n } });
+    out.push({ name: names.get(sp.args!.scope as number) ?? "ExecutionPlan", ph: "X", ts: sp.ts, dur: sp.dur, pid: sp.pid, tid: sp.tid, cat: "plan", args: { scope: sp.args!.scope, kernels: sp.n } });
   }
   return out;
 }
@@ -529,7 +531,7 @@ export function start(): void {
   if (session) illegalState("trace.start", "a trace is already being recorded (stop() it first)");
   const s: Session = {
     t0: performance.now(), devs: new Map(), streams: new Map(), pending: [], done: [], host: [], lanes: [], restore: [],
-    drainAt: 2048, scope: null, scopes: 0, captured: 0, unplaced: 0, unfinished: 0,
+    drainAt: 2048, scope: null, scopes: 0, scopeNames: new Map(), captured: 0, unplaced: 0, unfinished: 0,
   };
   session = s;
   try {
@@ -582,7 +584,7 @@ export function stop(opts: StopOptions = {}): Trace {
     meta.push({ name: "process_name", ph: "M", ts: 0, pid: 0, tid: 0, args: { name: "host" } });
     meta.push({ name: "thread_name", ph: "M", ts: 0, pid: 0, tid: 0, args: { name: "rings" } });
   }
-  const spans = [...s.done, ...scopeSpans(s.done)];
+  const spans = [...s.done, ...scopeSpans(s.done, s.scopeNames)];
   // Each lane in time order; a span before what it holds (the longer first at one start).
   spans.sort((a, b) => a.pid - b.pid || a.tid - b.tid || a.ts - b.ts || (b.dur ?? 0) - (a.dur ?? 0));
   return {
