@@ -222,7 +222,7 @@ describe("off costs nothing; one trace at a time", () => {
   test("start swaps native table entries only; stop puts back the very same functions", () => {
     const table = N as unknown as Record<string, unknown>;
     const before = new Map(Object.entries(table));
-    const wrappers = new Map(Object.entries(api("cpu")));
+    const wrappers = new Map<string, unknown>(Object.entries(api("cpu")));
     const proto = ExecutionPlan.prototype as unknown as Record<string, unknown>;
     const methods = ["execute", "executeAsync", "executeWithVars", "executeProfiled", "executeWithVarsProfiled"].map((m) => proto[m]);
     const hand = [launch, submit];
@@ -232,14 +232,14 @@ describe("off costs nothing; one trace at a time", () => {
       expect(table.bg_launch).not.toBe(before.get("bg_launch"));
       expect(table.bg_submit_ex).not.toBe(before.get("bg_submit_ex"));
       expect(table.bg_event_record).toBe(before.get("bg_event_record")); // what the tracer itself uses is untouched
-      for (const [k, f] of Object.entries(api("cpu"))) expect(f).toBe(wrappers.get(k)); // the wrappers never change
+      for (const [k, f] of Object.entries(api("cpu") as Record<string, unknown>)) expect(f).toBe(wrappers.get(k)); // the wrappers never change
     } finally {
       trace.stop();
     }
     expect(trace.active()).toBe(false);
     for (const [k, f] of Object.entries(table)) expect(f).toBe(before.get(k));
     expect(Object.keys(table).length).toBe(before.size);
-    for (const [k, f] of Object.entries(api("cpu"))) expect(f).toBe(wrappers.get(k));
+    for (const [k, f] of Object.entries(api("cpu") as Record<string, unknown>)) expect(f).toBe(wrappers.get(k));
     expect(["execute", "executeAsync", "executeWithVars", "executeProfiled", "executeWithVarsProfiled"].map((m) => proto[m])).toEqual(methods);
     expect([launch, submit]).toEqual(hand);
   });
