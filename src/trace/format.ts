@@ -38,7 +38,7 @@ export interface Trace {
     captured: number;
     /** Ops on a stream the tracer could not place (queued on no stream of an open device). */
     unplaced: number;
-    /** Ops still running when the trace stopped (written up to the stop, marked unfinished). */
+    /** Ops not finished when the trace stopped: written up to the stop and marked unfinished, or left out when not begun. */
     unfinished: number;
   };
 }

@@ -246,7 +246,10 @@ function drain(s: Session, all: boolean): void {
     });
     for (const it of r.items) {
       const a = ms[it.from]!;
-      if (Number.isNaN(a)) continue;
+      if (Number.isNaN(a)) {
+        s.unfinished++; // not begun by the stop: left out
+        continue;
+      }
       let b = ms[it.to]!;
       const args = { ...it.args };
       if (Number.isNaN(b)) {
@@ -388,22 +391,26 @@ function tracers(s: Session): Record<string, (o: NativeFn) => NativeFn> {
     // A device closing takes its events with it: finish its records first.
     bg_device_close: t((o) => (dev: number) => {
       const d = s.devs.get(dev);
-      if (d) closeDev(s, d);
+      if (d) closeDev(s, d, true);
       return o(dev);
     }),
   };
 }
 
-function closeDev(s: Session, d: Dev): void {
+/** Write out a device's records and free the tracer's events and stream on it (wait: for its work first). */
+function closeDev(s: Session, d: Dev, wait: boolean): void {
   const mine = s.pending.filter((r) => r.dev === d);
   const others = s.pending.filter((r) => r.dev !== d);
   s.pending.length = 0;
   s.pending.push(...mine);
-  try {
-    d.api.stream_synchronize(d.own);
-  } catch {
-    /* the records below are then written as far as they got */
-  }
+  // The close would wait for the device's work anyway: wait for the traced part of it first.
+  if (wait)
+    for (const r of mine)
+      try {
+        d.api.event_synchronize(r.events[r.events.length - 1]!);
+      } catch {
+        /* written as far as it got */
+      }
   drain(s, true);
   s.pending.push(...others);
   for (const e of d.all)
@@ -493,7 +500,7 @@ export function stop(opts: StopOptions = {}): Trace {
   const reached = () =>
     s.pending.every((r) => {
       try {
-        return !r.dev.state.open || r.dev.api.event_query(r.events[r.events.length - 1]!);
+        return r.dev.api.event_query(r.events[r.events.length - 1]!);
       } catch {
         return true;
       }
@@ -503,7 +510,7 @@ export function stop(opts: StopOptions = {}): Trace {
   } catch {
     /* an async host function holds a stream: what it holds up is written as unfinished */
   }
-  for (const d of [...s.devs.values()]) if (d.state.open) closeDev(s, d);
+  for (const d of [...s.devs.values()]) closeDev(s, d, false); // waited for above
   const meta: TraceEvent[] = [];
   const pids = new Map<number, string>();
   for (const l of s.lanes) {
