@@ -4,9 +4,13 @@
 // with a tooltip (name, duration, geometry or bytes).
 //
 //   bun scripts/trace-svg.ts trace.json out.svg [--from MS] [--to MS] [--width PX] [--title TEXT]
+//                                              [--start-at NAME [--length MS]]
 //
 // --from/--to pick a window in milliseconds since the trace's first span (default: all of it);
-// only lanes with work in the window are drawn.
+// --start-at starts a window of --length ms (default 5) at the first span named NAME. Only lanes
+// with work in the window are drawn. docs/trace-demo.svg is the demo's first MultiStream run:
+//   BUNGPU_DEVICE=cpu BUNGPU_TRACE=/tmp/demo.json BUNGPU_DEMO_MS=1 BUNGPU_DEMO_TENSOR_MS=1 bun run demo
+//   bun scripts/trace-svg.ts /tmp/demo.json docs/trace-demo.svg --start-at "event wait" --length 3 --title "…"
 import { readFileSync, writeFileSync } from "node:fs";
 
 interface Ev {
@@ -24,6 +28,9 @@ export interface SvgOptions {
   /** Window start and end, ms since the first span. */
   from?: number;
   to?: number;
+  /** Start the window at the first span of this name instead (with `length` ms, default 5). */
+  startAt?: string;
+  length?: number;
   width?: number;
   title?: string;
 }
@@ -85,8 +92,14 @@ export function renderSvg(trace: { traceEvents: Ev[] }, opts: SvgOptions = {}): 
     t0 = Math.min(t0, e.ts);
     tEnd = Math.max(tEnd, e.ts + (e.dur ?? 0));
   }
-  const from = t0 + (opts.from ?? 0) * 1000;
-  const to = opts.to !== undefined ? t0 + opts.to * 1000 : tEnd;
+  let from = t0 + (opts.from ?? 0) * 1000;
+  let to = opts.to !== undefined ? t0 + opts.to * 1000 : tEnd;
+  if (opts.startAt !== undefined) {
+    const first = spans.filter((e) => e.name === opts.startAt).reduce<Ev | null>((m, e) => (!m || e.ts < m.ts ? e : m), null);
+    if (!first) throw new Error(`no span named ${JSON.stringify(opts.startAt)}`);
+    from = first.ts - 100; // 0.1 ms before it
+    to = from + (opts.length ?? 5) * 1000;
+  }
   const span = Math.max(to - from, 1e-3);
   const inWindow = spans.filter((e) => e.ts < to && e.ts + (e.dur ?? 0) > from || (e.ts >= from && e.ts <= to));
 
@@ -186,11 +199,13 @@ if (import.meta.main) {
     if (a === "--from") opts.from = num();
     else if (a === "--to") opts.to = num();
     else if (a === "--width") opts.width = num();
+    else if (a === "--start-at") opts.startAt = argv[++i];
+    else if (a === "--length") opts.length = num();
     else if (a === "--title") opts.title = argv[++i];
     else pos.push(a);
   }
   if (pos.length !== 2) {
-    console.error("usage: bun scripts/trace-svg.ts trace.json out.svg [--from MS] [--to MS] [--width PX] [--title TEXT]");
+    console.error("usage: bun scripts/trace-svg.ts trace.json out.svg [--from MS] [--to MS] [--start-at NAME [--length MS]] [--width PX] [--title TEXT]");
     process.exit(2);
   }
   const svg = renderSvg(JSON.parse(readFileSync(pos[0]!, "utf8")), opts);
