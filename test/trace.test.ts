@@ -11,6 +11,7 @@ import { SubmitError, api, launch, submit } from "../ffi/result";
 import { Device, GpuError, Program, Status, trace, type Trace, type TraceEvent } from "../src";
 import { CommandList } from "../src/commands";
 import { ExecutionPlan, Tensor } from "../src/tensor";
+import { Ring } from "../src/ring";
 import { renderSvg } from "../scripts/trace-svg";
 import { expectGpuError } from "./helpers";
 import { kernelSources } from "./kernels";
@@ -199,6 +200,23 @@ describe("command lists, copies, host functions and plans", () => {
     } finally {
       plan.dispose?.();
     }
+  });
+
+  test("ring pushes and pops are instants on the host, with the messages that moved", () => {
+    using r = Ring.create(dev, { messageBytes: 8, capacity: 4 });
+    const msgs = new Uint8Array(8 * 6).map((_, i) => i);
+    let pushed = 0, popped = 0;
+    const t = traced(() => {
+      pushed = r.push(msgs); // 4 of 6 fit
+      popped = r.pop(3).byteLength / 8;
+      r.pop(); // the last one
+      r.pop(); // nothing: no instant
+    });
+    expect([pushed, popped]).toEqual([4, 3]);
+    const inst = t.traceEvents.filter((e) => e.ph === "i");
+    expect(inst.map((e) => [e.name, e.args?.messages])).toEqual([["ring push", 4], ["ring pop", 3], ["ring pop", 1]]);
+    for (const e of inst) expect(e.pid).toBe(0);
+    expect(t.traceEvents.some((e) => e.ph === "M" && e.pid === 0 && e.args?.name === "host")).toBe(true);
   });
 
   test("fromProfile writes executeProfiled's kernels in the same format, back to back", () => {
