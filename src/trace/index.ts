@@ -21,11 +21,13 @@
 // it. Times are taken against one base event per device, recorded on a private idle stream when
 // the device is first seen and matched there with the host clock; precision is the backend's
 // event precision (CPU: the monotonic clock when the stream's worker reaches the event; CUDA:
-// cuEventElapsedTime, about 0.5 µs), as a float32 of milliseconds since the base (under 1 µs for
-// the first 8 s of a trace, about 8 µs after a minute). Tracing adds two event records per op
-// (one per command in a list), which is itself device work: short kernels look longer.
+// cuEventElapsedTime, about 0.5 µs). The shim gives milliseconds as a float32: a span's duration
+// is read between its own two events (full precision), its start as the time since the base
+// (steps of under 1 µs for the first 8 s of a trace, 4 µs after a minute). Tracing adds an event
+// record before and after each op (one between commands in a list), itself device work: the
+// shortest kernels look a little longer.
 // Work queued into a stream capture is not timed (it does not run then); its replays are.
-import { api, eventElapsed, nativeView, swapNative, type Api, type NativeFn } from "../../ffi/result";
+import { eventElapsed, nativeView, swapNative, type Api, type NativeFn } from "../../ffi/result";
 import { StreamFlag } from "../../ffi/constants";
 import { decodeRaw, withEventRecords, type RawCommand } from "../commands";
 import { openDeviceStates } from "../device";
@@ -36,7 +38,6 @@ import { ExecutionPlan } from "../tensor/plan";
 import { scopeSpans, write, type Trace, type TraceEvent, type TraceLane } from "./format";
 import { kernelNames } from "./names";
 
-export { kernelNames };
 export { fromProfile, write, type Trace, type TraceEvent, type TraceLane } from "./format";
 
 export interface StopOptions {
@@ -252,7 +253,13 @@ function drain(s: Session, all: boolean): void {
       }
       let b = ms[it.to]!;
       const args = { ...it.args };
-      if (Number.isNaN(b)) {
+      if (!Number.isNaN(b)) {
+        try {
+          b = a + eventElapsed(r.events[it.from]!, r.events[it.to]!, r.dev.state.backend); // the duration at full precision
+        } catch {
+          /* the difference of the two times from the base will do */
+        }
+      } else {
         let m = end.get(r.dev);
         if (m === undefined) end.set(r.dev, (m = endMark(r.dev)));
         b = Math.max(a, m);
