@@ -202,4 +202,28 @@ export function submit(stream: number, bytes: Pointer, len: number, flags: numbe
   throw new SubmitError(rc, lastError() || "bg_submit failed", bad < len ? bad : null, backend);
 }
 
+/** A native function as the table holds it. */
+export type NativeFn = (...args: never[]) => number;
+
+/**
+ * @internal The tracer's switch (src/trace): replace the table entries named in `make` by what
+ * each makes of the original, and return the function that puts the originals back. Every
+ * wrapper above looks its symbol up on the table at each call, so the swap is seen everywhere
+ * and the wrappers themselves never change; while nothing is swapped, no call pays for it.
+ */
+export function swapNative(make: Readonly<Record<string, (original: NativeFn) => NativeFn>>): () => void {
+  const table = N as unknown as Record<string, NativeFn>;
+  const saved: [string, NativeFn][] = [];
+  for (const [name, f] of Object.entries(make)) {
+    const original = table[name];
+    if (typeof original !== "function") continue;
+    saved.push([name, original]);
+    table[name] = f(original);
+  }
+  return () => {
+    for (const [name, original] of saved) table[name] = original;
+    saved.length = 0;
+  };
+}
+
 export { addressOf, cString, cstr, fail, lastError, loadInfo, nativeView } from "./native";

@@ -746,3 +746,74 @@ export function validateCommand(device: Device, append: (list: CommandList) => v
     list.reset();
   }
 }
+
+// ---- raw lists, read back (the tracer, src/trace) ------------------------------------------------
+
+/** One command of a list in bytes, as a timeline shows it. */
+export interface RawCommand {
+  op: CommandInfo["op"];
+  offset: number;
+  size: number;
+  /** Launches: the kernel's handle and geometry. */
+  kernel?: number;
+  grid?: [number, number, number];
+  block?: [number, number, number];
+  shared?: number;
+  /** Copies: bytes moved; memsets: bytes written. */
+  bytes?: number;
+}
+
+const rd64 = (v: DataView, at: number): number => v.getUint32(at, true) + v.getUint32(at + 4, true) * TWO32;
+
+/** @internal The commands of `len` list bytes in `view` (stops at a malformed header). */
+export function decodeRaw(view: DataView, len: number): RawCommand[] {
+  const out: RawCommand[] = [];
+  for (let off = 0; off + 8 <= len; ) {
+    const op = view.getUint32(off, true), size = view.getUint32(off + 4, true);
+    if (size < 8 || off + size > len) break;
+    const c: RawCommand = { op: OP_NAMES[op] ?? "unknown", offset: off, size };
+    if (op === CMD.LAUNCH && size >= CMD_BYTES.LAUNCH_HEADER) {
+      const g = off + LAUNCH_AT.grid, b = off + LAUNCH_AT.block;
+      c.kernel = rd64(view, off + LAUNCH_AT.kernel);
+      c.grid = [view.getUint32(g, true), view.getUint32(g + 4, true), view.getUint32(g + 8, true)];
+      c.block = [view.getUint32(b, true), view.getUint32(b + 4, true), view.getUint32(b + 8, true)];
+      c.shared = view.getUint32(off + LAUNCH_AT.shared, true);
+    } else if ((op === CMD.COPY || op === CMD.COPY_HTOD || op === CMD.COPY_DTOH) && size >= CMD_BYTES.COPY) {
+      c.bytes = rd64(view, off + bg_cmd_copy_rec.offset.bytes);
+    } else if (op === CMD.MEMSET && size >= CMD_BYTES.MEMSET) {
+      c.bytes = rd64(view, off + bg_cmd_memset_rec.offset.count) * view.getUint32(off + bg_cmd_memset_rec.offset.elem_size, true);
+    }
+    out.push(c);
+    off += size;
+  }
+  return out;
+}
+
+/**
+ * @internal The list `src` (whole commands `cmds`, from decodeRaw) with an event record of
+ * `events[i]` before command i and of `events[cmds.length]` after the last: one submit then
+ * stamps every command's start and end on the device. `at[i]` is command i's offset in the copy.
+ */
+export function withEventRecords(src: Uint8Array, cmds: readonly RawCommand[], events: readonly number[]): { bytes: Uint8Array; at: number[] } {
+  let len = CMD_BYTES.EVENT;
+  for (const c of cmds) len += c.size + CMD_BYTES.EVENT;
+  const bytes = new Uint8Array(len);
+  const u32 = new Uint32Array(bytes.buffer);
+  const at: number[] = [];
+  let off = 0;
+  const record = (ev: number) => {
+    const w = off >>> 2;
+    u32[w] = CMD.EVENT_RECORD;
+    u32[w + 1] = CMD_BYTES.EVENT;
+    put64(u32, w + 2, ev);
+    off += CMD_BYTES.EVENT;
+  };
+  cmds.forEach((c, i) => {
+    record(events[i]!);
+    at.push(off);
+    bytes.set(src.subarray(c.offset, c.offset + c.size), off);
+    off += c.size;
+  });
+  record(events[cmds.length]!);
+  return { bytes, at };
+}

@@ -69,6 +69,18 @@ let defaultDevice: Device | undefined;
 /** The stream sets of each open native device, shared by every Device object opened on it. */
 const sharedByHandle = new Map<number, { streams: DeviceState["streams"]; residentStreams: Set<number>; opened: number; states: Set<DeviceState> }>();
 
+/** @internal One state of each open native device (the tracer finds a stream's device here). */
+export function openDeviceStates(): DeviceState[] {
+  const out: DeviceState[] = [];
+  for (const shared of sharedByHandle.values())
+    for (const st of shared.states)
+      if (st.open) {
+        out.push(st);
+        break;
+      }
+  return out;
+}
+
 export class Device {
   readonly [DEVICE] = true;
   readonly state: DeviceState;

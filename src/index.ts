@@ -97,3 +97,6 @@ export {
   type RingRunMode,
   type HandlerSource,
 } from "./ring";
+/** Timelines of every stream's work (Chrome trace / Perfetto JSON): trace.start(), trace.stop(), BUNGPU_TRACE=file.json. */
+export * as trace from "./trace";
+export type { Trace, TraceEvent, TraceLane } from "./trace";

@@ -9,6 +9,7 @@ import type { CompileOptions } from "./compile/types";
 import { isDevice, noteCaptured, type DeviceRef as Device, type StreamRef as Stream } from "./device_state";
 import { invalid, disposed, options } from "./errors";
 import { track, untrack } from "./lifetime";
+import { kernelNames } from "./trace/names";
 
 export { compileStats } from "./compile/cache";
 export type { CompileOptions };
@@ -224,6 +225,7 @@ export class Kernel {
     this.name = name;
     this.signature = Object.freeze(signature);
     this.codes = sigCodes(signature);
+    kernelNames.set(handle, name); // timelines name launches by handle (src/trace)
   }
 
   get device(): Device {
