@@ -85,6 +85,20 @@ describe("GPT-2-style decoder", () => {
     }
   });
 
+  test("prompt() then step() by hand gives generate()'s logits; the cache is filled on the device", () => {
+    const prompt = [3, 17, 42, 5];
+    const ref = refGenerate(weights, CFG, prompt, 3);
+    const all = model.prompt(prompt);
+    expect(all.length).toBe(prompt.length * CFG.vocabSize);
+    const V = CFG.vocabSize;
+    let maxErr = 0;
+    const logits = [all.slice((prompt.length - 1) * V)];
+    logits.push(model.step(ref.tokens[0]!, prompt.length));
+    logits.push(model.step(ref.tokens[1]!, prompt.length + 1));
+    logits.forEach((l, k) => l.forEach((v, i) => (maxErr = Math.max(maxErr, Math.abs(v - ref.logits[k]![i]!)))));
+    expect(maxErr).toBeLessThan(TOL);
+  });
+
   test("the decode step is one prepared plan, reused across generations of any length", () => {
     expect(model.prepares).toBe(2);
     const [pp, dp] = [model.promptPlan, model.decodePlan];
@@ -107,6 +121,11 @@ describe("GPT-2-style decoder", () => {
     expectInvalid(() => model.generate([64], 2), Status.INVALID_VALUE, "outside");
     expectInvalid(() => model.generate([1], 0), Status.INVALID_VALUE, "n must");
     expectInvalid(() => model.generate([1, 2, 3], 15), Status.INVALID_VALUE, "exceed the context");
+    expectInvalid(() => model.prompt(new Array<number>(17).fill(1)), Status.INVALID_VALUE, "1 to 16 token ids");
+    model.prompt([1, 2]);
+    expectInvalid(() => model.step(1, 3), Status.INVALID_VALUE, "cache holds [0, 2)");
+    expectInvalid(() => model.step(1, 16), Status.INVALID_VALUE, "outside [1, 16)");
+    expectInvalid(() => model.step(-1, 2), Status.INVALID_VALUE, "outside [0, 64)");
   });
 
   test("a bad weights file is a GpuError", () => {
