@@ -267,7 +267,7 @@ export class GPT2 {
 
     const T = prompt.length;
     const t0 = performance.now();
-    let logits = this.prompt(prompt).slice((T - 1) * V, T * V);
+    let logits: Float32Array = this.prompt(prompt).slice((T - 1) * V, T * V);
     const promptMs = performance.now() - t0;
     const tokens = [argmax(logits)];
     const out = [logits];

@@ -92,7 +92,7 @@ describe("GPT-2-style decoder", () => {
     expect(all.length).toBe(prompt.length * CFG.vocabSize);
     const V = CFG.vocabSize;
     let maxErr = 0;
-    const logits = [all.slice((prompt.length - 1) * V)];
+    const logits: Float32Array[] = [all.slice((prompt.length - 1) * V)];
     logits.push(model.step(ref.tokens[0]!, prompt.length));
     logits.push(model.step(ref.tokens[1]!, prompt.length + 1));
     logits.forEach((l, k) => l.forEach((v, i) => (maxErr = Math.max(maxErr, Math.abs(v - ref.logits[k]![i]!)))));
