@@ -156,19 +156,33 @@ for (const P of quick ? [PROMPT] : [PROMPT, LONG]) {
 }
 if (agreement) console.log(agreement);
 
-// where a decode step's time goes, kernel by kernel (each timed by a pair of events: adds overhead)
-model.prompt(prompt);
-const reps = quick ? 5 : 20;
-const acc = new Map<string, number>();
-let kernels = 0;
-for (let r = 0; r < reps; r++) {
-  const prof = model.decodePlan.executeWithVarsProfiled({ P: PROMPT });
-  kernels = prof.length;
-  for (const k of prof) acc.set(k.entryPoint, (acc.get(k.entryPoint) ?? 0) + k.elapsedMs / reps);
+// where the time goes, kernel by kernel (each timed by a pair of events: adds overhead), grouped
+// by kernel (one per layer: ×nLayer), with the loop bounds the generated source declares
+function profile(what: string, run: () => import("../src/tensor").KernelProfile[]): void {
+  const reps = quick ? 5 : 20;
+  const acc = new Map<string, { ms: number; n: number; shape: string }>();
+  let kernels = 0;
+  for (let r = 0; r < reps; r++) {
+    const prof = run();
+    kernels = prof.length;
+    const seen = new Map<string, number>();
+    for (const k of prof) {
+      seen.set(k.entryPoint, (seen.get(k.entryPoint) ?? 0) + 1);
+      const shape = [...k.source.matchAll(/const int (D\d|R\d|ROWS|COLS) = (\d+);/g)].map((m) => `${m[1]} ${m[2]}`).join(", ");
+      const e = acc.get(k.entryPoint) ?? { ms: 0, n: 0, shape };
+      e.ms += k.elapsedMs / reps;
+      acc.set(k.entryPoint, e);
+    }
+    for (const [name, n] of seen) acc.get(name)!.n = n;
+  }
+  const total = [...acc.values()].reduce((a, b) => a + b.ms, 0);
+  console.log(`\n${what}, profiled: ${kernels} kernels (${acc.size} distinct), ${(total * 1e3).toFixed(0)} µs summed over kernels (mean of ${reps}); the slowest:`);
+  for (const [name, e] of [...acc].sort((a, b) => b[1].ms - a[1].ms).slice(0, 8))
+    console.log(`  ${(e.ms * 1e3).toFixed(1).padStart(7)} µs  ${name} ×${e.n}  (${e.shape})`);
 }
-const total = [...acc.values()].reduce((a, b) => a + b, 0);
-console.log(`\ndecode step at ${PROMPT}, profiled: ${kernels} kernels, ${(total * 1e3).toFixed(0)} µs summed over kernels (mean of ${reps}); the slowest:`);
-for (const [name, ms] of [...acc].sort((a, b) => b[1] - a[1]).slice(0, 8)) console.log(`  ${(ms * 1e3).toFixed(1).padStart(7)} µs  ${name}`);
+model.prompt(prompt);
+profile(`decode step at ${PROMPT}`, () => model.decodePlan.executeWithVarsProfiled({ P: PROMPT }));
+profile(`prompt of ${PROMPT} tokens`, () => model.promptPlan.executeWithVarsProfiled({ T: PROMPT }));
 
 model.dispose();
 await ort?.dispose();
