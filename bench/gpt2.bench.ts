@@ -14,7 +14,8 @@
 //     side costs.
 // Then the outputs' agreement (max |diff| of the logits over a greedy generation, same tokens?),
 // the ratios, and a per-kernel profile of the decode step (executeWithVarsProfiled).
-// Run: bun run bench/gpt2.bench.ts   (TENSOR_BENCH_QUICK=1 for a short run)
+// Run: bun run bench/gpt2.bench.ts   (TENSOR_BENCH_QUICK=1 for a short run; PYTHON=… names the
+//      interpreter, python3 by default)
 import { bench, do_not_optimize, group, run, summary } from "mitata";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -48,11 +49,16 @@ note(`bungpu: loaded and prepared both plans in ${(performance.now() - t0).toFix
 let ort: OrtGPT2 | null = null;
 let ortWhyNot = "";
 t0 = performance.now();
-const py = Bun.spawnSync(["python3", join(import.meta.dir, "onnx", "export_gpt2.py"), weightsPath, onnxPath], { stdout: "pipe", stderr: "pipe" });
-if (py.exitCode !== 0) {
-  const err = new TextDecoder().decode(py.stderr).trim().split("\n").pop() ?? "";
-  ortWhyNot = `bench/onnx/export_gpt2.py failed (python3 with numpy and onnx needed): ${err || `exit ${py.exitCode}`}`;
-} else {
+const python = process.env.PYTHON ?? "python3";
+let pyErr = "";
+try {
+  const py = Bun.spawnSync([python, join(import.meta.dir, "onnx", "export_gpt2.py"), weightsPath, onnxPath], { stdout: "pipe", stderr: "pipe" });
+  if (py.exitCode !== 0) pyErr = new TextDecoder().decode(py.stderr).trim().split("\n").pop() || `exit ${py.exitCode}`;
+} catch (e) {
+  pyErr = `cannot run ${python}: ${e instanceof Error ? e.message : String(e)}`;
+}
+if (pyErr) ortWhyNot = `bench/onnx/export_gpt2.py failed (python3 with numpy and onnx needed): ${pyErr}`;
+else {
   note(`export_gpt2.py: ONNX model written in ${(performance.now() - t0).toFixed(0)} ms`);
   try {
     ort = await OrtGPT2.create(onnxPath, CFG, threads);
