@@ -1,6 +1,6 @@
 // The GPT-2-style decoder of examples/gpt2.ts: a tiny random model written to safetensors, loaded,
 // and generating greedily; a plain float64 forward pass over the whole sequence at every step
-// (written here, independent of the Tensor API) must choose the same tokens with logits close to
+// (test/gpt2_reference.ts, independent of the Tensor API) must choose the same tokens with logits close to
 // bungpu's. The decode step is prepared once: generating compiles nothing. Bad files are GpuError.
 import { afterAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { GpuError, Status, compileStats } from "../src";
 import { Tensor, tensorCompileStats } from "../src/tensor";
 import { GPT2, writeRandomGPT2, type GPT2Config } from "../examples/gpt2";
+import { refGenerate } from "./gpt2_reference";
 
 const dir = mkdtempSync(join(tmpdir(), "bungpu-gpt2-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -16,79 +17,6 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const CFG: GPT2Config = { nLayer: 2, nEmbd: 32, nHead: 2, vocabSize: 64, nCtx: 16 };
 // float32 against float64 over two layers: logits (magnitude ~1-10) agree to this absolute bound.
 const TOL = 2e-3;
-
-// ---- float64 reference: the whole sequence, every step ------------------------------------------
-
-type W = Record<string, Float32Array>;
-
-function layerNorm(x: number[], g: Float32Array, b: Float32Array): number[] {
-  const n = x.length;
-  const mean = x.reduce((a, v) => a + v, 0) / n;
-  const vr = x.reduce((a, v) => a + (v - mean) ** 2, 0) / n;
-  const r = 1 / Math.sqrt(vr + 1e-5);
-  return x.map((v, i) => (v - mean) * r * g[i]! + b[i]!);
-}
-
-/** x[in] · W[in, out] + b (Conv1D layout). */
-function linear(x: number[], w: Float32Array, b: Float32Array): number[] {
-  const out = b.length, inn = x.length;
-  const y = Array.from(b, Number);
-  for (let i = 0; i < inn; i++) for (let j = 0; j < out; j++) y[j]! += x[i]! * w[i * out + j]!;
-  return y;
-}
-
-const gelu = (x: number) => 0.5 * x * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (x + 0.044715 * x ** 3)));
-
-/** The logits at the last position of `tokens`. */
-function refLogits(w: W, cfg: GPT2Config, tokens: number[]): number[] {
-  const { nEmbd: C, nHead: H, nLayer: L, vocabSize: V } = cfg;
-  const D = C / H;
-  const T = tokens.length;
-  let xs = tokens.map((t, p) => Array.from({ length: C }, (_, c) => w.wte![t * C + c]! + w.wpe![p * C + c]!));
-  for (let l = 0; l < L; l++) {
-    const g = (n: string) => w[`h.${l}.${n}`]!;
-    const qkv = xs.map((x) => linear(layerNorm(x, g("ln_1.weight"), g("ln_1.bias")), g("attn.c_attn.weight"), g("attn.c_attn.bias")));
-    const att = xs.map(() => new Array<number>(C).fill(0));
-    for (let h = 0; h < H; h++)
-      for (let i = 0; i < T; i++) {
-        const s: number[] = [];
-        for (let j = 0; j <= i; j++) {
-          let d = 0;
-          for (let e = 0; e < D; e++) d += qkv[i]![h * D + e]! * qkv[j]![C + h * D + e]!;
-          s.push(d / Math.sqrt(D));
-        }
-        const m = Math.max(...s);
-        const p = s.map((v) => Math.exp(v - m));
-        const z = p.reduce((a, v) => a + v, 0);
-        for (let j = 0; j <= i; j++) for (let e = 0; e < D; e++) att[i]![h * D + e]! += (p[j]! / z) * qkv[j]![2 * C + h * D + e]!;
-      }
-    xs = xs.map((x, i) => {
-      const proj = linear(att[i]!, g("attn.c_proj.weight"), g("attn.c_proj.bias"));
-      return x.map((v, c) => v + proj[c]!);
-    });
-    xs = xs.map((x) => {
-      const hdn = linear(layerNorm(x, g("ln_2.weight"), g("ln_2.bias")), g("mlp.c_fc.weight"), g("mlp.c_fc.bias")).map(gelu);
-      const o = linear(hdn, g("mlp.c_proj.weight"), g("mlp.c_proj.bias"));
-      return x.map((v, c) => v + o[c]!);
-    });
-  }
-  const hf = layerNorm(xs[T - 1]!, w["ln_f.weight"]!, w["ln_f.bias"]!);
-  return Array.from({ length: V }, (_, t) => hf.reduce((a, v, c) => a + v * w.wte![t * C + c]!, 0));
-}
-
-function refGenerate(w: W, cfg: GPT2Config, prompt: number[], n: number): { tokens: number[]; logits: number[][] } {
-  const seq = [...prompt];
-  const tokens: number[] = [], logits: number[][] = [];
-  for (let k = 0; k < n; k++) {
-    const l = refLogits(w, cfg, seq);
-    let best = 0;
-    for (let i = 1; i < l.length; i++) if (l[i]! > l[best]!) best = i;
-    tokens.push(best);
-    logits.push(l);
-    seq.push(best);
-  }
-  return { tokens, logits };
-}
 
 function expectInvalid(f: () => unknown, code: number, part: string): void {
   let err: unknown;
@@ -157,6 +85,20 @@ describe("GPT-2-style decoder", () => {
     }
   });
 
+  test("prompt() then step() by hand gives generate()'s logits; the cache is filled on the device", () => {
+    const prompt = [3, 17, 42, 5];
+    const ref = refGenerate(weights, CFG, prompt, 3);
+    const all = model.prompt(prompt);
+    expect(all.length).toBe(prompt.length * CFG.vocabSize);
+    const V = CFG.vocabSize;
+    let maxErr = 0;
+    const logits: Float32Array[] = [all.slice((prompt.length - 1) * V)];
+    logits.push(model.step(ref.tokens[0]!, prompt.length));
+    logits.push(model.step(ref.tokens[1]!, prompt.length + 1));
+    logits.forEach((l, k) => l.forEach((v, i) => (maxErr = Math.max(maxErr, Math.abs(v - ref.logits[k]![i]!)))));
+    expect(maxErr).toBeLessThan(TOL);
+  });
+
   test("the decode step is one prepared plan, reused across generations of any length", () => {
     expect(model.prepares).toBe(2);
     const [pp, dp] = [model.promptPlan, model.decodePlan];
@@ -179,6 +121,11 @@ describe("GPT-2-style decoder", () => {
     expectInvalid(() => model.generate([64], 2), Status.INVALID_VALUE, "outside");
     expectInvalid(() => model.generate([1], 0), Status.INVALID_VALUE, "n must");
     expectInvalid(() => model.generate([1, 2, 3], 15), Status.INVALID_VALUE, "exceed the context");
+    expectInvalid(() => model.prompt(new Array<number>(17).fill(1)), Status.INVALID_VALUE, "1 to 16 token ids");
+    model.prompt([1, 2]);
+    expectInvalid(() => model.step(1, 3), Status.INVALID_VALUE, "cache holds [0, 2)");
+    expectInvalid(() => model.step(1, 16), Status.INVALID_VALUE, "outside [1, 16)");
+    expectInvalid(() => model.step(-1, 2), Status.INVALID_VALUE, "outside [0, 64)");
   });
 
   test("a bad weights file is a GpuError", () => {
