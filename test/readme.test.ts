@@ -99,3 +99,27 @@ test("the ring kernel and tensor examples", async () => {
     expect(Math.abs(sum - 1)).toBeLessThan(1e-4); // each softmax row sums to 1
   }
 });
+
+test("the trace example writes a timeline with the plan's kernels", async () => {
+  const { mkdtempSync, readFileSync, rmSync } = await import("node:fs");
+  const { join } = await import("node:path");
+  const { tmpdir } = await import("node:os");
+  const { Tensor, trace } = await import("../src");
+  const dir = mkdtempSync(join(tmpdir(), "bungpu-readme-trace-"));
+  try {
+    const y = Tensor.randn([256, 256], { seed: 1 }).matmul(Tensor.randn([256, 256], { seed: 2 })).relu();
+    using plan = y.prepare();
+    trace.start();
+    plan.execute();                       // any work, on any streams
+    const t = trace.stop();               // waits (up to 2 s) for the traced work to finish
+    trace.write(join(dir, "run.json"), t); // README: "run.json"
+    const back = JSON.parse(readFileSync(join(dir, "run.json"), "utf8")) as { traceEvents: { ph: string; name: string; dur?: number }[] };
+    const spans = back.traceEvents.filter((e) => e.ph === "X");
+    expect(spans.length).toBeGreaterThan(0);
+    expect(spans.every((e) => typeof e.dur === "number" && e.dur >= 0)).toBe(true);
+    const names = spans.map((e) => e.name).join(" ");
+    for (const k of plan.preparedKernels()) expect(names).toContain(k.entryPoint);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
