@@ -599,7 +599,7 @@ function textGeneration(): boolean {
     const steps = [...g.stepMs].sort((a, b) => a - b);
     const median = steps[steps.length >> 1]!;
     console.log(`  load and prepare both plans ${loadMs.toFixed(0)} ms; prompt ${JSON.stringify(prompt)} → ${JSON.stringify(g.tokens)}`);
-    console.log(`  prompt ${g.promptMs.toFixed(3)} ms; decode ${median.toFixed(3)} ms/token (median of ${steps.length}, write token + execute + read logits and KV); recompiles while generating: ${recompiles}`);
+    console.log(`  prompt ${g.promptMs.toFixed(3)} ms; decode ${median.toFixed(3)} ms/token (median of ${steps.length}, write token + execute + read logits + cache copies on the device); recompiles while generating: ${recompiles}`);
     const ok = same && recompiles === 0;
     console.log(ok ? "PASS: text generation, the KV-cached decode matches recomputing the sequence, no recompiles" : "FAIL: text generation");
     return ok;
