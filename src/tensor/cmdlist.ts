@@ -1,12 +1,15 @@
 // A tensor plan's launches as one command list (../commands), built once and submitted in one
 // crossing per execution: with `wait`, the list's submit also waits for the stream in the same
-// call. A variable's new value rewrites each launch's grid, block and i32 arguments in place
-// (CommandList.patchLaunch); only a kernel gaining or losing all its work rebuilds the list.
+// call. A variable's new value rewrites the grid, block and i32 arguments in place
+// (CommandList.patchLaunch) of the launches whose kernel reads that variable (in its index space
+// or as an argument) and leaves the others alone; only a kernel gaining or losing all its work
+// rebuilds the list.
 import type { Buffer } from "../buffer";
 import { CommandList } from "../commands";
 import type { Device } from "../device";
 import type { Kernel } from "../kernel";
 import type { GeneratedKernel } from "./codegen";
+import type { KDim } from "./ir";
 
 /** A plan's launches as one command list, kept in step with the variable values. */
 export class PlanCommands {
@@ -21,11 +24,18 @@ export class PlanCommands {
   /** The kernels the list launches (those with work at its variable values), and those values. */
   #launched: number[] = [];
   #vals = "";
+  /** The variable values the list's launches were written with. */
+  #written = new Map<string, number>();
+  /** Per kernel: the variables its grid or its arguments depend on. */
+  readonly #uses: readonly (readonly string[])[];
 
-  constructor(device: Device, gens: readonly GeneratedKernel[], compiled: readonly Kernel[]) {
+  /** `argVars[i]`: the variables kernel i takes as i32 arguments. */
+  constructor(device: Device, gens: readonly GeneratedKernel[], compiled: readonly Kernel[], argVars: readonly (readonly string[])[]) {
     this.#device = device;
     this.#gens = gens;
     this.#compiled = compiled;
+    const named = (d: KDim): string[] => (typeof d === "number" ? [] : [d.var]);
+    this.#uses = gens.map((g, i) => [...new Set([...g.geometry.dims.flatMap(named), ...(argVars[i] ?? [])])]);
   }
 
   /** Forget the launches (the plan's buffers were reallocated): the next get() builds them again. */
@@ -51,9 +61,15 @@ export class PlanCommands {
     geo.forEach((g, i) => g.grid > 0 && kis.push(i));
     const prev = this.#launched;
     if (l && this.#built && kis.length === prev.length && kis.every((k, j) => k === prev[j])) {
-      // only the geometry and scalars change: a kernel's buffers are the plan's, fixed until drop()
-      kis.forEach((ki, j) => l.patchLaunch(call, this.#argsAt[j]!, this.#compiled[ki]!, { grid: geo[ki]!.grid, block: geo[ki]!.block, args: argsOf(ki) }));
+      // only the geometry and scalars change: a kernel's buffers are the plan's, fixed until drop();
+      // a launch none of whose variables changed keeps what it has
+      const old = this.#written;
+      kis.forEach((ki, j) => {
+        if (this.#uses[ki]!.every((v) => old.get(v) === vals.get(v))) return;
+        l.patchLaunch(call, this.#argsAt[j]!, this.#compiled[ki]!, { grid: geo[ki]!.grid, block: geo[ki]!.block, args: argsOf(ki) });
+      });
       this.#vals = valsKey;
+      this.#written = new Map(vals);
       return l;
     }
     const list = (this.#list ??= new CommandList(this.#device, {}, call));
@@ -72,6 +88,7 @@ export class PlanCommands {
     this.#argsAt = argsAt;
     this.#launched = kis;
     this.#vals = valsKey;
+    this.#written = new Map(vals);
     this.#built = true;
     return list;
   }

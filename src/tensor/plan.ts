@@ -105,7 +105,7 @@ export class ExecutionPlan {
     this.#kernels = p.kernels;
     this.#mem = p.mem;
     this.#arena = p.arena;
-    this.#list = new PlanCommands(this.#device, this.#gens, this.#compiled);
+    this.#list = new PlanCommands(this.#device, this.#gens, this.#compiled, this.#kernels.map((k) => k.vars));
   }
 
   #allocIntermediates(): void {
