@@ -505,7 +505,7 @@ function treeBody(ir: KernelIR, lang: Lang, wide: ReadonlySet<Expr> | null, tb: 
   const g = dialects[lang].gpu!;
   const red = ir.reduce!;
   const nr = red.dims.length;
-  const t = ctype(ir.reduce.body.dtype, lang);
+  const t = ctype(red.body.dtype, lang);
   const it = wide ? indexType(lang) : "int";
   const out: string[] = [g.shared(t, "bg_sh", tb)];
   // every thread of a block takes this branch alike: no thread leaves before a barrier alone
