@@ -126,7 +126,8 @@ describe("block-tree reductions on the CUDA driver simulator", () => {
         "NaN: sums and products propagate it, argmax and argmin give the first NaN's index, max gives NaN or the row's max",
         "int32: sum, max and min with INT_MIN and INT_MAX, wrapping prod, argmax with ties over [5, 4099]",
         "softmax and layerNorm over wide rows: [8, 3000] and [16, 1024]",
-        "a variable reduce extent (600 at most) bound to 600, 37, 1 and 0; variable rows in every exec mode",
+        "a variable reduce extent (600 at most) bound to 600, 37, 1 and 0 (empty: the identities), float32 and int32; variable rows in every exec mode",
+        "64-bit indices: a [4, N] broadcast summed over N, N at most 2^30 (4·2^30 elements) bound to 100003 and 256",
         "one thread per output kept: a [64, 64]·[64, 64] matmul and [4096, 32] row sums",
       ]);
       for (const c of cases) if (!c.ok) throw new Error(`${c.name}: ${c.why}`);
