@@ -429,7 +429,7 @@ const TREE_MIN_REDUCE = 256;
 const TREE_OUTPUTS_PER_REDUCE = 16;
 
 /** Threads per block of `ir`'s block-tree reduction on a GPU, or 0 for one thread per output. */
-export function gpuTree(ir: KernelIR, wide: boolean): number {
+function gpuTree(ir: KernelIR, wide: boolean): number {
   if (!ir.reduce || ir.reduce.dims.length === 0) return 0;
   let outs = 1, red = 1;
   for (const d of ir.dims) outs *= kdimMax(d);
