@@ -529,7 +529,7 @@ function treeBody(ir: KernelIR, lang: Lang, wide: ReadonlySet<Expr> | null, tb: 
     // carry the step into the indices, innermost first (r0 is never wrapped: bg_f ends the loop)
     const wrap = (i: number): string => {
       if (i === 0) return "";
-      return ` if (r${i} >= R${i}) { const ${it} bg_c = r${i} / R${i}; r${i} -= bg_c * R${i}; r${i - 1} += bg_c;${wrap(i - 1)} }`;
+      return ` if (r${i} >= R${i}) { const ${it} bg_c${i} = r${i} / R${i}; r${i} -= bg_c${i} * R${i}; r${i - 1} += bg_c${i};${wrap(i - 1)} }`;
     };
     step.push(`r${k} += ${tb};${wrap(k)}`);
   }
