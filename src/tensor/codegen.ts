@@ -422,8 +422,9 @@ const GPU_BLOCK = 256;
 // shared memory by halving, partial t with partial t + s for s = TREE_BLOCK/2, ..., 1: a fixed
 // order, so results do not vary from run to run. Thread 0 applies the epilogue and stores. Many
 // outputs over a short reduce (a matmul, a convolution) keep one thread per output, whose
-// neighbours read neighbouring addresses. 256 threads a block fit any kernel's registers on CUDA
-// (at most 255 each) and any Metal pipeline's threadgroup limit.
+// neighbours read neighbouring addresses. 256 threads a block, as GPU_BLOCK: on CUDA they fit the
+// register file at any kernel's register count (255 at most), and Metal launches check the
+// pipeline's threadgroup limit as for every kernel.
 const TREE_BLOCK = 256;
 const TREE_MIN_REDUCE = 256;
 const TREE_OUTPUTS_PER_REDUCE = 16;
