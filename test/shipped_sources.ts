@@ -135,6 +135,24 @@ function attentionModel(): Tensor[] {
   ];
 }
 
+/** Reductions long against their outputs, which GPUs run as block trees (one block per output). */
+function treeReduceModel(): Tensor[] {
+  const x = Tensor.rand([8, 3000], { seed: 21 });
+  const i = Tensor.rand([5, 4099], { seed: 22 }).mul(1000).cast("int32");
+  const N = new Variable("N", 0, 600).bind(600);
+  return [
+    Tensor.rand([2 ** 20 + 3], { seed: 23 }).sum(),
+    x.softmax(-1),
+    x.layerNorm(),
+    x.prod(1),
+    x.argmax(1),
+    i.max(1), i.min(1), i.sum(1), i.prod(1),
+    Tensor.rand([6, 40, 9, 30], { seed: 24 }).sum([1, 3]),
+    Tensor.rand([5, 7, 8, 9, 10], { seed: 25 }).max([0, 2, 4]),
+    Tensor.rand([6, 600], { seed: 26 }).shrink([null, [0, N]]).sum(1),
+  ];
+}
+
 /** One module per demo model, as ExecutionPlan.prepare builds it: prelude + every kernel body. */
 function tensorSources(lang: Lang): NamedSource[] {
   const models: [string, Tensor[]][] = [
@@ -148,6 +166,7 @@ function tensorSources(lang: Lang): NamedSource[] {
     ["reduction ops", reduceModel()],
     ["conv and pool ops", convModel()],
     ["attention and einsum", attentionModel()],
+    ["block tree reductions", treeReduceModel()],
   ];
   return models.map(([name, outs]) => {
     const gens = schedule(outs.map((o) => o.node)).kernels.map((k) => generate(k.ir, lang));

@@ -6,7 +6,10 @@
 export type DialectShape =
   /** CPU: the output is cut into tiles, one tile a "block" of the shim's thread pool. */
   | "tiles"
-  /** GPU: one thread per output element, the reduce loop in the thread. */
+  /**
+   * GPU: one thread per output element, the reduce loop in the thread; or, for a reduce long
+   * against its number of outputs, one block per output element (a shared-memory tree).
+   */
   | "threads";
 
 /** Names of the float math functions codegen calls (abs, pow, exp, log, sqrt, sin, cos, tanh, ...). */
@@ -63,6 +66,14 @@ export interface GpuDialect {
   head(name: string): string;
   /** The global thread id statement, 32-bit or 64-bit. */
   gid(wide: boolean): string;
+  /** Block-tree reductions: the statement declaring `gid` as the block's index, 32-bit or 64-bit. */
+  blockGid(wide: boolean): string;
+  /** The statement declaring the int `bg_t`, the thread's index in its block. */
+  readonly lane: string;
+  /** The declaration of an `n`-element array of `t` shared by the block's threads. */
+  shared(t: string, name: string, n: number): string;
+  /** A barrier of the block's threads that orders their shared-memory reads and writes. */
+  readonly barrier: string;
 }
 
 const C_MATH: MathNames = {
@@ -121,6 +132,10 @@ export const cudaDialect = {
     paramSep: ", ",
     head: (name) => `extern "C" __global__ void ${name}`,
     gid: (wide) => (wide ? "const long long gid = (long long)blockIdx.x * blockDim.x + threadIdx.x;" : "const int gid = (int)(blockIdx.x * blockDim.x + threadIdx.x);"),
+    blockGid: (wide) => (wide ? "const long long gid = (long long)blockIdx.x;" : "const int gid = (int)blockIdx.x;"),
+    lane: "const int bg_t = (int)threadIdx.x;",
+    shared: (t, name, n) => `__shared__ ${t} ${name}[${n}];`,
+    barrier: "__syncthreads();",
   },
 } as const satisfies Dialect;
 
@@ -148,6 +163,10 @@ export const metalDialect = {
     paramSep: ",\n    ",
     head: (name) => `kernel void ${name}`,
     gid: (wide) => (wide ? "const long gid = (long)bg_tgid.x * bg_tpg.x + bg_tid.x;" : "const int gid = (int)(bg_tgid.x * bg_tpg.x + bg_tid.x);"),
+    blockGid: (wide) => (wide ? "const long gid = (long)bg_tgid.x;" : "const int gid = (int)bg_tgid.x;"),
+    lane: "const int bg_t = (int)bg_tid.x;",
+    shared: (t, name, n) => `threadgroup ${t} ${name}[${n}];`,
+    barrier: "threadgroup_barrier(mem_flags::mem_threadgroup);",
   },
 } as const satisfies Dialect;
 

@@ -8,7 +8,9 @@
 //   Reduce tiles keep a TR×TC block of accumulators (6×16 when the output is wide: the shape
 //   of a register-blocked matmul micro-kernel) or, when the output is narrow, 8 accumulator
 //   lanes split over the innermost reduce axis, and run the reduce loop around them.
-// GPU (CUDA, Metal): one thread per output element, the reduce loop in the thread.
+// GPU (CUDA, Metal): one thread per output element, the reduce loop in the thread; a reduce that
+//   is long against its number of outputs (a full sum, a softmax's or a layer norm's rows) gets a
+//   block per output instead, its threads splitting the reduce and combining in shared memory.
 //
 // One file for a reason, though over 600 lines: the three dialects share every emitter here and
 // differ only through the dialect record (src/backends/dialect.ts); splitting by backend would
@@ -43,6 +45,8 @@ export interface LaunchGeometry {
   readonly TR: number;
   readonly TC: number;
   readonly L: number;
+  /** GPUs: threads per block of a block-tree reduction (one block per output); absent or 0: one thread per output. */
+  readonly tree?: number;
 }
 
 /** The launch function of a kernel with geometry `g` (generate() uses it; so does the plan cache). */
@@ -59,6 +63,12 @@ export function launcher(g: LaunchGeometry): (vals: ReadonlyMap<string, number>)
       return { grid, block: 1, elements };
     };
   }
+  const tree = g.tree ?? 0;
+  if (tree > 0)
+    return (vals) => {
+      const elements = elementsOf(dims, vals);
+      return { grid: elements, block: tree, elements };
+    };
   return (vals) => {
     const elements = elementsOf(dims, vals);
     return { grid: Math.ceil(elements / GPU_BLOCK), block: GPU_BLOCK, elements };
@@ -405,18 +415,49 @@ function elementsOf(dims: readonly KDim[], vals: ReadonlyMap<string, number>): n
 
 const GPU_BLOCK = 256;
 
-function gpuBody(ir: KernelIR, lang: Lang, wide: ReadonlySet<Expr> | null): string[] {
-  const out: string[] = [];
+// Block-tree reductions: a reduce of at least TREE_MIN_REDUCE elements with at most
+// TREE_OUTPUTS_PER_REDUCE outputs per reduce element (at the dims' maxima) runs one block of
+// TREE_BLOCK threads per output: thread t accumulates reduce elements t, t + TREE_BLOCK, ... (a
+// float32 sum blocked as SUM_BLOCK says, per thread), then the block combines its partials in
+// shared memory by halving, partial t with partial t + s for s = TREE_BLOCK/2, ..., 1: a fixed
+// order, so results do not vary from run to run. Thread 0 applies the epilogue and stores. Many
+// outputs over a short reduce (a matmul, a convolution) keep one thread per output, whose
+// neighbours read neighbouring addresses. 256 threads a block, as GPU_BLOCK: on CUDA they fit the
+// register file at any kernel's register count (255 at most), and Metal launches check the
+// pipeline's threadgroup limit as for every kernel.
+const TREE_BLOCK = 256;
+const TREE_MIN_REDUCE = 256;
+const TREE_OUTPUTS_PER_REDUCE = 16;
+
+/** Threads per block of `ir`'s block-tree reduction on a GPU, or 0 for one thread per output. */
+function gpuTree(ir: KernelIR, wide: boolean): number {
+  if (!ir.reduce || ir.reduce.dims.length === 0) return 0;
+  let outs = 1, red = 1;
+  for (const d of ir.dims) outs *= kdimMax(d);
+  for (const d of ir.reduce.dims) red *= kdimMax(d);
+  if (red < TREE_MIN_REDUCE || outs > red * TREE_OUTPUTS_PER_REDUCE) return 0;
+  // the grid is one block per output; a 32-bit reduce counter steps TREE_BLOCK past its last index
+  if (outs > INT32_MAX || (!wide && red > INT32_MAX - TREE_BLOCK)) return 0;
+  return TREE_BLOCK;
+}
+
+/** The output dims D<i>, their product `total`, the bounds check and the output index g<i> of `gid`. */
+function gpuOutputIndex(ir: KernelIR, it: string, out: string[], check: string): void {
   const nd = ir.dims.length;
-  const it = wide ? indexType(lang) : "int";
   ir.dims.forEach((d, i) => out.push(`const ${it} D${i} = ${dimExpr(d)};`));
   out.push(`const ${it} total = ${nd ? ir.dims.map((_, i) => `D${i}`).join(" * ") : "1"};`);
-  out.push(`if (gid >= total) return;`);
+  out.push(check);
   out.push(`${it} rem = gid;`);
   for (let i = nd - 1; i >= 0; i--) {
     if (i === 0) out.push(`const ${it} g0 = rem;`);
     else out.push(`const ${it} g${i} = rem % D${i}; rem /= D${i};`);
   }
+}
+
+function gpuBody(ir: KernelIR, lang: Lang, wide: ReadonlySet<Expr> | null): string[] {
+  const out: string[] = [];
+  const it = wide ? indexType(lang) : "int";
+  gpuOutputIndex(ir, it, out, `if (gid >= total) return;`);
   const known = new Map<Expr, string>();
   const names: Names = { gidx: (i) => `g${i}`, ridx: (i) => `r${i}`, acc: "acc" };
   const w = wide ?? NO_WIDE;
@@ -455,8 +496,89 @@ function gpuBody(ir: KernelIR, lang: Lang, wide: ReadonlySet<Expr> | null): stri
   return out;
 }
 
-/** A one-thread-per-element kernel in `lang` (a dialect with a GPU declaration). */
-function genGpu(ir: KernelIR, lang: Lang): string {
+/**
+ * The body of a block-tree reduction of `tb` threads a block (gpuTree): `gid` is the block's
+ * output, `bg_t` the thread. The reduce dims are walked as one flat range bg_f = bg_t, bg_t + tb,
+ * ...; with several dims, the indices r<i> are decoded once and then carried along as bg_f
+ * steps (a division only where an index wraps).
+ */
+function treeBody(ir: KernelIR, lang: Lang, wide: ReadonlySet<Expr> | null, tb: number): string[] {
+  const g = dialects[lang].gpu!;
+  const red = ir.reduce!;
+  const nr = red.dims.length;
+  const t = ctype(red.body.dtype, lang);
+  const it = wide ? indexType(lang) : "int";
+  const out: string[] = [g.shared(t, "bg_sh", tb)];
+  // every thread of a block takes this branch alike: no thread leaves before a barrier alone
+  gpuOutputIndex(ir, it, out, `if (gid >= total) return; /* the whole block (grids are sized for the variables' maxima) */`);
+  red.dims.forEach((d, i) => out.push(`const ${it} R${i} = ${dimExpr(d)};`));
+  out.push(`const ${it} bg_R = ${red.dims.map((_, i) => `R${i}`).join(" * ")};`);
+  const known = new Map<Expr, string>();
+  const names: Names = { gidx: (i) => `g${i}`, ridx: (i) => (nr === 1 ? "bg_f" : `r${i}`), acc: "acc" };
+  const w = wide ?? NO_WIDE;
+  const pre = new Emitter(lang, names, known, "p", w);
+  hoist(pre, [red.body], new Set(["ridx", "acc"]));
+  out.push(...pre.lines);
+  out.push(`${t} acc = ${reduceInit(ir, lang)};`);
+  const blocked = blockedSum(ir);
+  if (blocked) out.push(`${t} bg_tot = 0.0f;`);
+  const inner = new Emitter(lang, names, new Map(known), "t", w);
+  const v = inner.ref(red.body);
+  const step = [...inner.lines, `acc = ${combine(ir, "acc", v)};`];
+  const k = nr - 1;
+  if (nr > 1) {
+    // carry the step into the indices, innermost first (r0 is never wrapped: bg_f ends the loop)
+    const wrap = (i: number): string => {
+      if (i === 0) return "";
+      return ` if (r${i} >= R${i}) { const ${it} bg_c${i} = r${i} / R${i}; r${i} -= bg_c${i} * R${i}; r${i - 1} += bg_c${i};${wrap(i - 1)} }`;
+    };
+    step.push(`r${k} += ${tb};${wrap(k)}`);
+  }
+  out.push(`if (bg_t < bg_R) {`);
+  if (nr > 1) {
+    out.push(`  ${it} ${red.dims.map((_, i) => `r${i}`).join(", ")};`);
+    const dec = [`${it} bg_q = bg_t;`];
+    for (let i = k; i >= 1; i--) dec.push(`r${i} = bg_q % R${i}; bg_q /= R${i};`);
+    dec.push(`r0 = bg_q;`);
+    out.push(`  { ${dec.join(" ")} }`);
+  }
+  out.push(`  ${it} bg_f = bg_t;`);
+  if (blocked) {
+    // runs of at most SUM_BLOCK of this thread's elements, each flushed into the total
+    const cap = SUM_BLOCK * tb;
+    out.push(`  while (bg_f < bg_R) {`);
+    out.push(`    const ${it} bg_re = bg_R - bg_f > ${cap} ? bg_f + ${cap} : bg_R;`);
+    out.push(`    for (; bg_f < bg_re; bg_f += ${tb}) {`);
+    out.push(...step.map((l) => `      ${l}`));
+    out.push(`    }`);
+    out.push(`    bg_tot += acc; acc = 0.0f;`);
+    out.push(`  }`);
+  } else {
+    out.push(`  for (; bg_f < bg_R; bg_f += ${tb}) {`);
+    out.push(...step.map((l) => `    ${l}`));
+    out.push(`  }`);
+  }
+  out.push(`}`);
+  if (blocked) out.push(`acc += bg_tot;`);
+  // the tree: at step s, threads t < s combine partial t + s into their own (reads [s, 2s), writes [0, s))
+  out.push(`bg_sh[bg_t] = acc;`);
+  out.push(g.barrier);
+  for (let s = tb >> 1; s >= 1; s >>= 1) {
+    const last = s === 1;
+    out.push(`if (bg_t < ${s}) { const ${t} bg_o = bg_sh[bg_t + ${s}]; acc = ${combine(ir, "acc", "bg_o")};${last ? "" : " bg_sh[bg_t] = acc;"} }`);
+    if (!last) out.push(g.barrier);
+  }
+  out.push(`if (bg_t != 0) return;`);
+  const post = new Emitter(lang, names, known, "e", w);
+  const val = post.ref(ir.value);
+  const st = post.ref(ir.store);
+  out.push(...post.lines);
+  out.push(`b0[${st}] = ${val};`);
+  return out;
+}
+
+/** A GPU kernel in `lang` (a dialect with a GPU declaration): one thread per element, or a block-tree reduction. */
+function genGpu(ir: KernelIR, lang: Lang): { body: string; tree: number } {
   const g = dialects[lang].gpu!;
   const params = [
     ...ir.bufs.map((b, i) => g.buffer(i, ctype(b.dtype, lang), i === 0)),
@@ -464,8 +586,10 @@ function genGpu(ir: KernelIR, lang: Lang): string {
     ...g.builtins,
   ];
   const wide = wideIndexNodes(ir, lang);
-  const body = gpuBody(ir, lang, wide);
-  return `${g.head(ir.name)}(${params.join(g.paramSep)}) {\n  ${g.gid(wide !== null)}\n${body.map((l) => `  ${l}`).join("\n")}\n}\n`;
+  const tree = gpuTree(ir, wide !== null);
+  const head = tree ? [g.blockGid(wide !== null), g.lane] : [g.gid(wide !== null)];
+  const body = [...head, ...(tree ? treeBody(ir, lang, wide, tree) : gpuBody(ir, lang, wide))];
+  return { body: `${g.head(ir.name)}(${params.join(g.paramSep)}) {\n${body.map((l) => `  ${l}`).join("\n")}\n}\n`, tree };
 }
 
 // ---- CPU ------------------------------------------------------------------------------------------
@@ -934,7 +1058,7 @@ export function generate(ir: KernelIR, lang: Lang): GeneratedKernel {
     const geometry: LaunchGeometry = { lang, dims: ir.dims, reduce: ir.reduce !== null, TR: tiles.TR, TC: tiles.TC, L: tiles.L };
     return { lang, name: ir.name, source: prelude(lang) + body, body, signature, geometry, launch: launcher(geometry) };
   }
-  const body = genGpu(ir, lang);
-  const geometry: LaunchGeometry = { lang, dims: ir.dims, reduce: ir.reduce !== null, TR: 1, TC: 1, L: 1 };
+  const { body, tree } = genGpu(ir, lang);
+  const geometry: LaunchGeometry = { lang, dims: ir.dims, reduce: ir.reduce !== null, TR: 1, TC: 1, L: 1, tree };
   return { lang, name: ir.name, source: prelude(lang) + body, body, signature, geometry, launch: launcher(geometry) };
 }
