@@ -158,7 +158,14 @@ const Float16Ctor = (globalThis as unknown as { Float16Array?: F16Ctor }).Float1
  * Uint16Array of the bits · bfloat16 Uint16Array of the bits · int8 Int8Array · uint8 Uint8Array ·
  * bool Uint8Array of 0 / 1 · int64 BigInt64Array.
  */
-export type HostArray = Float32Array | Int32Array | Uint16Array | Int8Array | Uint8Array | BigInt64Array | (ArrayLike<number> & { readonly buffer: ArrayBufferLike; readonly byteLength: number; readonly BYTES_PER_ELEMENT: number });
+export type HostArray = Float32Array | Int32Array | Float16Array | Uint16Array | Int8Array | Uint8Array | BigInt64Array;
+
+/**
+ * How reads (Tensor.toArray, ExecutionPlan.readOutput / run) are typed by default: the float32 and
+ * int32 arrays, the common case. The array really returned is the dtype's HostArray; a caller
+ * reading another dtype names it (`t.toArray<BigInt64Array>()`) or narrows with instanceof.
+ */
+export type DefaultHostArray = Float32Array | Int32Array;
 
 /** The name of the typed array class of `d` (for messages and docs). */
 export function hostArrayName(d: DType): string {

@@ -3,7 +3,7 @@
 // operation (Math.fround; float16 / bfloat16 rounded to their dtype after it), integer wrap-around,
 // the same helpers as the generated code. Buffers are the dtypes' host arrays (dtype.ts).
 import type { LazyNode } from "./ast";
-import { hostArray, hostGet, hostSet, isFloat, type HostArray } from "./dtype";
+import { hostArray, hostGet, hostSet, isFloat, type DefaultHostArray, type HostArray } from "./dtype";
 import { evalAlu, kdimValue, randNormal, randUniform, type Expr, type KernelIR } from "./ir";
 import type { Scheduled } from "./scheduler";
 import { maxNumel } from "./view";
@@ -83,8 +83,11 @@ export function interpretKernel(ir: KernelIR, bufs: readonly Arr[], vals: Readon
   }
 }
 
-/** Run a whole schedule in the interpreter: returns the realized arrays by node (max layout). */
-export function interpretSchedule(s: Scheduled, vals: ReadonlyMap<string, number>): Map<LazyNode, Arr> {
+/**
+ * Run a whole schedule in the interpreter: returns the realized arrays by node (max layout), each
+ * its dtype's host array, typed as the float32 / int32 arrays (as Tensor.toArray is).
+ */
+export function interpretSchedule(s: Scheduled, vals: ReadonlyMap<string, number>): Map<LazyNode, DefaultHostArray> {
   const arrays = new Map<LazyNode, Arr>();
   for (const n of s.inputs) {
     const a = n.arg as { data: Arr };
@@ -96,5 +99,5 @@ export function interpretSchedule(s: Scheduled, vals: ReadonlyMap<string, number
     arrays.set(k.target, out);
     interpretKernel(k.ir, [out, ...k.inputs.map((i) => arrays.get(i)!)], vals);
   }
-  return arrays;
+  return arrays as Map<LazyNode, DefaultHostArray>;
 }

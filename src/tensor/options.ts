@@ -4,7 +4,7 @@ import type { Device } from "../device";
 import { describeValue, invalid, options } from "../errors";
 import { ExecMode } from "../schedule";
 import type { Stream } from "../stream";
-import { hostArrayName, hostCopy, isHostArrayOf, type HostArray } from "./dtype";
+import { hostArrayName, hostCopy, isHostArrayOf, type DefaultHostArray, type HostArray } from "./dtype";
 import type { PlanBuffer } from "./memory";
 import type { PreparedKernel } from "./prepare";
 import type { ScheduleOptions } from "./scheduler";
@@ -58,8 +58,11 @@ export type PreparedOp =
  * Uint16Array bfloat16 bits, Int8Array, Uint8Array, Uint8Array 0/1 for bool, BigInt64Array).
  */
 export type RunInput = HostArray;
-/** What ExecutionPlan.run gives back for one output: a fresh array of the output's dtype the caller owns. */
-export type RunOutput = HostArray;
+/**
+ * What ExecutionPlan.run gives back for one output: a fresh array of the output's dtype the caller
+ * owns (its HostArray), typed as the float32 / int32 arrays (dtype.ts DefaultHostArray).
+ */
+export type RunOutput = DefaultHostArray;
 
 export interface PlanRunOptions {
   /** Variable values for this run (unlisted variables take their prepare-time values). */

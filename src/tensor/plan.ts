@@ -4,7 +4,7 @@
 // owns its buffers: inputs (uploaded at prepare; overwrite them through bufferMutById), outputs,
 // and intermediates placed in one arena by a memory planner (memory.ts) so that intermediates
 // whose lifetimes do not overlap share memory.
-import { hostArrayName, hostCopy, type HostArray } from "./dtype";
+import { hostArrayName, hostCopy, type DefaultHostArray, type HostArray } from "./dtype";
 import { Device } from "../device";
 import { describeValue, disposed, illegalState, invalid, options } from "../errors";
 import type { Kernel } from "../kernel";
@@ -487,7 +487,8 @@ export class ExecutionPlan {
       exec.run();
       done = exec.done();
     }
-    const outs = await this.#inFlight(call, done.then(() => this.#outputNames.map((_, i) => this.#readOutputNow(i))));
+    // typed as RunOutput (the float32 / int32 arrays); each is its output dtype's host array
+    const outs = await this.#inFlight(call, done.then(() => this.#outputNames.map((_, i) => this.#readOutputNow(i) as RunOutput)));
     if (!byName) return outs;
     const rec: Record<string, RunOutput> = {};
     this.#outputNames.forEach((n, i) => (rec[n] = outs[i]!));
@@ -547,6 +548,8 @@ export class ExecutionPlan {
   }
 
   /** Read output `position` in its actual shape (the buffer holds the max layout). */
+  readOutput(position?: number): DefaultHostArray;
+  readOutput<T extends HostArray>(position?: number): T;
   readOutput(position = 0): HostArray {
     this.#live("ExecutionPlan.readOutput");
     this.#index("ExecutionPlan.readOutput", "position", position);

@@ -11,7 +11,7 @@ import { Device } from "../device";
 import { describeValue, finiteNumber, invalid, options } from "../errors";
 import { LazyNode, inputNames, type BinaryOp, type DType, type ReduceOp, type UnaryOp } from "./ast";
 import { seedMix } from "./ir";
-import { DTYPES, ITEMSIZE, hostGet as hostToNumber, dtypeOfArray, hostArrayName, hostCopy, hostFromNumbers, isDType, isFloat, isHalf, isHostArrayOf, promoteScalar, promoteTypes, roundTo, type HostArray } from "./dtype";
+import { DTYPES, ITEMSIZE, hostGet as hostToNumber, dtypeOfArray, hostArrayName, hostCopy, hostFromNumbers, isDType, isFloat, isHalf, isHostArrayOf, promoteScalar, promoteTypes, roundTo, type DefaultHostArray, type HostArray } from "./dtype";
 import { Variable, type Dim, dimMax, dimValue, shapeStr } from "./variable";
 import { ShapeTracker, checkShapeDims, maxStrides } from "./view";
 import { ExecutionPlan, type PrepareOptions } from "./plan";
@@ -347,14 +347,21 @@ export class Tensor {
     return new ExecutionPlan(tensors, prepareOpts(call, opts));
   }
 
-  /** Realize and read this tensor (variables at their bound values), in its actual shape. */
+  /**
+   * Realize and read this tensor (variables at their bound values), in its actual shape: a fresh
+   * array of the dtype's HostArray (Float32Array, Int32Array, Float16Array or Uint16Array bits,
+   * Uint16Array bfloat16 bits, Int8Array, Uint8Array, Uint8Array 0/1 for bool, BigInt64Array),
+   * typed as T (default: the float32 / int32 arrays).
+   */
+  toArray(opts?: PrepareOptions): DefaultHostArray;
+  toArray<T extends HostArray>(opts?: PrepareOptions): T;
   toArray(opts: PrepareOptions = {}): HostArray {
     opts = prepareOpts("Tensor.toArray", opts);
     if (this.#cache && !varsOf(this.shape).length && !opts.device) return hostCopy(this.#cache);
     const plan = this.prepare(opts);
     try {
       plan.execute();
-      const out = plan.readOutput(0);
+      const out = plan.readOutput<HostArray>(0);
       if (!varsOf(this.shape).length && !opts.device) this.#cache = hostCopy(out);
       return out;
     } finally {
@@ -364,7 +371,7 @@ export class Tensor {
 
   /** toArray as a plain number[] (float16 / bfloat16 decoded, int64 through Number). */
   toList(): number[] {
-    const a = this.toArray();
+    const a = this.toArray<HostArray>();
     return Array.from({ length: a.length }, (_, i) => hostGetNum(this.dtype, a, i));
   }
 
@@ -1052,7 +1059,7 @@ export class Tensor {
     if (this.dtype !== "int32") invalid(call, `needs an int32 tensor, got ${this.dtype}`);
     if (numClasses === -1) {
       if (!this.numel) invalid(call, "cannot infer the class count of an empty tensor; give numClasses");
-      numClasses = (this.max().toArray()[0]! | 0) + 1;
+      numClasses = (Number(this.max().toArray<HostArray>()[0]!) | 0) + 1;
     }
     if (!Number.isSafeInteger(numClasses) || numClasses < 0) invalid(call, `numClasses must be a non-negative integer or -1, got ${describeValue(numClasses)}`);
     return this.unsqueeze(-1).cmpeq(Tensor.arange(numClasses, undefined, 1, { dtype: "int32" }));
