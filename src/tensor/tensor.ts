@@ -1062,7 +1062,7 @@ export class Tensor {
       numClasses = (Number(this.max().toArray<HostArray>()[0]!) | 0) + 1;
     }
     if (!Number.isSafeInteger(numClasses) || numClasses < 0) invalid(call, `numClasses must be a non-negative integer or -1, got ${describeValue(numClasses)}`);
-    return this.unsqueeze(-1).cmpeq(Tensor.arange(numClasses, undefined, 1, { dtype: "int32" }));
+    return this.unsqueeze(-1).cmpeq(Tensor.arange(numClasses, undefined, 1, { dtype: "int32" })).cast("int32");
   }
 
   /** `value` where `mask` is non-zero, else this (broadcast). */
