@@ -40,6 +40,7 @@ describe("MSL syntax check", () => {
         "reduction ops",
         "conv and pool ops",
         "attention and einsum",
+        "dtypes",
       ]);
       for (const s of sources) {
         expect(s.kernels.length).toBeGreaterThan(0);
