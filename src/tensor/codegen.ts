@@ -130,7 +130,12 @@ function intLit(v: number): string {
 function exprConst(e: Expr, lang: Lang): string {
   const v = constVal(e);
   if (isFloat(e.dtype)) return floatLit(v, lang);
-  if (e.dtype === "int64") return `((${dialects[lang].int64})${v < 0 ? `(${v})` : v})`;
+  if (e.dtype === "int64") {
+    // exact digits (a JS number past 2^53 prints rounded), the minimum as an expression
+    const b = BigInt.asIntN(64, BigInt(v));
+    const lit = b === -(2n ** 63n) ? "(-9223372036854775807LL-1)" : b < 0n ? `(${b}LL)` : `${b}LL`;
+    return `((${dialects[lang].int64})${lit})`;
+  }
   return intLit(v);
 }
 

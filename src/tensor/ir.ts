@@ -269,7 +269,7 @@ export class ExprBuilder {
   }
 
   c(value: number, dtype: DType = "int32"): Expr {
-    const v = isFloat(dtype) ? roundTo(dtype, value) : dtype === "int64" ? (Number.isFinite(value) ? Math.trunc(value) : 0) : roundTo(dtype, Math.trunc(value));
+    const v = isFloat(dtype) ? roundTo(dtype, value) : dtype === "int64" ? (Number.isFinite(value) ? Number(BigInt.asIntN(64, BigInt(Math.trunc(value)))) : 0) : roundTo(dtype, Math.trunc(value));
     return this.#make("const", dtype, [], Object.is(v, -0) ? "-0" : v);
   }
   gidx(axis: number): Expr {
