@@ -267,6 +267,34 @@ describe("reductions", () => {
   });
 });
 
+describe("the interpreter and the plan cache", () => {
+  test("the interpreter of the lowered IR gives the device's bits for a program in every dtype", () => {
+    const x = Tensor.from(values("float32", 24, 40), [4, 6]);
+    const outs = [
+      x.half().mul(x.half()).add(1), x.bfloat16().sub(0.3).mul(x.bfloat16()), x.cast("int8").mul(9), x.abs().mul(30).cast("uint8").sub(100),
+      x.cmpgt(0).where(x.half(), x.bfloat16()), x.long().mul(2 ** 35).add(x.cast("int32")), x.half().sum(1), x.cast("int8").sum(0), x.bool().any(1),
+      x.half().bitcast("bfloat16"), x.cast("int8").bitcast("uint8").max(1),
+    ];
+    for (const fusion of [true, false]) {
+      const sched = schedule(outs.map((t) => t.node), { fusion });
+      const arrays = interpretSchedule(sched, new Map());
+      const dev = runNum(outs, { fusion });
+      outs.forEach((t, i) => same(dev[i]!, hostToNumbers(t.dtype, arrays.get(t.node)! as unknown as HostArray), `interpreted ${i} (${t.dtype}, fusion ${fusion})`));
+    }
+  });
+
+  test("programs that differ only in dtype get their own kernels and cached plans", () => {
+    const run1 = (d: DType) => runNum([Tensor.from([0.1, 1000.7, -3.3]).cast(d).add(1)], { planCache: true })[0]!;
+    const h = run1("float16"), b = run1("bfloat16"), i = run1("int8"), h2 = run1("float16");
+    same(h, [0.1, 1000.7, -3.3].map((v) => refCast("float16", refCast("float16", Math.fround(v)) + 1)), "float16");
+    same(b, [0.1, 1000.7, -3.3].map((v) => refCast("bfloat16", refCast("bfloat16", Math.fround(v)) + 1)), "bfloat16");
+    same(i, [0.1, 1000.7, -3.3].map((v) => refCast("int8", refCast("int8", v) + 1)), "int8");
+    same(h2, h, "float16 again (from the cache)");
+    const name = (d: DType) => schedule([Tensor.from([1, 2]).cast(d).add(1).node]).kernels.map((k) => k.ir.name).join();
+    expect(new Set(ALL.map(name)).size).toBe(ALL.length);
+  });
+});
+
 describe("casts and bitcasts", () => {
   test("float32 → float16 rounds to nearest even as the runtime's Float16Array does; inf, NaN, subnormals", () => {
     const xs = [1 + 2 ** -11, 1 + 3 * 2 ** -11, 65504, 65519, 65520, -65520, 2 ** -24, 2 ** -25, 3 * 2 ** -26, 2 ** -14 - 2 ** -25, -0, Infinity, -Infinity, NaN, 0.1, -3.14159, 1e-8, 6e4];
