@@ -487,6 +487,13 @@ describe("host typed arrays", () => {
     same(got[2]!, [2], "argmax");
     same(got[3]!, [0, 1, 1, 0], "oneHot");
     same(got[4]!, [0, 1, 0, 1], "bool → int32");
+    // topk keeps an integer dtype (its fill is the dtype's own extreme)
+    const i8 = tensorOf("int8", [5, -100, 7, 3], [4]);
+    const [hi, lo] = [i8.topk(2)[0]!, i8.topk(2, -1, false)[0]!];
+    expect([hi.dtype, lo.dtype]).toEqual(["int8", "int8"]);
+    const [h, l] = runNum([hi, lo]);
+    same(h!, [7, 5], "int8 top 2");
+    same(l!, [-100, 3], "int8 bottom 2");
   });
 });
 

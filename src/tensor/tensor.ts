@@ -62,7 +62,8 @@ function constValue(dt: DType, value: number): number {
   return dt === "int64" ? Math.trunc(value) : roundTo(dt, Math.trunc(value));
 }
 
-const INT_RANGE: Partial<Record<DType, readonly [number, number]>> = { int8: [-128, 127], uint8: [0, 255], int32: [-(2 ** 31), 2 ** 31 - 1], int64: [-(2 ** 63), 2 ** 63] };
+// each integer dtype's range (int64's top: the largest double below 2^63)
+const INT_RANGE: Partial<Record<DType, readonly [number, number]>> = { bool: [0, 1], int8: [-128, 127], uint8: [0, 255], int32: [-(2 ** 31), 2 ** 31 - 1], int64: [-(2 ** 63), 2 ** 63 - 1024] };
 
 /** The dtype of JS number `v` beside a tensor of dtype `like` (dtype.ts: weak scalars). */
 function scalarDType(like: DType, v: number): DType {
@@ -1320,8 +1321,9 @@ export class Tensor {
     if (!Number.isSafeInteger(k) || k < 0 || k > n) invalid(call, `k must be an integer in [0, ${n}], got ${describeValue(k)}`);
     const sel = this.shape.map((_, i) => (i === d ? [0, 0] as const : null));
     if (k === 0) return [this.shrink(sel), this.shrink(sel).cast("int32").mul(0)];
-    const f = this.dtype === "float32";
-    const fill = largest ? (f ? -Infinity : -2147483648) : f ? Infinity : 2147483647;
+    const f = isFloat(this.dtype);
+    const range = INT_RANGE[this.dtype] ?? [0, 0];
+    const fill = largest ? (f ? -Infinity : range[0]) : f ? Infinity : range[1];
     const ar = Tensor.arange(n, undefined, 1, { dtype: "int32" }).reshape([n, ...this.shape.slice(d + 1).map(() => 1)]);
     let taken = Tensor.full([], 0, { dtype: "int32" });
     const vals: Tensor[] = [], idxs: Tensor[] = [];
