@@ -28,7 +28,7 @@ function fileFrom(header: unknown, data: Uint8Array | number[], opts: { pad?: bo
   writeFileSync(p, out);
   return p;
 }
-const bytesOf = (a: Float32Array | Int32Array | Uint16Array | BigInt64Array | Float64Array): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+const bytesOf = (a: ArrayBufferView): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
 
 function expectGpuError(f: () => unknown, code: number, ...parts: string[]): GpuError {
   let err: unknown;
