@@ -4,6 +4,7 @@
 // owns its buffers: inputs (uploaded at prepare; overwrite them through bufferMutById), outputs,
 // and intermediates placed in one arena by a memory planner (memory.ts) so that intermediates
 // whose lifetimes do not overlap share memory.
+import { hostArrayName, hostCopy, type DefaultHostArray, type HostArray } from "./dtype";
 import { Device } from "../device";
 import { describeValue, disposed, illegalState, invalid, options } from "../errors";
 import type { Kernel } from "../kernel";
@@ -46,7 +47,7 @@ export class ExecutionPlan {
   #released = false;
   #disposed = false;
   /** Prepare-time data of each input (buffers 0..n-1), its name, and whether a run changed it. */
-  readonly #inputData: (Float32Array | Int32Array)[];
+  readonly #inputData: HostArray[];
   readonly #inputNames: string[];
   readonly #inputChanged: boolean[];
   readonly #inputShapes: (readonly number[])[];
@@ -419,8 +420,9 @@ export class ExecutionPlan {
   /**
    * New values for named inputs (the weights), without preparing again: each key an input name
    * (inputNames; a tensor from Tensor.fromSafetensors is named by its key), each value a Tensor of
-   * the input's shape and dtype (realized first when it is not data) or a Float32Array / Int32Array
-   * of the input's dtype and element count. Every entry is checked before anything is written; a
+   * the input's shape and dtype (realized first when it is not data) or the typed array of the
+   * input's dtype (dtype.ts HostArray: Float32Array, Int32Array, Float16Array, Uint16Array, Int8Array,
+   * Uint8Array, BigInt64Array) and element count. Every entry is checked before anything is written; a
    * name the plan lacks, a name shared by several inputs, or a shape / dtype / length mismatch is
    * INVALID_VALUE. The values are copied and stay the plan's inputs for every later execute and
    * run (a run given other data for an input overrides it for that run only). Refused while an
@@ -441,19 +443,19 @@ export class ExecutionPlan {
       const b = this.#bufs[i]!;
       const shape = this.#inputShapes[i]!;
       let data: RunInput;
-      if (w instanceof Float32Array || w instanceof Int32Array) data = inputCopy(call, JSON.stringify(name), b, w);
+      if (ArrayBuffer.isView(w)) data = inputCopy(call, JSON.stringify(name), b, w);
       else if (w && typeof w === "object" && (w as HasNode).node instanceof Object && "dtype" in (w as object)) {
         const node = (w as HasNode).node;
         if (node.dtype !== b.dtype) invalid(call, `${JSON.stringify(name)} is ${node.dtype}, the input is ${b.dtype}`);
         if (node.shape.length !== shape.length || node.shape.some((d, k) => d !== shape[k]))
           invalid(call, `${JSON.stringify(name)} has shape ${shapeStr(node.shape)}, the input has ${shapeStr(shape)}`);
-        if (node.op === "buffer") data = ((node.arg as { data: RunInput }).data).slice();
+        if (node.op === "buffer") data = hostCopy((node.arg as { data: RunInput }).data);
         else {
           const t = w as HasNode & { toArray(o: PrepareOptions): RunInput };
           if (typeof t.toArray !== "function") invalid(call, `${JSON.stringify(name)} is not a Tensor`);
           data = t.toArray({ device: this.#device });
         }
-      } else invalid(call, `${JSON.stringify(name)} must be a Tensor, Float32Array or Int32Array, got ${describeValue(w)}`);
+      } else invalid(call, `${JSON.stringify(name)} must be a Tensor or a ${hostArrayName(b.dtype)}, got ${describeValue(w)}`);
       writes.push([i, data]);
     }
     for (const [i, data] of writes) {
@@ -485,7 +487,8 @@ export class ExecutionPlan {
       exec.run();
       done = exec.done();
     }
-    const outs = await this.#inFlight(call, done.then(() => this.#outputNames.map((_, i) => this.#readOutputNow(i))));
+    // typed as RunOutput (the float32 / int32 arrays); each is its output dtype's host array
+    const outs = await this.#inFlight(call, done.then(() => this.#outputNames.map((_, i) => this.#readOutputNow(i) as RunOutput)));
     if (!byName) return outs;
     const rec: Record<string, RunOutput> = {};
     this.#outputNames.forEach((n, i) => (rec[n] = outs[i]!));
@@ -545,14 +548,16 @@ export class ExecutionPlan {
   }
 
   /** Read output `position` in its actual shape (the buffer holds the max layout). */
-  readOutput(position = 0): Float32Array | Int32Array {
+  readOutput(position?: number): DefaultHostArray;
+  readOutput<T extends HostArray>(position?: number): T;
+  readOutput(position = 0): HostArray {
     this.#live("ExecutionPlan.readOutput");
     this.#index("ExecutionPlan.readOutput", "position", position);
     if (!this.#outputNodes[position]) invalid("ExecutionPlan.readOutput", `no output ${position} (the plan has ${this.numOutputs})`);
     return this.#readOutputNow(position);
   }
 
-  #readOutputNow(position: number): Float32Array | Int32Array {
+  #readOutputNow(position: number): HostArray {
     return readValue("ExecutionPlan.readOutput", this.#mem[this.#outputs[position]!]!, this.#outputNodes[position]!, this.#vals);
   }
 
