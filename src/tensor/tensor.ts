@@ -1096,6 +1096,56 @@ export class Tensor {
     return new Tensor(new LazyNode({ op: "gather", axis: d }, this.dtype, idx.shape, [x.node, idx.node]));
   }
 
+  /**
+   * A copy of this with `src` written at `index` along `dim` (torch and tinygrad scatter): for every
+   * position j of `index`, out[j with j[dim] replaced by index[j]] = src[j]. `index` is int32 with
+   * this tensor's rank, its shape at most this shape off `dim` and at most `src`'s shape (a number
+   * `src` is a constant). With `reduce` "add" or "multiply" the written values combine with what
+   * is there (several landing on one place all count); without it, where an index repeats along
+   * `dim` the last one writes (torch leaves that unspecified). Out-of-range indices write nothing.
+   * A composite: a one-hot match of the indices against the positions, reduced over `dim`.
+   */
+  scatter(dim: number, index: Tensor, src: Tensor | number, reduce?: "add" | "multiply"): Tensor {
+    const call = "Tensor.scatter";
+    const [d, idx] = this.#indexArgs(call, dim, index);
+    if (reduce !== undefined && reduce !== "add" && reduce !== "multiply") invalid(call, `reduce must be "add", "multiply" or undefined, got ${describeValue(reduce)}`);
+    if (idx.ndim !== this.ndim) invalid(call, `index has shape ${shapeStr(idx.shape)}, needs ${this.ndim} dims like ${shapeStr(this.shape)}`);
+    const S = this.shape, J = idx.shape;
+    if (![...S, ...J].every((x) => typeof x === "number")) invalid(call, `needs fixed shapes, got ${shapeStr(S)} and index ${shapeStr(J)}`);
+    const sn = S as readonly number[], jn = J as readonly number[];
+    jn.forEach((j, i) => { if (i !== d && j > sn[i]!) invalid(call, `index shape ${shapeStr(J)} exceeds ${shapeStr(S)} in dimension ${i}`); });
+    let v: Tensor;
+    if (typeof src === "number") v = Tensor.full(jn, src, { dtype: this.dtype });
+    else {
+      v = tensorArg(call, "src", src);
+      if (v.ndim !== this.ndim) invalid(call, `src has shape ${shapeStr(v.shape)}, needs ${this.ndim} dims like ${shapeStr(S)}`);
+      v.shape.forEach((x, i) => { if (typeof x !== "number" || x < jn[i]!) invalid(call, `index shape ${shapeStr(J)} exceeds src ${shapeStr(v.shape)} in dimension ${i}`); });
+      v = v.shrink(jn.map((j) => [0, j] as const)).cast(this.dtype);
+    }
+    const n = sn[d]!, jd = jn[d]!;
+    if (n === 0 || jn.some((j) => j === 0)) return this.add(0);
+    // dim last: index and src as [...others, jd]; the match m[..., j, p] = index[..., j] == p
+    const perm = [...S.keys()].filter((i) => i !== d).concat(d);
+    const inv = perm.map((_, i) => perm.indexOf(i));
+    const vp = v.permute(perm).unsqueeze(-1);
+    const m = idx.permute(perm).unsqueeze(-1).cmpeq(Tensor.arange(n, undefined, 1, { dtype: "int32" }));
+    let val: Tensor;
+    if (reduce === "add") val = m.where(vp, 0).sum(-2);
+    else if (reduce === "multiply") val = m.where(vp, 1).prod(-2);
+    else {
+      const j = Tensor.arange(jd, undefined, 1, { dtype: "int32" }).unsqueeze(-1);
+      const last = m.where(j, -1).max(-2); // the last j landing on each place, -1 where none does
+      val = j.cmpeq(last.unsqueeze(-2)).where(vp, 0).sum(-2);
+    }
+    const pads = sn.map((x, i) => (i === d ? null : ([0, x - jn[i]!] as const)));
+    const back = (t: Tensor): Tensor => t.permute(inv).pad(pads);
+    const hit = back(m.any(-2));
+    val = back(val.cast(this.dtype));
+    if (reduce === "add") return this.add(val).cast(this.dtype);
+    if (reduce === "multiply") return hit.where(this.mul(val), this).cast(this.dtype);
+    return hit.where(val, this).cast(this.dtype);
+  }
+
   /** The slices at 1-D int32 `index` along `dim` (torch's index_select); out-of-range indices give 0. */
   indexSelect(dim: number, index: Tensor): Tensor {
     const call = "Tensor.indexSelect";
