@@ -7,7 +7,7 @@
 //                   (read-after-write, write-after-read, write-after-write), events only at
 //                   cross-stream edges
 // Every mode gives the results of running the steps one by one, in order.
-import { describeValue, invalid, options } from "./errors";
+import { describeGot, invalid, options } from "./errors";
 import type { Device } from "./device";
 import type { Buffer } from "./buffer";
 import { dependencies } from "./hazards";
@@ -33,7 +33,7 @@ export class Schedule {
 
   constructor(steps: Iterable<Step> = []) {
     if (steps === null || typeof steps !== "object" || typeof (steps as Iterable<Step>)[Symbol.iterator] !== "function")
-      invalid("new Schedule", `steps must be an iterable of Steps, got ${describeValue(steps)}`);
+      invalid("new Schedule", `steps must be an iterable of Steps, got ${describeGot(steps)}`);
     for (const s of steps) this.add(s);
   }
 
