@@ -293,8 +293,9 @@ function main(): number {
             progress(`timing ${name}: ${runs} runs…`);
           }
           msPerRun = (performance.now() - t0) / runs;
-          if (mode.kind === "Graph") note = `${exec.stats.captures} capture, ${exec.stats.replays} replays`;
-          if (mode.kind === "MultiStream") note = `${exec.plan.usedStreams.length} streams used, ${exec.plan.eventCount} cross-stream waits per run`;
+          const { captures, replays } = exec.stats;
+          if (mode.kind === "Graph") note = `${captures} ${captures === 1 ? "capture" : "captures"}, ${replays} ${replays === 1 ? "replay" : "replays"}`;
+          if (mode.kind === "MultiStream") note = exec.streamSummary;
         } finally {
           exec.dispose();
         }

@@ -7,7 +7,7 @@ import { isDevice, releaseOutsideCapture, type DeviceRef, type DeviceState } fro
 import { Status, describeValue, hostArray, invalid, disposed, options } from "./errors";
 import { hostFnsPending } from "./hostfn";
 import { HOLD } from "./lifetime";
-import { INSPECT, bytesText } from "./inspect";
+import { bytesText } from "./inspect";
 import { RELEASE, Resource } from "./resource";
 
 type TypedArray =
@@ -423,13 +423,9 @@ export class Buffer extends Resource {
   }
 
   /** "Buffer(4096 bytes on cpu)"; a view says where it lies in its allocation; ", disposed" once freed. */
-  toString(): string {
+  override toString(): string {
     const where = this.isView ? `, view at byte ${this.byteOffset} of ${bytesText(this.#alloc.bytes)}` : "";
     return `Buffer(${bytesText(this.byteLength)} on ${this.device.spec}${where}${this.disposed ? ", disposed" : ""})`;
-  }
-
-  [INSPECT](): string {
-    return this.toString();
   }
 }
 
@@ -612,11 +608,7 @@ export class HostBuffer extends Resource {
   }
 
   /** "HostBuffer(4096 bytes pinned on cpu, mapped)"; ", disposed" once freed. */
-  toString(): string {
+  override toString(): string {
     return `HostBuffer(${bytesText(this.byteLength)} pinned on ${this.device.spec}${this.mapped ? ", mapped" : ""}${this.disposed ? ", disposed" : ""})`;
-  }
-
-  [INSPECT](): string {
-    return this.toString();
   }
 }

@@ -123,7 +123,7 @@ export class Graph extends Resource {
   }
 
   /** "Graph(cpu, 5 nodes, 3 kernel nodes)"; "Graph(cpu, disposed)" once destroyed. */
-  toString(): string {
+  override toString(): string {
     if (this.disposed) return `Graph(${this.device.spec}, disposed)`;
     let counts: [number, number];
     try {
@@ -132,10 +132,6 @@ export class Graph extends Resource {
       return `Graph(${this.device.spec})`;
     }
     return `Graph(${this.device.spec}, ${plural(counts[0], "node")}, ${plural(counts[1], "kernel node")})`;
-  }
-
-  [INSPECT](): string {
-    return this.toString();
   }
 
   /**
@@ -307,15 +303,11 @@ export class GraphExec extends Resource {
   }
 
   /** "GraphExec(cpu, 3 kernel nodes: vadd, saxpy; launched 2 times)"; ", disposed" once destroyed. */
-  toString(): string {
+  override toString(): string {
     const names = this.#kernels ? [...new Set(this.#kernels.map((k) => k.name))] : [];
     const shown = names.length > 4 ? `${names.slice(0, 4).join(", ")} and ${names.length - 4} more` : names.join(", ");
     const launched = this.#replays === 1 ? "launched once" : `launched ${this.#replays} times`;
     return `GraphExec(${this.device.spec}, ${plural(this.kernelNodeCount, "kernel node")}${shown ? `: ${shown}` : ""}; ${launched}${this.disposed ? ", disposed" : ""})`;
-  }
-
-  [INSPECT](): string {
-    return this.toString();
   }
 }
 

@@ -5,7 +5,6 @@ import { EventFlag } from "../ffi/constants";
 import { isDevice, type DeviceRef, type StreamRef } from "./device_state";
 import { describeGot, invalid, options } from "./errors";
 import { beforeBlockingWait } from "./hostfn";
-import { INSPECT } from "./inspect";
 import { pollUntil, settled } from "./poll";
 import { RELEASE, Resource } from "./resource";
 
@@ -89,13 +88,9 @@ export class Event extends Resource {
   }
 
   /** "Event(cpu, timing, recorded)": its device, whether it keeps time, whether it was ever recorded. */
-  toString(): string {
+  override toString(): string {
     const parts = [this.device.spec, this.timing ? "timing" : "no timing", this.#recordedOn ? "recorded" : "never recorded"];
     if (this.disposed) parts.push("disposed");
     return `Event(${parts.join(", ")})`;
-  }
-
-  [INSPECT](): string {
-    return this.toString();
   }
 }

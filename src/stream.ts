@@ -7,7 +7,6 @@ import { GpuError, Status, describeGot, invalid, disposed } from "./errors";
 import { Event } from "./event";
 import { abandonFailures, beforeBlockingWait, enqueueHostFn, raiseFailures, recordFailure, type FailureSink } from "./hostfn";
 import { CaptureMode, beginCapture as beginCaptureOn, endCapture as endCaptureOn, type CaptureStatus, type Graph } from "./capture";
-import { INSPECT } from "./inspect";
 import { pollUntil, settled } from "./poll";
 import { RELEASE, Resource } from "./resource";
 
@@ -311,7 +310,7 @@ export class Stream extends Resource {
    * device's default stream, its flags, and whether its queued work has finished (one query; a
    * capturing stream says so instead, as a query would break the capture); ", disposed" once gone.
    */
-  toString(): string {
+  override toString(): string {
     const parts = [this.device.spec, this.isDefault ? "default" : "created"];
     if (this.nonBlocking) parts.push("non-blocking");
     if (this.priority !== 0) parts.push(`priority ${this.priority}`);
@@ -326,10 +325,6 @@ export class Stream extends Resource {
         /* its state could not be read: the rest still says which stream */
       }
     return `Stream(${parts.join(", ")})`;
-  }
-
-  [INSPECT](): string {
-    return this.toString();
   }
 
   protected [RELEASE](): void {
