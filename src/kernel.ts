@@ -175,7 +175,7 @@ export function sigCodes(sig: readonly ArgType[]): Uint8Array {
 export function packArgs(call: string, name: string, sig: readonly ArgType[], args: readonly ArgValue[], devHandle: number, area: ArgArea, at: number, codes: Uint8Array = sigCodes(sig)): void {
   if (!Array.isArray(args)) invalid(call, `${name}: args must be an array`);
   const n = codes.length;
-  if (args.length !== n) invalid(call, `${name}: expected ${n} arguments (${sig.join(", ")}), got ${args.length}`);
+  if (args.length !== n) invalid(call, `${name}: expected ${plural(n, "argument")} (${sig.join(", ")}), got ${args.length}`);
   const { u32, i32, f32, f64, i64 } = area;
   for (let i = 0; i < n; i++) {
     const v = args[i];

@@ -332,3 +332,45 @@ describe("errors say what caused them and what would be valid", () => {
     expect(got.message.endsWith(`; devices here: ${got.here}`)).toBe(true);
   });
 });
+
+describe("tensor kernels are named after what they compute", () => {
+  // The descriptive part, without the 16-hex hash of the kernel's text that ends every name.
+  const described = (t: Tensor) => {
+    const plan = t.prepare({ device: dev });
+    try {
+      return plan.kernels().map((k) => {
+        expect(k.entryPoint).toMatch(/_[0-9a-f]{16}$/);
+        return k.entryPoint.slice(0, -17);
+      });
+    } finally {
+      plan.dispose();
+    }
+  };
+  const x = Tensor.from(Float32Array.from({ length: 64 * 32 }, (_, i) => Math.sin(i)), [64, 32]);
+  const w = Tensor.from(Float32Array.from({ length: 32 * 16 }, (_, i) => Math.cos(i)), [32, 16]);
+
+  test("reductions by what they reduce, elementwise kernels by their ops, then the output shape", () => {
+    expect(described(x.matmul(w).relu())).toEqual(["matmul_64x16_max"]);
+    expect(described(x.softmax(-1))).toEqual(["max_64x1", "sum_exp_64x1", "div_exp_sub_64x32"]);
+    expect(described(x.add(x.mul(2)))).toEqual(["add_mul_64x32"]);
+    expect(described(x.sum())).toEqual(["sum_scalar"]);
+    expect(described(x.transpose(0, 1).contiguous())).toEqual(["copy_32x64"]);
+    const S = new Variable("S", 1, 64, 8);
+    expect(described(Tensor.from(new Float32Array(64 * 4), [64, 4]).shrink([[0, S], null]).exp())).toEqual(["exp_Sx4"]);
+  });
+
+  test("names are a function of the kernel's structure: equal programs, equal names; other shapes, other names", () => {
+    const name = (t: Tensor) => {
+      const plan = t.prepare({ device: dev });
+      const n = plan.kernels().map((k) => k.entryPoint);
+      plan.dispose();
+      return n;
+    };
+    const a = name(x.matmul(w).relu());
+    const b = name(Tensor.from(new Float32Array(64 * 32).fill(1), [64, 32]).matmul(Tensor.from(new Float32Array(32 * 16).fill(2), [32, 16])).relu());
+    expect(b).toEqual(a); // data is not structure
+    const c = name(Tensor.from(new Float32Array(8 * 32).fill(1), [8, 32]).matmul(w).relu());
+    expect(c[0]!.startsWith("matmul_8x16_max_")).toBe(true);
+    expect(c[0]).not.toBe(a[0]);
+  });
+});
