@@ -308,7 +308,8 @@ export class Stream extends Resource {
   /**
    * 'Stream(cpu, created, non-blocking, priority -1, busy)': its device, whether it is the
    * device's default stream, its flags, and whether its queued work has finished (one query; a
-   * capturing stream says so instead, as a query would break the capture); ", disposed" once gone.
+   * capturing stream says so instead, and while any capture of the device is open the query is
+   * left out, as it could break that capture); ", disposed" once gone.
    */
   override toString(): string {
     const parts = [this.device.spec, this.isDefault ? "default" : "created"];
@@ -320,7 +321,8 @@ export class Stream extends Resource {
         const capture = this.captureStatus();
         if (capture === "Active") parts.push("capturing");
         else if (capture === "Invalidated") parts.push("capture invalidated");
-        else parts.push(this.dev.api.stream_query(this.rawHandle) ? "idle" : "busy");
+        // A query while any capture of the device is open could invalidate it (CUDA's Global mode).
+        else if (this.dev.captures === 0) parts.push(this.dev.api.stream_query(this.rawHandle) ? "idle" : "busy");
       } catch {
         /* its state could not be read: the rest still says which stream */
       }

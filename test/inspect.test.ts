@@ -90,6 +90,9 @@ describe("objects print a line a person can read", () => {
     s.beginCapture();
     scale.launch(s, { grid: 1, block: 16, args: [x, 2, 16] });
     expect(shown(s)).toBe("Stream(cpu, created, non-blocking, priority -1, capturing)");
+    // Another stream is not queried while a capture is open (a query could invalidate it).
+    expect(shown(dev.defaultStream)).toBe("Stream(cpu, default)");
+    expect(s.captureStatus()).toBe("Active");
     using g = s.endCapture();
     expect(shown(g)).toBe("Graph(cpu, 1 node, 1 kernel node)");
     s.dispose();
