@@ -4,6 +4,7 @@
 // loosely; nothing an object prints is a handle or an address.
 import { afterAll, describe, expect, test } from "bun:test";
 import { CommandEncoder, Device, ExecMode, GpuError, Program, Schedule, Status, Tensor, Variable } from "../src";
+import { GraphExecutor } from "../src/graph_executor";
 import { KernelMode, RingKernel } from "../src/ring";
 import { kernelSources } from "./kernels";
 import { RING_HANDLERS } from "./shipped_sources";
@@ -186,6 +187,29 @@ describe("objects print a line a person can read", () => {
     enc.commit(s, { keep: true });
     s.synchronize();
     expect(shown(enc)).toBe(`CommandEncoder(cpu, 4 commands: 1 dispatch, 1 copy, 1 fill, 1 barrier; ${enc.byteLength} bytes, submitted 2 times)`);
+  });
+
+  test("GraphExecutor, GraphSession, ComputeGraph: what was encoded and run", () => {
+    using a = dev.alloc(256).write(new Float32Array(64).fill(1));
+    const ex = new GraphExecutor(dev);
+    expect(shown(ex)).toBe("GraphExecutor(cpu, on the default stream; 0 sessions, 0 replays)");
+    const direct = ex.begin();
+    expect(shown(direct)).toBe("GraphSession(direct on cpu, open)");
+    direct.dispatch(scale, { grid: 1, block: 64, args: [a, 2, 64] }).barrier().dispatch(offset, { grid: 1, block: 64, args: [a, 1, 64] });
+    direct.finish();
+    expect(shown(direct)).toBe("GraphSession(direct on cpu, finished; 2 dispatches, 1 barrier, 1 commit)");
+    const rec = ex.beginRecorded();
+    rec.dispatch(scale, { grid: 1, block: 64, args: [a, 3, 64] }).copy(a.view(128, 128), a.view(0, 128));
+    rec.finish();
+    expect(shown(rec.graph)).toBe("ComputeGraph(cpu, 2 nodes: 1 dispatch, 1 copy)");
+    expect(shown(ex)).toBe("GraphExecutor(cpu, on the default stream; 2 sessions, 0 replays)");
+    ex.replay(rec.graph!);
+    dev.synchronize();
+    expect(shown(ex)).toBe("GraphExecutor(cpu, on the default stream; 2 sessions, 1 replay)");
+    // Direct: 1*2+1 = 3; recorded, run at finish: 3*3 = 9 (the copy moves 9s over 9s); replayed: 27, copied likewise.
+    const got = a.read(Float32Array);
+    expect([...got.subarray(0, 32)]).toEqual(new Array(32).fill(27));
+    expect([...got.subarray(32)]).toEqual(new Array(32).fill(27));
   });
 
   test("RingKernel: how it runs, its message shape, its life", async () => {
