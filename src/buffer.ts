@@ -7,6 +7,7 @@ import { isDevice, releaseOutsideCapture, type DeviceRef, type DeviceState } fro
 import { Status, describeValue, hostArray, invalid, disposed, options } from "./errors";
 import { hostFnsPending } from "./hostfn";
 import { HOLD } from "./lifetime";
+import { bytesText } from "./inspect";
 import { RELEASE, Resource } from "./resource";
 
 type TypedArray =
@@ -420,6 +421,12 @@ export class Buffer extends Resource {
     if (a.users) return;
     releaseOutsideCapture(a.dev, () => void freeUnused(a));
   }
+
+  /** "Buffer(4096 bytes on cpu)"; a view says where it lies in its allocation; ", disposed" once freed. */
+  override toString(): string {
+    const where = this.isView ? `, view at byte ${this.byteOffset} of ${bytesText(this.#alloc.bytes)}` : "";
+    return `Buffer(${bytesText(this.byteLength)} on ${this.device.spec}${where}${this.disposed ? ", disposed" : ""})`;
+  }
 }
 
 const f32 = new Float32Array(1);
@@ -598,5 +605,10 @@ export class HostBuffer extends Resource {
     }
     if (this.#mem.users) return; // a graph or exec still copies to or from it: the last one frees it
     freeHost(this.#mem);
+  }
+
+  /** "HostBuffer(4096 bytes pinned on cpu, mapped)"; ", disposed" once freed. */
+  override toString(): string {
+    return `HostBuffer(${bytesText(this.byteLength)} pinned on ${this.device.spec}${this.mapped ? ", mapped" : ""}${this.disposed ? ", disposed" : ""})`;
   }
 }

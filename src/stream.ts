@@ -3,7 +3,7 @@
 import { CaptureStatusId, StreamFlag } from "../ffi/constants";
 import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buffer";
 import { captureEnded, isDevice, noteCaptured, type DeviceRef } from "./device_state";
-import { GpuError, Status, describeValue, invalid, disposed } from "./errors";
+import { GpuError, Status, describeGot, invalid, disposed } from "./errors";
 import { Event } from "./event";
 import { abandonFailures, beforeBlockingWait, enqueueHostFn, raiseFailures, recordFailure, type FailureSink } from "./hostfn";
 import { CaptureMode, beginCapture as beginCaptureOn, endCapture as endCaptureOn, type CaptureStatus, type Graph } from "./capture";
@@ -63,7 +63,7 @@ export class Stream extends Resource {
   }
 
   static create(device: DeviceRef, opts: StreamOptions = {}): Stream {
-    if (!isDevice(device)) invalid("Stream.create", `device must be a Device, got ${describeValue(device)}`);
+    if (!isDevice(device)) invalid("Stream.create", `device must be a Device, got ${describeGot(device)}`);
     const priority = opts.priority ?? 0;
     if (!Number.isInteger(priority)) invalid("Stream.create", `priority must be an integer, got ${priority}`);
     const flags = opts.nonBlocking ? StreamFlag.NON_BLOCKING : StreamFlag.DEFAULT;
@@ -289,6 +289,44 @@ export class Stream extends Resource {
       beforeBlockingWait("Stream.dispose", (s) => s === h, () => settled(() => api.stream_query(h)));
     }
     super.dispose();
+  }
+
+  /**
+   * `await using s = device.createStream()`: at the end of the block, wait (without blocking
+   * the event loop) for the work queued on the stream, then dispose it. A host function's
+   * failure is reported after the stream is disposed. The default stream is its device's: nothing.
+   */
+  async [Symbol.asyncDispose](): Promise<void> {
+    if (this.disposed || this.isDefault) return;
+    try {
+      await this.done();
+    } finally {
+      this.dispose();
+    }
+  }
+
+  /**
+   * 'Stream(cpu, created, non-blocking, priority -1, busy)': its device, whether it is the
+   * device's default stream, its flags, and whether its queued work has finished (one query; a
+   * capturing stream says so instead, and while any capture of the device is open the query is
+   * left out, as it could break that capture); ", disposed" once gone.
+   */
+  override toString(): string {
+    const parts = [this.device.spec, this.isDefault ? "default" : "created"];
+    if (this.nonBlocking) parts.push("non-blocking");
+    if (this.priority !== 0) parts.push(`priority ${this.priority}`);
+    if (this.disposed) parts.push("disposed");
+    else
+      try {
+        const capture = this.captureStatus();
+        if (capture === "Active") parts.push("capturing");
+        else if (capture === "Invalidated") parts.push("capture invalidated");
+        // A query while any capture of the device is open could invalidate it (CUDA's Global mode).
+        else if (this.dev.captures === 0) parts.push(this.dev.api.stream_query(this.rawHandle) ? "idle" : "busy");
+      } catch {
+        /* its state could not be read: the rest still says which stream */
+      }
+    return `Stream(${parts.join(", ")})`;
   }
 
   protected [RELEASE](): void {

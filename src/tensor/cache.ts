@@ -44,11 +44,12 @@ import type { Dim } from "./variable";
 /** Bump when the scheduler, the lowering, the IR or the code generators change their output. */
 // 2: dtypes (float16, bfloat16, int8, uint8, bool, int64; comparisons give bool); the key holds
 // every node's dtype (structureKey) and the kernels' buffer dtypes (their lowered text)
-export const PLAN_CACHE_VERSION = 2;
+// 3: kernels named after what they compute (names.ts), not k_<hash>
+export const PLAN_CACHE_VERSION = 3;
 
 // The modules whose behaviour a cached plan records. Their size and mtime are part of every key,
 // so an edited compiler (a forgotten version bump) misses instead of serving stale kernels.
-const COMPILER_MODULES = ["ast.ts", "dtype.ts", "ir.ts", "symbolic.ts", "view.ts", "scheduler.ts", "lower.ts", "codegen.ts", "cache.ts", "../backends/dialect.ts"];
+const COMPILER_MODULES = ["ast.ts", "dtype.ts", "ir.ts", "symbolic.ts", "view.ts", "scheduler.ts", "lower.ts", "names.ts", "codegen.ts", "cache.ts", "../backends/dialect.ts"];
 let modulesStamp: string | undefined;
 function compilerModulesStamp(): string {
   if (modulesStamp !== undefined) return modulesStamp;

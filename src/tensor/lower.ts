@@ -5,6 +5,7 @@
 import type { DType, LazyNode, ReduceOp } from "./ast";
 import { isFloat, isHalf, promoteTypes } from "./dtype";
 import { ExprBuilder, dagText, type Expr, type KDim, type KernelIR } from "./ir";
+import { kernelName } from "./names";
 import type { ScheduledKernel } from "./scheduler";
 import { Sym, Valid } from "./symbolic";
 import type { Dim, Variable } from "./variable";
@@ -292,12 +293,6 @@ function maxOf(d: Dim): number {
   return typeof d === "number" ? d : d.max;
 }
 
-function hashName(text: string): string {
-  const h = new Bun.CryptoHasher("sha256");
-  h.update(text);
-  return `k_${h.digest("hex").slice(0, 16)}`;
-}
-
 /** Lower with output axes merged by `outGroups` and reduce axes by `redGroups`. */
 function lowerWith(root: LazyNode, targets: ReadonlySet<LazyNode>, vars: ReadonlyMap<string, Variable>, outGroups: number[][], redGroups: number[][] | null) {
   const eb = new ExprBuilder();
@@ -380,7 +375,7 @@ function lowerKernel(root: LazyNode, targets: ReadonlySet<LazyNode>, vars: Reado
     `bufs=${bufs.map((b) => b.dtype).join(",")};vars=${varNames.join(",")};`;
   const text = header + best.text;
   const ir: KernelIR = {
-    name: hashName(text),
+    name: kernelName(root.shape, red ? { fn: (red.node.arg as { fn: ReduceOp }).fn, body: red.body } : null, value, text),
     dims,
     reduce: red ? { fn: (red.node.arg as { fn: ReduceOp }).fn, dims: red.dims, body: red.body } : null,
     value,

@@ -3,7 +3,8 @@
 // one crossing per execute(); in an explicit mode as a compiled Schedule (issue.ts). The plan
 // owns its buffers: inputs (uploaded at prepare; overwrite them through bufferMutById), outputs,
 // and intermediates placed in one arena by a memory planner (memory.ts) so that intermediates
-// whose lifetimes do not overlap share memory.
+// whose lifetimes do not overlap share memory. Over 600 lines: one class whose private state
+// (buffers, launches, the run queue) every method shares.
 import { hostArrayName, hostCopy, type DefaultHostArray, type HostArray } from "./dtype";
 import { Device } from "../device";
 import { describeValue, disposed, illegalState, invalid, options } from "../errors";
@@ -12,6 +13,7 @@ import { ExecMode, type Executable, type Schedule } from "../schedule";
 import type { Buffer } from "../buffer";
 import { Stream } from "../stream";
 import { hostFnsPending } from "../hostfn";
+import { INSPECT, bytesText, plural } from "../inspect";
 import { inputNames, type HasNode, type LazyNode } from "./ast";
 import { PlanCommands } from "./cmdlist";
 import type { GeneratedKernel } from "./codegen";
@@ -612,8 +614,35 @@ export class ExecutionPlan {
     this.dispose();
   }
 
+  /**
+   * `await using plan = t.prepare()`: at the end of the block, wait for the runs queued and the
+   * execution in flight (their failures are their own callers'), then dispose.
+   */
+  async [Symbol.asyncDispose](): Promise<void> {
+    for (;;) {
+      const queued = this.#queue;
+      await Promise.allSettled([queued, this.#flight]);
+      if (this.#queue === queued && !this.#flight) break;
+    }
+    this.dispose();
+  }
+
+  /**
+   * "ExecutionPlan(cpu, 2 kernels: …, peak 4.2 KiB; inputs x [4, 8] float32; outputs output0 [4, 16] float32)":
+   * its device, its kernels by name, the device memory it holds at most, and its inputs and
+   * outputs by name with their shapes and types.
+   */
   toString(): string {
-    return `ExecutionPlan(${this.#kernels.length} kernels, ${this.#bufs.length} buffers, outputs ${this.#outputNodes.map((n) => shapeStr(n.shape)).join(", ")})`;
+    const names = this.#kernels.map((k) => k.entryPoint);
+    const kernels = `${plural(names.length, "kernel")}${names.length ? `: ${names.length > 6 ? `${names.slice(0, 6).join(", ")} and ${names.length - 6} more` : names.join(", ")}` : ""}`;
+    const ins = this.#inputNames.map((n, i) => `${n} [${this.#inputShapes[i]!.join(", ")}] ${this.#bufs[i]!.dtype}`);
+    const outs = this.#outputNames.map((n, i) => `${n} ${shapeStr(this.#outputNodes[i]!.shape)} ${this.#outputNodes[i]!.dtype}`);
+    const state = this.#disposed || this.#releasePending ? "; disposed" : this.#released ? "; buffers released" : "";
+    return `ExecutionPlan(${this.#device.spec}, ${kernels}, peak ${bytesText(this.peakBytes)}; inputs ${ins.join(", ") || "none"}; outputs ${outs.join(", ")}${state})`;
+  }
+
+  [INSPECT](): string {
+    return this.toString();
   }
 }
 

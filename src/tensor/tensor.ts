@@ -9,6 +9,7 @@
 // short method per op; split, one class would be spread over several files.
 import { Device } from "../device";
 import { describeValue, finiteNumber, invalid, options } from "../errors";
+import { INSPECT } from "../inspect";
 import { LazyNode, inputNames, type BinaryOp, type DType, type ReduceOp, type UnaryOp } from "./ast";
 import { seedMix } from "./ir";
 import { DTYPES, ITEMSIZE, hostGet as hostToNumber, dtypeOfArray, hostArrayName, hostCopy, hostFromNumbers, isDType, isFloat, isHalf, isHostArrayOf, promoteScalar, promoteTypes, roundTo, type DefaultHostArray, type HostArray } from "./dtype";
@@ -144,6 +145,10 @@ export class Tensor {
 
   toString(): string {
     return `Tensor(${shapeStr(this.shape)}, ${this.dtype}, id ${this.id})`;
+  }
+
+  [INSPECT](): string {
+    return this.toString();
   }
 
   // ---- creation ------------------------------------------------------------------------------
