@@ -75,6 +75,8 @@ typedef struct bg_signal bg_signal;
  *    handles are BG_KIND_GRAPH / BG_KIND_EXEC; the generic graphs never reach these entries.
  *  - rtc_compile, rtc_version, stream_wait_value32, stream_write_value32, ring_alloc,
  *    ring_free: BG_ERR_NOT_SUPPORTED.
+ *  - mempool_* and mem_alloc_async / mem_free_async: the core's plain pool (api.c): mem_alloc
+ *    per allocation, stream_synchronize then mem_free per free, stats counted in the core.
  *  - enter, leave: no per-call setup. With them the core wraps every call that reaches the
  *    backend (Metal: an autorelease pool). CUDA keeps its context push/pop in its entries: it
  *    can fail, and the backend's own threads and internal paths need it too. */
