@@ -12,6 +12,7 @@ import { Event, type EventOptions } from "./event";
 import { beforeBlockingWait, raiseDeviceFailures } from "./hostfn";
 import { INSPECT, plural } from "./inspect";
 import { settled } from "./poll";
+import { ADOPT_DEFAULT, MemoryPool } from "./memory_pool";
 import { Stream, type StreamOptions } from "./stream";
 
 // The modules below this one (buffer, stream, event, capture) know a device as a DeviceRef, the
@@ -105,6 +106,7 @@ export class Device {
   readonly ordinal: number;
   #props: DeviceProps | undefined;
   #defaultStream: Stream | undefined;
+  #defaultPool: MemoryPool | undefined;
 
   private constructor(handle: number, backend: BackendName, ordinal: number) {
     // Device objects opened on one native device share its stream sets: a wait of one covers the
@@ -294,6 +296,12 @@ export class Device {
   get defaultStream(): Stream {
     if (!this.#defaultStream) this.#defaultStream = Stream.defaultOf(this);
     return this.#defaultStream;
+  }
+
+  /** The device's own memory pool, where Stream.alloc takes memory unless told otherwise. */
+  get defaultPool(): MemoryPool {
+    if (!this.#defaultPool) this.#defaultPool = new MemoryPool(this, { [ADOPT_DEFAULT]: true } as never);
+    return this.#defaultPool;
   }
 
   alloc(bytes: number): Buffer {

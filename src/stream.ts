@@ -3,10 +3,11 @@
 import { CaptureStatusId, StreamFlag } from "../ffi/constants";
 import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buffer";
 import { captureEnded, isDevice, noteCaptured, type DeviceRef } from "./device_state";
-import { GpuError, Status, describeGot, invalid, disposed } from "./errors";
+import { GpuError, Status, describeGot, describeValue, invalid, disposed, options } from "./errors";
 import { Event } from "./event";
 import { abandonFailures, beforeBlockingWait, enqueueHostFn, raiseFailures, recordFailure, type FailureSink } from "./hostfn";
 import { CaptureMode, beginCapture as beginCaptureOn, endCapture as endCaptureOn, type CaptureStatus, type Graph } from "./capture";
+import { MemoryPool } from "./memory_pool";
 import { pollUntil, settled } from "./poll";
 import { RELEASE, Resource } from "./resource";
 
@@ -119,6 +120,27 @@ export class Stream extends Resource {
       else ev.dispose();
     }
     this.#raise("Stream.done");
+  }
+
+  /**
+   * `bytes` of device memory in this stream's order (cuMemAllocFromPoolAsync): work queued on
+   * this stream from now on may use it; other streams must be ordered after this point (an
+   * event) first. It comes from `opts.pool` or the device's default pool, reusing a block freed
+   * earlier where the stream order allows. Free it with `buffer.free(stream)` (or dispose(): a
+   * free on this stream). During a capture the memory belongs to the graph: one fixed address
+   * for every replay, released with the graph and its execs; free it inside the same capture.
+   */
+  alloc(bytes: number, opts: { pool?: MemoryPool } = {}): Buffer {
+    opts = options("Stream.alloc", opts);
+    this.live("Stream.alloc");
+    const pool = opts.pool;
+    if (pool !== undefined) {
+      if (!(pool instanceof MemoryPool)) invalid("Stream.alloc", `pool must be a MemoryPool, got ${describeValue(pool)}`);
+      if (pool.device.state !== this.dev) invalid("Stream.alloc", "pool of another device");
+    }
+    const h = this.handle;
+    const graph = this.dev.captures > 0 && this.dev.api.stream_capture_status(h) !== CaptureStatusId.NONE;
+    return Buffer.allocOrdered(this, pool ? pool.handle : 0, bytes, graph);
   }
 
   /** Make later work on this stream wait for the event's latest record. */
