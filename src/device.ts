@@ -339,6 +339,15 @@ export class Device {
       }
     }
     this.state.dependents.clear();
+    // Other devices' streams still copying to or from its memory finish first (Stream.copyPeer).
+    for (const s of [...this.state.peerStreams]) {
+      try {
+        s.drain(); // host functions' failures stay for that stream's next wait
+      } catch {
+        /* dispose() never throws */
+      }
+    }
+    this.state.peerStreams.clear();
     // Its memory goes with it, even while another Device object keeps the native device open.
     const shared = sharedByHandle.get(this.state.handle);
     shared?.states.delete(this.state);

@@ -2,7 +2,7 @@
 // done() is its awaitable twin that polls and never blocks the event loop.
 import { CaptureStatusId, CopyPath, StreamFlag } from "../ffi/constants";
 import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buffer";
-import { captureEnded, isDevice, noteCaptured, type DeviceRef } from "./device_state";
+import { captureEnded, isDevice, noteCaptured, type DeviceRef, type DeviceState } from "./device_state";
 import { GpuError, Status, describeValue, invalid, disposed, options } from "./errors";
 import { HOLD } from "./lifetime";
 import { Event } from "./event";
@@ -96,7 +96,12 @@ export class Stream extends Resource {
   #idle(): void {
     this.#keep.length = 0;
     for (const drop of this.#drops.splice(0)) drop();
+    for (const st of this.#peerOf) st.peerStreams.delete(this);
+    this.#peerOf.clear();
   }
+
+  /** Devices whose memory copies queued here use (see DeviceState.peerStreams). */
+  #peerOf = new Set<DeviceState>();
 
   /** Holds on other devices' buffers that queued copies use, dropped when the stream is seen idle. */
   #drops: (() => void)[] = [];
@@ -109,6 +114,19 @@ export class Stream extends Resource {
     api.stream_synchronize(h);
     this.#idle();
     this.#raise("Stream.synchronize");
+  }
+
+  /**
+   * @internal Wait like synchronize(), but leave host functions' failures for the stream's next
+   * wait to report (another device's dispose() waits here and has no one to report to).
+   */
+  drain(): void {
+    if (this.disposed) return;
+    const h = this.handle;
+    const api = this.dev.api;
+    beforeBlockingWait("Stream.synchronize", (s) => s === h, () => settled(() => api.stream_query(h)));
+    api.stream_synchronize(h);
+    this.#idle();
   }
 
   /** True when all queued work has finished. */
@@ -227,7 +245,11 @@ export class Stream extends Resource {
       // The other device's buffer is freed by its own device, which does not wait for this
       // stream: hold it until this stream is seen idle.
       const foreign = dd.handle !== this.device.handle ? dst : sd.handle !== this.device.handle ? src : null;
-      if (foreign) this.#drops.push(foreign[HOLD]());
+      if (foreign) {
+        this.#drops.push(foreign[HOLD]());
+        foreign.device.state.peerStreams.add(this);
+        this.#peerOf.add(foreign.device.state);
+      }
       this.#captured(dst, src);
     }
     return { path: COPY_PATHS[path] ?? "staged" };

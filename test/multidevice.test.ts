@@ -7,9 +7,9 @@ import { describe, expect, test } from "bun:test";
 import { Status } from "../src";
 import { randomFloats } from "./helpers";
 
-function runCase(name: string, devices: number): Record<string, any> {
+function runCase(name: string, devices: number, env: Record<string, string> = {}): Record<string, any> {
   const r = Bun.spawnSync(["bun", "run", `${import.meta.dir}/fixtures/multidevice.ts`, name], {
-    env: { ...process.env, BUNGPU_CPU_DEVICES: String(devices), BUNGPU_DEVICE: "cpu" },
+    env: { ...process.env, BUNGPU_CPU_DEVICES: String(devices), BUNGPU_DEVICE: "cpu", ...env },
     cwd: `${import.meta.dir}/..`,
     timeout: 60_000,
   });
@@ -81,6 +81,16 @@ describe("several CPU devices", () => {
     expect(out.paths).toEqual({ "1": "staged", "3": "peer" }); // cpu:1 enabled access to cpu:0 only
     expect(out.eager).toEqual(expected(0));
     expect(out.fromB).toEqual(expected(0)); // setArg changed the executable, not the schedule's steps
+  });
+
+  test("closing a device waits for another device's stream still copying into its memory", () => {
+    // checked mode unmaps freed device memory: a copy landing after the close would crash the
+    // subprocess (it does without the wait)
+    const out = runCase("closeDuring", 2, { BUNGPU_CHECK: "1" });
+    expect(out.path).toBe("staged");
+    expect(out.queryBeforeClose).toBe(false); // the copy was still queued behind the slow kernel
+    expect(out.queryAfterClose).toBe(true); // the close waited for it
+    expect(out.x).toEqual([9]);
   });
 
   test("four devices list and open, each its own", () => {
