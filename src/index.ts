@@ -3,7 +3,7 @@ export { GpuError } from "./errors";
 export { Status, StatusName } from "../ffi/errors";
 export { Device, type DeviceProps, type BackendInfo } from "./device";
 export { Buffer, HostBuffer, memoryStats, setMemoryBudget, type FillType, type HostData } from "./buffer";
-export { Stream, type StreamOptions } from "./stream";
+export { Stream, type StreamOptions, type PeerCopyPath } from "./stream";
 export { MemoryPool, type MemoryPoolOptions, type MemoryPoolStats } from "./memory_pool";
 export { Event, type EventOptions } from "./event";
 export {
