@@ -1,5 +1,8 @@
 // Executables: a schedule compiled for one device and ExecMode, its steps lowered to one command
 // list (see Executable), and the ExecModes themselves.
+// Over 600 lines since schedules may span devices: one class lowers every mode (Stream, Eager,
+// MultiStream, Graph, several devices) and shares its run, wait and release paths among them;
+// split by mode, each file would carry its own copy of those.
 import { Buffer, HostBuffer, type HostData } from "./buffer";
 import { Device } from "./device";
 import { GpuError, Status, invalid, disposed, illegalState, options } from "./errors";
