@@ -569,6 +569,7 @@ const bg_ops cpu_ops = {
     .graph_launch = cpu_graph_launch,
     .graph_exec_set_kernel_args = cpu_graph_exec_set_kernel_args,
     .submit = cpu_submit,
+    .submit_wait = cpu_submit_wait,
     .graph_from_commands = cpu_graph_from_commands,
     .kernel_hold = cpu_kernel_hold,
     .kernel_unhold = cpu_kernel_unhold,
