@@ -4,6 +4,9 @@
 // owns its buffers: inputs (uploaded at prepare; overwrite them through bufferMutById), outputs,
 // and intermediates placed in one arena by a memory planner (memory.ts) so that intermediates
 // whose lifetimes do not overlap share memory.
+// It stays one class in one file (over 600 lines): the buffers, the run queue and the in-flight
+// state are private fields that every way of executing (execute, executeAsync, run, runSync, the
+// modes) reads and writes; the checks and helpers that need none of them live in the modules above.
 import { Device } from "../device";
 import { describeValue, disposed, illegalState, invalid, options } from "../errors";
 import type { Kernel } from "../kernel";
