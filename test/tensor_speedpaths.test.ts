@@ -201,3 +201,23 @@ describe("ExecutionPlan.runSync", () => {
     }
   });
 });
+
+describe("CPU host-to-device copies", () => {
+  test("large writes (streaming stores from 16 KiB) land whole at any offset and length", () => {
+    const dev = Device.default();
+    using b = dev.alloc(1 << 20);
+    for (const n of [16383, 16384, 16385, 16384 + 63, 65536 + 20, 300_001]) {
+      for (const off of [0, 1, 4, 12, 60, 100]) {
+        b.fill(0xab);
+        const src = new Uint8Array(n + 7);
+        for (let i = 0; i < src.length; i++) src[i] = (i * 131 + n + off) & 255;
+        const view = src.subarray(3, 3 + n); // an unaligned source too
+        b.write(view, { offset: off });
+        const back = b.read();
+        for (let i = 0; i < off; i++) if (back[i] !== 0xab) throw new Error(`n ${n} off ${off}: byte ${i} before the range changed`);
+        for (let i = 0; i < n; i++) if (back[off + i] !== view[i]) throw new Error(`n ${n} off ${off}: byte ${i}: ${back[off + i]} vs ${view[i]}`);
+        if (back[off + n] !== 0xab) throw new Error(`n ${n} off ${off}: the byte after the range changed`);
+      }
+    }
+  });
+});
