@@ -35,7 +35,7 @@ describe("CPU reduce tiles", () => {
     for (const [name, e] of Object.entries(errs)) expect({ name, ok: e <= 1 }).toEqual({ name, ok: true });
   });
 
-  test.if(cpu)("tile shapes: 32 columns where the columns come in 32s, packing only with several row tiles", () => {
+  test.if(cpu)("tile shapes: 32 columns where the columns come in 32s; B packed only with rows 4 KiB apart and several row tiles", () => {
     const src = (t: Tensor) => {
       const p = t.prepare();
       try {
@@ -47,12 +47,16 @@ describe("CPU reduce tiles", () => {
     const cols = (s: string) => Number(/NBLK = NRT \* \(\(COLS \+ (\d+)\)/.exec(s)?.[1]) + 1;
     const data = (n: number) => Float32Array.from({ length: n }, (_, i) => (i % 7) - 3);
     const mm = (m: number, k: number, n: number) => Tensor.from(data(m * k), [m, k]).matmul(Tensor.from(data(k * n), [k, n]));
-    const big = src(mm(64, 32, 96));
-    expect(cols(big)).toBe(32);
-    expect(big).toContain("bg_pk"); // 11 row tiles share each packed panel
-    const gemv = src(mm(1, 32, 96));
-    expect(cols(gemv)).toBe(32);
-    expect(gemv).not.toContain("bg_pk");
+    const rows = (s: string) => Number(/NRT = \(ROWS \+ (\d+)\)/.exec(s)?.[1]) + 1;
+    const wide = src(mm(64, 32, 1024));
+    expect([rows(wide), cols(wide)]).toEqual([6, 32]);
+    expect(wide).toContain("bg_pk"); // B rows 4 KiB apart, 11 row tiles share each panel
+    const narrow = src(mm(66, 32, 96));
+    expect([rows(narrow), cols(narrow)]).toEqual([6, 32]);
+    expect(narrow).not.toContain("bg_pk"); // B rows 384 bytes apart: read in place
+    const gemv = src(mm(1, 32, 1024));
+    expect([rows(gemv), cols(gemv)]).toEqual([1, 32]);
+    expect(gemv).not.toContain("bg_pk"); // one row tile: nothing would reuse a panel
     expect(cols(src(mm(64, 32, 48)))).toBe(16); // 48 columns: 16-column tiles
   });
 });

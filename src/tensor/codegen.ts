@@ -496,6 +496,7 @@ function cpuTiles(ir: KernelIR): CpuTiles {
   }
   // 6×32 when the columns come in whole 32s (AVX-512: 12 accumulators of 16 floats; otherwise the
   // two 6×16 halves one after the other), else 6×16
+  // (8×32 was tried: as fast with AVX-512, but its 8-lane passes of 4 rows ran at 60–70% of 6×16)
   if (colsMax >= 16) return { TR: Math.max(1, Math.min(6, rowsMax)), TC: colsMax % 32 === 0 ? 32 : 16, L: 1 };
   const TC = Math.max(1, colsMax);
   const rd = ir.reduce.dims;
@@ -514,19 +515,23 @@ function cpuTiles(ir: KernelIR): CpuTiles {
 const VEC_OK = new Set(["add", "sub", "mul", "div", "max", "min", "neg"]);
 
 function colStride(e: Expr, last: number, memo: Map<Expr, number | null>): number | null {
+  return strideIn(e, (x) => (x.op === "gidx" && (x.arg as number) === last ? 1 : 0), memo);
+}
+
+/** How far an index moves when the index that `unit` gives 1 (every other index and value 0) moves by one; null: not affine in it. */
+function strideIn(e: Expr, unit: (leaf: Expr) => number, memo: Map<Expr, number | null>): number | null {
   const m = memo.get(e);
   if (m !== undefined) return m;
   let r: number | null;
   switch (e.op) {
-    case "gidx": r = (e.arg as number) === last ? 1 : 0; break;
-    case "const": case "ridx": case "var": r = 0; break;
+    case "gidx": case "const": case "ridx": case "var": r = unit(e); break;
     case "add": case "sub": {
-      const a = colStride(e.srcs[0]!, last, memo), b = colStride(e.srcs[1]!, last, memo);
+      const a = strideIn(e.srcs[0]!, unit, memo), b = strideIn(e.srcs[1]!, unit, memo);
       r = a === null || b === null ? null : e.op === "add" ? a + b : a - b;
       break;
     }
     case "mul": {
-      const a = colStride(e.srcs[0]!, last, memo), b = colStride(e.srcs[1]!, last, memo);
+      const a = strideIn(e.srcs[0]!, unit, memo), b = strideIn(e.srcs[1]!, unit, memo);
       const [x, y] = e.srcs;
       if (a === 0 && b === 0) r = 0;
       else if (a !== null && y!.op === "const" && b === 0) r = a * (y!.arg as number);
@@ -535,8 +540,8 @@ function colStride(e: Expr, last: number, memo: Map<Expr, number | null>): numbe
       break;
     }
     default: {
-      // any other node is fine only when it does not depend on the column
-      r = e.srcs.every((s) => colStride(s, last, memo) === 0) && e.op !== "load" ? 0 : e.op === "load" ? (colStride(e.srcs[0]!, last, memo) === 0 && (e.srcs[1] ? colStride(e.srcs[1], last, memo) === 0 : true) ? 0 : null) : null;
+      // any other node is fine only when it does not depend on the index
+      r = e.srcs.every((s) => strideIn(s, unit, memo) === 0) && e.op !== "load" ? 0 : e.op === "load" ? (strideIn(e.srcs[0]!, unit, memo) === 0 && (e.srcs[1] ? strideIn(e.srcs[1], unit, memo) === 0 : true) ? 0 : null) : null;
     }
   }
   memo.set(e, r);
@@ -557,7 +562,7 @@ interface VecTile {
  * [colOff, colOff + 2·W) of the tile: W = 8 (AVX2 ymm, NEON pairs), or W = 16 (AVX-512 zmm, one
  * pass over a 32-column tile). A 32-column tile without AVX-512 is two 16-column passes.
  */
-function vecTile(ir: KernelIR, TR: number, TC: number, last: number, reduceLoops: (inner: string[], W: number) => string[], W = 8, colOff = 0, usePack = true): VecTile | null {
+function vecTile(ir: KernelIR, rows: readonly number[], TC: number, last: number, reduceLoops: (inner: string[], W: number, rows: readonly number[]) => string[], W = 8, colOff = 0, usePack = true): VecTile | null {
   const H = 2;
   const red = ir.reduce!;
   if (red.body.dtype !== "float32" || last < 0) return null;
@@ -605,15 +610,22 @@ function vecTile(ir: KernelIR, TR: number, TC: number, last: number, reduceLoops
   // copied once per panel into a contiguous scratch panel [R0][loads][16], which the tile then
   // streams: no large strides (a B row apart is often a multiple of 4 KiB, which aliases in L1),
   // and consecutive blocks of a worker's chunk (row tiles of one panel) reuse the copy. With one
-  // row tile (a matrix-vector product) nothing would reuse it: the tile reads B in place.
+  // row tile (a matrix-vector product) nothing would reuse it: the tile reads B in place. Only a
+  // load whose rows lie a multiple of 4 KiB apart (or an unknown distance) is packed: in place,
+  // other strides measured faster (64×256×512, one thread, AVX-512: 151 µs in place, 161 packed).
   const packed = new Map<Expr, number>();
+  const ridxMemo = new Map<Expr, number | null>();
+  const aliases = (idx: Expr) => {
+    const st = strideIn(idx, (x) => (x.op === "ridx" && (x.arg as number) === 0 ? 1 : 0), ridxMemo);
+    return st === null || (st * 4) % 4096 === 0;
+  };
   if (red.dims.length === 1 && usePack) {
     const visit = new Set<Expr>();
     const find = (e: Expr) => {
       if (visit.has(e)) return;
       visit.add(e);
       if (e.op === "load") {
-        if (colDep(e) && !rowDep(e) && !e.srcs[1] && colStride(e.srcs[0]!, last, strideMemo) === 1) packed.set(e, packed.size);
+        if (colDep(e) && !rowDep(e) && !e.srcs[1] && colStride(e.srcs[0]!, last, strideMemo) === 1 && aliases(e.srcs[0]!)) packed.set(e, packed.size);
         return;
       }
       e.srcs.forEach(find);
@@ -691,7 +703,7 @@ function vecTile(ir: KernelIR, TR: number, TC: number, last: number, reduceLoops
     return name;
   };
   const body: string[] = [];
-  for (let r = 0; r < TR; r++)
+  for (const r of rows)
     for (let h = 0; h < H; h++) {
       const v = ref(red.body, r, h, true);
       body.push(...lines.splice(0));
@@ -714,9 +726,9 @@ function vecTile(ir: KernelIR, TR: number, TC: number, last: number, reduceLoops
     pack.push(`}`);
   }
   const out: string[] = [];
-  for (let r = 0; r < TR; r++) out.push(`bg_f${W} ${Array.from({ length: H }, (_, h) => `a${r}_${h} = ${init}`).join(", ")};`);
-  out.push(...reduceLoops(body, W));
-  for (let r = 0; r < TR; r++) for (let h = 0; h < H; h++) out.push(`bg_st${W}(&acc[${r}][${colOff + W * h}], a${r}_${h});`);
+  for (const r of rows) out.push(`bg_f${W} ${Array.from({ length: H }, (_, h) => `a${r}_${h} = ${init}`).join(", ")};`);
+  out.push(...reduceLoops(body, W, rows));
+  for (const r of rows) for (let h = 0; h < H; h++) out.push(`bg_st${W}(&acc[${r}][${colOff + W * h}], a${r}_${h});`);
   return { pack, lines: out, packFloats: P };
 }
 
@@ -724,11 +736,12 @@ function vecTile(ir: KernelIR, TR: number, TC: number, last: number, reduceLoops
  * The vector tile of a TR×TC reduce tile: for TC = 32, one 16-lane pass where AVX-512 is there
  * (BG_VEC16) and two 8-lane passes otherwise; for TC = 16, one 8-lane pass. Null: not vectorizable.
  */
-function vecTiles(ir: KernelIR, TR: number, TC: number, last: number, reduceLoops: (inner: string[], W: number) => string[], pack: boolean): VecTile | null {
-  const a = vecTile(ir, TR, TC, last, reduceLoops, 8, 0, pack);
+function vecTiles(ir: KernelIR, TR: number, TC: number, last: number, reduceLoops: (inner: string[], W: number, rows: readonly number[]) => string[], pack: boolean): VecTile | null {
+  const rows = Array.from({ length: TR }, (_, r) => r);
+  const a = vecTile(ir, rows, TC, last, reduceLoops, 8, 0, pack);
   if (!a || TC === 16) return a;
-  const b = vecTile(ir, TR, TC, last, reduceLoops, 8, 16, pack)!;
-  const w = vecTile(ir, TR, TC, last, reduceLoops, 16, 0, pack)!;
+  const b = vecTile(ir, rows, TC, last, reduceLoops, 8, 16, pack)!;
+  const w = vecTile(ir, rows, TC, last, reduceLoops, 16, 0, pack)!;
   const block = (ls: string[]) => ["{", ...ls.map((l) => `  ${l}`), "}"];
   return { pack: a.pack, lines: ["#if BG_VEC16", ...block(w.lines), "#else", ...block(a.lines), ...block(b.lines), "#endif"], packFloats: a.packFloats };
 }
@@ -914,20 +927,13 @@ function genC(ir: KernelIR): { source: string; tiles: CpuTiles } {
       body.push(`for (int r = 0; r < ${TR}; ++r) for (int c = 1; c < ${L}; ++c) acc[r][0] = ${combine(ir, "acc[r][0]", "acc[r][c]")};`);
     } else {
       // the vector tile's accumulators a<r>_<h> flush into totals s<r>_<h>, added back at the end
-      const vecFlush: string[] = [];
-      const vecDecl: string[] = [];
-      const vecBack: string[] = [];
-      for (let r = 0; r < TR; r++) {
-        for (let h = 0; h < 2; h++) {
-          vecDecl.push(`bg_fW s${r}_${h} = bg_bcW(0.0f);`);
-          vecFlush.push(`s${r}_${h} += a${r}_${h}; a${r}_${h} = bg_bcW(0.0f);`);
-          vecBack.push(`a${r}_${h} += s${r}_${h};`);
-        }
-      }
-      const wide = (ls: string[], W: number) => ls.map((l) => l.replaceAll("bg_fW", `bg_f${W}`).replaceAll("bg_bcW", `bg_bc${W}`));
+      const each = (rows: readonly number[], f: (r: number, h: number) => string) => rows.flatMap((r) => [0, 1].map((h) => f(r, h)));
+      const vecDecl = (rows: readonly number[], W: number) => each(rows, (r, h) => `bg_f${W} s${r}_${h} = bg_bc${W}(0.0f);`);
+      const vecFlush = (rows: readonly number[], W: number) => each(rows, (r, h) => `s${r}_${h} += a${r}_${h}; a${r}_${h} = bg_bc${W}(0.0f);`);
+      const vecBack = (rows: readonly number[]) => each(rows, (r, h) => `a${r}_${h} += s${r}_${h};`);
       const vt =
         TC === 16 || TC === 32
-          ? vecTiles(ir, TR, TC, last, (inner, W) => (blocked ? [...wide(vecDecl, W), ...reduceNest(inner, wide(vecFlush, W)), ...vecBack] : reduceNest(inner, [])), rowsMaxOf(ir) > TR)
+          ? vecTiles(ir, TR, TC, last, (inner, W, rows) => (blocked ? [...vecDecl(rows, W), ...reduceNest(inner, vecFlush(rows, W)), ...vecBack(rows)] : reduceNest(inner, [])), rowsMaxOf(ir) > TR)
           : null;
       if (vt?.packFloats) {
         // the panel scratch, per call (a worker's chunk of blocks); without it, the plain loops
