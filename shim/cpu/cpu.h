@@ -17,7 +17,8 @@
  *            the legacy stream's implicit waits, events' and host functions' entry points,
  *            asynchronous copies, launches (cpu_launch queues an OP_KERNEL).
  *  graph.c   graphs, graph execs (instantiate, launch, argument updates) and bg_submit command
- *            lists, each queued as one op.
+ *            lists, each queued as one op (a waited list on an idle non-blocking stream runs on
+ *            the submitting thread instead).
  *  device.c  probe/open/close, props, memory (tracked allocations), synchronous copies, rings,
  *            and the vtable.
  *

@@ -6,7 +6,8 @@
  * (copy on write while a queued launch still reads the old block), and a slot per event node.
  * A launch takes the exec's next ticket and fresh event record numbers and queues one OP_GRAPH;
  * the replay runs on the worker (run.c). A command list (bg_submit) becomes one OP_CMDS the
- * same way. The top of the backend's stream work: calls stream.c to enqueue, and capture.c,
+ * same way; submitted with a wait onto an idle non-blocking stream, the submitting thread runs it
+ * itself (cpu_submit_wait). The top of the backend's stream work: calls stream.c to enqueue, and capture.c,
  * run.c, event.c and module.c.
  */
 #include "cpu.h"
