@@ -607,7 +607,7 @@ function vecTile(ir: KernelIR, rows: readonly number[], TC: number, last: number
 
   // Packing: a contiguous, unmasked load that depends on the column but not on the row (B in
   // A·B) is the same for every row tile of a column panel. With one reduce axis, such loads are
-  // copied once per panel into a contiguous scratch panel [R0][loads][16], which the tile then
+  // copied once per panel into a contiguous scratch panel [R0][loads][TC], which the tile then
   // streams: no large strides (a B row apart is often a multiple of 4 KiB, which aliases in L1),
   // and consecutive blocks of a worker's chunk (row tiles of one panel) reuse the copy. With one
   // row tile (a matrix-vector product) nothing would reuse it: the tile reads B in place. Only a
