@@ -6,7 +6,8 @@
 //     subprocess of this run), in GFLOP/s;
 //  3. a two-layer MLP (batch 64, 256 → 512 → 256, gelu then relu; the demo's model) against
 //     onnxruntime-node on the CPU with the same weights; the ONNX model is written here as
-//     protobuf bytes (no Python onnx package);
+//     protobuf bytes (no Python onnx package); also with the input written and the output read
+//     each run (runSync, a fresh output array or the caller's), as session.run does;
 //  4. warm prepare() of a ~20-kernel plan from the caches in a fresh process (one process
 //     compiles into the plan and kernel caches, fresh ones time prepare(); the same with the
 //     plan cache off; then a phase-by-phase breakdown).
@@ -276,6 +277,15 @@ const mlpPlan = Tensor.from(mlp.x, [B, IN])
 plans.push(mlpPlan);
 mlpPlan.execute({ mode: ExecMode.Graph });
 const ours = mlpPlan.readOutput(0);
+const MLP_LIST = "bungpu execute (default: the plan's command list, submitted and waited for in one crossing)";
+const MLP_SYNC_FRESH = "bungpu runSync(x): input written, list run and waited in one crossing, fresh output";
+const MLP_SYNC_INTO = "bungpu runSync(x, { outputs: [y] }): the same, output read into the caller's array";
+const mlpIn = mlpPlan.inputNames[0]!;
+const mlpOut = new Float32Array(B * OUT);
+{
+  const got = mlpPlan.runSync({ [mlpIn]: mlp.x }, { outputs: [mlpOut] })[mlpPlan.outputNames[0]!]!;
+  for (let i = 0; i < got.length; i++) if (got[i] !== ours[i]) throw new Error(`MLP: runSync and execute disagree at ${i}: ${got[i]} vs ${ours[i]}`);
+}
 
 // A minimal protobuf writer, enough for an ONNX ModelProto.
 class Pb {
@@ -421,11 +431,15 @@ group(`MLP batch ${B}, ${IN} → ${HID} → ${OUT} (gelu, relu)`, () => {
     }
     bench("bungpu execute, Graph", () => mlpPlan.execute({ mode: ExecMode.Graph }));
     bench("bungpu execute, Stream", () => mlpPlan.execute({ mode: ExecMode.Stream }));
+    bench(MLP_LIST, () => mlpPlan.execute());
     bench("bungpu bufferMut write x + execute (Graph) + readOutput", () => {
       mlpPlan.bufferMutById(mlpPlan.bufferInfo.find((b) => b.kind === "input")!.astId)!.write(mlp.x);
       mlpPlan.execute({ mode: ExecMode.Graph });
       do_not_optimize(mlpPlan.readOutput(0));
     });
+    // what session.run does: the input in, the output out, per run
+    bench(MLP_SYNC_FRESH, () => do_not_optimize(mlpPlan.runSync({ [mlpIn]: mlp.x })));
+    bench(MLP_SYNC_INTO, () => do_not_optimize(mlpPlan.runSync({ [mlpIn]: mlp.x }, { outputs: [mlpOut] })));
   });
 });
 
@@ -464,8 +478,14 @@ const mlpG = get("bungpu execute, Graph");
 if (ort) {
   const o = get("onnxruntime-node session.run (cpu)");
   console.log(
-    `MLP: bungpu ${(mlpG.p50 / 1e3).toFixed(1)} µs (Graph; Stream ${(get("bungpu execute, Stream").p50 / 1e3).toFixed(1)} µs, with input write + readOutput ${(get("bungpu bufferMut write x + execute (Graph) + readOutput").p50 / 1e3).toFixed(1)} µs), ` +
+    `MLP: bungpu ${(mlpG.p50 / 1e3).toFixed(1)} µs (Graph; Stream ${(get("bungpu execute, Stream").p50 / 1e3).toFixed(1)} µs, default command list ${(get(MLP_LIST).p50 / 1e3).toFixed(1)} µs, with input write + readOutput ${(get("bungpu bufferMut write x + execute (Graph) + readOutput").p50 / 1e3).toFixed(1)} µs), ` +
       `onnxruntime-node ${(o.p50 / 1e3).toFixed(1)} µs: ${(o.p50 / mlpG.p50).toFixed(2)}× (aim: no slower: ${mlpG.p50 <= o.p50 ? "met" : "NOT met"})`,
+  );
+  const fresh = get(MLP_SYNC_FRESH), into = get(MLP_SYNC_INTO);
+  console.log(
+    `MLP with the input written and the output read each run, as session.run does: runSync ${(fresh.p50 / 1e3).toFixed(1)} µs with a fresh output array, ` +
+      `${(into.p50 / 1e3).toFixed(1)} µs into the caller's array; onnxruntime-node ${(o.p50 / 1e3).toFixed(1)} µs: ${(o.p50 / fresh.p50).toFixed(2)}× / ${(o.p50 / into.p50).toFixed(2)}× ` +
+      `(aim: no slower: ${fresh.p50 <= o.p50 ? "met" : "NOT met"} / ${into.p50 <= o.p50 ? "met" : "NOT met"})`,
   );
 } else console.log(`MLP: bungpu ${(mlpG.p50 / 1e3).toFixed(1)} µs (Graph); onnxruntime-node not compared: ${ortError}`);
 overheadReport(get);

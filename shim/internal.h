@@ -158,6 +158,9 @@ struct bg_ops {
   /* Commands already validated by the core (sizes, kinds of handles); walk them with
    * bg_cmd_next. NULL: the core issues them one by one through the other entries. */
   int32_t (*submit)(void* s, const uint8_t* bytes, uint64_t len);
+  /* Optional: submit validated commands and wait for the stream (bg_submit_ex with
+   * BG_SUBMIT_WAIT). NULL: submit, then stream_synchronize. */
+  int32_t (*submit_wait)(void* s, const uint8_t* bytes, uint64_t len);
 
   /* A graph of the backend's own kind from a validated command list (bg_graph_from_commands);
    * its handle must answer the graph_* entries above. NULL: the core's generic command-list

@@ -20,7 +20,8 @@
  *            the legacy stream's implicit waits, events' and host functions' entry points,
  *            asynchronous copies, launches (cpu_launch queues an OP_KERNEL).
  *  graph.c   graphs, graph execs (instantiate, launch, argument updates) and bg_submit command
- *            lists, each queued as one op.
+ *            lists, each queued as one op (a waited list on an idle non-blocking stream runs on
+ *            the submitting thread instead).
  *  device.c  probe/open/close, props, memory (tracked allocations), synchronous copies, rings,
  *            and the vtable.
  *
@@ -519,6 +520,7 @@ int32_t cpu_graph_launch(void* x, void* s);
 int32_t cpu_graph_exec_set_kernel_args(void* x, uint32_t index, const uint64_t* args,
                                        uint32_t nargs);
 int32_t cpu_submit(void* s, const uint8_t* bytes, uint64_t len);
+int32_t cpu_submit_wait(void* s, const uint8_t* bytes, uint64_t len);
 /* cmdgraph.c: a native graph from a validated command list (bg_graph_from_commands). */
 int32_t cpu_graph_from_commands(bg_device* dev, const uint8_t* p, uint64_t len, void** out);
 

@@ -6,7 +6,8 @@
  * (copy on write while a queued launch still reads the old block), and a slot per event node.
  * A launch takes the exec's next ticket and fresh event record numbers and queues one OP_GRAPH;
  * the replay runs on the worker (run.c). A command list (bg_submit) becomes one OP_CMDS the
- * same way. The top of the backend's stream work: calls stream.c to enqueue, and capture.c,
+ * same way; submitted with a wait onto an idle non-blocking stream, the submitting thread runs it
+ * itself (cpu_submit_wait). The top of the backend's stream work: calls stream.c to enqueue, and capture.c,
  * run.c, event.c and module.c.
  */
 #include "cpu.h"
@@ -242,4 +243,54 @@ int32_t cpu_submit(void* sv, const uint8_t* p, uint64_t len) {
   }
   op.u.cmd.nev = nev;
   return cpu_enqueue_raw(s, &op, "bg_submit");
+}
+
+/* bg_submit_ex with BG_SUBMIT_WAIT. On an idle non-blocking stream (no legacy waits either way),
+ * not capturing, for a list of launches, copies and memsets, the calling thread runs the list
+ * itself, as the pool's slot 0, instead of handing it to the stream's worker and waiting for it:
+ * no hand-over and no wake-up, and no third thread (the waiter spinning) competing with the
+ * worker and the pool for the cores. The stream's lock is held meanwhile, so an op enqueued by
+ * another thread runs after the list, and the list counts as one op (enqueued, then completed) for
+ * those that synchronize or query. Anything else (checked mode included: its wrappers have no
+ * submit_wait) is a submit and a synchronize. */
+int32_t cpu_submit_wait(void* sv, const uint8_t* p, uint64_t len) {
+  cpu_stream* s = sv;
+  int inl = (s->flags & BG_STREAM_NON_BLOCKING) && !cpu_stream_is_default(s) && !s->dev->checked &&
+            !atomic_load_explicit(&s->cap, memory_order_acquire);
+  bg_cmd_iter it;
+  bg_cmd c;
+  bg_cmd_iter_init(&it, p, len);
+  while (inl && bg_cmd_next(&it, &c) == BG_CMD_NEXT) {
+    if (c.op == BG_CMD_LAUNCH) {
+      if (cpu_check_launch("bg_submit", c.u.launch.grid, c.u.launch.block, c.u.launch.shared))
+        inl = 0; /* the submit below reports it */
+      else if (((cpu_kernel*)c.u.launch.kernel)->persistent)
+        inl = 0;
+    } else if (c.op == BG_CMD_EVENT_RECORD || c.op == BG_CMD_EVENT_WAIT) {
+      inl = 0;
+    }
+  }
+  if (inl) {
+    pthread_mutex_lock(&s->mu);
+    if (s->head != s->tail || atomic_load(&s->completed) != atomic_load(&s->enqueued)) {
+      pthread_mutex_unlock(&s->mu);
+      inl = 0;
+    }
+  }
+  if (!inl) {
+    int32_t rc = cpu_submit(s, p, len);
+    return rc ? rc : cpu_stream_synchronize(s);
+  }
+  /* as if one op were queued and taken: the worker's count of what it saw stays in step */
+  s->tail++;
+  s->head++;
+  atomic_fetch_add_explicit(&s->enqueued, 1, memory_order_release);
+  cpu_op op = {.kind = OP_CMDS};
+  op.u.cmd.bytes = (uint8_t*)p;
+  op.u.cmd.len = len;
+  cpu_cmds_run(s, &op);
+  atomic_fetch_add(&s->completed, 1);
+  if (atomic_load(&s->waiters) > 0) pthread_cond_broadcast(&s->cv_done);
+  pthread_mutex_unlock(&s->mu);
+  return BG_OK;
 }

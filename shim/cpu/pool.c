@@ -1,5 +1,6 @@
 /*
- * cpu/pool.c: running a kernel launch. A launch runs on the stream worker that reaches it: it takes
+ * cpu/pool.c: running a kernel launch. A launch runs on the stream worker that reaches it (or on
+ * the thread that submitted a waited command list, graph.c's cpu_submit_wait): it takes
  * the device's pool (one launch at a time), splits the linear block range into chunks that the
  * pool threads and the launching thread (slot 0) claim with an atomic counter, and returns when
  * every chunk is done. One-block launches run inline on the launching thread. Pool threads are

@@ -674,6 +674,13 @@ interface CpuTiles {
   L: number;
 }
 
+/** The most output rows (all dimensions but the last) a kernel has. */
+function rowsMaxOf(ir: KernelIR): number {
+  let rows = 1;
+  for (let i = 0; i < ir.dims.length - 1; i++) rows *= kdimMax(ir.dims[i]!);
+  return rows;
+}
+
 function cpuTiles(ir: KernelIR): CpuTiles {
   const nd = ir.dims.length;
   const colsMax = nd ? kdimMax(ir.dims[nd - 1]!) : 1;
@@ -684,7 +691,10 @@ function cpuTiles(ir: KernelIR): CpuTiles {
     const TR = Math.max(1, Math.min(rowsMax, Math.floor(CPU_ELEMS_PER_TILE / TC)));
     return { TR, TC, L: 1 };
   }
-  if (colsMax >= 16) return { TR: Math.max(1, Math.min(6, rowsMax)), TC: 16, L: 1 };
+  // 6×32 when the columns come in whole 32s (AVX-512: 12 accumulators of 16 floats; otherwise the
+  // two 6×16 halves one after the other), else 6×16
+  // (8×32 was tried: as fast with AVX-512, but its 8-lane passes of 4 rows ran at 60–70% of 6×16)
+  if (colsMax >= 16) return { TR: Math.max(1, Math.min(6, rowsMax)), TC: colsMax % 32 === 0 ? 32 : 16, L: 1 };
   const TC = Math.max(1, colsMax);
   const rd = ir.reduce.dims;
   const innerMax = rd.length ? kdimMax(rd[rd.length - 1]!) : 1;
@@ -702,19 +712,23 @@ function cpuTiles(ir: KernelIR): CpuTiles {
 const VEC_OK = new Set(["add", "sub", "mul", "div", "max", "min", "neg"]);
 
 function colStride(e: Expr, last: number, memo: Map<Expr, number | null>): number | null {
+  return strideIn(e, (x) => (x.op === "gidx" && (x.arg as number) === last ? 1 : 0), memo);
+}
+
+/** How far an index moves when the index that `unit` gives 1 (every other index and value 0) moves by one; null: not affine in it. */
+function strideIn(e: Expr, unit: (leaf: Expr) => number, memo: Map<Expr, number | null>): number | null {
   const m = memo.get(e);
   if (m !== undefined) return m;
   let r: number | null;
   switch (e.op) {
-    case "gidx": r = (e.arg as number) === last ? 1 : 0; break;
-    case "const": case "ridx": case "var": r = 0; break;
+    case "gidx": case "const": case "ridx": case "var": r = unit(e); break;
     case "add": case "sub": {
-      const a = colStride(e.srcs[0]!, last, memo), b = colStride(e.srcs[1]!, last, memo);
+      const a = strideIn(e.srcs[0]!, unit, memo), b = strideIn(e.srcs[1]!, unit, memo);
       r = a === null || b === null ? null : e.op === "add" ? a + b : a - b;
       break;
     }
     case "mul": {
-      const a = colStride(e.srcs[0]!, last, memo), b = colStride(e.srcs[1]!, last, memo);
+      const a = strideIn(e.srcs[0]!, unit, memo), b = strideIn(e.srcs[1]!, unit, memo);
       const [x, y] = e.srcs;
       if (a === 0 && b === 0) r = 0;
       else if (a !== null && y!.op === "const" && b === 0) r = a * (y!.arg as number);
@@ -723,8 +737,8 @@ function colStride(e: Expr, last: number, memo: Map<Expr, number | null>): numbe
       break;
     }
     default: {
-      // any other node is fine only when it does not depend on the column
-      r = e.srcs.every((s) => colStride(s, last, memo) === 0) && e.op !== "load" ? 0 : e.op === "load" ? (colStride(e.srcs[0]!, last, memo) === 0 && (e.srcs[1] ? colStride(e.srcs[1], last, memo) === 0 : true) ? 0 : null) : null;
+      // any other node is fine only when it does not depend on the index
+      r = e.srcs.every((s) => strideIn(s, unit, memo) === 0) && e.op !== "load" ? 0 : e.op === "load" ? (strideIn(e.srcs[0]!, unit, memo) === 0 && (e.srcs[1] ? strideIn(e.srcs[1], unit, memo) === 0 : true) ? 0 : null) : null;
     }
   }
   memo.set(e, r);
@@ -733,12 +747,20 @@ function colStride(e: Expr, last: number, memo: Map<Expr, number | null>): numbe
 
 /** A vector tile's lines, and the size of the column panel it packs (the kernel allocates it per call). */
 interface VecTile {
+  /** The packing of the panel (empty: none), then the tile. */
+  pack: string[];
   lines: string[];
   /** Floats per reduce index in the packed panel (0: no packing). */
   packFloats: number;
 }
 
-function vecTile(ir: KernelIR, TR: number, H: number, last: number, reduceLoops: (inner: string[]) => string[]): VecTile | null {
+/**
+ * The TR×TC tile (TC = 16 or 32) as H = 2 accumulators of W floats per row over the columns
+ * [colOff, colOff + 2·W) of the tile: W = 8 (AVX2 ymm, NEON pairs), or W = 16 (AVX-512 zmm, one
+ * pass over a 32-column tile). A 32-column tile without AVX-512 is two 16-column passes.
+ */
+function vecTile(ir: KernelIR, rows: readonly number[], TC: number, last: number, reduceLoops: (inner: string[], W: number, rows: readonly number[]) => string[], W = 8, colOff = 0, usePack = true): VecTile | null {
+  const H = 2;
   const red = ir.reduce!;
   if (red.body.dtype !== "float32" || last < 0) return null;
   const colMemo = new Map<Expr, boolean>();
@@ -782,24 +804,32 @@ function vecTile(ir: KernelIR, TR: number, H: number, last: number, reduceLoops:
 
   // Packing: a contiguous, unmasked load that depends on the column but not on the row (B in
   // A·B) is the same for every row tile of a column panel. With one reduce axis, such loads are
-  // copied once per panel into a contiguous scratch panel [R0][loads][16], which the tile then
+  // copied once per panel into a contiguous scratch panel [R0][loads][TC], which the tile then
   // streams: no large strides (a B row apart is often a multiple of 4 KiB, which aliases in L1),
-  // and consecutive blocks of a worker's chunk (row tiles of one panel) reuse the copy.
+  // and consecutive blocks of a worker's chunk (row tiles of one panel) reuse the copy. With one
+  // row tile (a matrix-vector product) nothing would reuse it: the tile reads B in place. Only a
+  // load whose rows lie a multiple of 4 KiB apart (or an unknown distance) is packed: in place,
+  // other strides measured faster (64×256×512, one thread, AVX-512: 151 µs in place, 161 packed).
   const packed = new Map<Expr, number>();
-  if (red.dims.length === 1) {
+  const ridxMemo = new Map<Expr, number | null>();
+  const aliases = (idx: Expr) => {
+    const st = strideIn(idx, (x) => (x.op === "ridx" && (x.arg as number) === 0 ? 1 : 0), ridxMemo);
+    return st === null || (st * 4) % 4096 === 0;
+  };
+  if (red.dims.length === 1 && usePack) {
     const visit = new Set<Expr>();
     const find = (e: Expr) => {
       if (visit.has(e)) return;
       visit.add(e);
       if (e.op === "load") {
-        if (colDep(e) && !rowDep(e) && !e.srcs[1] && colStride(e.srcs[0]!, last, strideMemo) === 1) packed.set(e, packed.size);
+        if (colDep(e) && !rowDep(e) && !e.srcs[1] && colStride(e.srcs[0]!, last, strideMemo) === 1 && aliases(e.srcs[0]!)) packed.set(e, packed.size);
         return;
       }
       e.srcs.forEach(find);
     };
     find(red.body);
   }
-  const P = packed.size * H; // vectors per reduce index
+  const P = packed.size * TC; // floats per reduce index: [R0][slot][TC]
 
   const lines: string[] = [];
   const names = new Map<string, string>();
@@ -810,11 +840,11 @@ function vecTile(ir: KernelIR, TR: number, H: number, last: number, reduceLoops:
     switch (e.op) {
       case "const": {
         const c = exprConst(e, "c");
-        return vec ? `bg_bc8(${c})` : c;
+        return vec ? `bg_bc${W}(${c})` : c;
       }
       case "var": return `v_${e.arg as string}`;
       case "ridx": return `r${e.arg as number}`;
-      case "gidx": return (e.arg as number) === last ? `(c0 + ${8 * h + lane})` : `g${e.arg as number}_[${r}]`;
+      case "gidx": return (e.arg as number) === last ? `(c0 + ${colOff + W * h + lane})` : `g${e.arg as number}_[${r}]`;
     }
     const key = `${e.id}:${rr}:${hh}:${vec ? "v" : `s${colDep(e) ? lane : 0}`}`;
     const have = names.get(key);
@@ -824,31 +854,31 @@ function vecTile(ir: KernelIR, TR: number, H: number, last: number, reduceLoops:
     if (!colDep(e) || !vec) {
       if (vec) {
         const sc = ref(e, r, h, false);
-        code = `bg_bc8(${sc})`;
-        type = "bg_f8";
+        code = `bg_bc${W}(${sc})`;
+        type = `bg_f${W}`;
       } else {
-        const em = new Emitter("c", { gidx: (i) => (i === last ? `(c0 + ${8 * h + lane})` : `g${i}_[${r}]`), ridx: (i) => `r${i}`, acc: "acc" }, new Map(), "x");
+        const em = new Emitter("c", { gidx: (i) => (i === last ? `(c0 + ${colOff + W * h + lane})` : `g${i}_[${r}]`), ridx: (i) => `r${i}`, acc: "acc" }, new Map(), "x");
         const srcs = e.srcs.map((x) => ref(x, r, h, false, lane));
         code = em.code(e, srcs);
         type = ctype(e.dtype, "c");
       }
     } else if (e.op === "load" && packed.has(e)) {
-      code = `bg_ld8(&bg_pk[(r0 * ${P} + ${packed.get(e)! * H + h}) * 8])`;
-      type = "bg_f8";
+      code = `bg_ld${W}(&bg_pk[r0 * ${P} + ${packed.get(e)! * TC + colOff + W * h}])`;
+      type = `bg_f${W}`;
     } else if (e.op === "load") {
       const b = `b${e.arg as number}`;
       if (colStride(e.srcs[0]!, last, strideMemo) === 1 && !(e.srcs[1] && colDep(e.srcs[1]))) {
         const idx = ref(e.srcs[0]!, r, h, false); // the index of the first of 8 lanes
-        const ld = `bg_ld8(&${b}[${idx}])`;
-        code = e.srcs[1] ? `(${ref(e.srcs[1], r, h, false)} ? ${ld} : bg_bc8(0.0f))` : ld;
+        const ld = `bg_ld${W}(&${b}[${idx}])`;
+        code = e.srcs[1] ? `(${ref(e.srcs[1], r, h, false)} ? ${ld} : bg_bc${W}(0.0f))` : ld;
       } else {
-        const lanes = Array.from({ length: 8 }, (_, l) => {
+        const lanes = Array.from({ length: W }, (_, l) => {
           const idx = ref(e.srcs[0]!, r, h, false, l);
           return e.srcs[1] ? `(${ref(e.srcs[1], r, h, false, l)} ? ${b}[${idx}] : 0.0f)` : `${b}[${idx}]`;
         });
-        code = `(bg_f8){${lanes.join(", ")}}`;
+        code = `(bg_f${W}){${lanes.join(", ")}}`;
       }
-      type = "bg_f8";
+      type = `bg_f${W}`;
     } else {
       const a = e.srcs[0] ? ref(e.srcs[0], r, h, true) : "";
       const b = e.srcs[1] ? ref(e.srcs[1], r, h, true) : "";
@@ -858,11 +888,11 @@ function vecTile(ir: KernelIR, TR: number, H: number, last: number, reduceLoops:
         case "mul": code = `(${a} * ${b})`; break;
         case "div": code = `(${a} / ${b})`; break;
         case "neg": code = `(-${a})`; break;
-        case "max": code = `bg_vmax(${a}, ${b})`; break;
-        case "min": code = `bg_vmin(${a}, ${b})`; break;
+        case "max": code = `bg_vmax${W}(${a}, ${b})`; break;
+        case "min": code = `bg_vmin${W}(${a}, ${b})`; break;
         default: throw new Error(`vector ${e.op}`);
       }
-      type = "bg_f8";
+      type = `bg_f${W}`;
     }
     const name = `v${counter++}`;
     lines.push(`const ${type} ${name} = ${code};`);
@@ -870,32 +900,47 @@ function vecTile(ir: KernelIR, TR: number, H: number, last: number, reduceLoops:
     return name;
   };
   const body: string[] = [];
-  for (let r = 0; r < TR; r++)
+  for (const r of rows)
     for (let h = 0; h < H; h++) {
       const v = ref(red.body, r, h, true);
       body.push(...lines.splice(0));
-      body.push(red.fn === "sum" || red.fn === "prod" ? `a${r}_${h} = a${r}_${h} ${red.fn === "sum" ? "+" : "*"} ${v};` : `a${r}_${h} = ${red.fn === "min" ? "bg_vmin" : "bg_vmax"}(a${r}_${h}, ${v});`);
+      body.push(red.fn === "sum" || red.fn === "prod" ? `a${r}_${h} = a${r}_${h} ${red.fn === "sum" ? "+" : "*"} ${v};` : `a${r}_${h} = ${red.fn === "min" ? "bg_vmin" : "bg_vmax"}${W}(a${r}_${h}, ${v});`);
     }
-  const init = red.fn === "sum" ? "bg_bc8(0.0f)" : red.fn === "prod" ? "bg_bc8(1.0f)" : `bg_bc8(${floatLit(red.fn === "min" ? Infinity : -Infinity, "c")})`;
-  const out: string[] = [];
+  const init = red.fn === "sum" ? `bg_bc${W}(0.0f)` : red.fn === "prod" ? `bg_bc${W}(1.0f)` : `bg_bc${W}(${floatLit(red.fn === "min" ? Infinity : -Infinity, "c")})`;
+  const pack: string[] = [];
   if (P) {
-    out.push(`if (bg_pk_c0 != c0) { /* pack this column panel */`);
-    out.push(`  for (int r0 = 0; r0 < R0; ++r0) {`);
+    pack.push(`if (bg_pk_c0 != c0) { /* pack this column panel */`);
+    pack.push(`  for (int r0 = 0; r0 < R0; ++r0) {`);
     for (const [e, slot] of packed)
-      for (let h = 0; h < H; h++) {
+      for (let h = 0; h < TC / 8; h++) {
         const em = new Emitter("c", { gidx: (i) => (i === last ? `(c0 + ${8 * h})` : "0"), ridx: (i) => `r${i}`, acc: "acc" }, new Map(), `p${slot}_${h}_`);
         const idx = em.ref(e.srcs[0]!);
-        out.push(...em.lines.map((l) => `    ${l}`));
-        out.push(`    bg_st8(&bg_pk[(r0 * ${P} + ${slot * H + h}) * 8], bg_ld8(&b${e.arg as number}[${idx}]));`);
+        pack.push(...em.lines.map((l) => `    ${l}`));
+        pack.push(`    bg_st8(&bg_pk[r0 * ${P} + ${slot * TC + 8 * h}], bg_ld8(&b${e.arg as number}[${idx}]));`);
       }
-    out.push(`  }`);
-    out.push(`  bg_pk_c0 = c0;`);
-    out.push(`}`);
+    pack.push(`  }`);
+    pack.push(`  bg_pk_c0 = c0;`);
+    pack.push(`}`);
   }
-  for (let r = 0; r < TR; r++) out.push(`bg_f8 ${Array.from({ length: H }, (_, h) => `a${r}_${h} = ${init}`).join(", ")};`);
-  out.push(...reduceLoops(body));
-  for (let r = 0; r < TR; r++) for (let h = 0; h < H; h++) out.push(`bg_st8(&acc[${r}][${8 * h}], a${r}_${h});`);
-  return { lines: out, packFloats: P * 8 };
+  const out: string[] = [];
+  for (const r of rows) out.push(`bg_f${W} ${Array.from({ length: H }, (_, h) => `a${r}_${h} = ${init}`).join(", ")};`);
+  out.push(...reduceLoops(body, W, rows));
+  for (const r of rows) for (let h = 0; h < H; h++) out.push(`bg_st${W}(&acc[${r}][${colOff + W * h}], a${r}_${h});`);
+  return { pack, lines: out, packFloats: P };
+}
+
+/**
+ * The vector tile of a TR×TC reduce tile: for TC = 32, one 16-lane pass where AVX-512 is there
+ * (BG_VEC16) and two 8-lane passes otherwise; for TC = 16, one 8-lane pass. Null: not vectorizable.
+ */
+function vecTiles(ir: KernelIR, TR: number, TC: number, last: number, reduceLoops: (inner: string[], W: number, rows: readonly number[]) => string[], pack: boolean): VecTile | null {
+  const rows = Array.from({ length: TR }, (_, r) => r);
+  const a = vecTile(ir, rows, TC, last, reduceLoops, 8, 0, pack);
+  if (!a || TC === 16) return a;
+  const b = vecTile(ir, rows, TC, last, reduceLoops, 8, 16, pack)!;
+  const w = vecTile(ir, rows, TC, last, reduceLoops, 16, 0, pack)!;
+  const block = (ls: string[]) => ["{", ...ls.map((l) => `  ${l}`), "}"];
+  return { pack: a.pack, lines: ["#if BG_VEC16", ...block(w.lines), "#else", ...block(a.lines), ...block(b.lines), "#endif"], packFloats: a.packFloats };
 }
 
 // C helpers the compiler can vectorize: a float select written with integer masks (the ternary
@@ -930,8 +975,18 @@ typedef int bg_i8 __attribute__((vector_size(32)));
 static inline bg_f8 bg_ld8(const float* p) { bg_f8 v; memcpy(&v, p, sizeof v); return v; }
 static inline void bg_st8(float* p, bg_f8 v) { memcpy(p, &v, sizeof v); }
 static inline bg_f8 bg_bc8(float s) { bg_f8 v = {s, s, s, s, s, s, s, s}; return v; }
-static inline bg_f8 bg_vmax(bg_f8 a, bg_f8 b) { bg_i8 m = a > b; return (bg_f8)((m & (bg_i8)a) | (~m & (bg_i8)b)); }
-static inline bg_f8 bg_vmin(bg_f8 a, bg_f8 b) { bg_i8 m = a < b; return (bg_f8)((m & (bg_i8)a) | (~m & (bg_i8)b)); }
+static inline bg_f8 bg_vmax8(bg_f8 a, bg_f8 b) { bg_i8 m = a > b; return (bg_f8)((m & (bg_i8)a) | (~m & (bg_i8)b)); }
+static inline bg_f8 bg_vmin8(bg_f8 a, bg_f8 b) { bg_i8 m = a < b; return (bg_f8)((m & (bg_i8)a) | (~m & (bg_i8)b)); }
+#if defined(__AVX512F__)
+#define BG_VEC16 1
+typedef float bg_f16 __attribute__((vector_size(64)));
+typedef int bg_i16 __attribute__((vector_size(64)));
+static inline bg_f16 bg_ld16(const float* p) { bg_f16 v; memcpy(&v, p, sizeof v); return v; }
+static inline void bg_st16(float* p, bg_f16 v) { memcpy(p, &v, sizeof v); }
+static inline bg_f16 bg_bc16(float s) { bg_f16 v = {s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s}; return v; }
+static inline bg_f16 bg_vmax16(bg_f16 a, bg_f16 b) { bg_i16 m = a > b; return (bg_f16)((m & (bg_i16)a) | (~m & (bg_i16)b)); }
+static inline bg_f16 bg_vmin16(bg_f16 a, bg_f16 b) { bg_i16 m = a < b; return (bg_f16)((m & (bg_i16)a) | (~m & (bg_i16)b)); }
+#endif
 #endif
 `;
 
@@ -1069,17 +1124,14 @@ function genC(ir: KernelIR): { source: string; tiles: CpuTiles } {
       body.push(`for (int r = 0; r < ${TR}; ++r) for (int c = 1; c < ${L}; ++c) acc[r][0] = ${combine(ir, "acc[r][0]", "acc[r][c]")};`);
     } else {
       // the vector tile's accumulators a<r>_<h> flush into totals s<r>_<h>, added back at the end
-      const vecFlush: string[] = [];
-      const vecDecl: string[] = [];
-      const vecBack: string[] = [];
-      for (let r = 0; r < TR; r++) {
-        for (let h = 0; h < 2; h++) {
-          vecDecl.push(`bg_f8 s${r}_${h} = bg_bc8(0.0f);`);
-          vecFlush.push(`s${r}_${h} += a${r}_${h}; a${r}_${h} = bg_bc8(0.0f);`);
-          vecBack.push(`a${r}_${h} += s${r}_${h};`);
-        }
-      }
-      const vt = TC === 16 ? vecTile(ir, TR, 2, last, (inner) => (blocked ? [...vecDecl, ...reduceNest(inner, vecFlush), ...vecBack] : reduceNest(inner, []))) : null;
+      const each = (rows: readonly number[], f: (r: number, h: number) => string) => rows.flatMap((r) => [0, 1].map((h) => f(r, h)));
+      const vecDecl = (rows: readonly number[], W: number) => each(rows, (r, h) => `bg_f${W} s${r}_${h} = bg_bc${W}(0.0f);`);
+      const vecFlush = (rows: readonly number[], W: number) => each(rows, (r, h) => `s${r}_${h} += a${r}_${h}; a${r}_${h} = bg_bc${W}(0.0f);`);
+      const vecBack = (rows: readonly number[]) => each(rows, (r, h) => `a${r}_${h} += s${r}_${h};`);
+      const vt =
+        TC === 16 || TC === 32
+          ? vecTiles(ir, TR, TC, last, (inner, W, rows) => (blocked ? [...vecDecl(rows, W), ...reduceNest(inner, vecFlush(rows, W)), ...vecBack(rows)] : reduceNest(inner, [])), rowsMaxOf(ir) > TR)
+          : null;
       if (vt?.packFloats) {
         // the panel scratch, per call (a worker's chunk of blocks); without it, the plain loops
         packing = true;
@@ -1094,7 +1146,7 @@ function genC(ir: KernelIR): { source: string; tiles: CpuTiles } {
       body.push(`if (cn == ${TC}${vt?.packFloats ? " && BG_PK_OK" : ""}) {`);
       if (vt) {
         body.push("#if BG_VEC");
-        body.push(...vt.lines.map((l) => `  ${l}`));
+        body.push(...[...vt.pack, ...vt.lines].map((l) => (l.startsWith("#") ? l : `  ${l}`)));
         body.push("#else");
       }
       body.push(...reduceNest(inner(String(TC), "(c0 + c)", (i) => `r${i}`, "acc[r][c]", ""), flushScalar).map((l) => `  ${l}`));

@@ -78,20 +78,21 @@ export interface RunPlan {
   readonly vars: ReadonlyMap<string, Variable>;
 }
 
-/** A copy of `data` for input buffer `b`, refused unless it is a typed array of the input's dtype and size. */
-export function inputCopy(call: string, what: string, b: PlanBuffer, data: unknown): RunInput {
+/** A copy of `data` for input buffer `b` (`data` itself unless `copy`), refused unless it is a typed array of the input's dtype and size. */
+export function inputCopy(call: string, what: string, b: PlanBuffer, data: unknown, copy = true): RunInput {
   if (!isHostArrayOf(b.dtype, data)) invalid(call, `${what} must be a ${hostArrayName(b.dtype)} (the input is ${b.dtype}), got ${describeValue(data)}`);
   const a = data as HostArray;
   if (a.length !== b.elements) invalid(call, `${what} has ${a.length} elements, the input holds ${b.elements}`);
-  return hostCopy(a);
+  return copy ? hostCopy(a) : (a as RunInput);
 }
 
-/** Check run()'s arguments and copy the inputs; throws GpuError before anything is queued. */
+/** Check run()'s arguments and copy the inputs (unless not `copy`); throws GpuError before anything is queued. */
 export function runArgs(
   call: string,
   feeds: unknown,
   opts: PlanRunOptions | undefined,
   plan: RunPlan,
+  copy = true,
 ): { inputs: Map<number, RunInput>; vals: Map<string, number>; mode: ExecMode | undefined; byName: boolean } {
   const o = options(call, opts);
   if (o.mode !== undefined && !(o.mode instanceof ExecMode)) invalid(call, `mode must be an ExecMode, got ${describeValue(o.mode)}`);
@@ -102,7 +103,7 @@ export function runArgs(
     if (!vr) invalid(call, `the plan has no variable ${name} (it has ${[...plan.vars.keys()].join(", ") || "none"})`);
     vals.set(name, vr.check(v, call));
   };
-  const setInput = (i: number, what: string, data: unknown) => inputs.set(i, inputCopy(call, what, plan.bufs[i]!, data));
+  const setInput = (i: number, what: string, data: unknown) => inputs.set(i, inputCopy(call, what, plan.bufs[i]!, data, copy));
   let byName = false;
   if (feeds === undefined || feeds === null) {
     if (feeds === null) invalid(call, "inputs must be an array or an object, got null");

@@ -3,8 +3,10 @@
 // one crossing per execute(); in an explicit mode as a compiled Schedule (issue.ts). The plan
 // owns its buffers: inputs (uploaded at prepare; overwrite them through bufferMutById), outputs,
 // and intermediates placed in one arena by a memory planner (memory.ts) so that intermediates
-// whose lifetimes do not overlap share memory. Over 600 lines: one class whose private state
-// (buffers, launches, the run queue) every method shares.
+// whose lifetimes do not overlap share memory.
+// It stays one class in one file (over 600 lines): the buffers, the run queue and the in-flight
+// state are private fields that every way of executing (execute, executeAsync, run, runSync, the
+// modes) reads and writes; the checks and helpers that need none of them live in the modules above.
 import { hostArrayName, hostCopy, type DefaultHostArray, type HostArray } from "./dtype";
 import { Device } from "../device";
 import { describeValue, disposed, illegalState, invalid, options } from "../errors";
@@ -22,6 +24,7 @@ import { prepare, type CachedKernel, type PreparedKernel } from "./prepare";
 import { inputCopy, runArgs, type ExecuteOptions, type PlanRunOptions, type PrepareOptions, type PreparedOp, type RunInput, type RunOutput } from "./options";
 import { dimValue, shapeStr, type Variable } from "./variable";
 import { asSchedule, launchEach, type BoundKernels, type KernelProfile } from "./issue";
+import { outputTargets, readOutputInto, type PlanRunSyncOptions } from "./io";
 
 export { inputNames } from "./ast";
 export { planCacheContext, tensorCompileStats } from "./cache";
@@ -29,6 +32,7 @@ export type { PlanBuffer } from "./memory";
 export type { KernelProfile } from "./issue";
 export { langOf, type CachedKernel, type PreparedKernel } from "./prepare";
 export type { ExecuteOptions, PlanRunOptions, PrepareOptions, PreparedOp, RunInput, RunOutput } from "./options";
+export type { PlanRunSyncOptions } from "./io";
 
 export class ExecutionPlan {
   readonly #device: Device;
@@ -467,10 +471,44 @@ export class ExecutionPlan {
     }
   }
 
-  async #runNow(call: string, inputs: Map<number, RunInput>, vals: Map<string, number>, mode: ExecMode | undefined, byName: boolean): Promise<RunOutput[] | Record<string, RunOutput>> {
-    // An executeAsync begun outside the queue finishes first.
-    while (this.#flight) await this.#flight.catch(() => undefined);
+  /**
+   * run() without the promise and the queue: write the inputs, run the plan and wait for it, read
+   * the outputs, all before returning. Without `mode` the plan's command list is submitted and
+   * waited for in one crossing (on the CPU backend the calling thread runs the kernels with the
+   * pool, rather than waiting for the stream's worker). Inputs and variables as run() takes them;
+   * inputs are written straight from the caller's arrays (no copy). Outputs go into
+   * `opts.outputs` where given (by position or name: each of its output's dtype and element
+   * count), else into fresh arrays. Everything is checked before anything is written. Refused
+   * with "plan busy" while an execution or a run is in flight.
+   */
+  runSync(feeds?: readonly RunInput[], opts?: PlanRunSyncOptions): RunOutput[];
+  runSync(feeds: Readonly<Record<string, RunInput | number>>, opts?: PlanRunSyncOptions): Record<string, RunOutput>;
+  runSync(feeds?: readonly RunInput[] | Readonly<Record<string, RunInput | number>>, opts?: PlanRunSyncOptions): RunOutput[] | Record<string, RunOutput> {
+    const call = "ExecutionPlan.runSync";
+    this.#live(call);
+    this.#idle(call);
+    const o = options(call, opts);
+    const { inputs, vals, mode, byName } = runArgs(call, feeds, { vars: o.vars, mode: o.mode }, { bufs: this.#bufs, inputNames: this.#inputNames, vars: this.#vars }, false);
+    const runVals = new Map(this.#defaultVals);
+    for (const [name, v] of vals) runVals.set(name, v);
+    const into = outputTargets(call, o.outputs, this.#outputNames, this.#outputNodes, runVals);
     this.#ensureBuffers(call);
+    this.#writeInputs(inputs, vals);
+    if (mode === undefined) this.#submit(call, undefined, true);
+    else {
+      const exec = this.#execFor(call, mode);
+      exec.run();
+      exec.synchronize();
+    }
+    const outs = this.#outputNames.map((_, i) => readOutputInto(call, this.#mem[this.#outputs[i]!]!, this.#outputNodes[i]!, this.#vals, into[i]));
+    if (!byName) return outs;
+    const rec: Record<string, RunOutput> = {};
+    this.#outputNames.forEach((n, i) => (rec[n] = outs[i]!));
+    return rec;
+  }
+
+  /** Write a run's inputs (those not given get their prepared data back) and set its variable values. */
+  #writeInputs(inputs: ReadonlyMap<number, RunInput>, vals: ReadonlyMap<string, number>): void {
     for (let i = 0; i < this.#inputData.length; i++) {
       const d = inputs.get(i);
       if (d) {
@@ -482,6 +520,13 @@ export class ExecutionPlan {
       }
     }
     for (const [name, v] of this.#defaultVals) this.#vals.set(name, vals.get(name) ?? v);
+  }
+
+  async #runNow(call: string, inputs: Map<number, RunInput>, vals: Map<string, number>, mode: ExecMode | undefined, byName: boolean): Promise<RunOutput[] | Record<string, RunOutput>> {
+    // An executeAsync begun outside the queue finishes first.
+    while (this.#flight) await this.#flight.catch(() => undefined);
+    this.#ensureBuffers(call);
+    this.#writeInputs(inputs, vals);
     let done: Promise<void>;
     if (mode === undefined) done = this.#submit(call, undefined, false).done();
     else {
