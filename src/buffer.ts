@@ -96,7 +96,7 @@ export function parseBudget(v: string): number | undefined {
   return n === 0 ? Infinity : Math.floor(n);
 }
 
-let baseBudget = (process.env.BUNGPU_GC_BUDGET !== undefined && parseBudget(process.env.BUNGPU_GC_BUDGET)) || DEFAULT_BUDGET;
+let baseBudget = (process.env["BUNGPU_GC_BUDGET"] !== undefined && parseBudget(process.env["BUNGPU_GC_BUDGET"])) || DEFAULT_BUDGET;
 memoryStats.budget = baseBudget;
 
 /**

@@ -25,7 +25,7 @@ import { noteCaptured, type Device, type DeviceState } from "./device";
 import { GpuError, disposed, invalid, options, type BackendLabel } from "./errors";
 import { Event } from "./event";
 import { Graph } from "./capture";
-import { Kernel, dim3, packArgs, type ArgArea, type ArgValue, type Dim3 } from "./kernel";
+import { Kernel, dim3, packArgs, type ArgArea, type ArgsOf, type ArgValue, type Dim3, type Signature } from "./kernel";
 import { Stream } from "./stream";
 
 // ---- the format: tags and sizes in one spot ------------------------------------------------------
@@ -48,23 +48,24 @@ export const LAUNCH_AT = bg_cmd_launch_rec.offset;
 /** bg_submit_ex flag: wait for the stream in the same crossing. */
 export const SUBMIT_WAIT = BG_SUBMIT_WAIT;
 
-export interface LaunchOptions {
+/** A launch of a kernel of signature `S`: `args` is typed from it (see ArgsOf). */
+export interface LaunchOptions<S extends Signature = Signature> {
   grid: Dim3;
   block: Dim3;
-  args: readonly ArgValue[];
-  sharedBytes?: number;
+  args: ArgsOf<S>;
+  sharedBytes?: number | undefined;
 }
 
 export interface CopyOptions {
-  bytes?: number;
-  srcOffset?: number;
-  dstOffset?: number;
+  bytes?: number | undefined;
+  srcOffset?: number | undefined;
+  dstOffset?: number | undefined;
 }
 
 export interface FillOptions {
-  type?: FillType;
-  offset?: number;
-  bytes?: number;
+  type?: FillType | undefined;
+  offset?: number | undefined;
+  bytes?: number | undefined;
 }
 
 /** Counts of what a list holds (or what a range of it holds). */
@@ -322,7 +323,7 @@ export class CommandList {
   }
 
   /** Append a kernel launch: the same checks as Kernel.launch, no FFI crossing. */
-  launch(kernel: Kernel, cfg: LaunchOptions, call = "CommandList.launch"): this {
+  launch<S extends Signature>(kernel: Kernel<S>, cfg: LaunchOptions<NoInfer<S>>, call = "CommandList.launch"): this {
     const dev = this.#dev;
     if (kernel !== this.#kernel || this.#kernel === null) this.#useKernel(call, kernel);
     const m = this.#module!;

@@ -11,7 +11,7 @@ import { disposed, invalid, options } from "./errors";
 import type { CopyOptions, EncoderMark, FillOptions } from "./commands";
 import { CommandEncoder, type DispatchOptions } from "./encoder";
 import { bufferRange, planBarriers, type BufferRange, type PlannedBarrier } from "./hazards";
-import { dim3, type ArgValue, type Kernel } from "./kernel";
+import { dim3, type ArgValue, type Kernel, type Signature } from "./kernel";
 import type { Stream } from "./stream";
 
 export type { Hazard, PlannedBarrier } from "./hazards";
@@ -19,7 +19,7 @@ export type { Hazard, PlannedBarrier } from "./hazards";
 /** A byte range a node reads or writes: a whole buffer (view), or part of one. */
 export type Access = Buffer | { buffer: Buffer; offset?: number; bytes?: number };
 
-export interface GraphDispatchOptions extends DispatchOptions {
+export interface GraphDispatchOptions<S extends Signature = Signature> extends DispatchOptions<S> {
   /** Byte ranges the kernel reads. Default: every buffer argument (conservative). */
   reads?: readonly Access[];
   /** Byte ranges the kernel writes. Default: every buffer argument (conservative). */
@@ -144,7 +144,7 @@ export class ComputeGraph {
   }
 
   /** Record a dispatch; returns its node index. */
-  dispatch(kernel: Kernel, cfg: GraphDispatchOptions): number {
+  dispatch<S extends Signature>(kernel: Kernel<S>, cfg: GraphDispatchOptions<NoInfer<S>>): number {
     const call = "ComputeGraph.dispatch";
     if (cfg === null || typeof cfg !== "object") invalid(call, "expected { grid, block, args }");
     const reads = cfg.reads !== undefined ? resolveAccess(call, this.#dev, "reads", cfg.reads) : null;
@@ -277,7 +277,7 @@ export class ComputeGraph {
    * Submit the whole graph to `stream` in one crossing, from the graph's own packed bytes (no
    * re-encoding). Returns true when a crossing was made (false for an empty graph).
    */
-  submit(stream: Stream, opts: { barriers?: BarrierMode } = {}): boolean {
+  submit(stream: Stream, opts: { barriers?: BarrierMode | undefined } = {}): boolean {
     opts = options("ComputeGraph.submit", opts);
     const call = "ComputeGraph.submit";
     const mode = opts.barriers ?? "recorded";

@@ -121,7 +121,7 @@ export class Device {
   /** BUNGPU_DEVICE if set; else the first of CUDA, Metal, CPU that opens. Shared; do not dispose. */
   static default(): Device {
     if (defaultDevice?.state.open) return defaultDevice;
-    const env = process.env.BUNGPU_DEVICE;
+    const env = process.env["BUNGPU_DEVICE"];
     if (env) {
       defaultDevice = Device.open(env);
       return defaultDevice;

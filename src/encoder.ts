@@ -5,12 +5,12 @@
 import type { Buffer } from "./buffer";
 import type { Device } from "./device";
 import type { Event } from "./event";
-import type { Kernel } from "./kernel";
+import type { Kernel, Signature } from "./kernel";
 import type { Stream } from "./stream";
 import { CommandList, type CopyOptions, type FillOptions, type LaunchOptions } from "./commands";
 
 export { CommandError, type CopyOptions, type FillOptions, type EncoderCounts, type EncoderMark, type CommandInfo } from "./commands";
-export type DispatchOptions = LaunchOptions;
+export type DispatchOptions<S extends Signature = Signature> = LaunchOptions<S>;
 
 export class CommandEncoder extends CommandList {
   constructor(device: Device, opts: { initialBytes?: number } = {}) {
@@ -18,7 +18,7 @@ export class CommandEncoder extends CommandList {
   }
 
   /** Append a kernel dispatch: the same checks as Kernel.launch, no FFI crossing. */
-  dispatch(kernel: Kernel, cfg: DispatchOptions): this {
+  dispatch<S extends Signature>(kernel: Kernel<S>, cfg: DispatchOptions<NoInfer<S>>): this {
     return this.launch(kernel, cfg, "CommandEncoder.dispatch");
   }
 

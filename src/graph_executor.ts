@@ -14,7 +14,7 @@ import { disposed, illegalState, invalid, options } from "./errors";
 import type { CopyOptions } from "./commands";
 import { CommandEncoder } from "./encoder";
 import { ComputeGraph, resolveAccess, type BarrierMode, type GraphDispatchOptions } from "./compute_graph";
-import type { Kernel } from "./kernel";
+import type { Kernel, Signature } from "./kernel";
 import { Stream } from "./stream";
 
 export {
@@ -99,7 +99,7 @@ export class GraphSession {
     illegalState(call, `the session is ${this.#state === "finished" ? "finished" : "disposed"}; begin a new one`);
   }
 
-  dispatch(kernel: Kernel, cfg: GraphDispatchOptions): this {
+  dispatch<S extends Signature>(kernel: Kernel<S>, cfg: GraphDispatchOptions<NoInfer<S>>): this {
     if (this.#state !== "open") this.#closed("GraphSession.dispatch");
     if (this.#graph) this.#graph.dispatch(kernel, cfg);
     else {

@@ -11,7 +11,7 @@ import { describeValue, invalid, options } from "./errors";
 import type { Device } from "./device";
 import type { Buffer } from "./buffer";
 import { dependencies } from "./hazards";
-import type { Kernel } from "./kernel";
+import type { Kernel, Signature } from "./kernel";
 import { Step, type CopyStepOptions, type FillStepOptions, type KernelStepConfig } from "./step";
 import { ExecMode, Executable, type RunOptions, type ScheduleCompileOptions } from "./executable";
 
@@ -43,7 +43,7 @@ export class Schedule {
     return this;
   }
 
-  addKernel(kernel: Kernel, cfg: KernelStepConfig): this {
+  addKernel<S extends Signature>(kernel: Kernel<S>, cfg: KernelStepConfig<NoInfer<S>>): this {
     return this.add(Step.kernel(kernel, cfg));
   }
 

@@ -6,34 +6,35 @@ import type { Device } from "./device";
 import { invalid, disposed, options } from "./errors";
 import { CommandList, checkLaunch, validateCommand } from "./commands";
 import { hazardBetween, overlaps, rangeOf, type ByteRange } from "./hazards";
-import type { Kernel, ArgValue, Dim3 } from "./kernel";
+import type { Kernel, ArgsOf, ArgValue, Dim3, Signature } from "./kernel";
 
 // ---- steps -----------------------------------------------------------------------------------------
 
-export interface KernelStepConfig {
+/** A kernel step of a kernel of signature `S`: `args` is typed from it (see ArgsOf). */
+export interface KernelStepConfig<S extends Signature = Signature> {
   grid: Dim3;
   block: Dim3;
-  args: readonly ArgValue[];
-  sharedBytes?: number;
+  args: ArgsOf<S>;
+  sharedBytes?: number | undefined;
   /** Buffers (views) the kernel reads. With neither list given, every buffer argument counts as read and written. */
-  reads?: readonly Buffer[];
+  reads?: readonly Buffer[] | undefined;
   /** Buffers (views) the kernel writes. */
-  writes?: readonly Buffer[];
-  label?: string;
+  writes?: readonly Buffer[] | undefined;
+  label?: string | undefined;
 }
 
 export interface CopyStepOptions {
-  bytes?: number;
-  dstOffset?: number;
-  srcOffset?: number;
-  label?: string;
+  bytes?: number | undefined;
+  dstOffset?: number | undefined;
+  srcOffset?: number | undefined;
+  label?: string | undefined;
 }
 
 export interface FillStepOptions {
-  type?: FillType;
-  offset?: number;
-  bytes?: number;
-  label?: string;
+  type?: FillType | undefined;
+  offset?: number | undefined;
+  bytes?: number | undefined;
+  label?: string | undefined;
 }
 
 export type KernelOp = {
@@ -77,11 +78,11 @@ export class Step {
   }
 
   /** A kernel launch. Its ranges are `reads`/`writes`, or, when neither is given, every buffer argument read and written. */
-  static kernel(kernel: Kernel, cfg: KernelStepConfig): Step {
+  static kernel<S extends Signature>(kernel: Kernel<S>, cfg: KernelStepConfig<NoInfer<S>>): Step {
     const call = "Step.kernel";
     const { grid, block, sharedBytes } = checkLaunch(call, kernel, cfg);
     const dev = kernel.device;
-    const args = [...cfg.args];
+    const args: ArgValue[] = [...(cfg.args as readonly ArgValue[])];
     const argBufs = args.filter(isBuffer);
     const list = (what: string, l: readonly Buffer[] | undefined): Buffer[] => {
       if (l === undefined) return [];

@@ -580,7 +580,7 @@ describe("CommandEncoder: validation, growth, events, bad offsets", () => {
   test("the buffer grows past 64 KiB and stays exact (5000 dispatches)", () => {
     A.fill(0);
     const enc = new CommandEncoder(dev);
-    const cfg = { grid: 1, block: 1, args: [A, 1, 1] };
+    const cfg = { grid: 1, block: 1, args: [A, 1, 1] as const };
     for (let i = 0; i < 5000; i++) enc.dispatch(addScalar, cfg);
     expect(enc.byteLength).toBe(5000 * (48 + 24));
     expect(enc.capacity).toBeGreaterThanOrEqual(enc.byteLength);

@@ -174,6 +174,7 @@ describe("Step byte ranges and hazards", () => {
 
   test("bad steps throw GpuError before anything is built", () => {
     using a = dev.alloc(256);
+    // @ts-expect-error the types catch it too; JavaScript callers get the GpuError
     expectGpuError(() => Step.kernel(mix, { grid: 1, block: 64, args: [a, a, a, 64, 0] }), Status.INVALID_VALUE, /expected 6 arguments/);
     expectGpuError(() => Step.kernel(mix, { grid: 0, block: 64, args: [a, a, a, 64, 0, 0] }), Status.INVALID_VALUE, /grid/);
     expectGpuError(() => Step.kernel(mix, { grid: 1, block: 1, args: [a, a, a, 1, 0, 0], reads: [a, 3 as never] }), Status.INVALID_VALUE, /reads/);
