@@ -20,7 +20,7 @@
 import { SubmitError, addressOf, submit } from "../ffi/result";
 import { Cmd, SUBMIT_WAIT as BG_SUBMIT_WAIT, bg_cmd_copy_rec, bg_cmd_event_rec, bg_cmd_header, bg_cmd_launch_rec, bg_cmd_memset_rec } from "../ffi/constants";
 import { backends, type BackendRecord } from "./backends";
-import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buffer";
+import { Buffer, HostBuffer, checkSize, fillPattern, fillTypeOf, type FillType } from "./buffer";
 import { noteCaptured, type Device, type DeviceState } from "./device";
 import { GpuError, disposed, invalid, options, type BackendLabel } from "./errors";
 import { Event } from "./event";
@@ -402,12 +402,12 @@ export class CommandList {
     return this.#copy(call, CMD.COPY_DTOH, opts, dst, src);
   }
 
-  /** Append a fill of `value` as elements of `type` (Stream.fill's rules). */
+  /** Append a fill of `value` as elements of `type` (Buffer.fill's rules: default the buffer's elementType, else only 0). */
   memset(buf: Buffer, value: number, opts: FillOptions = {}, call = "CommandList.memset"): this {
     opts = options(call, opts);
     this.#live(call);
     this.#buffer(call, "buffer", buf);
-    const { pattern, size } = fillPattern(call, value, opts.type ?? "u8");
+    const { pattern, size } = fillPattern(call, value, fillTypeOf(call, buf, value, opts.type));
     const off = checkSize(call, "offset", opts.offset ?? 0);
     const bytes = checkSize(call, "byte count", opts.bytes ?? buf.byteLength - off);
     inRange(call, "buffer", buf.byteLength, off, bytes);

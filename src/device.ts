@@ -5,7 +5,7 @@ import { api, backendInfo, devicePropsBytes } from "../ffi/result";
 import { bg_device_props } from "../ffi/constants";
 import { Backend } from "../ffi/result";
 import { backends, type BackendName } from "./backends";
-import { Buffer, HostBuffer, releaseDeviceMemory } from "./buffer";
+import { Buffer, HostBuffer, releaseDeviceMemory, type FillType } from "./buffer";
 import { DEVICE, newDeviceState, type DeviceState } from "./device_state";
 import { GpuError, Status, invalid, disposed, options } from "./errors";
 import { Event, type EventOptions } from "./event";
@@ -266,8 +266,9 @@ export class Device {
     return this.#defaultStream;
   }
 
-  alloc(bytes: number): Buffer {
-    return Buffer.alloc(this, bytes);
+  /** `bytes` of device memory; `{ type }` declares its elements (the default of `fill`). */
+  alloc(bytes: number, opts: { type?: FillType | undefined } = {}): Buffer {
+    return Buffer.alloc(this, bytes, opts);
   }
 
   allocHost(bytes: number, opts: { mapped?: boolean } = {}): HostBuffer {

@@ -27,7 +27,7 @@ export class CommandEncoder extends CommandList {
     return super.copy(dst, src, opts, call);
   }
 
-  /** Append a fill of `value` as elements of `type` (Stream.fill's rules). */
+  /** Append a fill of `value` as elements of `type` (Buffer.fill's rules: default the buffer's elementType, else only 0). */
   fill(buf: Buffer, value: number, opts: FillOptions = {}): this {
     return this.memset(buf, value, opts, "CommandEncoder.fill");
   }

@@ -124,7 +124,7 @@ export class GraphSession {
     return this;
   }
 
-  fill(buf: Buffer, value: number, opts: { type?: FillType; offset?: number; bytes?: number } = {}): this {
+  fill(buf: Buffer, value: number, opts: { type?: FillType | undefined; offset?: number | undefined; bytes?: number | undefined } = {}): this {
     opts = options("GraphSession.fill", opts);
     if (this.#state !== "open") this.#closed("GraphSession.fill");
     if (this.#graph) this.#graph.fill(buf, value, opts);

@@ -1,10 +1,20 @@
 // bungpu: driver-level GPU control for Bun.
+import { GpuBuffer } from "./buffer";
+import { GpuEvent } from "./event";
 export { GpuError } from "./errors";
 export { Status, StatusName } from "../ffi/errors";
 export { Device, type DeviceProps, type BackendInfo } from "./device";
-export { Buffer, HostBuffer, memoryStats, setMemoryBudget, type FillType, type HostData } from "./buffer";
+export { GpuBuffer, HostBuffer, memoryStats, setMemoryBudget, type FillType, type HostData } from "./buffer";
 export { Stream, type StreamOptions } from "./stream";
-export { Event, type EventOptions } from "./event";
+export { GpuEvent, type EventOptions } from "./event";
+/** @deprecated since 0.2, removed in 0.3: use `GpuBuffer`. Imported, `Buffer` hides Bun's global `Buffer` (host bytes). */
+export const Buffer = GpuBuffer;
+/** @deprecated since 0.2, removed in 0.3: use `GpuBuffer`. Imported, `Buffer` hides Bun's global `Buffer` (host bytes). */
+export type Buffer = GpuBuffer;
+/** @deprecated since 0.2, removed in 0.3: use `GpuEvent`. Imported, `Event` hides the DOM `Event` global. */
+export const Event = GpuEvent;
+/** @deprecated since 0.2, removed in 0.3: use `GpuEvent`. Imported, `Event` hides the DOM `Event` global. */
+export type Event = GpuEvent;
 export {
   Program,
   Module,

@@ -1,7 +1,7 @@
 // Steps: one unit of schedule work (a kernel launch, a copy, a fill) with the byte ranges it reads
 // and writes, validated as it is made by the command list's own checks, and lowered to one
 // command of a list when a schedule is compiled.
-import { Buffer, fillPattern, type FillType } from "./buffer";
+import { Buffer, fillPattern, fillTypeOf, type FillType } from "./buffer";
 import type { Device } from "./device";
 import { invalid, disposed, options } from "./errors";
 import { CommandList, checkLaunch, validateCommand } from "./commands";
@@ -127,12 +127,12 @@ export class Step {
     return new Step({ kind: "copy", dst, src, dstOffset: dO, srcOffset: so, bytes }, dst.device, [r], [w], [dst, src], opts.label ?? "copy");
   }
 
-  /** A memset of `value` as elements of `type` (default "u8"). Writes its range. */
+  /** A memset of `value` as elements of `type` (Buffer.fill's rules: default the buffer's elementType, else only 0). Writes its range. */
   static fill(buffer: Buffer, value: number, opts: FillStepOptions = {}): Step {
     const call = "Step.fill";
     opts = options(call, opts);
     if (!isBuffer(buffer)) invalid(call, "expected a Buffer");
-    const type = opts.type ?? "u8";
+    const type = fillTypeOf(call, buffer, value, opts.type);
     const off = opts.offset ?? 0;
     validateCommand(buffer.device, (l) => l.memset(buffer, value, { type, offset: off, bytes: opts.bytes }, call));
     const { pattern, size } = fillPattern(call, value, type);

@@ -1,7 +1,7 @@
 // Stream: an in-order queue of device work. Enqueueing returns at once; synchronize() blocks,
 // done() is its awaitable twin that polls and never blocks the event loop.
 import { CaptureStatusId, StreamFlag } from "../ffi/constants";
-import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buffer";
+import { Buffer, HostBuffer, checkSize, fillPattern, fillTypeOf, type FillType } from "./buffer";
 import { captureEnded, isDevice, noteCaptured, type DeviceRef } from "./device_state";
 import { GpuError, Status, describeValue, invalid, disposed } from "./errors";
 import { Event } from "./event";
@@ -209,13 +209,13 @@ export class Stream extends Resource {
     return this;
   }
 
-  /** Fill in stream order (see Buffer.fill). */
-  fill(buf: Buffer, value: number, opts: { type?: FillType; offset?: number; bytes?: number } = {}): this {
+  /** Fill elements in stream order (see Buffer.fill: `type`, else the buffer's elementType, else only 0). */
+  fill(buf: Buffer, value: number, opts: { type?: FillType | undefined; offset?: number | undefined; bytes?: number | undefined } = {}): this {
     const call = "Stream.fill";
     this.handle; // a disposed stream is an error even for an empty range
     if (!(buf instanceof Buffer)) invalid(call, "expected a Buffer");
     this.#sameDevice(call, buf);
-    const { pattern, size } = fillPattern(call, value, opts.type ?? "u8");
+    const { pattern, size } = fillPattern(call, value, fillTypeOf(call, buf, value, opts.type));
     const off = opts.offset ?? 0;
     const bytes = checkSize(call, "byte count", opts.bytes ?? buf.byteLength - off);
     this.#range(call, "buffer", buf.byteLength, off, bytes);

@@ -316,7 +316,7 @@ describe("random schedules: every ExecMode equals the sequential reference", () 
     // independent steps spread over the pool; a chain stays on one stream with no events
     using x = dev.alloc(4096);
     const indep = new Schedule();
-    for (let i = 0; i < 6; i++) indep.addFill(x.view(i * 64, 64), i);
+    for (let i = 0; i < 6; i++) indep.addFill(x.view(i * 64, 64), i, { type: "u8" });
     const p1 = planStreams(indep.steps, 3);
     expect(p1.stream).toEqual([0, 1, 2, 0, 1, 2]);
     expect(p1.eventCount).toBe(0);
@@ -327,8 +327,8 @@ describe("random schedules: every ExecMode equals the sequential reference", () 
     expect(p2.eventCount).toBe(0);
     // a join waits once per other branch
     const join = new Schedule()
-      .addFill(x.view(0, 64), 1)
-      .addFill(x.view(64, 64), 2)
+      .addFill(x.view(0, 64), 1, { type: "u8" })
+      .addFill(x.view(64, 64), 2, { type: "u8" })
       .addCopy(x.view(128, 128), x.view(0, 128));
     const p3 = planStreams(join.steps, 2);
     expect(p3.stream).toEqual([0, 1, 1]);

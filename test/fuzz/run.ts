@@ -860,7 +860,7 @@ h("encoder", "encoder", 5, (w) => {
     const n = w[2]! % (b.len + 2);
     const value = w[3]! & 0xff;
     const valid = b.a.live && b.dev === 0 && n <= b.len;
-    const r = call(() => `enc.fill(${b.name}, ${value}, { bytes: ${n} })`, valid ? "ok" : "err", () => en.enc.fill(b.b, value, { bytes: n }));
+    const r = call(() => `enc.fill(${b.name}, ${value}, { type: "u8", bytes: ${n} })`, valid ? "ok" : "err", () => en.enc.fill(b.b, value, { type: "u8", bytes: n }));
     if (r.ok) en.effs.push(effFill(b, 0, n, value, 1));
   } else if (op === 4) {
     call(() => `enc.barrier()`, "ok", () => en.enc.barrier());
@@ -942,8 +942,8 @@ h("schedule", "schedule", 2, (w) => {
       if (!b) continue;
       if (!b.a.live) valid = false;
       const n = ww[2]! % (b.len + 1);
-      src.push(`Step.fill(${b.name}, ${ww[3]! & 0xff}, { bytes: ${n} })`);
-      const r = call(() => src.at(-1)!, "any", () => Step.fill(b.b, ww[3]! & 0xff, { bytes: n }));
+      src.push(`Step.fill(${b.name}, ${ww[3]! & 0xff}, { type: "u8", bytes: ${n} })`);
+      const r = call(() => src.at(-1)!, "any", () => Step.fill(b.b, ww[3]! & 0xff, { type: "u8", bytes: n }));
       if (!r.ok) return;
       steps.push(r.v);
       effs.push(effFill(b, 0, n, ww[3]! & 0xff, 1));
