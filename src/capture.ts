@@ -7,7 +7,7 @@ import { addressOf } from "../ffi/result";
 import { CaptureModeId } from "../ffi/constants";
 import { captureEnded, type DeviceRef, type DeviceState } from "./device_state";
 import { GpuError, Status, describeValue, invalid, options } from "./errors";
-import { packArgs, type ArgArea, type ArgsOf, type ArgValue, type Kernel, type Signature } from "./kernel";
+import { packArgs, type ArgArea, type ArgsOf, type Kernel, type Signature } from "./kernel";
 import { Holds } from "./lifetime";
 import { RELEASE, Resource } from "./resource";
 
