@@ -1,9 +1,9 @@
 // GpuBuffer (Buffer to the package's own modules): device memory (an allocation, or a view of
 // part of one). HostBuffer: pinned host memory exposed as a TypedArray without copying. Every
 // call is validated before it reaches the FFI; a bad call throws GpuError and changes nothing.
-// It stays one file (over 600 lines): both
-// buffer kinds and the native-memory accounting (budget, collection, finalisers, device teardown)
-// share the allocation records and the map of live ones, which split files would have to export.
+// It stays one file (over 600 lines): both buffer kinds and the native-memory accounting (budget,
+// collection, finalisers, device teardown) share the allocation records and the map of live
+// ones, which split files would have to export.
 import { GpuError, nativeView } from "../ffi/result";
 import { HostAllocFlag } from "../ffi/constants";
 import { isDevice, releaseOutsideCapture, type DeviceRef, type DeviceState } from "./device_state";

@@ -45,7 +45,8 @@ const TSCONFIG = {
 const PENDING = ["src/tensor/", "src/trace/"];
 
 const OK = `
-import { CommandEncoder, ComputeGraph, Device, GpuBuffer, GpuEvent, Graph, Program, Schedule, Step, type ArgType } from "bungpu";
+import { CommandEncoder, ComputeGraph, Device, GpuBuffer, GpuEvent, Graph, Program, Schedule, Step } from "bungpu";
+import type { ArgType, ArgsOf, Kernel, LaunchConfig, Signature } from "bungpu";
 
 const dev = Device.open("cpu");
 const s = dev.createStream();
@@ -70,6 +71,14 @@ exec.setKernelArgs(0, vadd, [a, b, c, 8]);
 // a signature known only at run time: any argument values, checked when launched
 const sig: ArgType[] = ["buffer", "i32"];
 mod.kernel("dyn", sig).launch(s, { grid: 1, block: 1, args: [a, 3] });
+// typed kernels go where any kernel goes, and generic helpers keep the typing
+const kernels = new Map<string, Kernel>([["vadd", vadd], ["mixed", mixed]]);
+const cfg: LaunchConfig = { grid: 1, block: 1, args: [a, 1] };
+kernels.get("vadd")!.launch(s, cfg);
+function run<S extends Signature>(k: Kernel<S>, args: ArgsOf<S>): void {
+  k.launch(s, { grid: 1, block: 1, args });
+}
+run(vadd, [a, b, c, 4]);
 const ev: GpuEvent = dev.createEvent().record(s);
 ev.synchronize();
 // Bun's own Buffer is still the global one
