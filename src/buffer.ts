@@ -19,6 +19,11 @@ type TypedArrayCtor<T extends TypedArray> = { new (n: number): T; BYTES_PER_ELEM
 export type HostData = ArrayBufferView | ArrayBuffer;
 
 export type FillType = "u8" | "i8" | "u16" | "i16" | "u32" | "i32" | "f32";
+/** The byte range of a fill: [offset, offset + bytes), by default the whole buffer. */
+export interface FillRange {
+  offset?: number | undefined;
+  bytes?: number | undefined;
+}
 
 /** Check that `n` is a non-negative safe integer. */
 export function checkSize(call: string, what: string, n: unknown): number {
@@ -243,6 +248,8 @@ export class GpuBuffer extends Resource {
    * `bytes` of device memory. `{ type }` declares its elements ("f32", "i32", ...): `fill(v)`
    * then writes `v` as that type. The size stays in bytes.
    */
+  static alloc<E extends FillType>(device: DeviceRef, bytes: number, opts: { type: E }): GpuBufferOf<E>;
+  static alloc(device: DeviceRef, bytes: number, opts?: { type?: FillType | undefined }): GpuBuffer;
   static alloc(device: DeviceRef, bytes: number, opts: { type?: FillType | undefined } = {}): GpuBuffer {
     if (!isDevice(device)) invalid("Buffer.alloc", "device must be a Device");
     checkSize("Buffer.alloc", "size", bytes);
@@ -307,12 +314,12 @@ export class GpuBuffer extends Resource {
   }
 
   /** A view of [byteOffset, byteOffset + byteLength) sharing this buffer's memory. */
-  view(byteOffset: number, byteLength?: number): GpuBuffer {
+  view(byteOffset: number, byteLength?: number): this {
     this.#live("Buffer.view");
     checkSize("Buffer.view", "offset", byteOffset);
     if (byteLength === undefined) byteLength = Math.max(0, this.byteLength - byteOffset);
     this.#range("Buffer.view", byteOffset, byteLength);
-    return new GpuBuffer(this.device, this.#alloc, this.byteOffset + byteOffset, byteLength, this.#root ?? this, this.elementType);
+    return new GpuBuffer(this.device, this.#alloc, this.byteOffset + byteOffset, byteLength, this.#root ?? this, this.elementType) as this;
   }
 
   /**
@@ -394,7 +401,10 @@ export class GpuBuffer extends Resource {
    * any value but 0 (INVALID_VALUE), so a fill never guesses between bytes and elements.
    * Complete on return, so a launch queued next on any stream sees the filled bytes (see `write`).
    */
-  fill(value: number, opts: { type?: FillType | undefined; offset?: number | undefined; bytes?: number | undefined } = {}): this {
+  fill(value: number, opts: FillRange & { type: FillType }): this;
+  fill(this: GpuBufferOf<FillType>, value: number, opts?: FillRange & { type?: FillType | undefined }): this;
+  fill(value: 0, opts?: FillRange & { type?: FillType | undefined }): this;
+  fill(value: number, opts: FillRange & { type?: FillType | undefined } = {}): this {
     opts = options("Buffer.fill", opts);
     const h = this.#live("Buffer.fill");
     if (hostFnsPending()) this.device.beforeSyncCopy("Buffer.fill");
@@ -448,6 +458,9 @@ export class GpuBuffer extends Resource {
 }
 
 // The package's own modules still call the class Buffer; users get GpuBuffer (src/index.ts).
+
+/** A buffer allocated with `{ type: E }`: its `fill(v)` writes `v` as `E` (the types know it). */
+export type GpuBufferOf<E extends FillType> = GpuBuffer & { readonly elementType: E };
 export { GpuBuffer as Buffer };
 
 /**

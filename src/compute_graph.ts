@@ -5,7 +5,7 @@
 // ranges since the last barrier), and none elsewhere. setArgs() rewrites only a dispatch's
 // argument words, and submit() hands the same bytes to the shim again: one crossing, no
 // re-encoding.
-import { Buffer, checkSize } from "./buffer";
+import { Buffer, checkSize, type FillType, type GpuBufferOf } from "./buffer";
 import type { Device, DeviceState } from "./device";
 import { disposed, invalid, options } from "./errors";
 import type { CopyOptions, EncoderMark, FillOptions } from "./commands";
@@ -186,10 +186,13 @@ export class ComputeGraph {
   }
 
   /** Record a fill; returns its node index. */
+  fill(buf: Buffer, value: number, opts: FillOptions & { type: FillType }): number;
+  fill(buf: GpuBufferOf<FillType>, value: number, opts?: FillOptions): number;
+  fill(buf: Buffer, value: 0, opts?: FillOptions): number;
   fill(buf: Buffer, value: number, opts: FillOptions = {}): number {
     opts = options("ComputeGraph.fill", opts);
     const n = this.#begin("fill");
-    this.#seq.fill(buf, value, opts);
+    this.#seq.fill(buf, value, opts as FillOptions & { type: FillType }); // the type rule holds at run time (fillTypeOf)
     const off = opts.offset ?? 0;
     const bytes = opts.bytes ?? buf.byteLength - off;
     n.args = [buf];

@@ -5,7 +5,7 @@ import { api, backendInfo, devicePropsBytes } from "../ffi/result";
 import { bg_device_props } from "../ffi/constants";
 import { Backend } from "../ffi/result";
 import { backends, type BackendName } from "./backends";
-import { Buffer, HostBuffer, releaseDeviceMemory, type FillType } from "./buffer";
+import { Buffer, HostBuffer, releaseDeviceMemory, type FillType, type GpuBufferOf } from "./buffer";
 import { DEVICE, newDeviceState, type DeviceState } from "./device_state";
 import { GpuError, Status, invalid, disposed, options } from "./errors";
 import { Event, type EventOptions } from "./event";
@@ -267,6 +267,8 @@ export class Device {
   }
 
   /** `bytes` of device memory; `{ type }` declares its elements (the default of `fill`). */
+  alloc<E extends FillType>(bytes: number, opts: { type: E }): GpuBufferOf<E>;
+  alloc(bytes: number, opts?: { type?: FillType | undefined }): Buffer;
   alloc(bytes: number, opts: { type?: FillType | undefined } = {}): Buffer {
     return Buffer.alloc(this, bytes, opts);
   }

@@ -8,10 +8,10 @@
 //    commit in ONE crossing (bg_submit) without waiting; finish() commits and waits; finishAsync()
 //    commits and awaits stream.done(). A finished session throws ILLEGAL_STATE; one disposed
 //    without finish() runs nothing it had not committed and gives its encoder back.
-import type { Buffer, FillType } from "./buffer";
+import type { Buffer, FillType, GpuBufferOf } from "./buffer";
 import type { Device } from "./device";
 import { disposed, illegalState, invalid, options } from "./errors";
-import type { CopyOptions } from "./commands";
+import type { CopyOptions, FillOptions } from "./commands";
 import { CommandEncoder } from "./encoder";
 import { ComputeGraph, resolveAccess, type BarrierMode, type GraphDispatchOptions } from "./compute_graph";
 import type { Kernel, Signature } from "./kernel";
@@ -124,11 +124,15 @@ export class GraphSession {
     return this;
   }
 
-  fill(buf: Buffer, value: number, opts: { type?: FillType | undefined; offset?: number | undefined; bytes?: number | undefined } = {}): this {
+  fill(buf: Buffer, value: number, opts: FillOptions & { type: FillType }): this;
+  fill(buf: GpuBufferOf<FillType>, value: number, opts?: FillOptions): this;
+  fill(buf: Buffer, value: 0, opts?: FillOptions): this;
+  fill(buf: Buffer, value: number, opts: FillOptions = {}): this {
     opts = options("GraphSession.fill", opts);
     if (this.#state !== "open") this.#closed("GraphSession.fill");
-    if (this.#graph) this.#graph.fill(buf, value, opts);
-    else this.#enc!.fill(buf, value, opts);
+    const o = opts as FillOptions & { type: FillType }; // the type rule holds at run time (fillTypeOf)
+    if (this.#graph) this.#graph.fill(buf, value, o);
+    else this.#enc!.fill(buf, value, o);
     this.stats.fills++;
     return this;
   }

@@ -4,7 +4,7 @@ import { GpuEvent } from "./event";
 export { GpuError } from "./errors";
 export { Status, StatusName } from "../ffi/errors";
 export { Device, type DeviceProps, type BackendInfo } from "./device";
-export { GpuBuffer, HostBuffer, memoryStats, setMemoryBudget, type FillType, type HostData } from "./buffer";
+export { GpuBuffer, HostBuffer, memoryStats, setMemoryBudget, type FillRange, type FillType, type GpuBufferOf, type HostData } from "./buffer";
 export { Stream, type StreamOptions } from "./stream";
 export { GpuEvent, type EventOptions } from "./event";
 /** @deprecated since 0.2, removed in 0.3: use `GpuBuffer`. Imported, `Buffer` hides Bun's global `Buffer` (host bytes). */

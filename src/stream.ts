@@ -1,7 +1,7 @@
 // Stream: an in-order queue of device work. Enqueueing returns at once; synchronize() blocks,
 // done() is its awaitable twin that polls and never blocks the event loop.
 import { CaptureStatusId, StreamFlag } from "../ffi/constants";
-import { Buffer, HostBuffer, checkSize, fillPattern, fillTypeOf, type FillType } from "./buffer";
+import { Buffer, HostBuffer, checkSize, fillPattern, fillTypeOf, type FillRange, type FillType, type GpuBufferOf } from "./buffer";
 import { captureEnded, isDevice, noteCaptured, type DeviceRef } from "./device_state";
 import { GpuError, Status, describeValue, invalid, disposed } from "./errors";
 import { Event } from "./event";
@@ -210,7 +210,10 @@ export class Stream extends Resource {
   }
 
   /** Fill elements in stream order (see Buffer.fill: `type`, else the buffer's elementType, else only 0). */
-  fill(buf: Buffer, value: number, opts: { type?: FillType | undefined; offset?: number | undefined; bytes?: number | undefined } = {}): this {
+  fill(buf: Buffer, value: number, opts: FillRange & { type: FillType }): this;
+  fill(buf: GpuBufferOf<FillType>, value: number, opts?: FillRange & { type?: FillType | undefined }): this;
+  fill(buf: Buffer, value: 0, opts?: FillRange & { type?: FillType | undefined }): this;
+  fill(buf: Buffer, value: number, opts: FillRange & { type?: FillType | undefined } = {}): this {
     const call = "Stream.fill";
     this.handle; // a disposed stream is an error even for an empty range
     if (!(buf instanceof Buffer)) invalid(call, "expected a Buffer");

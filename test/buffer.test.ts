@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, test } from "bun:test";
-import { Buffer, CommandEncoder, Device, Event, GpuBuffer, GpuEvent, HostBuffer, Status, Step } from "../src";
+import { Buffer, CommandEncoder, ComputeGraph, Device, Event, GpuBuffer, GpuEvent, HostBuffer, Schedule, Status, Step } from "../src";
 import { equalBytes, expectGpuError, randomBytes } from "./helpers";
 
 const dev = Device.open("cpu");
@@ -183,10 +183,13 @@ describe("fill writes elements, never guesses bytes", () => {
     b.fill(0xab, { type: "u8" });
     expect(b.read().every((x) => x === 0xab)).toBe(true);
     // a fill of 1 that once wrote 0x01 bytes (1.4e-45 as f32, 16843009 as i32) is refused, not guessed
-    expectGpuError(() => b.fill(1), Status.INVALID_VALUE, /element type/);
-    expectGpuError(() => dev.defaultStream.fill(b, 1), Status.INVALID_VALUE, /element type/);
-    expectGpuError(() => new CommandEncoder(dev).fill(b, 1), Status.INVALID_VALUE, /element type/);
-    expectGpuError(() => Step.fill(b, 1), Status.INVALID_VALUE, /element type/);
+    // (the types refuse these too: test/strict_types.test.ts; JavaScript callers get the GpuError)
+    expectGpuError(() => b.fill(1 as 0), Status.INVALID_VALUE, /element type/);
+    expectGpuError(() => dev.defaultStream.fill(b, 1 as 0), Status.INVALID_VALUE, /element type/);
+    expectGpuError(() => new CommandEncoder(dev).fill(b, 1 as 0), Status.INVALID_VALUE, /element type/);
+    expectGpuError(() => Step.fill(b, 1 as 0), Status.INVALID_VALUE, /element type/);
+    expectGpuError(() => new Schedule().addFill(b, 1 as 0), Status.INVALID_VALUE, /element type/);
+    expectGpuError(() => new ComputeGraph(dev).fill(b, 1 as 0), Status.INVALID_VALUE, /element type/);
     expect(b.read().every((x) => x === 0xab)).toBe(true);
   });
 

@@ -28,7 +28,7 @@ const grid = (n: number) => Math.ceil(n / BLOCK);
 interface Sink {
   dispatch(k: Kernel, cfg: GraphDispatchOptions): unknown;
   copy(dst: Buffer, src: Buffer, opts?: { bytes?: number }): unknown;
-  fill(buf: Buffer, value: number, opts?: { type?: "f32" }): unknown;
+  fill(buf: Buffer, value: number, opts: { type: "f32" }): unknown;
   barrier(): unknown;
 }
 
@@ -427,7 +427,7 @@ describe("sessions: misuse, dropping, counters", () => {
       sess2.dispose();
       expect(sess2.state).toBe("disposed");
       expect(sess2.graph).toBe(null);
-      expectGpuError(() => sess2.fill(X, 3), Status.ILLEGAL_STATE, /disposed/);
+      expectGpuError(() => sess2.fill(X, 3, { type: "u8" }), Status.ILLEGAL_STATE, /disposed/);
       s.synchronize();
       expect(X.read().every((v) => v === 9)).toBe(true);
       expect(sess2.stats.ffiCrossings).toBe(0);

@@ -111,7 +111,7 @@ describe("streams", () => {
     const st = dev.createStream();
     st.dispose();
     using b = dev.alloc(16);
-    expectGpuError(() => st.fill(b, 1), Status.INVALID_HANDLE, /disposed/);
+    expectGpuError(() => st.fill(b, 1, { type: "u8" }), Status.INVALID_HANDLE, /disposed/);
     expectGpuError(() => st.synchronize(), Status.INVALID_HANDLE);
   });
 });

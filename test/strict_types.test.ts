@@ -81,6 +81,10 @@ function run<S extends Signature>(k: Kernel<S>, args: ArgsOf<S>): void {
 run(vadd, [a, b, c, 4]);
 const ev: GpuEvent = dev.createEvent().record(s);
 ev.synchronize();
+// a buffer allocated with { type } fills elements of it; any buffer takes an explicit type, and 0
+a.fill(1);
+s.fill(a.view(16), 2.5);
+b.fill(0).fill(3, { type: "i32", bytes: 8 });
 // Bun's own Buffer is still the global one
 const host: Buffer = Buffer.from("hello");
 console.log(host.toString("hex"), step.kind, GpuEvent.elapsed(ev, ev), a.elementType);
@@ -109,7 +113,9 @@ Step.kernel(vadd, { grid: 1, block: 16, args: [a, a, a] }); // TS2741: Property 
 new Schedule().addKernel(big, { grid: 1, block: 1, args: [a, a] }); // TS2322: Type 'GpuBuffer' is not assignable to type 'number | bigint'
 new ComputeGraph(dev).dispatch(vadd, { grid: 1, block: 16, args: [a, 1, a, 1] }); // TS2322: Type 'number' is not assignable to type 'GpuBuffer'
 Graph.capture(s, () => {}).instantiate().setKernelArgs(0, vadd, [a, a, a]); // TS2345: '[GpuBuffer, GpuBuffer, GpuBuffer]'
-a.fill(1, { type: "f64" }); // TS2322: Type '"f64"' is not assignable to type 'FillType | undefined'
+a.fill(1, { type: "f64" }); // TS2769: No overload matches this call
+a.fill(1); // TS2769: No overload matches this call
+s.fill(a, 1, { bytes: 8 }); // TS2769: No overload matches this call
 const host = Buffer.from("hello"); // TS2339: Property 'from' does not exist on type 'typeof GpuBuffer'
 console.log(host);
 `;
@@ -158,7 +164,7 @@ describe("a strict user project (bun init's tsconfig, every stricter flag on)", 
 
   test("each deliberate mistake is an error on its line, and nothing else is", () => {
     const want = expected(BAD);
-    expect(want.length).toBe(12);
+    expect(want.length).toBe(14);
     const got = errors.filter((e) => e.file === "bad.ts");
     expect(got.map((e) => `${e.line}:${e.code}`).sort()).toEqual(want.map((w) => w.at).sort());
     for (const w of want) expect(got.find((e) => `${e.line}:${e.code}` === w.at)!.text).toContain(w.text);

@@ -586,7 +586,7 @@ h("stream.recreate", "stream", 0.5, (w) => {
     // a disposed stream: every call on it is a GpuError
     const k = mods[st.dev]?.k, b = liveBuf(w[1]!, st.dev);
     call(() => `${st.name}.synchronize()`, "err", () => st.s.synchronize());
-    if (b) call(() => `${st.name}.fill(${b.name}, 1)`, "err", () => st.s.fill(b.b, 1));
+    if (b) call(() => `${st.name}.fill(${b.name}, 1, { type: "u8" })`, "err", () => st.s.fill(b.b, 1, { type: "u8" }));
     if (k && b && b.a.live) call(() => `k.launch(${st.name} /* disposed */, ...)`, "err", () => k.launch(st.s, { grid: 1, block: 1, args: [b.b, 1, 0] }));
     streams[si] = null;
     pendingFns[si] = [];
