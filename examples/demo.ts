@@ -293,8 +293,9 @@ function main(): number {
             progress(`timing ${name}: ${runs} runs…`);
           }
           msPerRun = (performance.now() - t0) / runs;
-          if (mode.kind === "Graph") note = `${exec.stats.captures} capture, ${exec.stats.replays} replays`;
-          if (mode.kind === "MultiStream") note = `${exec.plan.usedStreams.length} streams used, ${exec.plan.eventCount} cross-stream waits per run`;
+          const { captures, replays } = exec.stats;
+          if (mode.kind === "Graph") note = `${captures} ${captures === 1 ? "capture" : "captures"}, ${replays} ${replays === 1 ? "replay" : "replays"}`;
+          if (mode.kind === "MultiStream") note = exec.streamSummary;
         } finally {
           exec.dispose();
         }
@@ -360,7 +361,7 @@ function kernelSummary(plan: ExecutionPlan, c0: number, cc0: number): string {
   const ks = plan.preparedKernels();
   const distinct = new Set(ks.map((k) => k.entryPoint)).size;
   const runs = compileStats.compilerRuns - cc0;
-  return `${ks.length} kernels (${distinct} distinct; ${tensorCompileStats.kernelsCompiled - c0} new to this process, ${runs} C compiler run${runs === 1 ? "" : "s"}${runs ? "" : ": all from the disk cache"})`;
+  return `${ks.length} ${ks.length === 1 ? "kernel" : "kernels"} (${distinct} distinct; ${tensorCompileStats.kernelsCompiled - c0} new to this process, ${runs} C compiler run${runs === 1 ? "" : "s"}${runs ? "" : ": all from the disk cache"})`;
 }
 
 /** Time `run` for about `budget` ms (at least `min` runs): ms per run. */

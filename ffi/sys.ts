@@ -53,6 +53,20 @@ export const symbols = {
     returns: i32,
   },
 
+  // ---- stream-ordered allocation and memory pools
+  bg_mempool_create: { args: [ptr /* dev */, u64 /* release_threshold */, ptr /* void** out */], returns: i32, out: ["ptr"] },
+  bg_mempool_default: { args: [ptr /* dev */, ptr /* void** out */], returns: i32, out: ["ptr"] },
+  bg_mempool_destroy: { args: [ptr /* pool */], returns: i32 },
+  bg_mempool_set_threshold: { args: [ptr /* pool */, u64 /* release_threshold */], returns: i32 },
+  bg_mempool_trim: { args: [ptr /* pool */, u64 /* keep_bytes */], returns: i32 },
+  bg_mempool_stats: {
+    args: [ptr /* pool */, ptr /* u64* reserved */, ptr /* u64* used */, ptr /* u64* reserved_high */, ptr /* u64* used_high */],
+    returns: i32, out: ["u64", "u64", "u64", "u64"],
+  },
+  bg_mempool_reset_peak: { args: [ptr /* pool */], returns: i32 },
+  bg_mem_alloc_async: { args: [ptr /* stream */, ptr /* pool or NULL */, u64 /* bytes */, ptr /* bg_devptr* out */], returns: i32, out: ["ptr"] },
+  bg_mem_free_async: { args: [ptr /* stream */, ptr /* bg_devptr */], returns: i32 },
+
   // ---- streams
   bg_stream_create: { args: [ptr /* dev */, u32 /* flags */, i32 /* priority */, ptr /* void** out */], returns: i32, out: ["ptr"] },
   bg_stream_default: { args: [ptr /* dev */, ptr /* void** out */], returns: i32, out: ["ptr"] },

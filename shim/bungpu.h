@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 /* Bump on any change of a signature, a struct layout, a constant or the command format. */
-#define BG_ABI_VERSION 2
+#define BG_ABI_VERSION 3
 
 /* ---- status codes ------------------------------------------------------------------------ */
 enum {
@@ -160,6 +160,42 @@ BG_API int32_t bg_memcpy_dtod(void* dev, bg_devptr dst, bg_devptr src, uint64_t 
 /* Fill `count` elements of `elem_size` (1, 2 or 4) bytes with the low bits of `pattern`. */
 BG_API int32_t bg_memset(void* dev, bg_devptr dst, uint32_t pattern, uint32_t elem_size,
                          uint64_t count);
+
+/* ---- stream-ordered allocation and memory pools --------------------------------------------
+ * A pool (per device; bg_mempool_default is the device's own, bg_mempool_create makes more) hands
+ * out device memory in stream order, as cuMemAllocFromPoolAsync / cuMemFreeAsync do.
+ *  - bg_mem_alloc_async(stream, pool, bytes, &ptr): memory usable by work queued on `stream`
+ *    after the call (pool NULL: the device's default pool). Sizes are rounded up to a multiple
+ *    of BG_MEMPOOL_GRANULE on the CPU backend (the CUDA driver rounds as it likes).
+ *  - bg_mem_free_async(stream, ptr): the block returns to its pool at that point of `stream`.
+ *    Work queued on `stream` afterwards may get it again at once; another stream gets it only
+ *    once `stream` has completed the work queued before the free. A pointer that is not a live
+ *    stream-ordered allocation of this device (freed twice, foreign) is BG_ERR_INVALID_VALUE.
+ *  - Stats (bg_mempool_stats): reserved (bytes the pool holds), used (bytes handed out and not
+ *    freed), and the high-water mark of each since creation or bg_mempool_reset_peak.
+ *  - Release threshold: at a synchronize of a stream or the device, a pool holding more than
+ *    its threshold of reserved bytes releases unused blocks (whose frees have completed) until
+ *    it holds no more than the threshold. bg_mempool_trim(pool, keep) does the same now, down to
+ *    `keep` bytes.
+ *  - During stream capture, an allocation on a capturing stream becomes graph memory (CUDA: a
+ *    memory allocation node): the graph owns it, its address is fixed, every replay uses the
+ *    same memory, and it is released with the last of the graph and its execs. Free it inside
+ *    the same capture; a free of other memory inside a capture is BG_ERR_NOT_SUPPORTED.
+ *  - bg_mempool_destroy: the default pool cannot be destroyed (BG_ERR_INVALID_VALUE); a pool
+ *    with blocks still handed out keeps them valid until they are freed.
+ * Backends without pools (Metal) use plain allocations with the same calls: the alloc is
+ * bg_mem_alloc's, the free waits for the stream first; the stats count them alike. */
+#define BG_MEMPOOL_GRANULE 256
+BG_API int32_t bg_mempool_create(void* dev, uint64_t release_threshold, void** out);
+BG_API int32_t bg_mempool_default(void* dev, void** out); /* owned by the device */
+BG_API int32_t bg_mempool_destroy(void* pool);
+BG_API int32_t bg_mempool_set_threshold(void* pool, uint64_t release_threshold);
+BG_API int32_t bg_mempool_trim(void* pool, uint64_t keep_bytes);
+BG_API int32_t bg_mempool_stats(void* pool, uint64_t* reserved, uint64_t* used,
+                                uint64_t* reserved_high, uint64_t* used_high);
+BG_API int32_t bg_mempool_reset_peak(void* pool);
+BG_API int32_t bg_mem_alloc_async(void* stream, void* pool, uint64_t bytes, bg_devptr* out);
+BG_API int32_t bg_mem_free_async(void* stream, bg_devptr ptr);
 
 /* ---- streams -----------------------------------------------------------------------------
  * The device's default stream is CUDA's legacy default stream: work queued on it waits for the

@@ -28,7 +28,8 @@ typedef enum bg_kind {
   BG_KIND_SIGNAL,
   BG_KIND_RTC,
   BG_KIND_CMD_GRAPH, /* a graph of the core's generic command-list kind (commands.c) */
-  BG_KIND_CMD_EXEC
+  BG_KIND_CMD_EXEC,
+  BG_KIND_POOL /* a memory pool: the backend's, or the core's plain one (api.c) */
 } bg_kind;
 
 struct bg_device;
@@ -47,6 +48,7 @@ typedef struct bg_device {
   int32_t backend;
   int32_t ordinal;
   void* default_stream; /* a backend stream object, created at open */
+  void* plain_pool;     /* the core's default plain pool (api.c), for backends without pools */
 } bg_device;
 
 /* A signal is backend-independent: a state word, a mutex and a condition variable. */
@@ -73,6 +75,8 @@ typedef struct bg_signal bg_signal;
  *    handles are BG_KIND_GRAPH / BG_KIND_EXEC; the generic graphs never reach these entries.
  *  - rtc_compile, rtc_version, stream_wait_value32, stream_write_value32, ring_alloc,
  *    ring_free: BG_ERR_NOT_SUPPORTED.
+ *  - mempool_* and mem_alloc_async / mem_free_async: the core's plain pool (api.c): mem_alloc
+ *    per allocation, stream_synchronize then mem_free per free, stats counted in the core.
  *  - enter, leave: no per-call setup. With them the core wraps every call that reaches the
  *    backend (Metal: an autorelease pool). CUDA keeps its context push/pop in its entries: it
  *    can fail, and the backend's own threads and internal paths need it too. */
@@ -158,6 +162,21 @@ struct bg_ops {
   void (*kernel_unhold)(void* k);
   void (*event_hold)(void* e);
   void (*event_unhold)(void* e);
+
+  /* Stream-ordered allocation and memory pools (bungpu.h). A backend provides all of them or
+   * none; pool handles are BG_KIND_POOL objects of its own, and `pool` arguments arrive
+   * checked (NULL in mem_alloc_async: the device's default pool, as mempool_default gives it).
+   * mempool_stats fills reserved, used, reserved_high, used_high. NULL: the core's plain pool
+   * (api.c): mem_alloc for each allocation, a stream_synchronize before each free. */
+  int32_t (*mempool_create)(bg_device* dev, uint64_t threshold, void** out);
+  int32_t (*mempool_default)(bg_device* dev, void** out);
+  int32_t (*mempool_destroy)(void* pool);
+  int32_t (*mempool_set_threshold)(void* pool, uint64_t threshold);
+  int32_t (*mempool_trim)(void* pool, uint64_t keep);
+  int32_t (*mempool_stats)(void* pool, uint64_t out[4]);
+  int32_t (*mempool_reset_peak)(void* pool);
+  int32_t (*mem_alloc_async)(void* s, void* pool, uint64_t bytes, bg_devptr* out);
+  int32_t (*mem_free_async)(void* s, bg_devptr p);
 
   /* Memory for rings that host and device both see. */
   int32_t (*ring_alloc)(bg_device* dev, uint64_t bytes, void** host, bg_devptr* d);

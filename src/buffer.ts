@@ -1,15 +1,16 @@
 // GpuBuffer (Buffer to the package's own modules): device memory (an allocation, or a view of
 // part of one). HostBuffer: pinned host memory exposed as a TypedArray without copying. Every
 // call is validated before it reaches the FFI; a bad call throws GpuError and changes nothing.
-// It stays one file (over 600 lines): both buffer kinds and the native-memory accounting (budget,
-// collection, finalisers, device teardown) share the allocation records and the map of live
-// ones, which split files would have to export.
+// Over 600 lines, one file: GpuBuffer, stream-ordered buffers and HostBuffer share the
+// native-memory accounting below (the budget, the collection, the finaliser net), which no other
+// module may reach.
 import { GpuError, nativeView } from "../ffi/result";
 import { HostAllocFlag } from "../ffi/constants";
 import { isDevice, releaseOutsideCapture, type DeviceRef, type DeviceState } from "./device_state";
 import { Status, describeValue, hostArray, invalid, disposed, options } from "./errors";
 import { hostFnsPending } from "./hostfn";
 import { HOLD } from "./lifetime";
+import { bytesText } from "./inspect";
 import { RELEASE, Resource } from "./resource";
 
 type TypedArray =
@@ -59,6 +60,25 @@ interface Allocation {
   users?: number;
   /** Given back to the backend (once, by whichever path comes first). */
   freed?: boolean;
+  /**
+   * A stream-ordered allocation (Stream.alloc): freed with bg_mem_free_async on this stream.
+   * `graph`: made during a capture, so the graph owns the memory; only a free inside that capture
+   * reaches the shim.
+   */
+  ordered?: { stream: OrderedStream; graph: boolean };
+}
+
+/** The stream a stream-ordered allocation is freed on, as this module sees one (a Stream). */
+export interface OrderedStream {
+  readonly handle: number;
+  readonly disposed: boolean;
+  readonly device: DeviceRef;
+}
+
+/** The handle a stream-ordered free goes to: its stream, or the default stream once that is gone. */
+function orderedHandle(a: Allocation): number {
+  const s = a.ordered!.stream;
+  return s.disposed ? a.dev.api.stream_default(a.dev.handle) : s.handle;
 }
 
 /**
@@ -209,7 +229,11 @@ function free(a: Allocation): number {
   owned.delete(a);
   memoryStats.liveAllocations--;
   memoryStats.liveBytes -= a.bytes;
-  if (a.dev.open) a.dev.api.mem_free(a.dev.handle, a.address); // a closed device freed it
+  if (!a.dev.open) return 0; // a closed device freed it
+  if (a.ordered) {
+    if (!a.ordered.graph) a.dev.api.mem_free_async(orderedHandle(a), a.address);
+  }
+  else a.dev.api.mem_free(a.dev.handle, a.address);
   return 0;
 }
 
@@ -274,6 +298,60 @@ export class GpuBuffer extends Resource {
       owned.set(a, new WeakRef(b));
     }
     return b;
+  }
+
+  /**
+   * @internal Stream.alloc: `bytes` of stream-ordered memory from `pool` (a pool handle, or 0
+   * for the device's default pool), usable by work queued on `stream` from now on.
+   */
+  static allocOrdered(stream: OrderedStream, pool: number, bytes: number, graph: boolean): GpuBuffer {
+    const device = stream.device;
+    const dev = device.state;
+    checkSize("Stream.alloc", "size", bytes);
+    if (bytes === 0) invalid("Stream.alloc", "size must be positive (a stream-ordered allocation of 0 bytes is CUDA_ERROR_INVALID_VALUE)");
+    const h = stream.handle;
+    reserve(bytes);
+    const a: Allocation = { dev, address: 0, bytes, live: true, ordered: { stream, graph } };
+    a.address = allocRetry(() => dev.api.mem_alloc_async(h, pool || null, bytes));
+    memoryStats.liveAllocations++;
+    memoryStats.liveBytes += bytes;
+    const b = new GpuBuffer(device, a, 0, bytes, null, undefined);
+    b.watch(registry, a, a);
+    owned.set(a, new WeakRef(b));
+    return b;
+  }
+
+  /** True for memory from Stream.alloc (freed in stream order). */
+  get streamOrdered(): boolean {
+    return this.#alloc.ordered !== undefined;
+  }
+
+  /**
+   * Free stream-ordered memory (from Stream.alloc) at this point of `stream` (default: the
+   * stream it was allocated on): work queued on `stream` afterwards may get the memory again at
+   * once, other streams only once `stream` has run the work queued before the free. The buffer
+   * is disposed. A second free, a view, or memory from Device.alloc is a GpuError. Inside a
+   * capture, memory allocated in the same capture is freed inside the graph.
+   */
+  free(stream?: OrderedStream): void {
+    const a = this.#alloc;
+    this.#live("Buffer.free");
+    if (!a.ordered) invalid("Buffer.free", "not stream-ordered memory (Stream.alloc); free it with dispose()");
+    if (this.isView) invalid("Buffer.free", "a view cannot be freed; free the buffer it views");
+    const s = stream ?? a.ordered.stream;
+    if (typeof s !== "object" || s === null || !("handle" in s) || !("device" in s))
+      invalid("Buffer.free", `stream must be a Stream, got ${describeValue(stream)}`);
+    if (s.device.state !== a.dev) invalid("Buffer.free", "stream of another device");
+    const h = s.handle; // throws on a disposed stream
+    if (!a.users || a.ordered.graph) {
+      // graph memory is the graph's, held or not: its free belongs in the capture now
+      a.dev.api.mem_free_async(h, a.address); // throws, changing nothing, on a refused free
+      a.freed = true;
+      owned.delete(a);
+      memoryStats.liveAllocations--;
+      memoryStats.liveBytes -= a.bytes;
+    } else a.ordered.stream = s; // a graph still replays on it: freed on `s` when the last one goes
+    this.dispose();
   }
 
   /** The device address of this view's first byte (validated live). */
@@ -454,6 +532,12 @@ export class GpuBuffer extends Resource {
     if (owned.has(a)) owned.set(a, null);
     if (a.users) return;
     releaseOutsideCapture(a.dev, () => void freeUnused(a));
+  }
+
+  /** "Buffer(4096 bytes on cpu)"; a view says where it lies in its allocation; ", disposed" once freed. */
+  override toString(): string {
+    const where = this.isView ? `, view at byte ${this.byteOffset} of ${bytesText(this.#alloc.bytes)}` : "";
+    return `Buffer(${bytesText(this.byteLength)} on ${this.device.spec}${where}${this.disposed ? ", disposed" : ""})`;
   }
 }
 
@@ -652,5 +736,10 @@ export class HostBuffer extends Resource {
     }
     if (this.#mem.users) return; // a graph or exec still copies to or from it: the last one frees it
     freeHost(this.#mem);
+  }
+
+  /** "HostBuffer(4096 bytes pinned on cpu, mapped)"; ", disposed" once freed. */
+  override toString(): string {
+    return `HostBuffer(${bytesText(this.byteLength)} pinned on ${this.device.spec}${this.mapped ? ", mapped" : ""}${this.disposed ? ", disposed" : ""})`;
   }
 }

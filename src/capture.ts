@@ -6,8 +6,9 @@
 import { addressOf } from "../ffi/result";
 import { CaptureModeId } from "../ffi/constants";
 import { captureEnded, type DeviceRef, type DeviceState } from "./device_state";
-import { GpuError, Status, describeValue, invalid, options } from "./errors";
+import { GpuError, Status, describeGot, invalid, options } from "./errors";
 import { packArgs, type ArgArea, type ArgsOf, type Kernel, type Signature } from "./kernel";
+import { INSPECT, plural } from "./inspect";
 import { Holds } from "./lifetime";
 import { RELEASE, Resource } from "./resource";
 
@@ -45,6 +46,10 @@ export class CaptureMode {
 
   toString(): string {
     return this.name;
+  }
+
+  [INSPECT](): string {
+    return `CaptureMode.${this.name}`;
   }
 
   static values(): readonly CaptureMode[] {
@@ -117,6 +122,18 @@ export class Graph extends Resource {
     }
   }
 
+  /** "Graph(cpu, 5 nodes, 3 kernel nodes)"; "Graph(cpu, disposed)" once destroyed. */
+  override toString(): string {
+    if (this.disposed) return `Graph(${this.device.spec}, disposed)`;
+    let counts: [number, number];
+    try {
+      counts = this.#counts();
+    } catch {
+      return `Graph(${this.device.spec})`;
+    }
+    return `Graph(${this.device.spec}, ${plural(counts[0], "node")}, ${plural(counts[1], "kernel node")})`;
+  }
+
   /**
    * Capture what `fn` issues on `stream` (and on the streams it forks through events) into a
    * Graph. If `fn` throws (or its promise rejects), the capture is ended and discarded, the stream
@@ -127,7 +144,7 @@ export class Graph extends Resource {
   static capture<S extends CaptureStream>(stream: S, fn: (stream: S) => unknown, opts: { mode?: CaptureMode } = {}): Graph | Promise<Graph> {
     if (typeof fn !== "function") invalid("Graph.capture", "fn must be a function");
     if (stream === null || typeof stream !== "object" || typeof (stream as CaptureStream).beginCapture !== "function")
-      invalid("Graph.capture", `stream must be a Stream, got ${describeValue(stream)}`);
+      invalid("Graph.capture", `stream must be a Stream, got ${describeGot(stream)}`);
     opts = options("Graph.capture", opts);
     stream.beginCapture(opts.mode ?? CaptureMode.Global);
     let result: unknown;
@@ -268,7 +285,7 @@ export class GraphExec extends Resource {
   setPackedArgs(index: number, address: number, nargs: number): void {
     for (const [what, v] of [["index", index], ["address", address], ["nargs", nargs]] as const)
       if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 0 || (what !== "address" && v > 0xffffffff))
-        invalid("GraphExec.setPackedArgs", `${what} must be a non-negative integer, got ${describeValue(v)}`);
+        invalid("GraphExec.setPackedArgs", `${what} must be a non-negative integer, got ${describeGot(v)}`);
     this.dev.api.graph_exec_set_kernel_args(this.handle, index, address, nargs);
   }
 
@@ -283,6 +300,14 @@ export class GraphExec extends Resource {
     } finally {
       this.#holds.drop();
     }
+  }
+
+  /** "GraphExec(cpu, 3 kernel nodes: vadd, saxpy; launched 2 times)"; ", disposed" once destroyed. */
+  override toString(): string {
+    const names = this.#kernels ? [...new Set(this.#kernels.map((k) => k.name))] : [];
+    const shown = names.length > 4 ? `${names.slice(0, 4).join(", ")} and ${names.length - 4} more` : names.join(", ");
+    const launched = this.#replays === 1 ? "launched once" : `launched ${this.#replays} times`;
+    return `GraphExec(${this.device.spec}, ${plural(this.kernelNodeCount, "kernel node")}${shown ? `: ${shown}` : ""}; ${launched}${this.disposed ? ", disposed" : ""})`;
   }
 }
 

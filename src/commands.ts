@@ -24,6 +24,7 @@ import { Buffer, HostBuffer, checkSize, fillPattern, fillTypeOf, type FillType }
 import { noteCaptured, type Device, type DeviceState } from "./device";
 import { GpuError, disposed, invalid, options, type BackendLabel } from "./errors";
 import { Event } from "./event";
+import { INSPECT, bytesText, plural } from "./inspect";
 import { Graph } from "./capture";
 import { Kernel, dim3, packArgs, type ArgArea, type ArgsOf, type ArgValue, type Dim3, type Signature } from "./kernel";
 import { Stream } from "./stream";
@@ -669,6 +670,18 @@ export class CommandList {
         u32[w + NARGS_W] !== kernel.codes.length || u32[w + KERNEL_W] !== k >>> 0 || u32[w + KERNEL_W + 1] !== (k - (k >>> 0)) / TWO32)
       invalid(call, `${kernel.name}: byte ${String(argOffset)} is not where a launch of this kernel keeps its arguments`);
     return w;
+  }
+
+  /** "CommandEncoder(cpu, 4 commands: 2 dispatches, 1 copy, 1 barrier; 272 bytes, submitted 3 times)". */
+  toString(): string {
+    const kinds = [plural(this.#dispatches, "dispatch", "dispatches"), plural(this.#copies, "copy", "copies"), plural(this.#fills, "fill"), plural(this.#barriers, "barrier"), plural(this.#events, "event record or wait", "event records and waits")];
+    const shown = kinds.filter((k) => !k.startsWith("0 "));
+    const submits = this.#submits === 0 ? "" : this.#submits === 1 ? ", submitted once" : `, submitted ${this.#submits} times`;
+    return `${this.constructor.name}(${this.device.spec}, ${plural(this.#cmds, "command")}${shown.length ? `: ${shown.join(", ")}` : ""}; ${bytesText(this.#len)}${submits})`;
+  }
+
+  [INSPECT](): string {
+    return this.toString();
   }
 }
 

@@ -11,6 +11,7 @@ import { disposed, invalid, options } from "./errors";
 import type { CopyOptions, EncoderMark, FillOptions } from "./commands";
 import { CommandEncoder, type DispatchOptions } from "./encoder";
 import { bufferRange, planBarriers, type BufferRange, type PlannedBarrier } from "./hazards";
+import { INSPECT, plural } from "./inspect";
 import { dim3, type ArgValue, type Kernel, type Signature } from "./kernel";
 import type { Stream } from "./stream";
 
@@ -345,6 +346,17 @@ export class ComputeGraph {
     const n = this.#nodes[index]!;
     if (n.kind !== "dispatch") invalid(call, `node ${index} is a ${n.kind}, not a dispatch`);
     return n;
+  }
+
+  /** "ComputeGraph(cpu, 4 nodes: 2 dispatches, 1 copy, 1 barrier)". */
+  toString(): string {
+    const count = (k: NodeKind) => this.#nodes.filter((n) => n.kind === k).length;
+    const kinds = [plural(count("dispatch"), "dispatch", "dispatches"), plural(count("copy"), "copy", "copies"), plural(count("fill"), "fill"), plural(count("barrier"), "barrier")].filter((t) => !t.startsWith("0 "));
+    return `ComputeGraph(${this.device.spec}, ${plural(this.#nodes.length, "node")}${kinds.length ? `: ${kinds.join(", ")}` : ""})`;
+  }
+
+  [INSPECT](): string {
+    return this.toString();
   }
 }
 

@@ -7,10 +7,12 @@ import { Backend } from "../ffi/result";
 import { backends, type BackendName } from "./backends";
 import { Buffer, HostBuffer, releaseDeviceMemory, type FillType, type GpuBufferOf } from "./buffer";
 import { DEVICE, newDeviceState, type DeviceState } from "./device_state";
-import { GpuError, Status, invalid, disposed, options } from "./errors";
+import { GpuError, Status, invalid, disposed, options, reword } from "./errors";
 import { Event, type EventOptions } from "./event";
 import { beforeBlockingWait, raiseDeviceFailures } from "./hostfn";
+import { INSPECT, plural } from "./inspect";
 import { settled } from "./poll";
+import { ADOPT_DEFAULT, MemoryPool } from "./memory_pool";
 import { Stream, type StreamOptions } from "./stream";
 
 // The modules below this one (buffer, stream, event, capture) know a device as a DeviceRef, the
@@ -55,8 +57,25 @@ const DEFAULT_ORDER = [...BACKEND_NAMES].sort((a, b) => backends[a].defaultRank 
 
 function parseSpec(spec: string): { backend: BackendName; ordinal: number } {
   const m = SPEC.exec(spec.trim().toLowerCase());
-  if (!m) invalid("Device.open", `unknown device "${spec}" (want ${SPEC_FORMS.slice(0, -1).join(", ")} or ${SPEC_FORMS.at(-1)})`);
+  if (!m) invalid("Device.open", `unknown device "${spec}" (want ${SPEC_FORMS.slice(0, -1).join(", ")} or ${SPEC_FORMS.at(-1)}; ${devicesHere()})`);
   return { backend: m[1] as BackendName, ordinal: m[2] ? Number(m[2]) : 0 };
+}
+
+/** "devices here: cuda:0, cpu": what Device.open can open on this machine, for error messages. */
+function devicesHere(): string {
+  let list: string[];
+  try {
+    list = Device.list();
+  } catch {
+    return "the devices here could not be listed";
+  }
+  return list.length ? `devices here: ${list.join(", ")}` : "no device can be opened here";
+}
+
+/** An error of opening a device, with the devices that can be opened (and "1 device", not "1 device(s)"). */
+function openError(e: unknown): unknown {
+  if (!(e instanceof GpuError) || (e.code !== Status.INVALID_DEVICE && e.code !== Status.BACKEND_UNAVAILABLE && e.code !== Status.NO_DEVICE)) return e;
+  return reword(e, (d) => `${d.replace(/\b(\d+) device\(s\)/g, (_, n: string) => plural(Number(n), "device"))}; ${devicesHere()}`);
 }
 
 /** The spec of device `ordinal` of `backend`: "cuda:0", or the bare name where the backend says so. */
@@ -87,6 +106,7 @@ export class Device {
   readonly ordinal: number;
   #props: DeviceProps | undefined;
   #defaultStream: Stream | undefined;
+  #defaultPool: MemoryPool | undefined;
 
   private constructor(handle: number, backend: BackendName, ordinal: number) {
     // Device objects opened on one native device share its stream sets: a wait of one covers the
@@ -115,7 +135,13 @@ export class Device {
   static open(spec: string): Device {
     if (typeof spec !== "string") invalid("Device.open", `spec must be a string, got ${typeof spec}`);
     const { backend, ordinal } = parseSpec(spec);
-    return new Device(api(backend).device_open(Backend[backend], ordinal), backend, ordinal);
+    let handle: number;
+    try {
+      handle = api(backend).device_open(Backend[backend], ordinal);
+    } catch (e) {
+      throw openError(e);
+    }
+    return new Device(handle, backend, ordinal);
   }
 
   /** BUNGPU_DEVICE if set; else the first of CUDA, Metal, CPU that opens. Shared; do not dispose. */
@@ -123,7 +149,13 @@ export class Device {
     if (defaultDevice?.state.open) return defaultDevice;
     const env = process.env["BUNGPU_DEVICE"];
     if (env) {
-      defaultDevice = Device.open(env);
+      try {
+        defaultDevice = Device.open(env);
+      } catch (e) {
+        // The variable chose this device: say so, or the caller looks for a Device.open it never wrote.
+        if (!(e instanceof GpuError)) throw e;
+        throw reword(e, (d) => `BUNGPU_DEVICE=${env} (the environment variable that chooses Device.default()'s device; unset it to try ${DEFAULT_ORDER.join(", then ")}): ${d}`, "Device.default");
+      }
       return defaultDevice;
     }
     const errors: string[] = [];
@@ -266,6 +298,12 @@ export class Device {
     return this.#defaultStream;
   }
 
+  /** The device's own memory pool, where Stream.alloc takes memory unless told otherwise. */
+  get defaultPool(): MemoryPool {
+    if (!this.#defaultPool) this.#defaultPool = new MemoryPool(this, { [ADOPT_DEFAULT]: true } as never);
+    return this.#defaultPool;
+  }
+
   /** `bytes` of device memory; `{ type }` declares its elements (the default of `fill`). */
   alloc<E extends FillType>(bytes: number, opts: { type: E }): GpuBufferOf<E>;
   alloc(bytes: number, opts?: { type?: FillType | undefined }): Buffer;
@@ -332,8 +370,20 @@ export class Device {
     return streams.every((h) => settled(() => api.stream_query(h)));
   }
 
+  /** 'Device(cuda:0, "NVIDIA H100 80GB HBM3", backend cuda, index 0)'; ", disposed" once closed. */
   toString(): string {
-    return `Device(${this.spec}: ${this.state.open ? this.name : "disposed"})`;
+    let name = "";
+    if (this.state.open)
+      try {
+        name = `, ${JSON.stringify(this.name)}`;
+      } catch {
+        /* the properties could not be read: the rest still says which device */
+      }
+    return `Device(${this.spec}${name}, backend ${this.backend}, index ${this.ordinal}${this.state.open ? "" : ", disposed"})`;
+  }
+
+  [INSPECT](): string {
+    return this.toString();
   }
 }
 

@@ -27,7 +27,7 @@ export function disposed(call: string, what: string): never {
  */
 export function options<T extends object>(call: string, o: T | undefined): T {
   if (o === undefined) return {} as T;
-  if (o === null || typeof o !== "object" || Array.isArray(o)) invalid(call, `options must be an object, got ${describeValue(o)}`);
+  if (o === null || typeof o !== "object" || Array.isArray(o)) invalid(call, `options must be an object, got ${describeGot(o)}`);
   return o;
 }
 
@@ -42,22 +42,30 @@ export function describeValue(v: unknown): string {
   return (v as object).constructor?.name ? `a ${(v as object).constructor.name}` : "an object";
 }
 
+/**
+ * What a bad argument was, after "got": a string is called one (`got the string "1024"`, where
+ * describeValue's bare `"1024"` could be taken for the number), anything else as describeValue says.
+ */
+export function describeGot(v: unknown): string {
+  return typeof v === "string" ? `the string ${describeValue(v)}` : describeValue(v);
+}
+
 /** A finite number (any sign, fractions allowed), else INVALID_VALUE naming `what`. */
 export function finiteNumber(call: string, what: string, v: unknown): number {
-  if (typeof v !== "number" || !Number.isFinite(v)) invalid(call, `${what} must be a finite number, got ${describeValue(v)}`);
+  if (typeof v !== "number" || !Number.isFinite(v)) invalid(call, `${what} must be a finite number, got ${describeGot(v)}`);
   return v;
 }
 
 /** An integer in [lo, hi] (a safe integer), else INVALID_VALUE naming `what`. */
 export function integerIn(call: string, what: string, v: unknown, lo: number, hi: number): number {
   if (typeof v !== "number" || !Number.isSafeInteger(v) || v < lo || v > hi)
-    invalid(call, `${what} must be an integer in [${lo}, ${hi}], got ${describeValue(v)}`);
+    invalid(call, `${what} must be an integer in [${lo}, ${hi}], got ${describeGot(v)}`);
   return v;
 }
 
 /** A list (an Array), else INVALID_VALUE naming `what`. */
 export function list<T>(call: string, what: string, v: readonly T[] | unknown): readonly T[] {
-  if (!Array.isArray(v)) invalid(call, `${what} must be an array, got ${describeValue(v)}`);
+  if (!Array.isArray(v)) invalid(call, `${what} must be an array, got ${describeGot(v)}`);
   return v as readonly T[];
 }
 
@@ -76,4 +84,20 @@ export function hostArray<T>(call: string, bytes: number, make: () => T): T {
       });
     throw e;
   }
+}
+
+/** The text of a GpuError after its "CODE_NAME (code): " prefix. */
+export function errorDetail(e: GpuError): string {
+  const prefix = `${e.codeName} (${e.code}): `;
+  return e.message.startsWith(prefix) ? e.message.slice(prefix.length) : e.message;
+}
+
+/**
+ * The same error (code, backend, call unless `call` is given) with its text rewritten by `f`:
+ * a caller adds what only it knows (the environment variable that chose a device, the valid choices).
+ */
+export function reword(e: GpuError, f: (detail: string) => string, call?: string): GpuError {
+  const out = new GpuError(e.code, f(errorDetail(e)), { backend: e.backend, call: call ?? e.call });
+  (out as { cause?: unknown }).cause = e;
+  return out;
 }

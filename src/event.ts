@@ -3,7 +3,7 @@
 import { eventElapsed } from "../ffi/result";
 import { EventFlag } from "../ffi/constants";
 import { isDevice, type DeviceRef, type StreamRef } from "./device_state";
-import { describeValue, invalid, options } from "./errors";
+import { describeGot, invalid, options } from "./errors";
 import { beforeBlockingWait } from "./hostfn";
 import { pollUntil, settled } from "./poll";
 import { RELEASE, Resource } from "./resource";
@@ -33,7 +33,7 @@ export class GpuEvent extends Resource {
   }
 
   static create(device: DeviceRef, opts: EventOptions = {}): GpuEvent {
-    if (!isDevice(device)) invalid("Event.create", `device must be a Device, got ${describeValue(device)}`);
+    if (!isDevice(device)) invalid("Event.create", `device must be a Device, got ${describeGot(device)}`);
     opts = options("Event.create", opts);
     const timing = opts.timing ?? true;
     const flags = (timing ? 0 : EventFlag.DISABLE_TIMING) | (opts.blockingSync ? EventFlag.BLOCKING_SYNC : 0);
@@ -47,7 +47,7 @@ export class GpuEvent extends Resource {
   /** Capture the work queued on `stream` so far (default: the device's default stream). */
   record(stream?: StreamRef): this {
     const s = stream ?? this.device.defaultStream;
-    if (typeof s !== "object" || s === null || !isDevice(s.device)) invalid("Event.record", `stream must be a Stream, got ${describeValue(s)}`);
+    if (typeof s !== "object" || s === null || !isDevice(s.device)) invalid("Event.record", `stream must be a Stream, got ${describeGot(s)}`);
     if (s.device.handle !== this.device.handle) invalid("Event.record", "stream of another device");
     const sh = s.handle;
     this.dev.api.event_record(this.handle, sh);
@@ -89,6 +89,13 @@ export class GpuEvent extends Resource {
   protected [RELEASE](): void {
     const handle = this.rawHandle;
     if (this.dev.open) this.dev.api.event_destroy(handle);
+  }
+
+  /** "Event(cpu, timing, recorded)": its device, whether it keeps time, whether it was ever recorded. */
+  override toString(): string {
+    const parts = [this.device.spec, this.timing ? "timing" : "no timing", this.#recordedOn ? "recorded" : "never recorded"];
+    if (this.disposed) parts.push("disposed");
+    return `Event(${parts.join(", ")})`;
   }
 }
 

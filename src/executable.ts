@@ -7,6 +7,7 @@ import { Event } from "./event";
 import { CaptureMode, GraphExec } from "./capture";
 import { CMD_BYTES, CommandList } from "./commands";
 import { planStreams, segments, singleStreamPlan, type StreamPlan } from "./hazards";
+import { INSPECT, plural } from "./inspect";
 import type { ArgValue } from "./kernel";
 import type { Stream } from "./stream";
 import { isBuffer, type KernelOp, type Step } from "./step";
@@ -47,6 +48,10 @@ export class ExecMode {
 
   toString(): string {
     return this.kind === "MultiStream" ? `MultiStream(${this.streams})` : this.kind;
+  }
+
+  [INSPECT](): string {
+    return `ExecMode.${this}`;
   }
 }
 
@@ -438,7 +443,65 @@ export class Executable {
     this.dispose();
   }
 
-  toString(): string {
-    return `Executable(${this.mode}, ${this.steps.length} steps${this.#live ? "" : ", disposed"})`;
+  /** `await using exec = schedule.compile(…)`: wait for the runs in flight without blocking, then dispose. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    if (!this.#live) return;
+    try {
+      await this.done();
+    } finally {
+      this.dispose();
+    }
   }
+
+  /**
+   * How the steps were spread over streams, with the reason when fewer were used than the mode
+   * allows: "2 of 4 streams used (the schedule's widest level has 2 independent steps), 1
+   * cross-stream wait per run".
+   */
+  get streamSummary(): string {
+    const n = this.mode.kind === "MultiStream" ? this.mode.streams : 1;
+    const used = Math.max(1, this.plan.usedStreams.length);
+    const waits = `${plural(this.plan.eventCount, "cross-stream wait")} per run`;
+    if (n === 1) return "1 stream";
+    if (used === n) return `${n} streams used, ${waits}`;
+    const widest = widestLevel(this.plan.deps);
+    const why =
+      widest <= 1
+        ? "no two steps of the schedule are independent"
+        : widest <= used
+          ? `the schedule's widest level has ${plural(widest, "independent step")}`
+          : "steps went to the streams of the steps they depend on, where no independent work would wait";
+    return `${used} of ${n} streams used (${why}), ${waits}`;
+  }
+
+  /** "Executable(MultiStream(4), 3 steps: 2 kernels, 1 copy; 2 of 4 streams used (…), …)". */
+  toString(): string {
+    const count = (kind: Step["kind"]) => this.steps.filter((s) => s.kind === kind).length;
+    const kinds = [plural(count("kernel"), "kernel"), plural(count("copy"), "copy", "copies"), plural(count("fill"), "fill")].filter((t) => !t.startsWith("0 "));
+    const parts = [`${plural(this.steps.length, "step")}${kinds.length ? `: ${kinds.join(", ")}` : ""}`, this.streamSummary];
+    const replays = this.stats.replays;
+    if (this.mode.kind === "Graph" && this.#live) parts.push(this.#graph ? `graph launched ${replays === 1 ? "once" : `${replays} times`}` : "graph made on the first run");
+    if (!this.#live) parts.push("disposed");
+    return `Executable(${this.mode} on ${this.device.spec}, ${parts.join("; ")})`;
+  }
+
+  [INSPECT](): string {
+    return this.toString();
+  }
+}
+
+/** The most steps that share a depth in the dependency DAG (depth: longest chain of hazards before a step). */
+function widestLevel(deps: readonly (readonly number[])[]): number {
+  const depth: number[] = [];
+  const width = new Map<number, number>();
+  let widest = 0;
+  for (let i = 0; i < deps.length; i++) {
+    let d = 0;
+    for (const j of deps[i]!) d = Math.max(d, depth[j]! + 1);
+    depth[i] = d;
+    const w = (width.get(d) ?? 0) + 1;
+    width.set(d, w);
+    widest = Math.max(widest, w);
+  }
+  return widest;
 }

@@ -15,6 +15,7 @@ import type { CopyOptions, FillOptions } from "./commands";
 import { CommandEncoder } from "./encoder";
 import { ComputeGraph, resolveAccess, type BarrierMode, type GraphDispatchOptions } from "./compute_graph";
 import type { Kernel, Signature } from "./kernel";
+import { INSPECT, plural } from "./inspect";
 import { Stream } from "./stream";
 
 export {
@@ -210,6 +211,17 @@ export class GraphSession {
   [Symbol.dispose](): void {
     this.dispose();
   }
+
+  /** "GraphSession(direct on cpu, open; 3 dispatches, 1 barrier, 1 commit)". */
+  toString(): string {
+    const t = this.stats;
+    const done = [plural(t.dispatches, "dispatch", "dispatches"), plural(t.copies, "copy", "copies"), plural(t.fills, "fill"), plural(t.barriers, "barrier"), plural(t.commits, "commit")].filter((x) => !x.startsWith("0 "));
+    return `GraphSession(${this.mode} on ${this.executor.device.spec}, ${this.#state}${done.length ? `; ${done.join(", ")}` : ""})`;
+  }
+
+  [INSPECT](): string {
+    return this.toString();
+  }
 }
 
 export class GraphExecutor {
@@ -297,6 +309,16 @@ export class GraphExecutor {
     t.commits += s.commits;
     t.ffiCrossings += s.ffiCrossings;
     t.waits += s.waits;
+  }
+
+  /** "GraphExecutor(cpu, on the default stream; 2 sessions, 1 replay)". */
+  toString(): string {
+    const on = this.stream.isDefault ? "the default stream" : "a created stream";
+    return `GraphExecutor(${this.device.spec}, on ${on}; ${plural(this.stats.sessions, "session")}, ${plural(this.stats.replays, "replay")})`;
+  }
+
+  [INSPECT](): string {
+    return this.toString();
   }
 }
 

@@ -7,7 +7,9 @@ import { backends, type BackendName } from "./backends";
 import { Buffer } from "./buffer";
 import type { CompileOptions } from "./compile/types";
 import { isDevice, noteCaptured, type DeviceRef as Device, type StreamRef as Stream } from "./device_state";
-import { invalid, disposed, options } from "./errors";
+import { GpuError, Status, describeGot, invalid, disposed, options } from "./errors";
+import { INSPECT, plural } from "./inspect";
+import { nameList, sourceKernelNames } from "./kernel_names";
 import { track, untrack } from "./lifetime";
 import { kernelNames } from "./trace/names";
 
@@ -93,7 +95,7 @@ export class Module {
     const key = `${name}(${signature.join(",")})`;
     let k = this.#kernels.get(key);
     if (!k) {
-      k = new Kernel(this, this.device.state.api.module_get_kernel(this.handle, cstr(name)), name, [...signature]);
+      k = new Kernel(this, this.#lookup(name), name, [...signature]);
       this.#kernels.set(key, k);
     }
     return k as Kernel<S>;
@@ -114,6 +116,33 @@ export class Module {
 
   [Symbol.dispose](): void {
     this.dispose();
+  }
+
+  /** The kernels its source defines (read from the source text), in order. */
+  get kernelNames(): readonly string[] {
+    return sourceKernelNames(this.source);
+  }
+
+  /** The native kernel `name`; a name the module lacks is NOT_FOUND listing the ones it has. */
+  #lookup(name: string): number {
+    try {
+      return this.device.state.api.module_get_kernel(this.handle, cstr(name));
+    } catch (e) {
+      if (!(e instanceof GpuError) || e.code !== Status.NOT_FOUND) throw e;
+      const names = this.kernelNames;
+      const has = names.length ? `its kernels: ${nameList(names, 32)}` : "no kernel names could be read from its source";
+      throw new GpuError(e.code, `Module.kernel: no kernel named ${JSON.stringify(name)} in the module (${has})`, { backend: e.backend, call: e.call });
+    }
+  }
+
+  /** "Module(cpu, 4 kernels: vadd, saxpy, reduce_sum, matmul_tiled)"; ", disposed" once unloaded. */
+  toString(): string {
+    const names = this.kernelNames;
+    return `Module(${this.device.spec}, ${plural(names.length, "kernel")}${names.length ? `: ${nameList(names)}` : ""}${this.disposed ? ", disposed" : ""})`;
+  }
+
+  [INSPECT](): string {
+    return this.toString();
   }
 }
 
@@ -142,7 +171,7 @@ export interface ArgArea {
 export const launchArea: ArgArea = { u32: ARG_U32, i32: ARG_I32, f32: ARG_F32, f64: ARG_F64, i64: ARG_I64 };
 
 function argError(call: string, name: string, i: number, want: string, got: unknown): never {
-  invalid(call, `${name}: argument ${i} must be ${want}, got ${typeof got === "object" && got ? got.constructor.name : String(got)}`);
+  invalid(call, `${name}: argument ${i} must be ${want}, got ${typeof got === "object" && got ? got.constructor.name : describeGot(got)}`);
 }
 
 const CODE: Record<ArgType, number> = { buffer: 0, i32: 1, u32: 2, i64: 3, f32: 4, f64: 5 };
@@ -159,7 +188,7 @@ export function sigCodes(sig: readonly ArgType[]): Uint8Array {
 export function packArgs(call: string, name: string, sig: readonly ArgType[], args: readonly ArgValue[], devHandle: number, area: ArgArea, at: number, codes: Uint8Array = sigCodes(sig)): void {
   if (!Array.isArray(args)) invalid(call, `${name}: args must be an array`);
   const n = codes.length;
-  if (args.length !== n) invalid(call, `${name}: expected ${n} arguments (${sig.join(", ")}), got ${args.length}`);
+  if (args.length !== n) invalid(call, `${name}: expected ${plural(n, "argument")} (${sig.join(", ")}), got ${args.length}`);
   const { u32, i32, f32, f64, i64 } = area;
   for (let i = 0; i < n; i++) {
     const v = args[i];
@@ -284,6 +313,15 @@ export class Kernel<S extends Signature = Signature> {
     launch(k, s, gx, gy, gz, bx, by, bz, shared, ARG_PTR, this.codes.length, this.#backend);
     const st = stream.device.state;
     if (st.captures > 0) noteCaptured(st, s, this, cfg.args); // a graph replays it: keep what it uses
+  }
+
+  /** "Kernel(vadd(buffer, buffer, buffer, i32) on cpu)"; ", disposed" once its module is unloaded. */
+  toString(): string {
+    return `Kernel(${this.name}(${this.signature.join(", ")}) on ${this.device.spec}${this.module.disposed ? ", disposed" : ""})`;
+  }
+
+  [INSPECT](): string {
+    return this.toString();
   }
 }
 

@@ -5,7 +5,7 @@
 import type { Api } from "../ffi/result";
 import { releaseOutsideCapture, type DeviceState } from "./device_state";
 
-export type Kind = "stream" | "event" | "module" | "graph" | "exec";
+export type Kind = "stream" | "event" | "module" | "graph" | "exec" | "pool";
 
 interface Held {
   state: DeviceState;
@@ -21,10 +21,11 @@ const release: Record<Kind, (api: Api, h: number) => void> = {
   module: (api, h) => api.module_unload(h), // the shim defers the unload past queued work
   graph: (api, h) => api.graph_destroy(h),
   exec: (api, h) => api.graph_exec_destroy(h),
+  pool: (api, h) => api.mempool_destroy(h), // blocks still handed out stay valid
 };
 
 /** Released natively by the finaliser, so tests can see the net works. */
-export const finalized: Record<Kind, number> = { stream: 0, event: 0, module: 0, graph: 0, exec: 0 };
+export const finalized: Record<Kind, number> = { stream: 0, event: 0, module: 0, graph: 0, exec: 0, pool: 0 };
 
 const registry = new FinalizationRegistry<Held>((h) => {
   if (!h.state.open) return; // closing the device released it already

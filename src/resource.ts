@@ -3,6 +3,7 @@
 // never throws, `[Symbol.dispose]` for `using`, and the finaliser that releases it when its
 // owner is forgotten (the safety net, not the plan). Subclasses say how to release.
 import { disposed } from "./errors";
+import { INSPECT } from "./inspect";
 import type { DeviceState } from "./device_state";
 import { track, untrack, type Kind } from "./lifetime";
 
@@ -90,6 +91,11 @@ export abstract class Resource {
 
   [Symbol.dispose](): void {
     this.dispose();
+  }
+
+  /** console.log and Bun.inspect print what toString() says (each subclass describes itself). */
+  [INSPECT](): string {
+    return this.toString();
   }
 
   /** Free the native object (called once, by dispose(), with the finaliser stood down). */

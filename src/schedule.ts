@@ -7,10 +7,11 @@
 //                   (read-after-write, write-after-read, write-after-write), events only at
 //                   cross-stream edges
 // Every mode gives the results of running the steps one by one, in order.
-import { describeValue, invalid, options } from "./errors";
+import { describeGot, invalid, options } from "./errors";
 import type { Device } from "./device";
 import type { Buffer, FillType, GpuBufferOf } from "./buffer";
 import { dependencies } from "./hazards";
+import { INSPECT, plural } from "./inspect";
 import type { Kernel, Signature } from "./kernel";
 import { Step, type CopyStepOptions, type FillStepOptions, type KernelStepConfig } from "./step";
 import { ExecMode, Executable, type RunOptions, type ScheduleCompileOptions } from "./executable";
@@ -33,7 +34,7 @@ export class Schedule {
 
   constructor(steps: Iterable<Step> = []) {
     if (steps === null || typeof steps !== "object" || typeof (steps as Iterable<Step>)[Symbol.iterator] !== "function")
-      invalid("new Schedule", `steps must be an iterable of Steps, got ${describeValue(steps)}`);
+      invalid("new Schedule", `steps must be an iterable of Steps, got ${describeGot(steps)}`);
     for (const s of steps) this.add(s);
   }
 
@@ -75,6 +76,17 @@ export class Schedule {
   compile(device: Device, mode: ExecMode = ExecMode.Stream, opts: ScheduleCompileOptions = {}): Executable {
     opts = options("Schedule.compile", opts);
     return new Executable(device, [...this.#steps], mode, opts);
+  }
+
+  /** "Schedule(3 steps: vadd, saxpy, copy)": its steps by label, in order. */
+  toString(): string {
+    const labels = this.#steps.map((s) => s.label);
+    const shown = labels.length > 8 ? `${labels.slice(0, 8).join(", ")} and ${labels.length - 8} more` : labels.join(", ");
+    return `Schedule(${plural(labels.length, "step")}${shown ? `: ${shown}` : ""})`;
+  }
+
+  [INSPECT](): string {
+    return this.toString();
   }
 
   /** Compile in Eager mode, run once, and resolve when the run is done and everything is freed. */

@@ -3,10 +3,11 @@
 import { CaptureStatusId, StreamFlag } from "../ffi/constants";
 import { Buffer, HostBuffer, checkSize, fillPattern, fillTypeOf, type FillRange, type FillType, type GpuBufferOf } from "./buffer";
 import { captureEnded, isDevice, noteCaptured, type DeviceRef } from "./device_state";
-import { GpuError, Status, describeValue, invalid, disposed } from "./errors";
+import { GpuError, Status, describeGot, describeValue, invalid, disposed, options } from "./errors";
 import { Event } from "./event";
 import { abandonFailures, beforeBlockingWait, enqueueHostFn, raiseFailures, recordFailure, type FailureSink } from "./hostfn";
 import { CaptureMode, beginCapture as beginCaptureOn, endCapture as endCaptureOn, type CaptureStatus, type Graph } from "./capture";
+import { MemoryPool } from "./memory_pool";
 import { pollUntil, settled } from "./poll";
 import { RELEASE, Resource } from "./resource";
 
@@ -63,7 +64,7 @@ export class Stream extends Resource {
   }
 
   static create(device: DeviceRef, opts: StreamOptions = {}): Stream {
-    if (!isDevice(device)) invalid("Stream.create", `device must be a Device, got ${describeValue(device)}`);
+    if (!isDevice(device)) invalid("Stream.create", `device must be a Device, got ${describeGot(device)}`);
     const priority = opts.priority ?? 0;
     if (!Number.isInteger(priority)) invalid("Stream.create", `priority must be an integer, got ${priority}`);
     const flags = opts.nonBlocking ? StreamFlag.NON_BLOCKING : StreamFlag.DEFAULT;
@@ -119,6 +120,27 @@ export class Stream extends Resource {
       else ev.dispose();
     }
     this.#raise("Stream.done");
+  }
+
+  /**
+   * `bytes` of device memory in this stream's order (cuMemAllocFromPoolAsync): work queued on
+   * this stream from now on may use it; other streams must be ordered after this point (an
+   * event) first. It comes from `opts.pool` or the device's default pool, reusing a block freed
+   * earlier where the stream order allows. Free it with `buffer.free(stream)` (or dispose(): a
+   * free on this stream). During a capture the memory belongs to the graph: one fixed address
+   * for every replay, released with the graph and its execs; free it inside the same capture.
+   */
+  alloc(bytes: number, opts: { pool?: MemoryPool } = {}): Buffer {
+    opts = options("Stream.alloc", opts);
+    this.live("Stream.alloc");
+    const pool = opts.pool;
+    if (pool !== undefined) {
+      if (!(pool instanceof MemoryPool)) invalid("Stream.alloc", `pool must be a MemoryPool, got ${describeValue(pool)}`);
+      if (pool.device.state !== this.dev) invalid("Stream.alloc", "pool of another device");
+    }
+    const h = this.handle;
+    const graph = this.dev.captures > 0 && this.dev.api.stream_capture_status(h) !== CaptureStatusId.NONE;
+    return Buffer.allocOrdered(this, pool ? pool.handle : 0, bytes, graph);
   }
 
   /** Make later work on this stream wait for the event's latest record. */
@@ -292,6 +314,44 @@ export class Stream extends Resource {
       beforeBlockingWait("Stream.dispose", (s) => s === h, () => settled(() => api.stream_query(h)));
     }
     super.dispose();
+  }
+
+  /**
+   * `await using s = device.createStream()`: at the end of the block, wait (without blocking
+   * the event loop) for the work queued on the stream, then dispose it. A host function's
+   * failure is reported after the stream is disposed. The default stream is its device's: nothing.
+   */
+  async [Symbol.asyncDispose](): Promise<void> {
+    if (this.disposed || this.isDefault) return;
+    try {
+      await this.done();
+    } finally {
+      this.dispose();
+    }
+  }
+
+  /**
+   * 'Stream(cpu, created, non-blocking, priority -1, busy)': its device, whether it is the
+   * device's default stream, its flags, and whether its queued work has finished (one query; a
+   * capturing stream says so instead, and while any capture of the device is open the query is
+   * left out, as it could break that capture); ", disposed" once gone.
+   */
+  override toString(): string {
+    const parts = [this.device.spec, this.isDefault ? "default" : "created"];
+    if (this.nonBlocking) parts.push("non-blocking");
+    if (this.priority !== 0) parts.push(`priority ${this.priority}`);
+    if (this.disposed) parts.push("disposed");
+    else
+      try {
+        const capture = this.captureStatus();
+        if (capture === "Active") parts.push("capturing");
+        else if (capture === "Invalidated") parts.push("capture invalidated");
+        // A query while any capture of the device is open could invalidate it (CUDA's Global mode).
+        else if (this.dev.captures === 0) parts.push(this.dev.api.stream_query(this.rawHandle) ? "idle" : "busy");
+      } catch {
+        /* its state could not be read: the rest still says which stream */
+      }
+    return `Stream(${parts.join(", ")})`;
   }
 
   protected [RELEASE](): void {

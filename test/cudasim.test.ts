@@ -67,6 +67,7 @@ extern "C" __global__ void __launch_bounds__(256) odd(char c, short s, S st, dou
         "ok modules: PTX entries only (500 otherwise)",
         "ok mapped pinned memory: same address, shared with a running kernel",
         "ok hardware queues: streams sharing one of CUDA_DEVICE_MAX_CONNECTIONS queues wait for each other",
+        "ok memory pools: reuse in stream order (same stream, completed free, event order)",
         "ok sticky 700",
       ])
         expect(out).toContain(want);

@@ -41,6 +41,7 @@ describe("MSL syntax check", () => {
         "conv and pool ops",
         "attention and einsum",
         "block tree reductions",
+        "dtypes",
       ]);
       for (const s of sources) {
         expect(s.kernels.length).toBeGreaterThan(0);

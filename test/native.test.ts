@@ -77,6 +77,15 @@ describe("CUDA backend against the driver simulator", () => {
     // built node by node on the driver (cuGraphAdd*Node), not replayed by the core
     expect(out).toMatch(/set_kernel_args\(cx, 2, up, 3\) -> 1: .*no kernel node 2 \(the graph has 2: launches of its command list/);
     expect(out).toContain("after unload: vadd(9)x1");
+    // stream-ordered allocation and pools: the driver's reuse rules, stats, trim, memory nodes
+    expect(out).toContain("default pool handle stable 1");
+    expect(out).toContain("pool reuse same stream 1 other stream while busy 0");
+    expect(out).toContain("pool stats 2048 2048 2048 2048");
+    expect(out).toMatch(/bg_mem_free_async\(s4, p3\) -> 1: cuMemFreeAsync: CUDA_ERROR_INVALID_VALUE/);
+    expect(out).toContain("pool after trim 1024 0 2048 0");
+    expect(out).toContain("pool after sync 0");
+    expect(out).toContain("memory graph nodes 4 kernel 0");
+    expect(out).toContain("memory graph replayed 5050505");
     expect(out).toContain("0 failures");
     expect(r.exitCode).toBe(0);
   }, 120_000);

@@ -123,3 +123,35 @@ test("the trace example writes a timeline with the plan's kernels", async () => 
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("the memory pool example: same-stream reuse, stats, threshold and trim", async () => {
+  const { Device, MemoryPool } = await import("../src");
+  const dev = Device.open("cpu");
+  using s = dev.createStream();
+  using pool = new MemoryPool(dev, { releaseThreshold: 64 << 20 }); // keep up to 64 MiB warm
+  const a = s.alloc(1 << 20, { pool });
+  const where = a.address;
+  a.free(s);                                   // back to the pool at this point of s
+  const b = s.alloc(1 << 20, { pool });        // the same stream reuses it at once
+  expect(b.address === where).toBe(true);
+  expect({ ...pool.stats }).toEqual({ reserved: 1048576, used: 1048576, reservedPeak: 1048576, usedPeak: 1048576 });
+  b.free(s);
+  s.synchronize();                             // under the threshold: the memory stays warm
+  expect([pool.stats.reserved, pool.stats.used]).toEqual([1048576, 0]);
+  pool.trim(0);
+  expect(pool.stats.reserved).toBe(0);
+});
+
+test("the objects-explain-themselves example prints what README shows", async () => {
+  const { Device, Tensor } = await import("../src");
+  const dev = Device.open("cpu");
+  const buf = dev.alloc(65536);
+  const x = Tensor.from(new Float32Array(64 * 256), [64, 256], { name: "x" });
+  using plan = x.matmul(Tensor.randn([256, 16], { seed: 1 })).relu().prepare();
+  expect(String(dev)).toMatch(/^Device\(cpu, ".*", backend cpu, index 0\)$/); // the name is the machine's
+  expect(String(buf)).toBe("Buffer(64 KiB on cpu)");
+  // the hash suffix is of the generated text, which may differ with the host's vector width
+  expect(String(plan).replace(/_[0-9a-f]{16}\b/, "_<hash>")).toBe("ExecutionPlan(cpu, 1 kernel: matmul_64x16_max_<hash>, peak 84 KiB; inputs x [64, 256] float32, input1 [256, 16] float32; outputs output0 [64, 16] float32)");
+  buf.dispose();
+  expect(String(buf)).toBe("Buffer(64 KiB on cpu, disposed)");
+});

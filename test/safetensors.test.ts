@@ -28,7 +28,7 @@ function fileFrom(header: unknown, data: Uint8Array | number[], opts: { pad?: bo
   writeFileSync(p, out);
   return p;
 }
-const bytesOf = (a: Float32Array | Int32Array | Uint16Array | BigInt64Array | Float64Array): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+const bytesOf = (a: ArrayBufferView): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
 
 function expectGpuError(f: () => unknown, code: number, ...parts: string[]): GpuError {
   let err: unknown;
@@ -120,7 +120,7 @@ describe("reading files written by hand", () => {
     expect(Tensor.fromSafetensors(p).x!.toList()).toEqual([9]);
   });
 
-  test("F16 and BF16 widen to float32 exactly", () => {
+  test("F16 and BF16 load as float16 and bfloat16, their values exact", () => {
     const f16 = Uint16Array.from([0x3c00, 0xc000, 0x7bff, 0x0001, 0x3555, 0x7c00, 0xfc00, 0x8000, 0x0400]);
     const bf16 = Uint16Array.from([0x3f80, 0x4049, 0xc2f7, 0x0000, 0x7f80]);
     const data = new Uint8Array(f16.byteLength + bf16.byteLength);
@@ -131,33 +131,38 @@ describe("reading files written by hand", () => {
       data,
     );
     const t = Tensor.fromSafetensors(p);
-    expect(t.h!.dtype).toBe("float32");
-    const h = Array.from(t.h!.toArray());
+    expect(t.h!.dtype).toBe("float16");
+    const h = t.h!.toList();
     expect(h.slice(0, 5)).toEqual([1, -2, 65504, 2 ** -24, 0.333251953125]);
     expect(h[5]).toBe(Infinity);
     expect(h[6]).toBe(-Infinity);
     expect(Object.is(h[7], -0)).toBe(true);
     expect(h[8]).toBe(2 ** -14);
-    expect(t.b!.dtype).toBe("float32");
-    expect(Array.from(t.b!.toArray())).toEqual([1, 3.140625, -123.5, 0, Infinity]);
+    expect(t.b!.dtype).toBe("bfloat16");
+    expect(t.b!.toList()).toEqual([1, 3.140625, -123.5, 0, Infinity]);
+    // widened on request: exact
+    expect(Array.from(t.b!.float().toArray())).toEqual([1, 3.140625, -123.5, 0, Infinity]);
   });
 
-  test("narrow integers and BOOL become int32; I64 and F64 load where exact and refuse otherwise", () => {
+  test("BOOL, U8, I8 and I64 load as their own dtypes; U32 / U64 as int64 and F64 as float32 where exact, refused otherwise", () => {
     const data = [0, 1, 7, 0, 255, 0x80, 0xff, 0x7f]; // BOOL[4] = 0,1,1,0; U8[2] = 255,128; I8[2] = -1,127
     const p = fileFrom(
       { b: { dtype: "BOOL", shape: [4], data_offsets: [0, 4] }, u: { dtype: "U8", shape: [2], data_offsets: [4, 6] }, i: { dtype: "I8", shape: [2], data_offsets: [6, 8] } },
       data,
     );
     const t = Tensor.fromSafetensors(p);
-    expect(t.b!.dtype).toBe("int32");
+    expect([t.b!.dtype, t.u!.dtype, t.i!.dtype]).toEqual(["bool", "uint8", "int8"]);
     expect(t.b!.toList()).toEqual([0, 1, 1, 0]);
     expect(t.u!.toList()).toEqual([255, 128]);
     expect(t.i!.toList()).toEqual([-1, 127]);
 
     const ok64 = fileFrom({ x: { dtype: "I64", shape: [3], data_offsets: [0, 24] } }, bytesOf(BigInt64Array.from([-5n, 0n, 2147483647n])));
+    expect(Tensor.fromSafetensors(ok64).x!.dtype).toBe("int64");
     expect(Tensor.fromSafetensors(ok64).x!.toList()).toEqual([-5, 0, 2147483647]);
     const big64 = fileFrom({ x: { dtype: "I64", shape: [2], data_offsets: [0, 16] } }, bytesOf(BigInt64Array.from([1n, 1n << 40n])));
-    expectGpuError(() => Tensor.fromSafetensors(big64), Status.INVALID_VALUE, "I64", "int32", big64);
+    expect(Array.from(Tensor.fromSafetensors(big64).x!.toArray<BigInt64Array>())).toEqual([1n, 1n << 40n]);
+    const u64 = fileFrom({ x: { dtype: "U64", shape: [2], data_offsets: [0, 16] } }, bytesOf(BigUint64Array.from([1n, 1n << 63n])));
+    expectGpuError(() => Tensor.fromSafetensors(u64), Status.INVALID_VALUE, "U64", "int64", u64);
 
     const okf64 = fileFrom({ x: { dtype: "F64", shape: [2], data_offsets: [0, 16] } }, bytesOf(Float64Array.from([0.5, -3])));
     expect(Tensor.fromSafetensors(okf64).x!.toList()).toEqual([0.5, -3]);
@@ -165,7 +170,7 @@ describe("reading files written by hand", () => {
     expectGpuError(() => Tensor.fromSafetensors(badf64), Status.INVALID_VALUE, "F64", "float32");
 
     const f8 = fileFrom({ x: { dtype: "F8_E4M3", shape: [1], data_offsets: [0, 1] } }, [0x38]);
-    expectGpuError(() => Tensor.fromSafetensors(f8), Status.INVALID_VALUE, "F8_E4M3", "float32 or int32");
+    expectGpuError(() => Tensor.fromSafetensors(f8), Status.INVALID_VALUE, "F8_E4M3", "no exact conversion");
   });
 
   test("tensors of a file are named inputs: run() takes new values by those names", async () => {

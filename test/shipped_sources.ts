@@ -153,6 +153,19 @@ function treeReduceModel(): Tensor[] {
   ];
 }
 
+function dtypeModel(): Tensor[] {
+  const x = Tensor.rand([4, 40], { seed: 14 }).sub(0.5).mul(8);
+  const h = x.half(), b = x.bfloat16(), i8 = x.cast("int8"), u8 = x.abs().cast("uint8"), l = x.long().mul(1 << 20), m = x.cmpgt(0);
+  return [
+    h.mul(h).add(1).sqrt(), b.sub(h.float()).exp().bfloat16(), h.sum(1), b.max(0), h.matmul(h.T),
+    i8.add(i8).mul(3).div(Tensor.from([3], [1], { dtype: "int8" })), u8.sub(7).fmod(5), i8.neg().abs(), i8.pow(2), u8.sum(0), i8.min(1),
+    l.mul(l).div(7).add(l.neg().abs()), l.pow(2).fmod(11), l.max(1), l.prod(0), l.cast("float16"),
+    m.where(h, b), m.any(1), m.all(0), m.int().sum(), x.bool().maximum(m),
+    x.bitcast("int32").bitcast("float32"), h.bitcast("bfloat16").bitcast("float16"), i8.bitcast("uint8"), h.cast("int8"), b.cast("bool"),
+    Tensor.arange(0, 40, 1, { dtype: "int64" }).mul(2 ** 33), Tensor.arange(0, 8, 1, { dtype: "float16" }),
+  ];
+}
+
 /** One module per demo model, as ExecutionPlan.prepare builds it: prelude + every kernel body. */
 function tensorSources(lang: Lang): NamedSource[] {
   const models: [string, Tensor[]][] = [
@@ -167,6 +180,8 @@ function tensorSources(lang: Lang): NamedSource[] {
     ["conv and pool ops", convModel()],
     ["attention and einsum", attentionModel()],
     ["block tree reductions", treeReduceModel()],
+    // every dtype: loads and stores of half types, int8/uint8/bool/int64 arithmetic, casts, bitcasts, reductions
+    ["dtypes", dtypeModel()],
   ];
   return models.map(([name, outs]) => {
     const gens = schedule(outs.map((o) => o.node)).kernels.map((k) => generate(k.ir, lang));

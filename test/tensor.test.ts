@@ -97,7 +97,7 @@ describe("elementwise ops", () => {
       expect(outs[i]!.shape).toEqual(refs[i]!.shape);
       expectClose(g, refs[i]!, 1e-5, 1e-5, labels[i]);
     });
-    expect(outs.find((t) => labels[outs.indexOf(t)]!.startsWith("cmplt"))!.dtype).toBe("int32");
+    expect(outs.find((t) => labels[outs.indexOf(t)]!.startsWith("cmplt"))!.dtype).toBe("bool");
   });
 
   test("scalars, reversed scalar ops, where, cast", () => {

@@ -121,6 +121,7 @@ describe("block-tree reductions on the CUDA driver simulator", () => {
         "full sum and mean of 2^20+3 values",
         "float32 sum of 2^25 ones loaded from memory is exact",
         "row sums over wide rows: [7, 5000] over 1 (keepdim), [5000, 7] over 0 (strided), mean",
+        "half types: float16 row sums over [3, 5000] accumulate in float32, bfloat16 row max",
         "several reduce axes: [6, 40, 9, 30] over 1 and 3 (sum, max), [5, 7, 8, 9, 10] over 0, 2, 4",
         "max and min with ±Infinity, prod, any and all over [9, 3001]",
         "NaN: sums and products propagate it, argmax and argmin give the first NaN's index, max gives NaN or the row's max",

@@ -252,7 +252,7 @@ describe("remainders", () => {
 describe("NaN and infinity tests, sign, clip", () => {
   const data = input(5, -3, 3, EDGES);
 
-  test("isnan, isinf (each side), isfinite give int32 0/1 on every layout; int32 operands are never NaN or inf", () => {
+  test("isnan, isinf (each side), isfinite give bool 0/1 on every layout; int32 operands are never NaN or inf", () => {
     checkLayouts("isnan", data, (t) => t.isnan(), (x) => +Number.isNaN(x), EXACT);
     checkLayouts("isinf", data, (t) => t.isinf(), (x) => +(Math.abs(x) === Infinity), EXACT);
     checkLayouts("isinf+", data, (t) => t.isinf(true, false), (x) => +(x === Infinity), EXACT);
@@ -260,7 +260,7 @@ describe("NaN and infinity tests, sign, clip", () => {
     checkLayouts("isinf none", data, (t) => t.isinf(false, false), () => 0, EXACT);
     checkLayouts("isfinite", data, (t) => t.isfinite(), (x) => +Number.isFinite(x), EXACT);
     const x = Tensor.from(data);
-    for (const t of [x.isnan(), x.isinf(), x.isfinite()]) expect(t.dtype).toBe("int32");
+    for (const t of [x.isnan(), x.isinf(), x.isfinite()]) expect(t.dtype).toBe("bool");
     const i = Tensor.from([-2147483648, 0, 2147483647], [3], { dtype: "int32" });
     expect(run([i.isnan(), i.isinf(), i.isfinite()]).map((a) => Array.from(a))).toEqual([[0, 0, 0], [0, 0, 0], [1, 1, 1]]);
     expect(() => x.isinf("yes" as unknown as boolean)).toThrow(GpuError);

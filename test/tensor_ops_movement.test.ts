@@ -111,6 +111,21 @@ const ref = {
   gather(r: Ref, d: number, ix: Ref): Ref {
     return r.gather(d, ix);
   },
+  /** torch scatter written out: each index position j writes (or adds, multiplies) src[j] at j with j[d] = ix[j], in order. */
+  scatter(r: Ref, d: number, ix: Ref, src: Ref | number, reduce?: "add" | "multiply", int = false): Ref {
+    const out = Array.from(r.data);
+    const at = (idx: number[]) => idx.reduce((l, x, i) => l * r.shape[i]! + x, 0);
+    const round = (v: number) => (int ? v | 0 : Math.fround(v));
+    Ref.fill(ix.shape, (idx, lin) => {
+      const j = ix.data[lin]!;
+      if (j < 0 || j >= r.shape[d]!) return 0;
+      const k = at(idx.map((x, i) => (i === d ? j : x)));
+      const v = typeof src === "number" ? src : src.at(idx);
+      out[k] = round(reduce === "add" ? out[k]! + v : reduce === "multiply" ? out[k]! * v : v);
+      return 0;
+    });
+    return new Ref(r.shape, Float64Array.from(out));
+  },
   indexSelect(r: Ref, d: number, ix: number[]): Ref {
     const shape = r.shape.map((n, i) => (i === d ? ix.length : n));
     return Ref.fill(shape, (idx) => {
@@ -426,11 +441,39 @@ describe("indexing: oneHot, maskedFill, gather, indexSelect", () => {
       ["gather 1 (index wider than input on dim)", (x) => x.gather(1, i32(ix1)), (x) => ref.gather(x, 1, ix1)],
       ["gather -1 out of range", (x) => x.gather(-1, i32(ix2)), (x) => ref.gather(x, 2, ix2)],
       ["gather transposed index", (x) => x.gather(2, i32(ix0.permute([0, 2, 1])).permute([0, 2, 1]).shrink([null, null, [0, 3]]).add(1)), (x) => ref.gather(x, 2, ix0.shrink([[0, 2], [0, 4], [0, 3]]).map((v) => v + 1))],
+      // scatter: duplicate indices (the last writes), out-of-range ones (nothing), an index narrower than x off dim
+      ["scatter 0", (x, y) => x.scatter(0, i32(ix0), y.shrink([[0, 2], null, null])), (x, y) => ref.scatter(x, 0, ix0.shrink([[0, 2], [0, 4], [0, 5]]), y)],
+      ["scatter -1 out of range, narrower index", (x, y) => x.scatter(-1, i32(ix2.shrink([[0, 3], [0, 2], [0, 4]])), y), (x, y) => ref.scatter(x, 2, ix2.shrink([[0, 3], [0, 2], [0, 4]]), y)],
+      ["scatter 1 a constant", (x) => x.scatter(1, i32(ix1.shrink([[0, 3], [0, 3], [0, 2]])), 7), (x) => ref.scatter(x, 1, ix1.shrink([[0, 3], [0, 3], [0, 2]]), 7)],
+      ["scatter 1 add", (x, y) => x.scatter(1, i32(ix1.shrink([[0, 3], [0, 5], [0, 2]])), y.cat([y], 1), "add"), (x, y) => ref.scatter(x, 1, ix1.shrink([[0, 3], [0, 5], [0, 2]]), ref.cat([y, y], 1), "add"), 1e-6],
+      ["scatter 0 multiply, transposed index", (x, y) => x.scatter(0, i32(ix0.permute([0, 2, 1])).permute([0, 2, 1]), y.shrink([[0, 2], null, null]), "multiply"), (x, y) => ref.scatter(x, 0, ix0, y.shrink([[0, 2], [0, 4], [0, 5]]), "multiply"), 1e-6],
       ["indexSelect 1", (x) => x.indexSelect(1, Tensor.from([3, 0, 0, 2, 1], [5], { dtype: "int32" })), (x) => ref.indexSelect(x, 1, [3, 0, 0, 2, 1])],
       ["indexSelect -1", (x) => x.indexSelect(-1, Tensor.from([4, 9, -1], [3], { dtype: "int32" })), (x) => ref.indexSelect(x, 2, [4, 9, -1])],
       ["indexSelect 0 empty", (x) => x.indexSelect(0, Tensor.zeros([0], { dtype: "int32" })), (x) => ref.indexSelect(x, 0, [])],
       ["embedding rows", (x) => x.reshape([12, 5]).indexSelect(0, Tensor.from([11, 0, 5], [3], { dtype: "int32" })).sum(1), (x) => ref.indexSelect(x.reshape([12, 5]), 0, [11, 0, 5]).sum([1]), 1e-6],
     ]);
+  });
+});
+
+describe("scatter", () => {
+  test("zero-size, float16 and bool, and bad arguments as GpuErrors", () => {
+    const x = Tensor.from([1, 2, 3, 4, 5, 6], [2, 3]);
+    const ix = Tensor.from([2, 2, 0], [1, 3], { dtype: "int32" });
+    expect(x.scatter(0, Tensor.zeros([0, 3], { dtype: "int32" }), 9).toList()).toEqual([1, 2, 3, 4, 5, 6]);
+    expect(Tensor.zeros([0, 3]).scatter(1, Tensor.zeros([0, 2], { dtype: "int32" }), 1).shape).toEqual([0, 3]);
+    // row 0: index [2, 2, 0] along dim 1 writes src 10, 20 (last wins at 2), then 30 at 0
+    expect(x.scatter(1, ix, Tensor.from([10, 20, 30], [1, 3])).toList()).toEqual([30, 2, 20, 4, 5, 6]);
+    expect(x.half().scatter(1, ix, Tensor.from([10, 20, 30.3], [1, 3]), "add").float().toList()).toEqual([31.296875, 2, 33, 4, 5, 6]);
+    const b = x.cmpgt(3).scatter(1, ix, 1);
+    expect(b.dtype).toBe("bool");
+    expect(b.int().toList()).toEqual([1, 0, 1, 1, 1, 1]);
+    expectInvalid(() => x.scatter(0, Tensor.from([0.5], [1, 1]), 1), "float index");
+    expectInvalid(() => x.scatter(2, ix, 1), "dim out of range");
+    expectInvalid(() => x.scatter(0, Tensor.from([0], [1], { dtype: "int32" }), 1), "index rank");
+    expectInvalid(() => x.scatter(0, Tensor.zeros([1, 4], { dtype: "int32" }), 1), "index wider than x off dim");
+    expectInvalid(() => x.scatter(1, ix, Tensor.from([1, 2], [1, 2])), "src narrower than index");
+    expectInvalid(() => x.scatter(1, ix, 1, "max" as never), "unknown reduce");
+    expectInvalid(() => x.scatter(1, ix, "1" as never), "string src");
   });
 });
 
@@ -510,11 +553,11 @@ describe("bad arguments are GpuError INVALID_VALUE", () => {
       ["tril diagonal", () => x.tril(0.5)],
       ["eye negative", () => Tensor.eye(-1)],
       ["eye fraction", () => Tensor.eye(2, 1.5)],
-      ["eye dtype", () => Tensor.eye(2, 2, { dtype: "int8" as never })],
+      ["eye dtype", () => Tensor.eye(2, 2, { dtype: "float64" as never })],
       ["linspace steps", () => Tensor.linspace(0, 1, -1)],
       ["linspace NaN", () => Tensor.linspace(NaN, 1, 3)],
       ["linspace string", () => Tensor.linspace(0, "1" as never, 3)],
-      ["fullLike dtype", () => x.fullLike(1, { dtype: "bool" as never })],
+      ["fullLike dtype", () => x.fullLike(1, { dtype: "int16" as never })],
       ["randLike dtype", () => x.randLike({ dtype: "int32" })],
       ["randnLike options", () => x.randnLike(3 as never)],
       ["pad mode", () => x.pad([null, null], "edge" as never)],

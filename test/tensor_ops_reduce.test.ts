@@ -14,7 +14,7 @@
 import { describe, expect, test } from "bun:test";
 import { GpuError } from "../src";
 import { Ref, seededRandom } from "../src/tensor/reference";
-import { Tensor, interpretSchedule, schedule, type PrepareOptions } from "../src/tensor";
+import { Tensor, interpretSchedule, schedule, type DType, type PrepareOptions } from "../src/tensor";
 import { expectInvalid, run, type Arr } from "./tensor_helpers";
 
 function expectClose(got: ArrayLike<number>, want: ArrayLike<number>, atol: number, rtol: number, what: string): void {
@@ -98,7 +98,7 @@ interface Case {
   /** the float64 result over the logical values and its shape */
   want: (d: number[]) => { data: number[]; shape: number[] };
   tol: readonly [number, number];
-  dtype?: (input: "float32" | "int32") => "float32" | "int32";
+  dtype?: (input: "float32" | "int32") => DType;
 }
 
 const keepAxis = (r: { data: number[]; shape: number[] }, axis: number, keep: boolean): { data: number[]; shape: number[] } =>
@@ -123,9 +123,9 @@ function cases(dtype: "float32" | "int32"): Case[] {
       const a = alongAxis(d, SHAPE, 2, one((r) => r.reduce((p, q) => p * q, 1)));
       return alongAxis(a.data, a.shape, 0, one((r) => r.reduce((p, q) => p * q, 1)));
     }, tol: sums },
-    { name: "any(1)", f: (t) => t.cmpgt(fl ? 1.5 : 3).any(1), want: (d) => keepAxis(alongAxis(d.map((v) => (v > (fl ? 1.5 : 3) ? 1 : 0)), SHAPE, 1, one((r) => (r.some((v) => v) ? 1 : 0))), 1, false), tol: EXACT, dtype: () => "int32" },
-    { name: "all(-1, keepdim)", f: (t) => t.all(-1, true), want: (d) => alongAxis(d, SHAPE, 2, one((r) => (r.every((v) => v !== 0) ? 1 : 0))), tol: EXACT, dtype: () => "int32" },
-    { name: "any()", f: (t) => t.any(), want: (d) => ({ data: [d.some((v) => v !== 0) ? 1 : 0], shape: [] }), tol: EXACT, dtype: () => "int32" },
+    { name: "any(1)", f: (t) => t.cmpgt(fl ? 1.5 : 3).any(1), want: (d) => keepAxis(alongAxis(d.map((v) => (v > (fl ? 1.5 : 3) ? 1 : 0)), SHAPE, 1, one((r) => (r.some((v) => v) ? 1 : 0))), 1, false), tol: EXACT, dtype: () => "bool" },
+    { name: "all(-1, keepdim)", f: (t) => t.all(-1, true), want: (d) => alongAxis(d, SHAPE, 2, one((r) => (r.every((v) => v !== 0) ? 1 : 0))), tol: EXACT, dtype: () => "bool" },
+    { name: "any()", f: (t) => t.any(), want: (d) => ({ data: [d.some((v) => v !== 0) ? 1 : 0], shape: [] }), tol: EXACT, dtype: () => "bool" },
     { name: "var(-1)", f: (t) => t.var(-1), want: (d) => keepAxis(alongAxis(d, SHAPE, 2, one((r) => variance(r, 1))), 2, false), tol: SUMS, dtype: () => "float32" },
     { name: "var(1, keepdim, 0)", f: (t) => t.var(1, true, 0), want: (d) => alongAxis(d, SHAPE, 1, one((r) => variance(r, 0))), tol: SUMS, dtype: () => "float32" },
     { name: "std()", f: (t) => t.std(), want: (d) => ({ data: [Math.sqrt(variance(d, 1))], shape: [] }), tol: SUMS, dtype: () => "float32" },

@@ -158,7 +158,7 @@ describe("ExecutionPlan", () => {
       expect(ks.length).toBe(3);
       for (const k of ks) {
         expect(k.source).toContain(k.entryPoint);
-        expect(k.entryPoint).toMatch(/^k_[0-9a-f]{16}$/);
+        expect(k.entryPoint).toMatch(/^[a-z][a-z0-9]*(_[A-Za-z0-9]+)*_[0-9a-f]{16}$/); // what it computes, then its text hash
         if (plan.device.backend === "cpu") expect(k.source).toContain(`BG_KERNEL(${k.entryPoint})`);
         if (plan.device.backend === "cuda") expect(k.source).toContain(`extern "C" __global__ void ${k.entryPoint}(`);
       }

@@ -73,6 +73,7 @@ static void capture_end(cpu_device* d, cpu_capture* c, int keep_nodes) {
   if (*pp) *pp = c->next;
   atomic_fetch_sub(&d->ncaps, 1);
   if (!keep_nodes) cpu_nodes_free(c->nodes, c->n);
+  cpu_gmem_release(c->gmem); /* NULL when its graph took it */
   free(c->streams);
   free(c);
 }
@@ -609,6 +610,8 @@ int32_t cpu_end_capture(void* sv, void** out_graph) {
     g->nvisible++;
     if (g->nodes[i].op.kind == OP_KERNEL) g->nkernels++;
   }
+  g->gmem = c->gmem; /* the graph owns the memory allocated during the capture */
+  c->gmem = NULL;
   capture_end(d, c, 1);
   pthread_mutex_unlock(&d->cap_mu);
   *out_graph = g;

@@ -8,6 +8,9 @@
  *  queue.c   a stream's queue from below its worker: putting an op in, waiting for ops to
  *            complete, references; snapshots of many streams; frees deferred until the work
  *            queued before them has run (cpu_defer).
+ *  pool_mem.c memory pools and stream-ordered allocation (bg_mem_alloc_async): blocks reused in
+ *            stream order, stats, release threshold and trim, and graph memory (allocations
+ *            made during capture, owned by the graph and its execs: cpu_gmem).
  *  module.c  modules (dlopen, or functions compiled in memory) and kernels.
  *  run.c     what a worker does with an op: run it, release it, abandon it; graph exec replays
  *            and command lists included.
@@ -78,6 +81,8 @@ struct cpu_xargs;
 struct cpu_stream;
 struct cpu_capture;
 struct cpu_device;
+struct cpu_mempool;
+struct cpu_gmem;
 
 enum {
   OP_KERNEL = 1,
@@ -213,6 +218,11 @@ typedef struct cpu_device {
   _Atomic int32_t ncaps;
   uint64_t next_cap_id;
   cpu_pool pool;
+  /* memory pools (pool_mem.c): every block a pool holds, by address, under pmem_mu */
+  pthread_mutex_t pmem_mu;
+  struct cpu_block** pblocks; /* CPU_PBUCKETS chains */
+  struct cpu_mempool* pools;  /* every pool, the default one included */
+  struct cpu_mempool* default_pool;
   /* checked mode (BUNGPU_CHECK=1): guard pages around allocations, and a fault inside a kernel
    * becomes this sticky error (BG_ERR_ILLEGAL_ADDRESS) that every later call returns */
   int checked;
@@ -309,6 +319,7 @@ typedef struct cpu_capture {
   uint32_t n, cap;
   cpu_stream** streams;
   uint32_t nstreams, cstreams;
+  struct cpu_gmem* gmem; /* memory allocated on its streams (pool_mem.c); passes to the graph */
   struct cpu_capture* next;
 } cpu_capture;
 
@@ -316,6 +327,7 @@ typedef struct cpu_graph {
   bg_obj h;
   cpu_node* nodes;
   uint32_t n, nvisible, nkernels;
+  struct cpu_gmem* gmem; /* memory allocated during its capture, or NULL */
 } cpu_graph;
 
 typedef struct cpu_xargs {
@@ -343,6 +355,7 @@ typedef struct cpu_exec {
   uint32_t* knargs; /* per kernel node: its nargs */
   uint32_t* evslot_op; /* per event slot: op index */
   cpu_xargs* args;  /* current arguments (copy on write) */
+  struct cpu_gmem* gmem; /* its graph's memory, held while the exec lives */
 } cpu_exec;
 
 /* ---- cross-file functions ---------------------------------------------------------------- */
@@ -408,6 +421,22 @@ void cpu_device_wait_all(cpu_device* d); /* wait for every stream's queued work 
 /* Call fn(arg) once every stream has finished the work queued so far; never blocks. */
 void cpu_defer(cpu_device* d, void (*fn)(void*), void* arg);
 void cpu_deferred_release(cpu_deferred* df);
+
+/* pool_mem.c */
+void cpu_pmem_init(cpu_device* d);
+void cpu_pmem_close(cpu_device* d); /* before the streams go: frees every pool and block */
+void cpu_pmem_sync_release(cpu_device* d); /* at a synchronize: pools above their threshold */
+void cpu_gmem_retain(struct cpu_gmem* g);
+void cpu_gmem_release(struct cpu_gmem* g); /* the last reference frees the graph's memory */
+int32_t cpu_mempool_create(bg_device* dev, uint64_t threshold, void** out);
+int32_t cpu_mempool_default(bg_device* dev, void** out);
+int32_t cpu_mempool_destroy(void* pool);
+int32_t cpu_mempool_set_threshold(void* pool, uint64_t threshold);
+int32_t cpu_mempool_trim(void* pool, uint64_t keep);
+int32_t cpu_mempool_stats(void* pool, uint64_t out[4]);
+int32_t cpu_mempool_reset_peak(void* pool);
+int32_t cpu_mem_alloc_async(void* s, void* pool, uint64_t bytes, bg_devptr* out);
+int32_t cpu_mem_free_async(void* s, bg_devptr p);
 
 /* module.c */
 int32_t cpu_module_load(bg_device* dev, int32_t kind, const void* data, uint64_t n, void** out);

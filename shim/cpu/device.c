@@ -261,6 +261,7 @@ static int32_t cpu_open(int32_t ordinal, bg_device** out) {
   pthread_mutex_init(&d->mem_mu, NULL);
   pthread_mutex_init(&d->streams_mu, NULL);
   pthread_mutex_init(&d->cap_mu, NULL);
+  cpu_pmem_init(d);
   atomic_init(&d->ncaps, 0);
   atomic_init(&d->nblocking, 0);
   int32_t rc = cpu_pool_init(&d->pool, (uint32_t)d->ncores);
@@ -301,6 +302,7 @@ static int32_t cpu_device_close(bg_device* dev) {
   }
   cpu_stream_free((cpu_stream*)d->base.default_stream);
   d->base.default_stream = NULL;
+  cpu_pmem_close(d); /* every stream drained: no queued work uses pool memory any more */
   cpu_pool_destroy(&d->pool);
   pthread_mutex_lock(&d->mem_mu);
   if (d->checked) {
@@ -352,6 +354,7 @@ static int32_t cpu_device_synchronize(bg_device* dev) {
   int32_t rc = cpu_capture_guard(d, "bg_device_synchronize");
   if (rc) return rc;
   cpu_device_wait_all(d);
+  cpu_pmem_sync_release(d);
   return BG_OK;
 }
 
@@ -576,6 +579,15 @@ const bg_ops cpu_ops = {
     .event_unhold = cpu_event_unhold,
     .ring_alloc = cpu_ring_alloc,
     .ring_free = cpu_ring_free,
+    .mempool_create = cpu_mempool_create,
+    .mempool_default = cpu_mempool_default,
+    .mempool_destroy = cpu_mempool_destroy,
+    .mempool_set_threshold = cpu_mempool_set_threshold,
+    .mempool_trim = cpu_mempool_trim,
+    .mempool_stats = cpu_mempool_stats,
+    .mempool_reset_peak = cpu_mempool_reset_peak,
+    .mem_alloc_async = cpu_mem_alloc_async,
+    .mem_free_async = cpu_mem_free_async,
 };
 
 /* ---- the checked-mode vtable ------------------------------------------------------------------ */
@@ -642,6 +654,8 @@ WRAP_H(graph_upload, x, (void* x, void* s), (x, s))
 WRAP_H(graph_launch, x, (void* x, void* s), (x, s))
 WRAP_H(graph_exec_set_kernel_args, x, (void* x, uint32_t i, const uint64_t* a, uint32_t n), (x, i, a, n))
 WRAP_H(submit, s, (void* s, const uint8_t* b, uint64_t n), (s, b, n))
+WRAP_D(mempool_create, (bg_device* dev, uint64_t t, void** o), (dev, t, o))
+WRAP_H(mem_alloc_async, s, (void* s, void* p, uint64_t b, bg_devptr* o), (s, p, b, o))
 WRAP_D(graph_from_commands, (bg_device* dev, const uint8_t* p, uint64_t n, void** o), (dev, p, n, o))
 
 const bg_ops cpu_ops_checked = {
@@ -699,4 +713,13 @@ const bg_ops cpu_ops_checked = {
     .event_unhold = cpu_event_unhold,
     .ring_alloc = chk_ring_alloc,
     .ring_free = cpu_ring_free,
+    .mempool_create = chk_mempool_create,
+    .mempool_default = cpu_mempool_default,
+    .mempool_destroy = cpu_mempool_destroy,
+    .mempool_set_threshold = cpu_mempool_set_threshold,
+    .mempool_trim = cpu_mempool_trim,
+    .mempool_stats = cpu_mempool_stats,
+    .mempool_reset_peak = cpu_mempool_reset_peak,
+    .mem_alloc_async = chk_mem_alloc_async,
+    .mem_free_async = cpu_mem_free_async,
 };

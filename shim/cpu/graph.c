@@ -16,6 +16,7 @@ int32_t cpu_graph_destroy(void* gv) {
   cpu_graph* g = gv;
   bg_obj_kill(g);
   cpu_nodes_free(g->nodes, g->n);
+  cpu_gmem_release(g->gmem); /* execs of it hold their own reference */
   free(g);
   return BG_OK;
 }
@@ -77,6 +78,8 @@ int32_t cpu_graph_instantiate(void* gv, void** out_exec) {
   x->nev = nev;
   x->nargs_total = (uint32_t)total;
   x->args = a;
+  x->gmem = g->gmem;
+  cpu_gmem_retain(x->gmem); /* cpu_exec_release drops it */
   atomic_init(&x->refs, 1);
   pthread_mutex_init(&x->mu, NULL);
   pthread_mutex_init(&x->run_mu, NULL);

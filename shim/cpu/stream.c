@@ -242,6 +242,7 @@ int32_t cpu_stream_synchronize(void* sv) {
                         "bg_stream_synchronize: called from the stream's own host function");
   if (legacy) cpu_legacy_wait_host(s->dev);
   else cpu_stream_wait_idle(s);
+  cpu_pmem_sync_release(s->dev); /* pools above their release threshold give memory back */
   return BG_OK;
 }
 

@@ -44,6 +44,7 @@ struct CUgraphNode_st;
 struct CUgraphExec_st;
 struct CUgraphEdgeData_st;
 struct CUarray_st;
+struct CUmemPoolHandle_st;
 struct _nvrtcProgram;
 typedef struct CUctx_st* bgcu_context;
 typedef struct CUmod_st* bgcu_module;
@@ -55,6 +56,7 @@ typedef struct CUgraph_st* bgcu_graph;
 typedef struct CUgraphNode_st* bgcu_graph_node;
 typedef struct CUgraphExec_st* bgcu_graph_exec;
 typedef struct CUarray_st* bgcu_array;
+typedef struct CUmemPoolHandle_st* bgcu_mempool;
 typedef struct _nvrtcProgram* bgnvrtc_program;
 typedef void (*bgcu_host_fn)(void* user); /* CUhostFn (CUDA_CB is empty off Windows) */
 
@@ -112,6 +114,24 @@ typedef struct bgcu_memset_params {
 #define BGCU_MEMSETP bgcu_memset_params
 #endif
 
+/* CUmemPoolProps_v1: a pool's properties (cuMemPoolCreate). bungpu sets the allocation type and
+ * the location; everything after them must be zero. */
+typedef struct bgcu_mempool_props {
+  bgcu_enum allocType;   /* CUmemAllocationType */
+  bgcu_enum handleTypes; /* CUmemAllocationHandleType */
+  struct {
+    bgcu_enum type; /* CUmemLocationType */
+    int id;
+  } location;
+  void* win32SecurityAttributes;
+  size_t maxSize;
+  unsigned short usage;
+  unsigned char reserved[54];
+} bgcu_mempool_props;
+#ifndef BGCU_POOLPROPS
+#define BGCU_POOLPROPS bgcu_mempool_props
+#endif
+
 /* ---- constants: X(real name, value); declared here as BG<real name> ---------------------------- */
 #define BGCU_CONSTANTS(X)                                                                          \
   X(CUDA_SUCCESS, 0)                                                                               \
@@ -156,7 +176,16 @@ typedef struct bgcu_memset_params {
   X(CU_MEMORYTYPE_HOST, 1)                                                                         \
   X(CU_MEMORYTYPE_DEVICE, 2)                                                                       \
   X(CU_JIT_ERROR_LOG_BUFFER, 5)                                                                    \
-  X(CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, 6)
+  X(CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, 6)                                                         \
+  X(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 115)                                               \
+  X(CU_MEM_ALLOCATION_TYPE_PINNED, 1)                                                              \
+  X(CU_MEM_HANDLE_TYPE_NONE, 0)                                                                    \
+  X(CU_MEM_LOCATION_TYPE_DEVICE, 1)                                                                \
+  X(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, 4)                                                          \
+  X(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, 5)                                                       \
+  X(CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, 6)                                                          \
+  X(CU_MEMPOOL_ATTR_USED_MEM_CURRENT, 7)                                                           \
+  X(CU_MEMPOOL_ATTR_USED_MEM_HIGH, 8)
 
 #define BGNVRTC_CONSTANTS(X)                                                                       \
   X(NVRTC_SUCCESS, 0)                                                                              \
@@ -248,7 +277,8 @@ enum { BGCU_CONSTANTS(BGCU_DECLARE_CONSTANT) BGNVRTC_CONSTANTS(BGCU_DECLARE_CONS
  *   cuCtxPushCurrent_v2 / cuCtxPopCurrent_v2 (else the context is made current with
  *   cuCtxSetCurrent and left current), the stream memory operations (12.0 as _v2; else
  *   TypeScript host functions use cuLaunchHostFunc), the explicit graph construction calls
- *   (cuGraphAddKernelNode_v2 12.0; else bg_graph_from_commands uses the core's generic graph). */
+ *   (cuGraphAddKernelNode_v2 12.0; else bg_graph_from_commands uses the core's generic graph),
+ *   the memory pool calls (11.2; else the core's plain pool serves bg_mem_alloc_async). */
 #define BGCU_DRIVER_OPTIONAL(X)                                                                    \
   X(bgcu_result, cuEventElapsedTime_v2, (float* ms, bgcu_event start, bgcu_event end))            \
   X(bgcu_result, cuStreamGetCaptureInfo_v3,                                                        \
@@ -279,7 +309,17 @@ enum { BGCU_CONSTANTS(BGCU_DECLARE_CONSTANT) BGNVRTC_CONSTANTS(BGCU_DECLARE_CONS
      bgcu_event e))                                                                                \
   X(bgcu_result, cuGraphAddEventWaitNode,                                                          \
     (bgcu_graph_node * node, bgcu_graph g, const bgcu_graph_node* deps, size_t ndeps,              \
-     bgcu_event e))
+     bgcu_event e))                                                                                \
+  X(bgcu_result, cuDeviceGetDefaultMemPool, (bgcu_mempool * pool, bgcu_device dev))                \
+  X(bgcu_result, cuMemPoolCreate, (bgcu_mempool * pool, const BGCU_POOLPROPS* props))              \
+  X(bgcu_result, cuMemPoolDestroy, (bgcu_mempool pool))                                            \
+  X(bgcu_result, cuMemPoolSetAttribute, (bgcu_mempool pool, bgcu_enum attr, void* value))          \
+  X(bgcu_result, cuMemPoolGetAttribute, (bgcu_mempool pool, bgcu_enum attr, void* value))          \
+  X(bgcu_result, cuMemPoolTrimTo, (bgcu_mempool pool, size_t keep))                                \
+  X(bgcu_result, cuMemAllocAsync, (bgcu_deviceptr * dptr, size_t bytes, bgcu_stream s))            \
+  X(bgcu_result, cuMemAllocFromPoolAsync,                                                          \
+    (bgcu_deviceptr * dptr, size_t bytes, bgcu_mempool pool, bgcu_stream s))                       \
+  X(bgcu_result, cuMemFreeAsync, (bgcu_deviceptr dptr, bgcu_stream s))
 
 /* Fallbacks for older drivers. Their real declarations are hidden by cuda.h's versioning macros,
  * so the check compares these with cudaTypedefs.h's PFN_<name>_v<version>: X(..., real PFN). */

@@ -2,7 +2,8 @@
  * core_test.c: the core (api.c, commands.c, base.c) against a recording fake backend that has only
  * the required vtable entries (and enter/leave hooks): the command decoder on good and bad lists, one-by-one issue of a
  * submit, the synchronous copies and memset the core builds from asynchronous ones, and the
- * generic command-list graph (replay, argument patches, holds).
+ * generic command-list graph (replay, argument patches, holds), and the plain memory pool the core
+ * gives a backend without pools (Metal): stream-ordered calls on plain allocations.
  *
  *   cc -std=c11 -g -Ishim -o /tmp/core_test shim/test/core_test.c shim/api.c shim/commands.c
  *      shim/base.c -lpthread && /tmp/core_test
@@ -110,6 +111,19 @@ static void f_leave(bg_device* d, void* token) {
   if (token != &depth) unhooked += 1000;
   depth--;
 }
+static uint64_t next_mem = 0x100000;
+static int32_t f_alloc(bg_device* d, uint64_t n, bg_devptr* out) {
+  (void)d;
+  *out = next_mem;
+  next_mem += 0x100000;
+  logf_("alloc(%llu) ", (unsigned long long)n);
+  return BG_OK;
+}
+static int32_t f_free(bg_device* d, bg_devptr p) {
+  (void)d;
+  logf_("free(%llx) ", (unsigned long long)p);
+  return BG_OK;
+}
 static void f_hold(void* h) { (void)h, holds++; }
 static void f_unhold(void* h) { (void)h, holds--; }
 
@@ -117,6 +131,8 @@ static bg_ops fake_ops = {
     .name = "fake",
     .enter = f_enter,
     .leave = f_leave,
+    .mem_alloc = f_alloc,
+    .mem_free = f_free,
     .stream_synchronize = f_sync,
     .stream_wait_event = f_wait,
     .memcpy_htod_async = f_htod,
@@ -310,6 +326,37 @@ int main(void) {
   fake_ops.kernel_hold = NULL;
   CHECK(bg_graph_from_commands(&dev, l.b, l.n, &g) == BG_ERR_NOT_SUPPORTED);
   fake_ops.kernel_hold = f_hold;
+
+  /* the plain pool: a backend without pools allocates plainly, and frees after a stream wait */
+  {
+    void *dp = NULL, *dp2 = NULL, *p2 = NULL;
+    uint64_t r = 9, u = 9, rh = 9, uh = 9;
+    CHECK(bg_mempool_default(&dev, &dp) == BG_OK && bg_mempool_default(&dev, &dp2) == BG_OK && dp == dp2);
+    bg_devptr a = 0, b = 0;
+    trace[0] = 0;
+    CHECK(bg_mem_alloc_async(&s1, NULL, 100, &a) == BG_OK && a == 0x100000);
+    CHECK(bg_mem_alloc_async(&s1, dp, 50, &b) == BG_OK);
+    CHECK(bg_mempool_stats(dp, &r, &u, &rh, &uh) == BG_OK && r == 150 && u == 150 && rh == 150 && uh == 150);
+    CHECK(bg_mem_free_async(&s1, a) == BG_OK);
+    CHECK(!strcmp(trace, "alloc(100) alloc(50) sync(s1) free(100000) "));
+    CHECK(bg_mem_free_async(&s1, a) == BG_ERR_INVALID_VALUE); /* twice */
+    CHECK(bg_mem_free_async(&s1, 0) == BG_ERR_INVALID_VALUE);
+    CHECK(bg_mem_alloc_async(&s1, NULL, 0, &a) == BG_ERR_INVALID_VALUE);
+    CHECK(bg_mem_alloc_async(&s1, &k1, 8, &a) == BG_ERR_INVALID_HANDLE); /* not a pool */
+    CHECK(bg_mempool_stats(dp, &r, &u, &rh, &uh) == BG_OK && r == 50 && u == 50 && uh == 150);
+    CHECK(bg_mempool_reset_peak(dp) == BG_OK);
+    CHECK(bg_mempool_stats(dp, &r, &u, &rh, &uh) == BG_OK && rh == 50 && uh == 50);
+    CHECK(bg_mempool_trim(dp, 0) == BG_OK && bg_mempool_set_threshold(dp, 1) == BG_OK);
+    CHECK(bg_mempool_destroy(dp) == BG_ERR_INVALID_VALUE); /* the device's own */
+    CHECK(bg_mem_free_async(&s1, b) == BG_OK);
+    /* a created pool destroyed with a block out: the block stays valid until freed */
+    CHECK(bg_mempool_create(&dev, 0, &p2) == BG_OK && p2 != dp);
+    CHECK(bg_mem_alloc_async(&s1, p2, 64, &a) == BG_OK);
+    CHECK(bg_mempool_destroy(p2) == BG_OK);
+    CHECK(bg_mempool_stats(p2, &r, &u, &rh, &uh) == BG_ERR_INVALID_HANDLE);
+    CHECK(bg_mem_free_async(&s1, a) == BG_OK);
+    CHECK(bg_mempool_create(&dev, 0, &p2) == BG_OK && bg_mempool_destroy(p2) == BG_OK);
+  }
 
   /* every backend call ran between the device's enter and leave hooks */
   CHECK(enters > 10 && depth == 0 && unhooked == 0);

@@ -28,6 +28,7 @@
 #define BGCU_KNP CUDA_KERNEL_NODE_PARAMS_v2
 #define BGCU_MEMCPY3D CUDA_MEMCPY3D_v2
 #define BGCU_MEMSETP CUDA_MEMSET_NODE_PARAMS_v1
+#define BGCU_POOLPROPS CUmemPoolProps_v1
 #include "cuda/cuda_api.h"
 #include "bungpu.h"
 
@@ -188,6 +189,23 @@ CHECK_MS(dst) CHECK_MS(pitch) CHECK_MS(value) CHECK_MS(elementSize) CHECK_MS(wid
 _Static_assert(SAME(CUDA_MEMSET_NODE_PARAMS, CUDA_MEMSET_NODE_PARAMS_v1), "CUDA_MEMSET_NODE_PARAMS");
 _Static_assert(SAME(bgcu_array, CUarray), "bgcu_array is CUarray");
 _Static_assert(SAME(bgcu_enum, CUmemorytype), "bgcu_enum as CUmemorytype");
+
+/* ---- CUmemPoolProps_v1, mirrored as bgcu_mempool_props ------------------------------------------ */
+#define CHECK_PP(f) CHECK_FIELD_OF(bgcu_mempool_props, CUmemPoolProps_v1, f)
+_Static_assert(sizeof(bgcu_mempool_props) == sizeof(CUmemPoolProps_v1) &&
+                   _Alignof(bgcu_mempool_props) == _Alignof(CUmemPoolProps_v1),
+               "size of CUmemPoolProps_v1");
+CHECK_PP(allocType) CHECK_PP(handleTypes) CHECK_PP(win32SecurityAttributes) CHECK_PP(maxSize)
+CHECK_PP(usage) CHECK_PP(reserved)
+_Static_assert(offsetof(bgcu_mempool_props, location.type) == offsetof(CUmemPoolProps_v1, location.type) &&
+                   offsetof(bgcu_mempool_props, location.id) == offsetof(CUmemPoolProps_v1, location.id) &&
+                   sizeof(((bgcu_mempool_props*)0)->location) == sizeof(CUmemLocation),
+               "field location of CUmemPoolProps_v1");
+_Static_assert(SAME(CUmemPoolProps, CUmemPoolProps_v1), "CUmemPoolProps");
+_Static_assert(SAME(bgcu_mempool, CUmemoryPool), "bgcu_mempool is CUmemoryPool");
+_Static_assert(SAME(bgcu_enum, CUmemPool_attribute), "bgcu_enum as CUmemPool_attribute");
+_Static_assert(SAME(bgcu_enum, CUmemAllocationType), "bgcu_enum as CUmemAllocationType");
+_Static_assert(SAME(bgcu_enum, CUmemLocationType), "bgcu_enum as CUmemLocationType");
 
 /* The driver API version these declarations were proven against. */
 _Static_assert(CUDA_VERSION >= 12080, "check against cuda.h 12.8 or newer");

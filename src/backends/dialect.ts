@@ -22,6 +22,17 @@ export type MathNames = Readonly<
   >
 >;
 
+/** The tensor dtypes, by name (the same union as src/tensor/dtype.ts's DType; no import here). */
+export type ElemType = "float32" | "int32" | "float16" | "bfloat16" | "int8" | "uint8" | "bool" | "int64";
+
+/**
+ * Helper text a kernel needs for some dtypes, emitted once per module behind an include guard:
+ * f16 / bf16: bg_ld_<t> (stored → float), bg_st_<t> (float → stored, to nearest even),
+ * bg_rnd_<t> (float rounded to the dtype, as float); i64: bg_lneg, bg_ldiv, bg_lmod, bg_lpow;
+ * bc32: bg_bc_f32_i32 / bg_bc_i32_f32; bc16: bg_bc_f16_bf16 / bg_bc_bf16_f16 (on float values).
+ */
+export type DTypeHelper = "f16" | "bf16" | "i64" | "bc32" | "bc16";
+
 export interface Dialect {
   /** The language's name in generated kernels and caches: "c", "cuda", "metal". */
   readonly lang: string;
@@ -50,6 +61,10 @@ export interface Dialect {
   readonly hostVectorHelpers: boolean;
   /** GPU dialects: a kernel's parameters and opening. */
   readonly gpu: GpuDialect | null;
+  /** Per dtype: the element type of its buffers and the type of locals computing it (half types compute in float). */
+  readonly types: Readonly<Record<ElemType, { readonly store: string; readonly compute: string }>>;
+  /** The helper texts of DTypeHelper (their qualifiers included). */
+  readonly dtypeHelpers: Readonly<Record<DTypeHelper, string>>;
 }
 
 /** How a one-thread-per-element kernel is declared. */
@@ -87,6 +102,25 @@ const MSL_MATH: MathNames = {
   floor: "floor", ceil: "ceil", trunc: "trunc", rint: "rint", fmod: "fmod", asinh: "asinh", acosh: "acosh", atanh: "atanh",
 };
 
+
+function i64Helpers(fn: string, L: string): string {
+  return [
+    `${fn} ${L} bg_lneg(${L} a) { return -a; }`,
+    `${fn} ${L} bg_ldiv(${L} a, ${L} b) { return b == 0 ? (${L})0 : b == -1 ? -a : a / b; }`,
+    `${fn} ${L} bg_lmod(${L} a, ${L} b) { return (b == 0 || b == -1) ? (${L})0 : a % b; }`,
+    `${fn} ${L} bg_lpow(${L} a, ${L} b) { if (b < 0) return a == 1 ? (${L})1 : a == -1 ? ((b & 1) ? (${L})-1 : (${L})1) : (${L})0; ${L} r = 1; while (b > 0) { if (b & 1) r *= a; a *= a; b >>= 1; } return r; }`,
+  ].join("\n");
+}
+
+// C: float16 and bfloat16 as their bits (uint16_t), converted with integer operations (no
+// compiler extension): float16 to nearest even with subnormals, overflow to inf and NaN kept quiet.
+const C_HALF = `static inline float bg_ld_f16(uint16_t h) { uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 1023u, u; float f; if (e == 31u) u = s | 0x7f800000u | (m << 13); else if (e) u = s | ((e + 112u) << 23) | (m << 13); else { f = (float)m * 5.9604644775390625e-8f; return (h & 0x8000u) ? -f : f; } memcpy(&f, &u, 4); return f; }
+static inline uint16_t bg_st_f16(float f) { uint32_t u, a, s; memcpy(&u, &f, 4); s = (u >> 16) & 0x8000u; a = u & 0x7fffffffu; if (a > 0x7f800000u) return (uint16_t)(s | 0x7e00u | ((a >> 13) & 0x3ffu)); if (a >= 0x477ff000u) return (uint16_t)(s | 0x7c00u); if (a >= 0x38800000u) return (uint16_t)(s | ((a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13)); { float v; memcpy(&v, &a, 4); v = (v * 16777216.0f + 8388608.0f) - 8388608.0f; return (uint16_t)(s | (uint32_t)v); } }
+static inline float bg_rnd_f16(float x) { return bg_ld_f16(bg_st_f16(x)); }`;
+const C_BF16 = `static inline float bg_ld_bf16(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline uint16_t bg_st_bf16(float f) { uint32_t u; memcpy(&u, &f, 4); if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
+static inline float bg_rnd_bf16(float x) { return bg_ld_bf16(bg_st_bf16(x)); }`;
+
 /** C11 for the CPU backend, with shim/bungpu_cpu.h. */
 export const cDialect = {
   lang: "c",
@@ -106,6 +140,19 @@ export const cDialect = {
   preludeHead: `#include "bungpu_cpu.h"\n#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n`,
   hostVectorHelpers: true,
   gpu: null,
+  types: {
+    float32: { store: "float", compute: "float" }, int32: { store: "int", compute: "int" },
+    float16: { store: "uint16_t", compute: "float" }, bfloat16: { store: "uint16_t", compute: "float" },
+    int8: { store: "int8_t", compute: "int8_t" }, uint8: { store: "uint8_t", compute: "uint8_t" },
+    bool: { store: "uint8_t", compute: "uint8_t" }, int64: { store: "int64_t", compute: "int64_t" },
+  },
+  dtypeHelpers: {
+    f16: C_HALF,
+    bf16: C_BF16,
+    i64: i64Helpers("static inline", "int64_t"),
+    bc32: `static inline int bg_bc_f32_i32(float x) { int r; memcpy(&r, &x, 4); return r; }\nstatic inline float bg_bc_i32_f32(int x) { float r; memcpy(&r, &x, 4); return r; }`,
+    bc16: `static inline float bg_bc_f16_bf16(float x) { return bg_ld_bf16(bg_st_f16(x)); }\nstatic inline float bg_bc_bf16_f16(float x) { return bg_ld_f16(bg_st_bf16(x)); }`,
+  },
 } as const satisfies Dialect;
 
 /** CUDA C (compiled by NVRTC as C++). */
@@ -137,6 +184,20 @@ export const cudaDialect = {
     shared: (t, name, n) => `__shared__ ${t} ${name}[${n}];`,
     barrier: "__syncthreads();",
   },
+  // __half and __nv_bfloat16 from NVRTC's built-in cuda_fp16.h / cuda_bf16.h; arithmetic in float
+  types: {
+    float32: { store: "float", compute: "float" }, int32: { store: "int", compute: "int" },
+    float16: { store: "__half", compute: "float" }, bfloat16: { store: "__nv_bfloat16", compute: "float" },
+    int8: { store: "signed char", compute: "signed char" }, uint8: { store: "unsigned char", compute: "unsigned char" },
+    bool: { store: "unsigned char", compute: "unsigned char" }, int64: { store: "long long", compute: "long long" },
+  },
+  dtypeHelpers: {
+    f16: `#include <cuda_fp16.h>\nstatic __device__ __forceinline__ float bg_ld_f16(__half x) { return __half2float(x); }\nstatic __device__ __forceinline__ __half bg_st_f16(float x) { return __float2half_rn(x); }\nstatic __device__ __forceinline__ float bg_rnd_f16(float x) { return __half2float(__float2half_rn(x)); }`,
+    bf16: `#include <cuda_bf16.h>\nstatic __device__ __forceinline__ float bg_ld_bf16(__nv_bfloat16 x) { return __bfloat162float(x); }\nstatic __device__ __forceinline__ __nv_bfloat16 bg_st_bf16(float x) { return __float2bfloat16_rn(x); }\nstatic __device__ __forceinline__ float bg_rnd_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }`,
+    i64: i64Helpers("static __device__ __forceinline__", "long long"),
+    bc32: `static __device__ __forceinline__ int bg_bc_f32_i32(float x) { return __float_as_int(x); }\nstatic __device__ __forceinline__ float bg_bc_i32_f32(int x) { return __int_as_float(x); }`,
+    bc16: `static __device__ __forceinline__ float bg_bc_f16_bf16(float x) { return __bfloat162float(__ushort_as_bfloat16(__half_as_ushort(__float2half_rn(x)))); }\nstatic __device__ __forceinline__ float bg_bc_bf16_f16(float x) { return __half2float(__ushort_as_half(__bfloat16_as_ushort(__float2bfloat16_rn(x)))); }`,
+  },
 } as const satisfies Dialect;
 
 /** The Metal Shading Language. */
@@ -167,6 +228,20 @@ export const metalDialect = {
     lane: "const int bg_t = (int)bg_tid.x;",
     shared: (t, name, n) => `threadgroup ${t} ${name}[${n}];`,
     barrier: "threadgroup_barrier(mem_flags::mem_threadgroup);",
+  },
+  // half and bfloat (MSL 3.1) in buffers; arithmetic in float
+  types: {
+    float32: { store: "float", compute: "float" }, int32: { store: "int", compute: "int" },
+    float16: { store: "half", compute: "float" }, bfloat16: { store: "bfloat", compute: "float" },
+    int8: { store: "char", compute: "char" }, uint8: { store: "uchar", compute: "uchar" },
+    bool: { store: "uchar", compute: "uchar" }, int64: { store: "long", compute: "long" },
+  },
+  dtypeHelpers: {
+    f16: `static inline float bg_ld_f16(half x) { return float(x); }\nstatic inline half bg_st_f16(float x) { return half(x); }\nstatic inline float bg_rnd_f16(float x) { return float(half(x)); }`,
+    bf16: `static inline float bg_ld_bf16(bfloat x) { return float(x); }\nstatic inline bfloat bg_st_bf16(float x) { return bfloat(x); }\nstatic inline float bg_rnd_bf16(float x) { return float(bfloat(x)); }`,
+    i64: i64Helpers("static inline", "long"),
+    bc32: `static inline int bg_bc_f32_i32(float x) { return as_type<int>(x); }\nstatic inline float bg_bc_i32_f32(int x) { return as_type<float>(x); }`,
+    bc16: `static inline float bg_bc_f16_bf16(float x) { return float(as_type<bfloat>(half(x))); }\nstatic inline float bg_bc_bf16_f16(float x) { return float(as_type<half>(bfloat(x))); }`,
   },
 } as const satisfies Dialect;
 

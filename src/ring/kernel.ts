@@ -27,6 +27,7 @@ import { backends, type BackendName } from "../backends";
 import { Buffer } from "../buffer";
 import { Device } from "../device";
 import { GpuError, invalid, illegalState, disposed } from "../errors";
+import { INSPECT, plural } from "../inspect";
 import { Program, type Module } from "../kernel";
 import { Stream } from "../stream";
 import { KernelMode, type KernelModeName } from "./mode";
@@ -777,6 +778,35 @@ export class RingKernel {
 
   [Symbol.dispose](): void {
     this.dispose();
+  }
+
+  /**
+   * `await using rk = RingKernel.launch(…)`: at the end of the block, stop() (every accepted
+   * message is processed and its response delivered), then dispose. A kernel that failed, or was
+   * already disposed, is disposed at once; stop()'s failure is rethrown after disposing.
+   */
+  async [Symbol.asyncDispose](): Promise<void> {
+    if (!this.#live) return;
+    try {
+      if (this.#failure === undefined && this.device.state.open) await this.stop();
+    } finally {
+      this.dispose();
+    }
+  }
+
+  /**
+   * "RingKernel(cpu, ring, 16-byte messages, 16-byte responses, capacity 256, 3 in flight, running)":
+   * how it runs ("ring" persistent, "batch", or "relaunch"), its message shape, and where it is
+   * in its life (running, stopping, stopped, failed, disposed).
+   */
+  toString(): string {
+    const life = !this.#live || !this.device.state.open ? "disposed" : this.#failure !== undefined ? "failed" : this.#stopped ? "stopped" : this.#stopping ? "stopping" : "running";
+    const flight = this.#live && !this.#stopped ? `, ${this.inFlight} in flight` : "";
+    return `RingKernel(${this.device.spec}, ${this.mode}, ${plural(this.messageBytes, "byte")} a message, ${plural(this.responseBytes, "byte")} a response, capacity ${this.capacity}${flight}, ${life})`;
+  }
+
+  [INSPECT](): string {
+    return this.toString();
   }
 }
 

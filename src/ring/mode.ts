@@ -4,6 +4,7 @@ import { backendOf, type BackendName } from "../backends";
 import type { Device } from "../device";
 import { isDevice } from "../device_state";
 import { invalid } from "../errors";
+import { INSPECT } from "../inspect";
 
 export type KernelModeName = "batch" | "ring";
 
@@ -79,5 +80,9 @@ export class KernelMode {
 
   toJSON(): string {
     return this.#name;
+  }
+
+  [INSPECT](): string {
+    return `KernelMode.${this.#name[0]!.toUpperCase()}${this.#name.slice(1)}`;
   }
 }

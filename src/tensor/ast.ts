@@ -3,8 +3,9 @@
 // contiguous shape; a "view" node maps coordinates onto its base through a ShapeTracker.
 import type { Dim } from "./variable";
 import type { ShapeTracker } from "./view";
+import type { DType, HostArray } from "./dtype";
 
-export type DType = "float32" | "int32";
+export type { DType };
 
 export type UnaryOp =
   | "neg" | "exp" | "log" | "sqrt" | "sin" | "cos" | "abs" | "recip" | "relu" | "sigmoid" | "tanh" | "gelu"
@@ -20,7 +21,7 @@ export type ReduceOp = "sum" | "max" | "min"
   | "prod";
 
 export type NodeArg =
-  | { op: "buffer"; data: Float32Array | Int32Array }
+  | { op: "buffer"; data: HostArray }
   | { op: "const"; value: number }
   | { op: "arange"; start: number; step: number }
   | { op: "rand"; seed: number; normal: boolean }
@@ -29,6 +30,8 @@ export type NodeArg =
   | { op: "binary"; fn: BinaryOp }
   | { op: "where" }
   | { op: "cast" }
+  // the same bytes read as the node's dtype (equal element sizes)
+  | { op: "bitcast" }
   | { op: "reduce"; fn: ReduceOp; axes: readonly number[] } // keepdim shape
   | { op: "contiguous" }
   | { op: "view"; st: ShapeTracker }

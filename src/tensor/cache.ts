@@ -42,11 +42,14 @@ import type { Scheduled, ScheduledKernel, ScheduleOptions } from "./scheduler";
 import type { Dim } from "./variable";
 
 /** Bump when the scheduler, the lowering, the IR or the code generators change their output. */
-export const PLAN_CACHE_VERSION = 1;
+// 2: dtypes (float16, bfloat16, int8, uint8, bool, int64; comparisons give bool); the key holds
+// every node's dtype (structureKey) and the kernels' buffer dtypes (their lowered text)
+// 3: kernels named after what they compute (names.ts), not k_<hash>
+export const PLAN_CACHE_VERSION = 3;
 
 // The modules whose behaviour a cached plan records. Their size and mtime are part of every key,
 // so an edited compiler (a forgotten version bump) misses instead of serving stale kernels.
-const COMPILER_MODULES = ["ast.ts", "ir.ts", "symbolic.ts", "view.ts", "scheduler.ts", "lower.ts", "codegen.ts", "cache.ts", "../backends/dialect.ts"];
+const COMPILER_MODULES = ["ast.ts", "dtype.ts", "ir.ts", "symbolic.ts", "view.ts", "scheduler.ts", "lower.ts", "names.ts", "codegen.ts", "cache.ts", "../backends/dialect.ts"];
 let modulesStamp: string | undefined;
 function compilerModulesStamp(): string {
   if (modulesStamp !== undefined) return modulesStamp;
@@ -127,7 +130,7 @@ function argKey(n: LazyNode): string {
       return a.st.views
         .map((v) => `[${shapeKey(v.shape)}]s${v.strides.join(",")}o${v.offset}m${v.mask ? JSON.stringify(v.mask) : ""}`)
         .join("|");
-    case "where": case "cast": case "contiguous": return "";
+    case "where": case "cast": case "bitcast": case "contiguous": return "";
     case "gather": return `g${a.axis}`;
   }
 }

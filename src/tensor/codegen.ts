@@ -16,7 +16,8 @@
 // differ only through the dialect record (src/backends/dialect.ts); splitting by backend would
 // bring back the per-backend copies the record removed.
 import type { DType } from "./ast";
-import { dialects, type Lang } from "../backends/dialect";
+import { dialects, type DTypeHelper, type Lang } from "../backends/dialect";
+import { isFloat, isHalf } from "./dtype";
 import { constVal, kdimMax, kdimValue, type Expr, type KDim, type KernelIR } from "./ir";
 
 export type { Lang };
@@ -77,8 +78,49 @@ export function launcher(g: LaunchGeometry): (vals: ReadonlyMap<string, number>)
 
 const CPU_ELEMS_PER_TILE = 4096;
 
+/** The type of a local computing dtype `d` (float16 / bfloat16 compute in float). */
 function ctype(d: DType, lang: Lang): string {
-  return d === "float32" ? "float" : "int";
+  return dialects[lang].types[d].compute;
+}
+
+/** The element type of a buffer of dtype `d`. */
+function stype(d: DType, lang: Lang): string {
+  return dialects[lang].types[d].store;
+}
+
+const HALF_TAG: Partial<Record<DType, string>> = { float16: "f16", bfloat16: "bf16" };
+
+/** A computed value `v` of dtype `d` as the buffer stores it. */
+function storeValue(d: DType, v: string): string {
+  const t = HALF_TAG[d];
+  return t ? `bg_st_${t}(${v})` : v;
+}
+
+// ops whose float16 / bfloat16 result is exact on rounded operands (no rounding after them)
+const HALF_EXACT = new Set(["load", "where", "max", "min", "neg", "abs", "floor", "ceil", "trunc", "rint"]);
+
+/** The dtype helpers (dialect.ts) kernel `ir` calls, each once per module behind an include guard. */
+function dtypeHelpers(ir: KernelIR, lang: Lang): string {
+  const need = new Set<DTypeHelper>();
+  const seen = new Set<Expr>();
+  const visit = (e: Expr) => {
+    if (seen.has(e)) return;
+    seen.add(e);
+    if (e.dtype === "float16") need.add("f16");
+    if (e.dtype === "bfloat16") need.add("bf16");
+    if (e.dtype === "int64") need.add("i64");
+    if (e.op === "bitcast") {
+      const a = e.srcs[0]!.dtype;
+      if (a === "float32" || e.dtype === "float32") need.add("bc32");
+      if (isHalf(a) && isHalf(e.dtype)) need.add("bc16").add("f16").add("bf16");
+    }
+    e.srcs.forEach(visit);
+  };
+  [ir.value, ir.store, ...(ir.reduce ? [ir.reduce.body] : [])].forEach(visit);
+  for (const b of ir.bufs) if (HALF_TAG[b.dtype]) need.add(HALF_TAG[b.dtype] as DTypeHelper);
+  const order: DTypeHelper[] = ["f16", "bf16", "i64", "bc32", "bc16"];
+  const d = dialects[lang];
+  return order.filter((h) => need.has(h)).map((h) => `#ifndef BG_DT_${h.toUpperCase()}\n#define BG_DT_${h.toUpperCase()}\n${d.dtypeHelpers[h]}\n#endif\n`).join("");
 }
 
 function floatLit(v: number, lang: Lang): string {
@@ -97,7 +139,14 @@ function intLit(v: number): string {
 
 function exprConst(e: Expr, lang: Lang): string {
   const v = constVal(e);
-  return e.dtype === "float32" ? floatLit(v, lang) : intLit(v);
+  if (isFloat(e.dtype)) return floatLit(v, lang);
+  if (e.dtype === "int64") {
+    // exact digits (a JS number past 2^53 prints rounded), the minimum as an expression
+    const b = BigInt.asIntN(64, BigInt(v));
+    const lit = b === -(2n ** 63n) ? "(-9223372036854775807LL-1)" : b < 0n ? `(${b}LL)` : `${b}LL`;
+    return `((${dialects[lang].int64})${lit})`;
+  }
+  return intLit(v);
 }
 
 interface Names {
@@ -134,7 +183,8 @@ class Emitter {
       case "acc": return this.names.acc;
     }
     const s = e.srcs.map((x) => this.ref(x));
-    const code = this.code(e, s);
+    let code = this.code(e, s);
+    if (isHalf(e.dtype) && !HALF_EXACT.has(e.op) && !this.wide.has(e)) code = `bg_rnd_${HALF_TAG[e.dtype]!}(${code})`;
     const name = `${this.prefix}${e.id}`;
     const type = this.wide.has(e) ? indexType(this.lang) : ctype(e.dtype, this.lang);
     this.lines.push(`const ${type} ${name} = ${code};`);
@@ -146,8 +196,18 @@ class Emitter {
     const lang = this.lang;
     const d = dialects[lang];
     const [a, b, c] = s;
-    const isF = e.dtype === "float32";
+    const isF = isFloat(e.dtype);
     const bool = d.bool;
+    if (e.dtype === "int64" && !this.wide.has(e)) {
+      // 64-bit forms of the int helpers
+      switch (e.op) {
+        case "div": return `bg_ldiv(${a}, ${b})`;
+        case "neg": return `bg_lneg(${a})`;
+        case "abs": return `(${a} < 0 ? bg_lneg(${a}) : ${a})`;
+        case "pow": return `bg_lpow(${a}, ${b})`;
+        case "fmod": return `bg_lmod(${a}, ${b})`;
+      }
+    }
     if (this.wide.has(e)) {
       // 64-bit forms of the int helpers (the int32 ones would truncate an index)
       switch (e.op) {
@@ -160,7 +220,8 @@ class Emitter {
     }
     switch (e.op) {
       case "load": {
-        const ld = `b${e.arg as number}[${a}]`;
+        const ht = HALF_TAG[e.dtype];
+        const ld = ht ? `bg_ld_${ht}(b${e.arg as number}[${a}])` : `b${e.arg as number}[${a}]`;
         return s.length > 1 ? `(${b} ? ${ld} : ${isF ? "0.0f" : "0"})` : ld;
       }
       case "rand": return `bg_rand(${e.arg as number}u, ${a})`;
@@ -171,8 +232,8 @@ class Emitter {
       case "div": return isF ? `(${a} / ${b})` : `bg_idiv(${a}, ${b})`;
       // C, float: a branch-free select (same result as the ternary, NaN and -0 included), so
       // that GCC does not turn a max against a constant into control flow and give up vectorizing
-      case "max": return isF && d.fmax ? `${d.fmax}(${a}, ${b})` : `(${a} > ${b} ? ${a} : ${b})`;
-      case "min": return isF && d.fmin ? `${d.fmin}(${a}, ${b})` : `(${a} < ${b} ? ${a} : ${b})`;
+      case "max": return e.dtype === "float32" && d.fmax ? `${d.fmax}(${a}, ${b})` : `(${a} > ${b} ? ${a} : ${b})`;
+      case "min": return e.dtype === "float32" && d.fmin ? `${d.fmin}(${a}, ${b})` : `(${a} < ${b} ? ${a} : ${b})`;
       case "neg": return isF ? `(-${a})` : `bg_ineg(${a})`;
       case "abs": return isF ? `${d.math.abs}(${a})` : `(${a} < 0 ? bg_ineg(${a}) : ${a})`;
       case "pow": return isF ? `${d.math.pow}(${a}, ${b})` : `bg_ipow(${a}, ${b})`;
@@ -187,7 +248,13 @@ class Emitter {
       case "ne": return bool(`${a} != ${b}`);
       case "and": return bool(`${a} && ${b}`);
       case "where": return `(${a} != 0 ? ${b} : ${c})`;
-      case "cast": return `((${ctype(e.dtype, lang)})${a})`;
+      case "cast": return e.dtype === "bool" ? `((${ctype(e.dtype, lang)})(${a} != 0))` : `((${ctype(e.dtype, lang)})${a})`;
+      case "bitcast": {
+        const from = e.srcs[0]!.dtype;
+        if (!isFloat(from) && !isFloat(e.dtype)) return `((${ctype(e.dtype, lang)})${a})`; // int8 ↔ uint8: two's complement
+        const tag = (t: DType) => (t === "float32" ? "f32" : t === "int32" ? "i32" : HALF_TAG[t]!);
+        return `bg_bc_${tag(from)}_${tag(e.dtype)}(${a})`;
+      }
       case "idiv": return `(${a} / ${b})`;
       case "mod": return `(${a} % ${b})`;
       case "floordiv": return `bg_floordiv(${a}, ${b})`;
@@ -349,12 +416,18 @@ function makePrelude(lang: Lang): string {
   return `${d.preludeHead}${lines.join("\n")}\n${d.hostVectorHelpers ? C_MATH_PRELUDE + VEC_PRELUDE : ""}`;
 }
 
+// the identity of max / min for each integer dtype
+const INT_MIN_OF: Partial<Record<DType, string>> = { int32: "(-2147483647-1)", int8: "(-128)", uint8: "0", bool: "0" };
+const INT_MAX_OF: Partial<Record<DType, string>> = { int32: "2147483647", int8: "127", uint8: "255", bool: "1" };
+
 function reduceInit(ir: KernelIR, lang: Lang): string {
   const dt = ir.reduce!.body.dtype;
-  if (ir.reduce!.fn === "sum") return dt === "float32" ? "0.0f" : "0";
-  if (ir.reduce!.fn === "min") return dt === "float32" ? floatLit(Infinity, lang) : "2147483647";
-  if (ir.reduce!.fn === "prod") return dt === "float32" ? "1.0f" : "1";
-  return dt === "float32" ? floatLit(-Infinity, lang) : "(-2147483647-1)";
+  const f = isFloat(dt);
+  const L = dialects[lang].int64;
+  if (ir.reduce!.fn === "sum") return f ? "0.0f" : "0";
+  if (ir.reduce!.fn === "min") return f ? floatLit(Infinity, lang) : dt === "int64" ? `((${L})9223372036854775807LL)` : INT_MAX_OF[dt]!;
+  if (ir.reduce!.fn === "prod") return f ? "1.0f" : "1";
+  return f ? floatLit(-Infinity, lang) : dt === "int64" ? `((${L})(-9223372036854775807LL-1))` : INT_MIN_OF[dt]!;
 }
 
 function combine(ir: KernelIR, acc: string, v: string): string {
@@ -492,7 +565,7 @@ function gpuBody(ir: KernelIR, lang: Lang, wide: ReadonlySet<Expr> | null): stri
   const v = post.ref(ir.value);
   const st = post.ref(ir.store);
   out.push(...post.lines);
-  out.push(`b0[${st}] = ${v};`);
+  out.push(`b0[${st}] = ${storeValue(ir.outDtype, v)};`);
   return out;
 }
 
@@ -573,7 +646,7 @@ function treeBody(ir: KernelIR, lang: Lang, wide: ReadonlySet<Expr> | null, tb: 
   const val = post.ref(ir.value);
   const st = post.ref(ir.store);
   out.push(...post.lines);
-  out.push(`b0[${st}] = ${val};`);
+  out.push(`b0[${st}] = ${storeValue(ir.outDtype, val)};`);
   return out;
 }
 
@@ -581,7 +654,7 @@ function treeBody(ir: KernelIR, lang: Lang, wide: ReadonlySet<Expr> | null, tb: 
 function genGpu(ir: KernelIR, lang: Lang): { body: string; tree: number } {
   const g = dialects[lang].gpu!;
   const params = [
-    ...ir.bufs.map((b, i) => g.buffer(i, ctype(b.dtype, lang), i === 0)),
+    ...ir.bufs.map((b, i) => g.buffer(i, stype(b.dtype, lang), i === 0)),
     ...ir.vars.map((v, i) => g.variable(v, ir.bufs.length + i)),
     ...g.builtins,
   ];
@@ -589,7 +662,7 @@ function genGpu(ir: KernelIR, lang: Lang): { body: string; tree: number } {
   const tree = gpuTree(ir, wide !== null);
   const head = tree ? [g.blockGid(wide !== null), g.lane] : [g.gid(wide !== null)];
   const body = [...head, ...(tree ? treeBody(ir, lang, wide, tree) : gpuBody(ir, lang, wide))];
-  return { body: `${g.head(ir.name)}(${params.join(g.paramSep)}) {\n${body.map((l) => `  ${l}`).join("\n")}\n}\n`, tree };
+  return { body: `${dtypeHelpers(ir, lang)}${g.head(ir.name)}(${params.join(g.paramSep)}) {\n${body.map((l) => `  ${l}`).join("\n")}\n}\n`, tree };
 }
 
 // ---- CPU ------------------------------------------------------------------------------------------
@@ -757,7 +830,7 @@ function vecTile(ir: KernelIR, TR: number, H: number, last: number, reduceLoops:
         const em = new Emitter("c", { gidx: (i) => (i === last ? `(c0 + ${8 * h + lane})` : `g${i}_[${r}]`), ridx: (i) => `r${i}`, acc: "acc" }, new Map(), "x");
         const srcs = e.srcs.map((x) => ref(x, r, h, false, lane));
         code = em.code(e, srcs);
-        type = e.dtype === "float32" ? "float" : "int";
+        type = ctype(e.dtype, "c");
       }
     } else if (e.op === "load" && packed.has(e)) {
       code = `bg_ld8(&bg_pk[(r0 * ${P} + ${packed.get(e)! * H + h}) * 8])`;
@@ -868,7 +941,7 @@ function genC(ir: KernelIR): { source: string; tiles: CpuTiles } {
   const nd = ir.dims.length;
   const o: string[] = [];
   ir.bufs.forEach((b, i) => {
-    const t = ctype(b.dtype, "c");
+    const t = stype(b.dtype, "c");
     o.push(i === 0 ? `${t}* restrict b0 = BG_ARG(0, ${t}*);` : `const ${t}* restrict b${i} = BG_ARG(${i}, const ${t}*);`);
   });
   ir.vars.forEach((v, i) => o.push(`const int v_${v} = BG_ARG(${ir.bufs.length + i}, int);`));
@@ -908,7 +981,7 @@ function genC(ir: KernelIR): { source: string; tiles: CpuTiles } {
     body.push(...rowLines.map((l) => `  ${l}`));
     body.push(`  for (int gc = c0; gc < c1; ++gc) {`);
     body.push(...em.lines.map((l) => `    ${l}`));
-    body.push(`    b0[${st}] = ${v};`);
+    body.push(`    b0[${st}] = ${storeValue(ir.outDtype, v)};`);
     body.push(`  }`);
     body.push(`}`);
   } else {
@@ -1040,12 +1113,13 @@ function genC(ir: KernelIR): { source: string; tiles: CpuTiles } {
     body.push(`for (int r = 0; r < rn; ++r) {`);
     body.push(`  for (int c = 0; c < ${L > 1 ? "1" : "cn"}; ++c) {`);
     body.push(...em.lines.map((l) => `    ${l}`));
-    body.push(`    b0[${st}] = ${v};`);
+    body.push(`    b0[${st}] = ${storeValue(ir.outDtype, v)};`);
     body.push(`  }`);
     body.push(`}`);
   }
   const tail = packing ? "#if BG_VEC\n  free(bg_pk);\n#endif\n#undef BG_PK_OK\n" : "";
   const src =
+    dtypeHelpers(ir, "c") +
     `BG_KERNEL(${ir.name}) {\n${o.map((l) => (l.startsWith("#") ? l : `  ${l}`)).join("\n")}\n` +
     `  BG_FOR_BLOCKS {\n${body.map((l) => (l.startsWith("#") ? l : `    ${l}`)).join("\n")}\n  }\n${tail}}\n`;
   return { source: src, tiles };

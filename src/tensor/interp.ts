@@ -1,12 +1,14 @@
 // A pure-TypeScript interpreter of the lowered kernel form: a second reference for the code
 // generators and a way to test the scheduler without a device. Float32 rounding after every
-// operation (Math.fround), int32 wrap-around, the same helpers as the generated code.
+// operation (Math.fround; float16 / bfloat16 rounded to their dtype after it), integer wrap-around,
+// the same helpers as the generated code. Buffers are the dtypes' host arrays (dtype.ts).
 import type { LazyNode } from "./ast";
+import { hostArray, hostGet, hostSet, isFloat, type DefaultHostArray, type HostArray } from "./dtype";
 import { evalAlu, kdimValue, randNormal, randUniform, type Expr, type KernelIR } from "./ir";
 import type { Scheduled } from "./scheduler";
 import { maxNumel } from "./view";
 
-type Arr = Float32Array | Int32Array;
+type Arr = HostArray;
 
 export function interpretKernel(ir: KernelIR, bufs: readonly Arr[], vals: ReadonlyMap<string, number>): void {
   const dims = ir.dims.map((d) => kdimValue(d, vals));
@@ -31,7 +33,7 @@ export function interpretKernel(ir: KernelIR, bufs: readonly Arr[], vals: Readon
           const i = ev(e.srcs[0]!);
           const b = bufs[e.arg as number]!;
           if (i < 0 || i >= b.length) throw new Error(`interp: load out of bounds b${e.arg}[${i}] (length ${b.length}) in ${ir.name}`);
-          v = b[i]!;
+          v = hostGet(ir.bufs[e.arg as number]!.dtype, b, i);
         }
         break;
       }
@@ -55,8 +57,10 @@ export function interpretKernel(ir: KernelIR, bufs: readonly Arr[], vals: Readon
     if (ir.reduce) {
       const red = ir.reduce;
       const isSum = red.fn === "sum", isMin = red.fn === "min", isProd = red.fn === "prod";
-      const f = red.body.dtype === "float32";
-      acc = isSum ? 0 : isProd ? 1 : isMin ? (f ? Infinity : 2147483647) : f ? -Infinity : -2147483648;
+      const dt = red.body.dtype;
+      const f = isFloat(dt);
+      const lo = { int32: -2147483648, int8: -128, uint8: 0, bool: 0, int64: -(2 ** 63) }, hi = { int32: 2147483647, int8: 127, uint8: 255, bool: 1, int64: 2 ** 63 };
+      acc = isSum ? 0 : isProd ? 1 : isMin ? (f ? Infinity : hi[dt as "int32"]) : f ? -Infinity : lo[dt as "int32"];
       for (let rl = 0; rl < rtotal; rl++) {
         let rr = rl;
         for (let i = rdims.length - 1; i >= 0; i--) {
@@ -65,8 +69,8 @@ export function interpretKernel(ir: KernelIR, bufs: readonly Arr[], vals: Readon
         }
         memo.clear();
         const x = ev(red.body);
-        if (isSum) acc = f ? Math.fround(acc + x) : (acc + x) | 0;
-        else if (isProd) acc = f ? Math.fround(acc * x) : Math.imul(acc, x);
+        if (isSum) acc = evalAlu("add", dt, [acc, x], [dt, dt]);
+        else if (isProd) acc = evalAlu("mul", dt, [acc, x], [dt, dt]);
         else if (isMin) acc = acc < x ? acc : x;
         else acc = acc > x ? acc : x;
       }
@@ -75,12 +79,15 @@ export function interpretKernel(ir: KernelIR, bufs: readonly Arr[], vals: Readon
     const v = ev(ir.value);
     const st = ev(ir.store);
     if (st < 0 || st >= out.length) throw new Error(`interp: store out of bounds ${st} in ${ir.name}`);
-    out[st] = v;
+    hostSet(ir.outDtype, out, st, v);
   }
 }
 
-/** Run a whole schedule in the interpreter: returns the realized arrays by node (max layout). */
-export function interpretSchedule(s: Scheduled, vals: ReadonlyMap<string, number>): Map<LazyNode, Arr> {
+/**
+ * Run a whole schedule in the interpreter: returns the realized arrays by node (max layout), each
+ * its dtype's host array, typed as the float32 / int32 arrays (as Tensor.toArray is).
+ */
+export function interpretSchedule(s: Scheduled, vals: ReadonlyMap<string, number>): Map<LazyNode, DefaultHostArray> {
   const arrays = new Map<LazyNode, Arr>();
   for (const n of s.inputs) {
     const a = n.arg as { data: Arr };
@@ -88,9 +95,9 @@ export function interpretSchedule(s: Scheduled, vals: ReadonlyMap<string, number
   }
   for (const k of s.kernels) {
     const n = maxNumel(k.target.shape);
-    const out = k.target.dtype === "float32" ? new Float32Array(n) : new Int32Array(n);
+    const out = hostArray(k.target.dtype, n);
     arrays.set(k.target, out);
     interpretKernel(k.ir, [out, ...k.inputs.map((i) => arrays.get(i)!)], vals);
   }
-  return arrays;
+  return arrays as Map<LazyNode, DefaultHostArray>;
 }

@@ -9,14 +9,17 @@
 // sub-expressions are one node: code generators emit each node once, and the kernel's name is a
 // hash of the printed DAG.
 import type { DType, ReduceOp } from "./ast";
+import { bitcastValue, isFloat, roundTo } from "./dtype";
 
 export type AluOp =
-  // value ops (float32 or int32)
+  // value ops (any dtype; float16 / bfloat16 compute in float32 and round to their dtype after
+  // every op, integers wrap to their width, bool is 0 / 1)
   | "add" | "sub" | "mul" | "div" | "max" | "min" | "pow" | "neg"
   | "exp" | "log" | "sqrt" | "sin" | "cos" | "abs" | "tanh"
-  | "lt" | "le" | "eq" | "ne" // result int32 0/1
+  | "lt" | "le" | "eq" | "ne" // result 0/1 (int32 in index arithmetic, bool for tensor comparisons)
   | "where" // srcs [cond, a, b]; cond != 0
-  | "cast" // srcs [x] → dtype
+  | "cast" // srcs [x] → dtype (float → integer truncates toward zero; → bool is x != 0)
+  | "bitcast" // srcs [x] → dtype, the same bytes (equal element sizes)
   // index ops (int32; operands of idiv/mod are known non-negative)
   | "idiv" | "mod" | "floordiv" | "floormod" | "and"
   // more value ops: float32 math (libm's names through the dialect); fmod also int32 (C's %, x % 0 and x % -1 give 0)
@@ -115,38 +118,98 @@ function ipow(a: number, b: number): number {
 
 /** Evaluate one ALU op on already-evaluated operands, in the semantics of the generated code. */
 export function evalAlu(op: AluOp, dtype: DType, s: readonly number[], srcTypes: readonly DType[]): number {
-  const a = s[0]!, b = s[1]!;
-  if (dtype === "int32") {
-    switch (op) {
-      case "add": return (a + b) | 0;
-      case "sub": return (a - b) | 0;
-      case "mul": return Math.imul(a, b);
-      case "div": return b === -1 ? -a | 0 : idivTrunc(a, b);
-      case "max": return a > b ? a : b;
-      case "min": return a < b ? a : b;
-      case "pow": return ipow(a, b);
-      case "neg": return -a | 0;
-      case "abs": return Math.abs(a) | 0;
-      case "lt": return a < b ? 1 : 0;
-      case "le": return a <= b ? 1 : 0;
-      case "eq": return a === b ? 1 : 0;
-      case "ne": return a !== b ? 1 : 0;
-      case "where": return a !== 0 ? b : s[2]!;
-      case "cast": {
-        if (srcTypes[0] === "int32") return a;
-        if (!Number.isFinite(a)) return 0;
-        return Math.trunc(a) | 0;
-      }
-      case "idiv": return Math.trunc(a / b);
-      case "mod": return a % b;
-      case "floordiv": return Math.floor(a / b);
-      case "floormod": return ((a % b) + b) % b;
-      case "and": return a !== 0 && b !== 0 ? 1 : 0;
-      case "fmod": return b === 0 || b === -1 ? 0 : (a % b) | 0;
-      default:
-        throw new Error(`int32 ${op}`);
-    }
+  if (op === "bitcast") return bitcastValue(srcTypes[0]!, dtype, s[0]!);
+  if (isFloat(dtype)) {
+    const v = evalFloat(op, s, srcTypes);
+    return dtype === "float32" ? v : roundTo(dtype, v);
   }
+  if (dtype === "int64") return evalInt64(op, s, srcTypes);
+  if (dtype === "bool") {
+    if (op === "cast") return s[0] !== 0 ? 1 : 0;
+    return roundTo("bool", evalInt32(op, s, srcTypes));
+  }
+  if (op === "cast" && srcTypes[0] !== "int64" && isFloat(srcTypes[0]!)) {
+    const a = s[0]!;
+    return Number.isFinite(a) ? roundTo(dtype, Math.trunc(a)) : 0;
+  }
+  const v = evalInt32(op, s, srcTypes);
+  return dtype === "int32" ? v : roundTo(dtype, v);
+}
+
+function evalInt32(op: AluOp, s: readonly number[], srcTypes: readonly DType[]): number {
+  const a = s[0]!, b = s[1]!;
+  switch (op) {
+    case "add": return (a + b) | 0;
+    case "sub": return (a - b) | 0;
+    case "mul": return Math.imul(a, b);
+    case "div": return b === -1 ? -a | 0 : idivTrunc(a, b);
+    case "max": return a > b ? a : b;
+    case "min": return a < b ? a : b;
+    case "pow": return ipow(a, b);
+    case "neg": return -a | 0;
+    case "abs": return Math.abs(a) | 0;
+    case "lt": return a < b ? 1 : 0;
+    case "le": return a <= b ? 1 : 0;
+    case "eq": return a === b ? 1 : 0;
+    case "ne": return a !== b ? 1 : 0;
+    case "where": return a !== 0 ? b : s[2]!;
+    case "cast": {
+      if (!isFloat(srcTypes[0]!)) return srcTypes[0] === "int64" ? Number(BigInt.asIntN(32, BigInt(a))) : a;
+      if (!Number.isFinite(a)) return 0;
+      return Math.trunc(a) | 0;
+    }
+    case "idiv": return Math.trunc(a / b);
+    case "mod": return a % b;
+    case "floordiv": return Math.floor(a / b);
+    case "floormod": return ((a % b) + b) % b;
+    case "and": return a !== 0 && b !== 0 ? 1 : 0;
+    case "fmod": return b === 0 || b === -1 ? 0 : (a % b) | 0;
+    default:
+      throw new Error(`int32 ${op}`);
+  }
+}
+
+const w64 = (x: bigint): number => Number(BigInt.asIntN(64, x));
+
+/** int64 on JS numbers: exact while values stay within ±2^53 (the host side's limit; kernels compute in 64 bits). */
+function evalInt64(op: AluOp, s: readonly number[], srcTypes: readonly DType[]): number {
+  const a = s[0]!, b = s[1]!;
+  const A = () => BigInt(a), B = () => BigInt(b);
+  switch (op) {
+    case "add": return w64(A() + B());
+    case "sub": return w64(A() - B());
+    case "mul": return w64(A() * B());
+    case "div": return b === 0 ? 0 : w64(A() / B());
+    case "max": return a > b ? a : b;
+    case "min": return a < b ? a : b;
+    case "pow": {
+      if (b < 0) return a === 1 ? 1 : a === -1 ? (b % 2 ? -1 : 1) : 0;
+      let r = 1n, x = A(), e = b;
+      while (e > 0) {
+        if (e % 2) r = BigInt.asIntN(64, r * x);
+        x = BigInt.asIntN(64, x * x);
+        e = Math.floor(e / 2);
+      }
+      return w64(r);
+    }
+    case "neg": return w64(-A());
+    case "abs": return w64(a < 0 ? -A() : A());
+    case "lt": return a < b ? 1 : 0;
+    case "le": return a <= b ? 1 : 0;
+    case "eq": return a === b ? 1 : 0;
+    case "ne": return a !== b ? 1 : 0;
+    case "where": return a !== 0 ? b : s[2]!;
+    case "cast": return isFloat(srcTypes[0]!) ? (Number.isFinite(a) ? Math.trunc(a) : 0) : a;
+    case "fmod": return b === 0 || b === -1 ? 0 : w64(A() % B());
+    case "and": return a !== 0 && b !== 0 ? 1 : 0;
+    default:
+      throw new Error(`int64 ${op}`);
+  }
+}
+
+function evalFloat(op: AluOp, s: readonly number[], srcTypes: readonly DType[]): number {
+  const a = s[0]!, b = s[1]!;
+  void srcTypes;
   switch (op) {
     case "add": return f32(a + b);
     case "sub": return f32(a - b);
@@ -182,7 +245,7 @@ export function evalAlu(op: AluOp, dtype: DType, s: readonly number[], srcTypes:
     case "rint": return rintHalfEven(a);
     case "fmod": return a % b; // exact, as C's fmodf
     default:
-      throw new Error(`float32 ${op}`);
+      throw new Error(`float ${op}`);
   }
 }
 
@@ -206,7 +269,7 @@ export class ExprBuilder {
   }
 
   c(value: number, dtype: DType = "int32"): Expr {
-    const v = dtype === "int32" ? value | 0 : f32(value);
+    const v = isFloat(dtype) ? roundTo(dtype, value) : dtype === "int64" ? (Number.isFinite(value) ? Number(BigInt.asIntN(64, BigInt(Math.trunc(value)))) : 0) : roundTo(dtype, Math.trunc(value));
     return this.#make("const", dtype, [], Object.is(v, -0) ? "-0" : v);
   }
   gidx(axis: number): Expr {
@@ -250,7 +313,7 @@ export class ExprBuilder {
       case "mul":
         if (isConst(b!) && constVal(b!) === 1) return a!;
         if (isConst(a!) && constVal(a!) === 1) return b!;
-        if (dtype === "int32" && ((isConst(a!) && constVal(a!) === 0) || (isConst(b!) && constVal(b!) === 0))) return this.c(0);
+        if (!isFloat(dtype) && ((isConst(a!) && constVal(a!) === 0) || (isConst(b!) && constVal(b!) === 0))) return this.c(0, dtype);
         break;
       case "and":
         if (isConst(a!)) return constVal(a!) ? b! : this.c(0);

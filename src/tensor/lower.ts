@@ -3,7 +3,9 @@
 // remapped through its views; adjacent output (and reduce) axes are merged while the index
 // arithmetic does not grow. The kernel's name hashes its lowered text, so equal kernels share it.
 import type { DType, LazyNode, ReduceOp } from "./ast";
+import { isFloat, isHalf, promoteTypes } from "./dtype";
 import { ExprBuilder, dagText, type Expr, type KDim, type KernelIR } from "./ir";
+import { kernelName } from "./names";
 import type { ScheduledKernel } from "./scheduler";
 import { Sym, Valid } from "./symbolic";
 import type { Dim, Variable } from "./variable";
@@ -77,7 +79,7 @@ function bufOf(ctx: LowerCtx, n: LazyNode): number {
 }
 
 function promote(a: DType, b: DType): DType {
-  return a === "float32" || b === "float32" ? "float32" : "int32";
+  return promoteTypes(a, b);
 }
 
 function castTo(eb: ExprBuilder, e: Expr, dtype: DType): Expr {
@@ -116,8 +118,12 @@ function lowerNode(ctx: LowerCtx, n: LazyNode, cs: readonly Sym[], guard: Expr |
     case "arange": {
       const i = cs[0] ?? Sym.const(0);
       const ie = symToExpr(eb, i);
-      if (n.dtype === "int32") return eb.alu("add", "int32", eb.c(a.start), eb.alu("mul", "int32", ie, eb.c(a.step)));
-      return eb.alu("add", "float32", eb.c(a.start, "float32"), eb.alu("mul", "float32", eb.alu("cast", "float32", ie), eb.c(a.step, "float32")));
+      // integer dtypes count in int32 (int64: in int64), floats in float32, then cast
+      if (!isFloat(n.dtype)) {
+        const it = n.dtype === "int64" ? "int64" : "int32";
+        return castTo(eb, eb.alu("add", it, eb.c(a.start, it), eb.alu("mul", it, castTo(eb, ie, it), eb.c(a.step, it))), n.dtype);
+      }
+      return castTo(eb, eb.alu("add", "float32", eb.c(a.start, "float32"), eb.alu("mul", "float32", eb.alu("cast", "float32", ie), eb.c(a.step, "float32"))), n.dtype);
     }
     case "rand": {
       const e = eb.rand(a.seed, a.normal, symToExpr(eb, linearIndex(cs, n.shape)));
@@ -132,6 +138,10 @@ function lowerNode(ctx: LowerCtx, n: LazyNode, cs: readonly Sym[], guard: Expr |
       return lowerNode(ctx, n.srcs[0]!, cs, guard);
     case "cast":
       return castTo(eb, lowerNode(ctx, n.srcs[0]!, cs, guard), n.dtype);
+    case "bitcast": {
+      const x = lowerNode(ctx, n.srcs[0]!, cs, guard);
+      return x.dtype === n.dtype ? x : eb.alu("bitcast", n.dtype, x);
+    }
     case "where": {
       const c = lowerNode(ctx, n.srcs[0]!, cs, guard);
       const x = castTo(eb, lowerNode(ctx, n.srcs[1]!, cs, guard), n.dtype);
@@ -158,7 +168,7 @@ function lowerNode(ctx: LowerCtx, n: LazyNode, cs: readonly Sym[], guard: Expr |
           return eb.alu("mul", dt, eb.alu("mul", dt, eb.c(0.5, dt), x), eb.alu("add", dt, one, eb.alu("tanh", dt, inner)));
         }
         case "erf":
-          return erfExpr(eb, x);
+          return castTo(eb, erfExpr(eb, castTo(eb, x, "float32")), dt);
         case "round":
           return eb.alu("rint", dt, x);
         case "exp2": case "log2": case "tan": case "atan": case "asin": case "acos": case "sinh": case "cosh":
@@ -175,8 +185,9 @@ function lowerNode(ctx: LowerCtx, n: LazyNode, cs: readonly Sym[], guard: Expr |
         const dt = promote(l.dtype, r.dtype);
         const x = castTo(eb, l, dt), y = castTo(eb, r, dt);
         const f = cmp[a.fn as keyof typeof cmp];
-        const e = f === "gt" ? eb.alu("lt", "int32", y, x) : f === "ge" ? eb.alu("le", "int32", y, x) : eb.alu(f, "int32", x, y);
-        return castTo(eb, e, n.dtype);
+        // the comparison's own dtype (bool for tensor comparisons)
+        const rt = n.dtype;
+        return f === "gt" ? eb.alu("lt", rt, y, x) : f === "ge" ? eb.alu("le", rt, y, x) : eb.alu(f, rt, x, y);
       }
       const dt = n.dtype;
       const x = castTo(eb, l, dt), y = castTo(eb, r, dt);
@@ -229,8 +240,10 @@ function lowerNode(ctx: LowerCtx, n: LazyNode, cs: readonly Sym[], guard: Expr |
       const scs = src.shape.map((_, i) => rcs.get(i) ?? cs[i]!);
       ctx.reduce = { node: n, dims, body: null as unknown as Expr };
       const body = lowerNode(ctx, src, scs, guard);
-      ctx.reduce.body = castTo(eb, body, n.dtype);
-      return eb.acc(n.dtype);
+      // float16 / bfloat16 accumulate in float32, rounded once at the end
+      const accDt = isHalf(n.dtype) ? "float32" : n.dtype;
+      ctx.reduce.body = castTo(eb, body, accDt);
+      return castTo(eb, eb.acc(accDt), n.dtype);
     }
   }
   throw new Error(`cannot lower ${n.op}`);
@@ -271,19 +284,13 @@ function modExpr(eb: ExprBuilder, dt: DType, x: Expr, y: Expr): Expr {
   const zero = eb.c(0, dt);
   const flip = eb.alu("and", "int32", eb.alu("ne", "int32", r, zero), eb.alu("ne", "int32", eb.alu("lt", "int32", r, zero), eb.alu("lt", "int32", y, zero)));
   const m = eb.alu("where", dt, flip, eb.alu("add", dt, r, y), r);
-  if (dt === "int32") return m;
+  if (!isFloat(dt)) return m;
   const signedZero = eb.alu("where", dt, eb.alu("lt", "int32", y, zero), eb.c(-0, dt), zero);
   return eb.alu("where", dt, eb.alu("eq", "int32", r, zero), signedZero, m);
 }
 
 function maxOf(d: Dim): number {
   return typeof d === "number" ? d : d.max;
-}
-
-function hashName(text: string): string {
-  const h = new Bun.CryptoHasher("sha256");
-  h.update(text);
-  return `k_${h.digest("hex").slice(0, 16)}`;
 }
 
 /** Lower with output axes merged by `outGroups` and reduce axes by `redGroups`. */
@@ -368,7 +375,7 @@ function lowerKernel(root: LazyNode, targets: ReadonlySet<LazyNode>, vars: Reado
     `bufs=${bufs.map((b) => b.dtype).join(",")};vars=${varNames.join(",")};`;
   const text = header + best.text;
   const ir: KernelIR = {
-    name: hashName(text),
+    name: kernelName(root.shape, red ? { fn: (red.node.arg as { fn: ReduceOp }).fn, body: red.body } : null, value, text),
     dims,
     reduce: red ? { fn: (red.node.arg as { fn: ReduceOp }).fn, dims: red.dims, body: red.body } : null,
     value,

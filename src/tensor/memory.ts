@@ -5,6 +5,7 @@ import type { Buffer } from "../buffer";
 import type { Device } from "../device";
 import { hostArray } from "../errors";
 import type { DType, LazyNode } from "./ast";
+import { ITEMSIZE, hostArray as dtypeArray, type HostArray } from "./dtype";
 import type { Scheduled } from "./scheduler";
 import { dimValue } from "./variable";
 import { maxNumel, maxStrides } from "./view";
@@ -73,7 +74,7 @@ export function layoutBuffers(sched: Scheduled, noPlanning: boolean): BufferLayo
       dtype: n.dtype,
       astId: n.id,
       elements,
-      bytes: elements * 4,
+      bytes: elements * ITEMSIZE[n.dtype],
       offset: 0,
       lifetime: [first, Math.max(first, lastUse.get(n) ?? first)],
     };
@@ -96,7 +97,7 @@ export function layoutBuffers(sched: Scheduled, noPlanning: boolean): BufferLayo
  * Allocate the inputs (uploading `inputData`, by input index) and outputs into `mem`, then the
  * intermediates. On failure whatever was allocated is left in `mem` for the caller to free.
  */
-export function allocateBuffers(device: Device, layout: BufferLayout, inputData: readonly (Float32Array | Int32Array)[], mem: (Buffer | null)[], noPlanning: boolean): Buffer | null {
+export function allocateBuffers(device: Device, layout: BufferLayout, inputData: readonly HostArray[], mem: (Buffer | null)[], noPlanning: boolean): Buffer | null {
   for (const b of layout.bufs) {
     if (b.kind === "intermediate") continue;
     const buf = device.alloc(Math.max(b.bytes, 4));
@@ -128,14 +129,19 @@ export function allocateIntermediates(device: Device, layout: BufferLayout, mem:
  * The value of `node` held in `buf`, in its shape under the variable values `vals` (the buffer
  * holds the layout of the variables' maxima: a smaller value is gathered out of it).
  */
-export function readValue(call: string, buf: Buffer, node: LazyNode, vals: ReadonlyMap<string, number>): Float32Array | Int32Array {
-  const C = node.dtype === "float32" ? Float32Array : Int32Array;
+export function readValue(call: string, buf: Buffer, node: LazyNode, vals: ReadonlyMap<string, number>): HostArray {
+  const size = ITEMSIZE[node.dtype];
+  const make = (n: number): HostArray => hostArray(call, n * size, () => dtypeArray(node.dtype, n));
+  const readInto = (a: HostArray): HostArray => {
+    buf.read(new Uint8Array(a.buffer, 0, a.byteLength));
+    return a;
+  };
   const shape = node.shape.map((d) => dimValue(d, vals));
   const numel = shape.reduce((p, q) => p * q, 1);
   const max = maxNumel(node.shape);
-  if (numel === max) return buf.read(hostArray(call, numel * 4, () => new C(numel)));
-  const all = buf.read(hostArray(call, max * 4, () => new C(max)));
-  const out = hostArray(call, numel * 4, () => new C(numel));
+  if (numel === max) return readInto(make(numel));
+  const all = readInto(make(max)) as Int32Array;
+  const out = make(numel) as Int32Array;
   const st = maxStrides(node.shape);
   const idx = new Array<number>(shape.length).fill(0);
   for (let i = 0; i < numel; i++) {

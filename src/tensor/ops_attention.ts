@@ -32,7 +32,7 @@ export interface AttentionTensor<T> {
 export type FullOf<T> = (shape: readonly Dim[], value: number, dtype: DType) => T;
 
 export interface AttentionOptions<T> {
-  /** int32 (non-zero = attend) or float32 (added to the scores), broadcast to [..., L, S]. */
+  /** bool or an integer dtype (non-zero = attend) or float32 (added to the scores), broadcast to [..., L, S]. */
   attnMask?: T;
   /** Query i attends keys j <= i (torch: the mask is the top-left lower triangle). */
   isCausal?: boolean;
@@ -72,7 +72,7 @@ export function scaledDotProductAttention<T extends AttentionTensor<T>>(call: st
     const m = attnMask.shape, n = s.shape;
     const fits = m.length <= n.length && m.every((d, i) => d === 1 || sameDim(d, n[n.length - m.length + i]!));
     if (!fits) invalid(call, `attnMask ${shapeStr(m)} does not broadcast to the scores ${shapeStr(n)}`);
-    s = attnMask.dtype === "int32" ? attnMask.where(s, -Infinity) : s.add(attnMask);
+    s = attnMask.dtype !== "float32" ? attnMask.where(s, -Infinity) : s.add(attnMask);
   }
   return s.softmax(-1).matmul(v);
 }

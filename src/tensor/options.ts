@@ -4,6 +4,7 @@ import type { Device } from "../device";
 import { describeValue, invalid, options } from "../errors";
 import { ExecMode } from "../schedule";
 import type { Stream } from "../stream";
+import { hostArrayName, hostCopy, isHostArrayOf, type DefaultHostArray, type HostArray } from "./dtype";
 import type { PlanBuffer } from "./memory";
 import type { PreparedKernel } from "./prepare";
 import type { ScheduleOptions } from "./scheduler";
@@ -51,10 +52,17 @@ export interface ExecuteOptions {
 export type PreparedOp =
   | { readonly kind: "kernel"; readonly kernel: PreparedKernel; readonly reads: readonly number[]; readonly writes: readonly number[] };
 
-/** What ExecutionPlan.run takes for one input: its elements, in the input's dtype. */
-export type RunInput = Float32Array | Int32Array;
-/** What ExecutionPlan.run gives back for one output: a fresh array the caller owns. */
-export type RunOutput = Float32Array | Int32Array;
+/**
+ * What ExecutionPlan.run takes for one input: its elements in the natural typed array of the
+ * input's dtype (dtype.ts HostArray: Float32Array, Int32Array, Float16Array or Uint16Array bits,
+ * Uint16Array bfloat16 bits, Int8Array, Uint8Array, Uint8Array 0/1 for bool, BigInt64Array).
+ */
+export type RunInput = HostArray;
+/**
+ * What ExecutionPlan.run gives back for one output: a fresh array of the output's dtype the caller
+ * owns (its HostArray), typed as the float32 / int32 arrays (dtype.ts DefaultHostArray).
+ */
+export type RunOutput = DefaultHostArray;
 
 export interface PlanRunOptions {
   /** Variable values for this run (unlisted variables take their prepare-time values). */
@@ -72,10 +80,10 @@ export interface RunPlan {
 
 /** A copy of `data` for input buffer `b`, refused unless it is a typed array of the input's dtype and size. */
 export function inputCopy(call: string, what: string, b: PlanBuffer, data: unknown): RunInput {
-  const C = b.dtype === "float32" ? Float32Array : Int32Array;
-  if (!(data instanceof C)) invalid(call, `${what} must be a ${C.name} (the input is ${b.dtype}), got ${describeValue(data)}`);
-  if (data.length !== b.elements) invalid(call, `${what} has ${data.length} elements, the input holds ${b.elements}`);
-  return data.slice() as RunInput;
+  if (!isHostArrayOf(b.dtype, data)) invalid(call, `${what} must be a ${hostArrayName(b.dtype)} (the input is ${b.dtype}), got ${describeValue(data)}`);
+  const a = data as HostArray;
+  if (a.length !== b.elements) invalid(call, `${what} has ${a.length} elements, the input holds ${b.elements}`);
+  return hostCopy(a);
 }
 
 /** Check run()'s arguments and copy the inputs; throws GpuError before anything is queued. */

@@ -3,7 +3,9 @@
 // one crossing per execute(); in an explicit mode as a compiled Schedule (issue.ts). The plan
 // owns its buffers: inputs (uploaded at prepare; overwrite them through bufferMutById), outputs,
 // and intermediates placed in one arena by a memory planner (memory.ts) so that intermediates
-// whose lifetimes do not overlap share memory.
+// whose lifetimes do not overlap share memory. Over 600 lines: one class whose private state
+// (buffers, launches, the run queue) every method shares.
+import { hostArrayName, hostCopy, type DefaultHostArray, type HostArray } from "./dtype";
 import { Device } from "../device";
 import { describeValue, disposed, illegalState, invalid, options } from "../errors";
 import type { Kernel } from "../kernel";
@@ -11,6 +13,7 @@ import { ExecMode, type Executable, type Schedule } from "../schedule";
 import type { Buffer } from "../buffer";
 import { Stream } from "../stream";
 import { hostFnsPending } from "../hostfn";
+import { INSPECT, bytesText, plural } from "../inspect";
 import { inputNames, type HasNode, type LazyNode } from "./ast";
 import { PlanCommands } from "./cmdlist";
 import type { GeneratedKernel } from "./codegen";
@@ -46,7 +49,7 @@ export class ExecutionPlan {
   #released = false;
   #disposed = false;
   /** Prepare-time data of each input (buffers 0..n-1), its name, and whether a run changed it. */
-  readonly #inputData: (Float32Array | Int32Array)[];
+  readonly #inputData: HostArray[];
   readonly #inputNames: string[];
   readonly #inputChanged: boolean[];
   readonly #inputShapes: (readonly number[])[];
@@ -419,8 +422,9 @@ export class ExecutionPlan {
   /**
    * New values for named inputs (the weights), without preparing again: each key an input name
    * (inputNames; a tensor from Tensor.fromSafetensors is named by its key), each value a Tensor of
-   * the input's shape and dtype (realized first when it is not data) or a Float32Array / Int32Array
-   * of the input's dtype and element count. Every entry is checked before anything is written; a
+   * the input's shape and dtype (realized first when it is not data) or the typed array of the
+   * input's dtype (dtype.ts HostArray: Float32Array, Int32Array, Float16Array, Uint16Array, Int8Array,
+   * Uint8Array, BigInt64Array) and element count. Every entry is checked before anything is written; a
    * name the plan lacks, a name shared by several inputs, or a shape / dtype / length mismatch is
    * INVALID_VALUE. The values are copied and stay the plan's inputs for every later execute and
    * run (a run given other data for an input overrides it for that run only). Refused while an
@@ -441,19 +445,19 @@ export class ExecutionPlan {
       const b = this.#bufs[i]!;
       const shape = this.#inputShapes[i]!;
       let data: RunInput;
-      if (w instanceof Float32Array || w instanceof Int32Array) data = inputCopy(call, JSON.stringify(name), b, w);
+      if (ArrayBuffer.isView(w)) data = inputCopy(call, JSON.stringify(name), b, w);
       else if (w && typeof w === "object" && (w as HasNode).node instanceof Object && "dtype" in (w as object)) {
         const node = (w as HasNode).node;
         if (node.dtype !== b.dtype) invalid(call, `${JSON.stringify(name)} is ${node.dtype}, the input is ${b.dtype}`);
         if (node.shape.length !== shape.length || node.shape.some((d, k) => d !== shape[k]))
           invalid(call, `${JSON.stringify(name)} has shape ${shapeStr(node.shape)}, the input has ${shapeStr(shape)}`);
-        if (node.op === "buffer") data = ((node.arg as { data: RunInput }).data).slice();
+        if (node.op === "buffer") data = hostCopy((node.arg as { data: RunInput }).data);
         else {
           const t = w as HasNode & { toArray(o: PrepareOptions): RunInput };
           if (typeof t.toArray !== "function") invalid(call, `${JSON.stringify(name)} is not a Tensor`);
           data = t.toArray({ device: this.#device });
         }
-      } else invalid(call, `${JSON.stringify(name)} must be a Tensor, Float32Array or Int32Array, got ${describeValue(w)}`);
+      } else invalid(call, `${JSON.stringify(name)} must be a Tensor or a ${hostArrayName(b.dtype)}, got ${describeValue(w)}`);
       writes.push([i, data]);
     }
     for (const [i, data] of writes) {
@@ -485,7 +489,8 @@ export class ExecutionPlan {
       exec.run();
       done = exec.done();
     }
-    const outs = await this.#inFlight(call, done.then(() => this.#outputNames.map((_, i) => this.#readOutputNow(i))));
+    // typed as RunOutput (the float32 / int32 arrays); each is its output dtype's host array
+    const outs = await this.#inFlight(call, done.then(() => this.#outputNames.map((_, i) => this.#readOutputNow(i) as RunOutput)));
     if (!byName) return outs;
     const rec: Record<string, RunOutput> = {};
     this.#outputNames.forEach((n, i) => (rec[n] = outs[i]!));
@@ -545,14 +550,16 @@ export class ExecutionPlan {
   }
 
   /** Read output `position` in its actual shape (the buffer holds the max layout). */
-  readOutput(position = 0): Float32Array | Int32Array {
+  readOutput(position?: number): DefaultHostArray;
+  readOutput<T extends HostArray>(position?: number): T;
+  readOutput(position = 0): HostArray {
     this.#live("ExecutionPlan.readOutput");
     this.#index("ExecutionPlan.readOutput", "position", position);
     if (!this.#outputNodes[position]) invalid("ExecutionPlan.readOutput", `no output ${position} (the plan has ${this.numOutputs})`);
     return this.#readOutputNow(position);
   }
 
-  #readOutputNow(position: number): Float32Array | Int32Array {
+  #readOutputNow(position: number): HostArray {
     return readValue("ExecutionPlan.readOutput", this.#mem[this.#outputs[position]!]!, this.#outputNodes[position]!, this.#vals);
   }
 
@@ -607,8 +614,35 @@ export class ExecutionPlan {
     this.dispose();
   }
 
+  /**
+   * `await using plan = t.prepare()`: at the end of the block, wait for the runs queued and the
+   * execution in flight (their failures are their own callers'), then dispose.
+   */
+  async [Symbol.asyncDispose](): Promise<void> {
+    for (;;) {
+      const queued = this.#queue;
+      await Promise.allSettled([queued, this.#flight]);
+      if (this.#queue === queued && !this.#flight) break;
+    }
+    this.dispose();
+  }
+
+  /**
+   * "ExecutionPlan(cpu, 2 kernels: …, peak 4.2 KiB; inputs x [4, 8] float32; outputs output0 [4, 16] float32)":
+   * its device, its kernels by name, the device memory it holds at most, and its inputs and
+   * outputs by name with their shapes and types.
+   */
   toString(): string {
-    return `ExecutionPlan(${this.#kernels.length} kernels, ${this.#bufs.length} buffers, outputs ${this.#outputNodes.map((n) => shapeStr(n.shape)).join(", ")})`;
+    const names = this.#kernels.map((k) => k.entryPoint);
+    const kernels = `${plural(names.length, "kernel")}${names.length ? `: ${names.length > 6 ? `${names.slice(0, 6).join(", ")} and ${names.length - 6} more` : names.join(", ")}` : ""}`;
+    const ins = this.#inputNames.map((n, i) => `${n} [${this.#inputShapes[i]!.join(", ")}] ${this.#bufs[i]!.dtype}`);
+    const outs = this.#outputNames.map((n, i) => `${n} ${shapeStr(this.#outputNodes[i]!.shape)} ${this.#outputNodes[i]!.dtype}`);
+    const state = this.#disposed || this.#releasePending ? "; disposed" : this.#released ? "; buffers released" : "";
+    return `ExecutionPlan(${this.#device.spec}, ${kernels}, peak ${bytesText(this.peakBytes)}; inputs ${ins.join(", ") || "none"}; outputs ${outs.join(", ")}${state})`;
+  }
+
+  [INSPECT](): string {
+    return this.toString();
   }
 }
 

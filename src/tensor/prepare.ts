@@ -7,6 +7,7 @@
 //   allocate  the plan's buffers and the memory plan of its intermediates (memory.ts)
 // Every cache on the way (cache.ts) hangs on one structural key computed once per prepare: a plan
 // seen before (this process or an earlier one) skips schedule, lower and render.
+import type { HostArray } from "./dtype";
 import { backends } from "../backends";
 import type { Buffer } from "../buffer";
 import type { Device } from "../device";
@@ -129,7 +130,7 @@ export function schedule(outputs: readonly LazyNode[], opts: ScheduleOptions = {
 // ---- constants computed once ---------------------------------------------------------------------
 
 /** Values of the random sources constantsOnce computed, by node (a node's value never changes). */
-const computedData = new WeakMap<LazyNode, Float32Array | Int32Array>();
+const computedData = new WeakMap<LazyNode, HostArray>();
 
 /**
  * The kernels that compute a random source on its own (the scheduler realizes one read by a
@@ -192,7 +193,7 @@ export interface Prepared {
   readonly mem: (Buffer | null)[];
   readonly arena: Buffer | null;
   /** Prepare-time data of each input (buffers 0..n-1). */
-  readonly inputData: (Float32Array | Int32Array)[];
+  readonly inputData: HostArray[];
 }
 
 /**
@@ -232,7 +233,7 @@ export function prepare(outputs: readonly LazyNode[], device: Device, opts: Pipe
   if (cacheKey && !fromPlanCache) storePlan(cacheKey, planToCache(sched, gens, p.nodes, lang));
   // constants: random sources computed once, now, and held as inputs from here on
   ({ sched, gens, compiled, kvars } = constantsOnce(device, sched, gens, compiled, kvars));
-  const inputData = sched.inputs.map((n) => (n.arg as { data?: Float32Array | Int32Array }).data ?? computedData.get(n)!);
+  const inputData = sched.inputs.map((n) => (n.arg as { data?: HostArray }).data ?? computedData.get(n)!);
   // allocate
   const noPlanning = opts.noMemoryPlanning ?? false;
   const layout = layoutBuffers(sched, noPlanning);

@@ -1,5 +1,18 @@
 // A float64 reference for the tensor ops: plain row-major arrays, eager, obviously correct.
-// Tests compare every op against it; the demo checks whole models with it.
+// Tests compare every op against it; the demo checks whole models with it. Ref.as(dtype) models a
+// store in a dtype (rounding to nearest even for the floats, truncation toward zero and
+// wrap-around for the integers, x != 0 for bool), so a dtype's result is the float64 result of
+// each op stored in its dtype.
+import { isFloat, roundTo, type DType } from "./dtype";
+
+/** x stored as dtype `d` (a cast's semantics): floats rounded, integers truncated and wrapped, bool x != 0. */
+export function refCast(d: DType, x: number): number {
+  if (isFloat(d)) return roundTo(d, x);
+  if (d === "bool") return x !== 0 ? 1 : 0;
+  if (!Number.isFinite(x)) return 0;
+  const t = Math.trunc(x);
+  return d === "int64" ? Number(BigInt.asIntN(64, BigInt(t))) : roundTo(d, t);
+}
 
 export class Ref {
   readonly shape: number[];
@@ -49,6 +62,11 @@ export class Ref {
 
   map(f: (x: number) => number): Ref {
     return new Ref(this.shape, this.data.map(f));
+  }
+
+  /** The values as dtype `d` stores them (refCast). */
+  as(d: DType): Ref {
+    return this.map((x) => refCast(d, x));
   }
 
   static broadcastShape(a: readonly number[], b: readonly number[]): number[] {

@@ -12,20 +12,23 @@
 // own array (the tensors never alias the file, so a later rewrite of it does not change them); where
 // the file cannot be mapped it is read once instead.
 //
-// dtypes: the tensors here are float32 or int32. F32 and I32 load as they are; F16 and BF16 are
-// widened to float32 (exact); I8, U8, I16, U16 and BOOL become int32 (exact); I64, U64 and U32 become
-// int32 when every value fits, F64 becomes float32 when every value is a float32; anything else
-// (or a value that does not fit) is a GpuError naming the dtype.
+// dtypes: F32, I32, F16, BF16, I8, U8, BOOL and I64 load as their own dtypes (float32, int32,
+// float16, bfloat16, int8, uint8, bool, int64; BOOL bytes other than 0 become 1) and are written
+// under those names. The format's other dtypes are converted where exact: I16 and U16 become int32,
+// U32 int64, U64 int64 when every value fits, F64 float32 when every value is a float32; anything
+// else (F8_*, a value that does not fit) is a GpuError naming the dtype.
 import { readFileSync, statSync, writeFileSync } from "node:fs";
 import { GpuError, Status, describeValue, invalid } from "../errors";
+import { hostArray, isHostArrayOf, type DType, type HostArray } from "./dtype";
 
-export type SafetensorsDType = "float32" | "int32";
+export type SafetensorsDType = DType;
 
 /** One tensor of a safetensors file: its elements (row-major), its shape and dtype. */
 export interface SafetensorsEntry {
   readonly dtype: SafetensorsDType;
   readonly shape: readonly number[];
-  readonly data: Float32Array | Int32Array;
+  /** The dtype's host array (dtype.ts HostArray). */
+  readonly data: HostArray;
 }
 
 /** A whole file: its tensors in data order and its `__metadata__` strings. */
@@ -74,52 +77,32 @@ function fileBytes(call: string, path: string): Uint8Array {
   }
 }
 
-function widenF16(src: Uint16Array): Float32Array {
-  const out = new Float32Array(src.length);
-  for (let i = 0; i < src.length; i++) {
-    const h = src[i]!;
-    const s = h & 0x8000 ? -1 : 1;
-    const e = (h >> 10) & 0x1f;
-    const m = h & 0x3ff;
-    if (e === 0) out[i] = s * m * 2 ** -24;
-    else if (e === 31) out[i] = m ? NaN : s * Infinity;
-    else out[i] = s * (1 + m / 1024) * 2 ** (e - 15);
-  }
-  return out;
-}
-
-function widenBF16(src: Uint16Array): Float32Array {
-  const bits = new Uint32Array(src.length);
-  for (let i = 0; i < src.length; i++) bits[i] = src[i]! << 16;
-  return new Float32Array(bits.buffer);
-}
-
-/** One tensor's bytes (a fresh, aligned copy) as a float32 or int32 array, or a GpuError. */
-function convert(call: string, path: string, name: string, dtype: string, bytes: Uint8Array): { dtype: SafetensorsDType; data: Float32Array | Int32Array } {
+/** One tensor's bytes (a fresh, aligned copy) as its dtype's host array, or a GpuError. */
+function convert(call: string, path: string, name: string, dtype: string, bytes: Uint8Array): { dtype: SafetensorsDType; data: HostArray } {
   const buf = bytes.slice().buffer;
   const refuse = (why: string): never =>
-    fileError(call, Status.INVALID_VALUE, path, `tensor ${JSON.stringify(name)} has dtype ${dtype}: ${why} (tensors here are float32 or int32)`);
+    fileError(call, Status.INVALID_VALUE, path, `tensor ${JSON.stringify(name)} has dtype ${dtype}: ${why}`);
+  const own = (d: DType) => ({ dtype: d, data: hostArray(d, buf) });
   switch (dtype) {
-    case "F32": return { dtype: "float32", data: new Float32Array(buf) };
-    case "I32": return { dtype: "int32", data: new Int32Array(buf) };
-    case "F16": return { dtype: "float32", data: widenF16(new Uint16Array(buf)) };
-    case "BF16": return { dtype: "float32", data: widenBF16(new Uint16Array(buf)) };
-    case "BOOL": return { dtype: "int32", data: Int32Array.from(new Uint8Array(buf), (x) => (x ? 1 : 0)) };
-    case "U8": return { dtype: "int32", data: Int32Array.from(new Uint8Array(buf)) };
-    case "I8": return { dtype: "int32", data: Int32Array.from(new Int8Array(buf)) };
+    case "F32": return own("float32");
+    case "I32": return own("int32");
+    case "F16": return own("float16");
+    case "BF16": return own("bfloat16");
+    case "I8": return own("int8");
+    case "U8": return own("uint8");
+    case "BOOL": return { dtype: "bool", data: Uint8Array.from(new Uint8Array(buf), (x) => (x ? 1 : 0)) };
+    case "I64": return own("int64");
     case "U16": return { dtype: "int32", data: Int32Array.from(new Uint16Array(buf)) };
     case "I16": return { dtype: "int32", data: Int32Array.from(new Int16Array(buf)) };
-    case "U32":
-    case "I64":
+    case "U32": return { dtype: "int64", data: BigInt64Array.from(new Uint32Array(buf), (x) => BigInt(x)) };
     case "U64": {
-      const src = dtype === "U32" ? new Uint32Array(buf) : dtype === "I64" ? new BigInt64Array(buf) : new BigUint64Array(buf);
-      const out = new Int32Array(src.length);
+      const src = new BigUint64Array(buf);
+      const out = new BigInt64Array(src.length);
       for (let i = 0; i < src.length; i++) {
-        const v = Number(src[i]!);
-        if (v < -2147483648 || v > 2147483647) refuse(`element ${i} (${String(src[i])}) does not fit int32`);
-        out[i] = v;
+        if (src[i]! > 0x7fffffffffffffffn) refuse(`element ${i} (${String(src[i])}) does not fit int64`);
+        out[i] = src[i]!;
       }
-      return { dtype: "int32", data: out };
+      return { dtype: "int64", data: out };
     }
     case "F64": {
       const src = new Float64Array(buf);
@@ -129,7 +112,7 @@ function convert(call: string, path: string, name: string, dtype: string, bytes:
       return { dtype: "float32", data: out };
     }
     default:
-      return refuse("no exact conversion to float32 or int32");
+      return refuse("no exact conversion to a dtype here (float32, int32, float16, bfloat16, int8, uint8, bool, int64)");
   }
 }
 
@@ -223,6 +206,9 @@ export function readSafetensors(path: unknown, call = "Tensor.fromSafetensors"):
   return { tensors, metadata };
 }
 
+/** The format's name of each dtype. */
+const FORMAT_NAME: Readonly<Record<DType, string>> = { float32: "F32", int32: "I32", float16: "F16", bfloat16: "BF16", int8: "I8", uint8: "U8", bool: "BOOL", int64: "I64" };
+
 /** The bytes of a safetensors file holding `tensors` (in the given order) and `metadata`. */
 export function encodeSafetensors(tensors: ReadonlyMap<string, SafetensorsEntry>, metadata: Readonly<Record<string, string>> | undefined, call = "Tensor.toSafetensors"): Uint8Array {
   const header: Record<string, unknown> = {};
@@ -234,8 +220,10 @@ export function encodeSafetensors(tensors: ReadonlyMap<string, SafetensorsEntry>
   let at = 0;
   for (const [name, t] of tensors) {
     if (!name || name === "__metadata__") invalid(call, `a tensor cannot be named ${JSON.stringify(name)}`);
+    const fmt = FORMAT_NAME[t.dtype];
+    if (!fmt || !isHostArrayOf(t.dtype, t.data)) invalid(call, `tensor ${JSON.stringify(name)}: dtype ${describeValue(t.dtype)} with ${describeValue(t.data)} is no dtype and array pair of this project`);
     const bytes = t.data.byteLength;
-    header[name] = { dtype: t.dtype === "float32" ? "F32" : "I32", shape: [...t.shape], data_offsets: [at, at + bytes] };
+    header[name] = { dtype: fmt, shape: [...t.shape], data_offsets: [at, at + bytes] };
     at += bytes;
   }
   let json = JSON.stringify(header);

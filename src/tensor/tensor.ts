@@ -1,15 +1,18 @@
 // Tensor: a lazy value. Operations build the graph (ast.ts); nothing runs until a plan is
 // prepared and executed, or a result is read with toArray().
 //
-// dtypes: float32 and int32. Mixed operands promote to float32. Comparisons give int32 0/1.
-// Integer division truncates toward zero (x / 0 gives 0). Broadcasting follows numpy.
+// dtypes: bool, int8, uint8, int32, int64, float16, bfloat16, float32 (dtype.ts: the promotion
+// table, weak JS-number scalars, rounding, host arrays). Comparisons give bool. Integer division
+// truncates toward zero (x / 0 gives 0). Broadcasting follows numpy.
 //
 // Over 600 lines on purpose: the file is the Tensor class alone, the whole public op surface, one
 // short method per op; split, one class would be spread over several files.
 import { Device } from "../device";
 import { describeValue, finiteNumber, invalid, options } from "../errors";
+import { INSPECT } from "../inspect";
 import { LazyNode, inputNames, type BinaryOp, type DType, type ReduceOp, type UnaryOp } from "./ast";
 import { seedMix } from "./ir";
+import { DTYPES, ITEMSIZE, hostGet as hostToNumber, dtypeOfArray, hostArrayName, hostCopy, hostFromNumbers, isDType, isFloat, isHalf, isHostArrayOf, promoteScalar, promoteTypes, roundTo, type DefaultHostArray, type HostArray } from "./dtype";
 import { Variable, type Dim, dimMax, dimValue, shapeStr } from "./variable";
 import { ShapeTracker, checkShapeDims, maxStrides } from "./view";
 import { ExecutionPlan, type PrepareOptions } from "./plan";
@@ -45,14 +48,32 @@ function numelNumeric(shape: Shape): number {
   return n;
 }
 
-const DTYPES: readonly DType[] = ["float32", "int32"];
-
-/** A dtype option: undefined (the default applies) or one of DTYPES; "int8" and the like refuse. */
+/** A dtype option: undefined (the default applies) or one of DTYPES; "float64", "int16" and the like refuse. */
 function dtypeOf(call: string, dt: unknown): DType | undefined {
   if (dt === undefined) return undefined;
-  if (typeof dt !== "string" || !DTYPES.includes(dt as DType))
-    invalid(call, `dtype must be one of ${DTYPES.join(", ")}, got ${describeValue(dt)}`);
-  return dt as DType;
+  if (!isDType(dt)) invalid(call, `dtype must be one of ${DTYPES.join(", ")}, got ${describeValue(dt)}`);
+  return dt;
+}
+
+/** A constant's stored value in dtype `dt` (floats kept: the IR rounds them; integers truncated toward zero and wrapped). */
+function constValue(dt: DType, value: number): number {
+  if (isFloat(dt)) return value;
+  if (dt === "bool") return value !== 0 ? 1 : 0;
+  if (!Number.isFinite(value)) return 0;
+  return dt === "int64" ? Math.trunc(value) : roundTo(dt, Math.trunc(value));
+}
+
+// each integer dtype's range (int64's top: the largest double below 2^63)
+const INT_RANGE: Partial<Record<DType, readonly [number, number]>> = { bool: [0, 1], int8: [-128, 127], uint8: [0, 255], int32: [-(2 ** 31), 2 ** 31 - 1], int64: [-(2 ** 63), 2 ** 63 - 1024] };
+
+/** The dtype of JS number `v` beside a tensor of dtype `like` (dtype.ts: weak scalars). */
+function scalarDType(like: DType, v: number): DType {
+  const dt = promoteScalar(like, v);
+  if (isFloat(dt)) return dt;
+  // bool with an integer, or an integer outside the tensor's range: as an int32 (int64) tensor would
+  const r = INT_RANGE[dt];
+  if (dt === "bool" || (r && (v < r[0] || v > r[1]))) return Math.abs(v) < 2 ** 31 ? "int32" : "int64";
+  return dt;
 }
 
 /** A Tensor argument, else INVALID_VALUE. */
@@ -91,9 +112,14 @@ function varsOf(shape: Shape): string[] {
 }
 
 
+/** Element i of host data of `d` as a number. */
+function hostGetNum(d: DType, a: HostArray, i: number): number {
+  return hostToNumber(d, a, i);
+}
+
 export class Tensor {
   readonly node: LazyNode;
-  #cache: Float32Array | Int32Array | undefined;
+  #cache: HostArray | undefined;
 
   constructor(node: LazyNode) {
     this.node = node;
@@ -121,38 +147,53 @@ export class Tensor {
     return `Tensor(${shapeStr(this.shape)}, ${this.dtype}, id ${this.id})`;
   }
 
+  [INSPECT](): string {
+    return this.toString();
+  }
+
   // ---- creation ------------------------------------------------------------------------------
 
   /**
    * A tensor from host data (copied at prepare time). `shape` defaults to [data.length].
    * `name` names it as an input of the plans it is prepared into (ExecutionPlan.run by name).
+   *
+   * `data` is the natural typed array of a dtype (dtype.ts HostArray: Float32Array float32,
+   * Int32Array int32, Float16Array float16 where the runtime has it (else a Uint16Array of bits,
+   * which needs `dtype`), Uint16Array bfloat16 bits (needs `dtype: "bfloat16"`), Int8Array int8,
+   * Uint8Array uint8 (or bool with `dtype: "bool"`, values 0 / 1), BigInt64Array int64), taken as it
+   * is; or a Float32Array, Int32Array, Float64Array or number[] converted by value to `dtype`
+   * (default float32: floats round to nearest even, integers truncate toward zero and wrap, bool
+   * is x != 0). Any other array, or a typed array that is neither, is INVALID_VALUE.
    */
-  static from(data: Float32Array | Int32Array | readonly number[] | number, shape?: readonly number[], opts: { dtype?: DType; name?: string } = {}): Tensor {
+  static from(data: HostArray | Float64Array | readonly number[] | number, shape?: readonly number[], opts: { dtype?: DType; name?: string } = {}): Tensor {
     const call = "Tensor.from";
     opts = options(call, opts);
     const dtype = dtypeOf(call, opts.dtype);
     if (shape !== undefined && shape !== null) checkShapeDims(call, shape);
     else shape = undefined;
-    let arr: Float32Array | Int32Array;
+    let arr: HostArray;
+    let dt: DType;
     if (typeof data === "number") {
-      const dt = dtype ?? "float32";
-      return Tensor.full(shape ?? [], data, { dtype: dt });
+      return Tensor.full(shape ?? [], data, { dtype: dtype ?? "float32" });
     }
-    if (data instanceof Float32Array || data instanceof Int32Array) {
-      const want = dtype ?? (data instanceof Float32Array ? "float32" : "int32");
-      arr = want === "float32" ? (data instanceof Float32Array ? data.slice() : Float32Array.from(data)) : data instanceof Int32Array ? data.slice() : Int32Array.from(data, (x) => Math.trunc(x));
+    if (ArrayBuffer.isView(data)) {
+      const own = dtypeOfArray(data);
+      dt = dtype ?? own ?? invalid(call, `a ${describeValue(data)} needs a dtype (float16 or bfloat16 bits)`);
+      if (isHostArrayOf(dt, data)) arr = hostCopy(data as HostArray);
+      else if (data instanceof Float32Array || data instanceof Int32Array || data instanceof Float64Array) arr = hostFromNumbers(dt, data);
+      else invalid(call, `data for dtype ${dt} must be a ${hostArrayName(dt)}, or a Float32Array, Int32Array or Float64Array to convert; got ${describeValue(data)}`);
     } else if (Array.isArray(data)) {
-      const dt = dtype ?? "float32";
+      dt = dtype ?? "float32";
       for (let i = 0; i < data.length; i++)
         if (typeof data[i] !== "number") invalid(call, `data[${i}] must be a number, got ${describeValue(data[i])}`);
-      arr = dt === "float32" ? Float32Array.from(data) : Int32Array.from(data, (x) => Math.trunc(x));
-    } else invalid(call, "data must be a Float32Array, Int32Array, number[] or number");
+      arr = hostFromNumbers(dt, data as readonly number[]);
+    } else invalid(call, "data must be a typed array, number[] or number");
     const sh = shape ? [...shape] : [arr.length];
     checkShapeDims(call, sh);
     const n = sh.reduce((p, q) => p * q, 1);
     if (n !== arr.length) invalid(call, `shape ${shapeStr(sh)} holds ${n} elements but the data has ${arr.length}`);
     if (opts.name !== undefined && (typeof opts.name !== "string" || !opts.name)) invalid(call, `name must be a non-empty string, got ${describeValue(opts.name)}`);
-    const node = new LazyNode({ op: "buffer", data: arr }, arr instanceof Float32Array ? "float32" : "int32", sh);
+    const node = new LazyNode({ op: "buffer", data: arr }, dt, sh);
     if (opts.name !== undefined) inputNames.set(node, opts.name);
     return new Tensor(node);
   }
@@ -162,7 +203,7 @@ export class Tensor {
     checkShapeDims(call, shape);
     if (typeof value !== "number") invalid(call, `value must be a number, got ${describeValue(value)}`);
     const dt = dtypeOf(call, options(call, opts).dtype) ?? "float32";
-    const c = new Tensor(new LazyNode({ op: "const", value: dt === "int32" ? Math.trunc(value) | 0 : value }, dt, []));
+    const c = new Tensor(new LazyNode({ op: "const", value: constValue(dt, value) }, dt, []));
     if (shape.length === 0) return c;
     return c.reshape(shape.map(() => 1)).expand(shape);
   }
@@ -227,9 +268,9 @@ export class Tensor {
 
   /**
    * The tensors of a safetensors file, by name. Each is an input named by its key (so
-   * ExecutionPlan.run and ExecutionPlan.setWeights take new values for it by that name). F32 and
-   * I32 load as they are; F16 and BF16 widen to float32; the narrower integers and BOOL become
-   * int32; I64, U64, U32 and F64 load only where every value is exact in int32 / float32. A
+   * ExecutionPlan.run and ExecutionPlan.setWeights take new values for it by that name). F32, I32,
+   * F16, BF16, I8, U8, BOOL and I64 load as their own dtypes; I16 and U16 become int32 (exact);
+   * U64 and U32 load as int64 where every value fits, F64 as float32 where every value is exact. A
    * missing file is FILE_NOT_FOUND; a truncated or inconsistent one, or a dtype with no exact
    * conversion, INVALID_VALUE naming the path and the reason.
    */
@@ -251,7 +292,7 @@ export class Tensor {
 
   /**
    * Realize every tensor of `tensors` (one plan) and write them to `path` as a safetensors file
-   * (F32 / I32, offsets in key order, the header padded with spaces to 8 bytes), with `metadata`
+   * (each tensor under its own dtype's name: F32, I32, F16, BF16, I8, U8, BOOL, I64; offsets in key order, the header padded with spaces to 8 bytes), with `metadata`
    * as its `__metadata__`. Shapes must not hold unbound variables.
    */
   static toSafetensors(path: string, tensors: Readonly<Record<string, Tensor>>, metadata?: Readonly<Record<string, string>>, opts: PrepareOptions = {}): void {
@@ -312,31 +353,41 @@ export class Tensor {
     return new ExecutionPlan(tensors, prepareOpts(call, opts));
   }
 
-  /** Realize and read this tensor (variables at their bound values), in its actual shape. */
-  toArray(opts: PrepareOptions = {}): Float32Array | Int32Array {
+  /**
+   * Realize and read this tensor (variables at their bound values), in its actual shape: a fresh
+   * array of the dtype's HostArray (Float32Array, Int32Array, Float16Array or Uint16Array bits,
+   * Uint16Array bfloat16 bits, Int8Array, Uint8Array, Uint8Array 0/1 for bool, BigInt64Array),
+   * typed as T (default: the float32 / int32 arrays).
+   */
+  toArray(opts?: PrepareOptions): DefaultHostArray;
+  toArray<T extends HostArray>(opts?: PrepareOptions): T;
+  toArray(opts: PrepareOptions = {}): HostArray {
     opts = prepareOpts("Tensor.toArray", opts);
-    if (this.#cache && !varsOf(this.shape).length && !opts.device) return this.#cache.slice();
+    if (this.#cache && !varsOf(this.shape).length && !opts.device) return hostCopy(this.#cache);
     const plan = this.prepare(opts);
     try {
       plan.execute();
-      const out = plan.readOutput(0);
-      if (!varsOf(this.shape).length && !opts.device) this.#cache = out.slice();
+      const out = plan.readOutput<HostArray>(0);
+      if (!varsOf(this.shape).length && !opts.device) this.#cache = hostCopy(out);
       return out;
     } finally {
       plan.dispose();
     }
   }
 
-  /** toArray as a plain number[]. */
+  /** toArray as a plain number[] (float16 / bfloat16 decoded, int64 through Number). */
   toList(): number[] {
-    return Array.from(this.toArray());
+    const a = this.toArray<HostArray>();
+    return Array.from({ length: a.length }, (_, i) => hostGetNum(this.dtype, a, i));
   }
 
   // ---- elementwise -----------------------------------------------------------------------------
 
+  // float math keeps a float dtype and turns any other into float32; neg, abs, relu keep the
+  // dtype (bool: int32)
   #unary(fn: UnaryOp): Tensor {
     const float = fn !== "neg" && fn !== "abs" && fn !== "relu";
-    const dt: DType = float ? "float32" : this.dtype;
+    const dt: DType = float ? (isFloat(this.dtype) ? this.dtype : "float32") : this.dtype === "bool" ? "int32" : this.dtype;
     return new Tensor(new LazyNode({ op: "unary", fn }, dt, this.shape, [this.node]));
   }
   neg(): Tensor { return this.#unary("neg"); }
@@ -363,8 +414,9 @@ export class Tensor {
   square(): Tensor { return this.mul(this); }
 
   // ---- more elementwise ops (tinygrad's names and argument order) -----------------------------
-  // float32 results for int32 operands except where noted: floor, ceil, trunc, round of an int32
-  // are the value itself; sign, mod, fmod of int32 stay int32; isnan, isinf, isfinite give int32 0/1.
+  // float32 results for integer operands (float dtypes kept) except where noted: floor, ceil, trunc,
+  // round of an integer are the value itself; sign, mod, fmod of integers keep the dtype; isnan,
+  // isinf, isfinite give bool.
 
   erf(): Tensor { return this.#unary("erf"); }
   exp2(): Tensor { return this.#unary("exp2"); }
@@ -378,11 +430,11 @@ export class Tensor {
   asinh(): Tensor { return this.#unary("asinh"); }
   acosh(): Tensor { return this.#unary("acosh"); }
   atanh(): Tensor { return this.#unary("atanh"); }
-  floor(): Tensor { return this.dtype === "int32" ? this : this.#unary("floor"); }
-  ceil(): Tensor { return this.dtype === "int32" ? this : this.#unary("ceil"); }
-  trunc(): Tensor { return this.dtype === "int32" ? this : this.#unary("trunc"); }
+  floor(): Tensor { return !isFloat(this.dtype) ? this : this.#unary("floor"); }
+  ceil(): Tensor { return !isFloat(this.dtype) ? this : this.#unary("ceil"); }
+  trunc(): Tensor { return !isFloat(this.dtype) ? this : this.#unary("trunc"); }
   /** Round half to even (numpy, tinygrad): 0.5 → 0, 1.5 → 2, -2.5 → -2. */
-  round(): Tensor { return this.dtype === "int32" ? this : this.#unary("round"); }
+  round(): Tensor { return !isFloat(this.dtype) ? this : this.#unary("round"); }
   /** Remainder with the divisor's sign (Python's %, tinygrad's mod); int32 x mod 0 is 0, float32 NaN. */
   mod(o: TensorLike): Tensor { return this.#binary("mod", o, "Tensor.mod"); }
   /** C's remainder (the dividend's sign); int32 x fmod 0 is 0, float32 NaN. */
@@ -390,14 +442,14 @@ export class Tensor {
   /** -1, 0 or 1 (the dtype kept); NaN stays NaN as in numpy, -0 gives 0. */
   sign(): Tensor {
     const s = this.cmpgt(0).sub(this.cmplt(0));
-    return this.dtype === "int32" ? s : this.isnan().where(this, s.float());
+    return !isFloat(this.dtype) ? s.cast(this.dtype) : this.isnan().where(this, s.cast(this.dtype));
   }
   isnan(): Tensor { return this.cmpne(this); }
   isinf(detectPositive = true, detectNegative = true): Tensor {
     boolArg("Tensor.isinf", "detectPositive", detectPositive);
     boolArg("Tensor.isinf", "detectNegative", detectNegative);
     if (detectPositive && detectNegative) return this.abs().cmpeq(Infinity);
-    return detectPositive ? this.cmpeq(Infinity) : detectNegative ? this.cmpeq(-Infinity) : this.cmpne(this).mul(0);
+    return detectPositive ? this.cmpeq(Infinity) : detectNegative ? this.cmpeq(-Infinity) : this.cmpne(this).mul(0).cast("bool");
   }
   isfinite(): Tensor { return this.sub(this).cmpeq(0); }
   /** Clamp to [min, max] (either may be omitted, not both); NaN stays NaN. */
@@ -461,8 +513,7 @@ export class Tensor {
   }
 
   #scalar(v: number, like: DType): Tensor {
-    const dt: DType = like === "int32" && Number.isInteger(v) ? "int32" : "float32";
-    return Tensor.full([], v, { dtype: dt });
+    return Tensor.full([], v, { dtype: scalarDType(like, v) });
   }
 
   /** Broadcast this and `o` to one shape (numpy rules); throws naming both shapes. */
@@ -499,8 +550,10 @@ export class Tensor {
     if (reverse) [self, other] = [other, self];
     const shape = Tensor.broadcastShapes(call, self.shape, other.shape);
     const a = self.broadcastTo(shape), b = other.broadcastTo(shape);
+    // dtype.ts: comparisons give bool; arithmetic on two bools counts in int32 (max / min stay bool)
     const cmp = fn.startsWith("cmp");
-    const dt: DType = cmp ? "int32" : a.dtype === "float32" || b.dtype === "float32" ? "float32" : "int32";
+    const p = promoteTypes(a.dtype, b.dtype);
+    const dt: DType = cmp ? "bool" : p === "bool" && fn !== "max" && fn !== "min" ? "int32" : p;
     return new Tensor(new LazyNode({ op: "binary", fn }, dt, shape, [a.node, b.node]));
   }
   add(o: TensorLike): Tensor { return this.#binary("add", o, "Tensor.add"); }
@@ -525,9 +578,11 @@ export class Tensor {
     const call = "Tensor.where";
     tensorLike(call, "a", a);
     tensorLike(call, "b", b);
-    const dtA = typeof a === "number" ? (Number.isInteger(a) ? "int32" : "float32") : a.dtype;
-    const dtB = typeof b === "number" ? (Number.isInteger(b) ? "int32" : "float32") : b.dtype;
-    const dt: DType = dtA === "float32" || dtB === "float32" ? "float32" : "int32";
+    // two numbers: int32 or float32; a number beside a tensor: a weak scalar (dtype.ts)
+    const plain = (v: number): DType => (Number.isInteger(v) ? "int32" : "float32");
+    const dtA = typeof a === "number" ? (typeof b === "number" ? plain(a) : scalarDType(b.dtype, a)) : a.dtype;
+    const dtB = typeof b === "number" ? (typeof a === "number" ? plain(b) : scalarDType(a.dtype, b)) : b.dtype;
+    const dt: DType = promoteTypes(dtA, dtB);
     const ta = typeof a === "number" ? Tensor.full([], a, { dtype: dt }) : a;
     const tb = typeof b === "number" ? Tensor.full([], b, { dtype: dt }) : b;
     const s1 = Tensor.broadcastShapes(call, this.shape, ta.shape);
@@ -537,14 +592,34 @@ export class Tensor {
     );
   }
 
+  /**
+   * The values as `dtype`: float → integer truncates toward zero (out of range is undefined, as in
+   * C), → bool is x != 0, → float16 / bfloat16 rounds to nearest even (inf and NaN kept), integer
+   * → narrower integer wraps. An unknown dtype is INVALID_VALUE.
+   */
   cast(dtype: DType): Tensor {
-    if (typeof dtype !== "string" || !DTYPES.includes(dtype)) invalid("Tensor.cast", `unknown dtype ${describeValue(dtype)}`);
-    if (dtype !== "float32" && dtype !== "int32") invalid("Tensor.cast", `unknown dtype ${String(dtype)}`);
+    if (!isDType(dtype)) invalid("Tensor.cast", `unknown dtype ${describeValue(dtype)} (dtypes: ${DTYPES.join(", ")})`);
     if (dtype === this.dtype) return this;
     return new Tensor(new LazyNode({ op: "cast" }, dtype, this.shape, [this.node]));
   }
+  /**
+   * The same bytes read as `dtype`, of the same element size (float32 ↔ int32, float16 ↔ bfloat16,
+   * int8 ↔ uint8); any other pair, bool included, is INVALID_VALUE.
+   */
+  bitcast(dtype: DType): Tensor {
+    const call = "Tensor.bitcast";
+    if (!isDType(dtype)) invalid(call, `unknown dtype ${describeValue(dtype)} (dtypes: ${DTYPES.join(", ")})`);
+    if (dtype === this.dtype) return this;
+    if (ITEMSIZE[dtype] !== ITEMSIZE[this.dtype]) invalid(call, `${this.dtype} is ${ITEMSIZE[this.dtype]} bytes an element, ${dtype} ${ITEMSIZE[dtype]}: a bitcast needs equal sizes`);
+    if (dtype === "bool" || this.dtype === "bool") invalid(call, `bool has no bitcast (${this.dtype} to ${dtype}): a byte other than 0 or 1 is no bool; use cast`);
+    return new Tensor(new LazyNode({ op: "bitcast" }, dtype, this.shape, [this.node]));
+  }
   float(): Tensor { return this.cast("float32"); }
   int(): Tensor { return this.cast("int32"); }
+  half(): Tensor { return this.cast("float16"); }
+  bfloat16(): Tensor { return this.cast("bfloat16"); }
+  long(): Tensor { return this.cast("int64"); }
+  bool(): Tensor { return this.cast("bool"); }
 
   /** Force this value into its own buffer (a kernel boundary). */
   contiguous(): Tensor {
@@ -790,7 +865,7 @@ export class Tensor {
 
   // ---- movement and construction built on views (cat, split, repeat, roll, tri, eye, indexing)
 
-  /** Join `tensors` along `dim` (equal shapes elsewhere; mixed dtypes promote to float32). */
+  /** Join `tensors` along `dim` (equal shapes elsewhere; mixed dtypes promote as dtype.ts says). */
   static cat(tensors: readonly Tensor[], dim = 0): Tensor {
     const call = "Tensor.cat";
     if (!Array.isArray(tensors) || !tensors.length) invalid(call, `tensors must be a non-empty array of Tensors, got ${describeValue(tensors)}`);
@@ -812,7 +887,7 @@ export class Tensor {
 
   /** cat of checked operands: each is padded to the whole extent and the pads are summed (one fused kernel). */
   static #catChecked(tensors: readonly Tensor[], d: number): Tensor {
-    const dt: DType = tensors.some((t) => t.dtype === "float32") ? "float32" : "int32";
+    const dt: DType = tensors.map((t) => t.dtype).reduce(promoteTypes);
     const ts = tensors.map((t) => t.cast(dt));
     if (ts.length === 1) return ts[0]!;
     const total = ts.reduce((p, t) => p + (t.shape[d] as number), 0);
@@ -990,10 +1065,10 @@ export class Tensor {
     if (this.dtype !== "int32") invalid(call, `needs an int32 tensor, got ${this.dtype}`);
     if (numClasses === -1) {
       if (!this.numel) invalid(call, "cannot infer the class count of an empty tensor; give numClasses");
-      numClasses = (this.max().toArray()[0]! | 0) + 1;
+      numClasses = (Number(this.max().toArray<HostArray>()[0]!) | 0) + 1;
     }
     if (!Number.isSafeInteger(numClasses) || numClasses < 0) invalid(call, `numClasses must be a non-negative integer or -1, got ${describeValue(numClasses)}`);
-    return this.unsqueeze(-1).cmpeq(Tensor.arange(numClasses, undefined, 1, { dtype: "int32" }));
+    return this.unsqueeze(-1).cmpeq(Tensor.arange(numClasses, undefined, 1, { dtype: "int32" })).cast("int32");
   }
 
   /** `value` where `mask` is non-zero, else this (broadcast). */
@@ -1026,6 +1101,56 @@ export class Tensor {
     return new Tensor(new LazyNode({ op: "gather", axis: d }, this.dtype, idx.shape, [x.node, idx.node]));
   }
 
+  /**
+   * A copy of this with `src` written at `index` along `dim` (torch and tinygrad scatter): for every
+   * position j of `index`, out[j with j[dim] replaced by index[j]] = src[j]. `index` is int32 with
+   * this tensor's rank, its shape at most this shape off `dim` and at most `src`'s shape (a number
+   * `src` is a constant). With `reduce` "add" or "multiply" the written values combine with what
+   * is there (several landing on one place all count); without it, where an index repeats along
+   * `dim` the last one writes (torch leaves that unspecified). Out-of-range indices write nothing.
+   * A composite: a one-hot match of the indices against the positions, reduced over `dim`.
+   */
+  scatter(dim: number, index: Tensor, src: Tensor | number, reduce?: "add" | "multiply"): Tensor {
+    const call = "Tensor.scatter";
+    const [d, idx] = this.#indexArgs(call, dim, index);
+    if (reduce !== undefined && reduce !== "add" && reduce !== "multiply") invalid(call, `reduce must be "add", "multiply" or undefined, got ${describeValue(reduce)}`);
+    if (idx.ndim !== this.ndim) invalid(call, `index has shape ${shapeStr(idx.shape)}, needs ${this.ndim} dims like ${shapeStr(this.shape)}`);
+    const S = this.shape, J = idx.shape;
+    if (![...S, ...J].every((x) => typeof x === "number")) invalid(call, `needs fixed shapes, got ${shapeStr(S)} and index ${shapeStr(J)}`);
+    const sn = S as readonly number[], jn = J as readonly number[];
+    jn.forEach((j, i) => { if (i !== d && j > sn[i]!) invalid(call, `index shape ${shapeStr(J)} exceeds ${shapeStr(S)} in dimension ${i}`); });
+    let v: Tensor;
+    if (typeof src === "number") v = Tensor.full(jn, src, { dtype: this.dtype });
+    else {
+      v = tensorArg(call, "src", src);
+      if (v.ndim !== this.ndim) invalid(call, `src has shape ${shapeStr(v.shape)}, needs ${this.ndim} dims like ${shapeStr(S)}`);
+      v.shape.forEach((x, i) => { if (typeof x !== "number" || x < jn[i]!) invalid(call, `index shape ${shapeStr(J)} exceeds src ${shapeStr(v.shape)} in dimension ${i}`); });
+      v = v.shrink(jn.map((j) => [0, j] as const)).cast(this.dtype);
+    }
+    const n = sn[d]!, jd = jn[d]!;
+    if (n === 0 || jn.some((j) => j === 0)) return this.add(0);
+    // dim last: index and src as [...others, jd]; the match m[..., j, p] = index[..., j] == p
+    const perm = [...S.keys()].filter((i) => i !== d).concat(d);
+    const inv = perm.map((_, i) => perm.indexOf(i));
+    const vp = v.permute(perm).unsqueeze(-1);
+    const m = idx.permute(perm).unsqueeze(-1).cmpeq(Tensor.arange(n, undefined, 1, { dtype: "int32" }));
+    let val: Tensor;
+    if (reduce === "add") val = m.where(vp, 0).sum(-2);
+    else if (reduce === "multiply") val = m.where(vp, 1).prod(-2);
+    else {
+      const j = Tensor.arange(jd, undefined, 1, { dtype: "int32" }).unsqueeze(-1);
+      const last = m.where(j, -1).max(-2); // the last j landing on each place, -1 where none does
+      val = j.cmpeq(last.unsqueeze(-2)).where(vp, 0).sum(-2);
+    }
+    const pads = sn.map((x, i) => (i === d ? null : ([0, x - jn[i]!] as const)));
+    const back = (t: Tensor): Tensor => t.permute(inv).pad(pads);
+    const hit = back(m.any(-2));
+    val = back(val.cast(this.dtype));
+    if (reduce === "add") return this.add(val).cast(this.dtype);
+    if (reduce === "multiply") return hit.where(this.mul(val), this).cast(this.dtype);
+    return hit.where(val, this).cast(this.dtype);
+  }
+
   /** The slices at 1-D int32 `index` along `dim` (torch's index_select); out-of-range indices give 0. */
   indexSelect(dim: number, index: Tensor): Tensor {
     const call = "Tensor.indexSelect";
@@ -1051,9 +1176,11 @@ export class Tensor {
     boolArg(call, "keepdim", keepdim);
     const axes = this.#axes(call, axis);
     const kshape = this.shape.map((d, i) => (axes.includes(i) ? 1 : d));
-    let r: Tensor = this;
+    // sums and products of bool, int8 and uint8 count in int32 (dtype.ts)
+    const src: Tensor = (fn === "sum" || fn === "prod") && ITEMSIZE[this.dtype] === 1 ? this.cast("int32") : this;
+    let r: Tensor = src;
     if (axes.length && axes.some((a) => this.shape[a] !== 1))
-      r = new Tensor(new LazyNode({ op: "reduce", fn, axes }, this.dtype, kshape, [this.node]));
+      r = new Tensor(new LazyNode({ op: "reduce", fn, axes }, src.dtype, kshape, [src.node]));
     return keepdim ? r : r.reshape(this.shape.filter((_, i) => !axes.includes(i)));
   }
 
@@ -1071,7 +1198,7 @@ export class Tensor {
     boolArg("Tensor.mean", "keepdim", keepdim);
     const axes = this.#axes("Tensor.mean", axis);
     const dims = axes.map((a) => this.shape[a]!);
-    const s = this.float().sum(axes, keepdim);
+    const s = (isFloat(this.dtype) ? this : this.float()).sum(axes, keepdim);
     if (dims.every((d) => typeof d === "number")) {
       const n = dims.reduce<number>((p, q) => p * (q as number), 1);
       return s.mul(1 / n);
@@ -1079,7 +1206,7 @@ export class Tensor {
     return s.div(Tensor.fromDims(dims, "float32"));
   }
 
-  // ---- more reductions and scans (tinygrad's semantics; argmax/argmin, any/all give int32) ------
+  // ---- more reductions and scans (tinygrad's semantics; argmax/argmin give int32, any/all bool) --
   // NaN: argmax/argmin give the first NaN's index (numpy); sum, prod, var, logsumexp propagate it;
   // max, min, cummax and topk do not define where a NaN goes (a NaN loses to a later number).
 
@@ -1087,13 +1214,13 @@ export class Tensor {
   prod(axis?: number | readonly number[], keepdim = false): Tensor {
     return this.#reduce("prod", axis, keepdim, "Tensor.prod");
   }
-  /** int32 1 where any element over `axis` is non-zero (NaN counts), else 0; empty gives 0. */
+  /** bool: true where any element over `axis` is non-zero (NaN counts); empty gives false. */
   any(axis?: number | readonly number[], keepdim = false): Tensor {
-    return this.cmpne(0).#reduce("max", axis, keepdim, "Tensor.any").maximum(0);
+    return this.cmpne(0).#reduce("max", axis, keepdim, "Tensor.any");
   }
-  /** int32 1 where every element over `axis` is non-zero (NaN counts), else 0; empty gives 1. */
+  /** bool: true where every element over `axis` is non-zero (NaN counts); empty gives true. */
   all(axis?: number | readonly number[], keepdim = false): Tensor {
-    return this.cmpne(0).#reduce("min", axis, keepdim, "Tensor.all").minimum(1);
+    return this.cmpne(0).#reduce("min", axis, keepdim, "Tensor.all");
   }
 
   /** The first index along `d` where int32 `mask` is non-zero (n-1 - the largest reversed index; n-1 if none). */
@@ -1123,7 +1250,7 @@ export class Tensor {
     }
     const [d, n] = this.#extAxis(call, axis);
     let mask = this.cmpeq(isMax ? this.max(d, true) : this.min(d, true));
-    if (this.dtype === "float32") {
+    if (isFloat(this.dtype)) {
       const nan = this.isnan();
       mask = nan.max(d, true).where(nan, mask);
     }
@@ -1162,8 +1289,8 @@ export class Tensor {
     const n = this.shape[d]!;
     if (typeof n !== "number") invalid(call, `cannot scan variable dimension ${d} of ${shapeStr(this.shape)}`);
     if (n <= 1 || this.numel === 0) return this;
-    const f = this.dtype === "float32";
-    const ident = fn === "sum" ? 0 : fn === "prod" ? 1 : f ? -Infinity : -2147483648;
+    const f = isFloat(this.dtype);
+    const ident = fn === "sum" ? 0 : fn === "prod" ? 1 : f ? -Infinity : (INT_RANGE[this.dtype]?.[0] ?? 0);
     const last = this.ndim - 1;
     const x = d === last ? this : this.transpose(d, last);
     const r = Tensor.#scanLast(x, fn, ident);
@@ -1249,8 +1376,9 @@ export class Tensor {
     if (!Number.isSafeInteger(k) || k < 0 || k > n) invalid(call, `k must be an integer in [0, ${n}], got ${describeValue(k)}`);
     const sel = this.shape.map((_, i) => (i === d ? [0, 0] as const : null));
     if (k === 0) return [this.shrink(sel), this.shrink(sel).cast("int32").mul(0)];
-    const f = this.dtype === "float32";
-    const fill = largest ? (f ? -Infinity : -2147483648) : f ? Infinity : 2147483647;
+    const f = isFloat(this.dtype);
+    const range = INT_RANGE[this.dtype] ?? [0, 0];
+    const fill = largest ? (f ? -Infinity : range[0]) : f ? Infinity : range[1];
     const ar = Tensor.arange(n, undefined, 1, { dtype: "int32" }).reshape([n, ...this.shape.slice(d + 1).map(() => 1)]);
     let taken = Tensor.full([], 0, { dtype: "int32" });
     const vals: Tensor[] = [], idxs: Tensor[] = [];

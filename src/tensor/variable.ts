@@ -2,6 +2,7 @@
 // length, a batch size). Buffers are laid out for `max`; the value travels to kernels as an i32
 // argument, so a new value never recompiles.
 import { invalid } from "../errors";
+import { INSPECT } from "../inspect";
 
 export class Variable {
   readonly name: string;
@@ -45,6 +46,11 @@ export class Variable {
 
   toString(): string {
     return `${this.name}[${this.min}..${this.max}]`;
+  }
+
+  /** "Variable(T in [1, 128], bound to 5)" (or "unbound"). */
+  [INSPECT](): string {
+    return `Variable(${this.name} in [${this.min}, ${this.max}], ${this.#value === undefined ? "unbound" : `bound to ${this.#value}`})`;
   }
 }
 

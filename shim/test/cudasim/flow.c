@@ -150,6 +150,47 @@ int main(void) {
     printf("after unload: %s\n", runlog);
     OK(bg_graph_exec_destroy(cx)); OK(bg_graph_destroy(cg));
   }
+  { // stream-ordered allocation and pools through the backend (cuMemPool*, cuMemAllocAsync)
+    void *pool = NULL, *dpool = NULL, *dpool2 = NULL;
+    OK(bg_mempool_create(dev, ~0ull, &pool));
+    OK(bg_mempool_default(dev, &dpool)); OK(bg_mempool_default(dev, &dpool2));
+    printf("default pool handle stable %d\n", dpool == dpool2 && dpool != pool);
+    bg_devptr p1 = 0, p2 = 0, p3 = 0;
+    OK(bg_launch(kslow, s1, 1, 1, 1, 1, 1, 1, 0, NULL, 0));
+    OK(bg_mem_alloc_async(s1, pool, 1000, &p1)); OK(bg_mem_free_async(s1, p1));
+    OK(bg_mem_alloc_async(s1, pool, 1000, &p2));
+    void* s4; OK(bg_stream_create(dev, BG_STREAM_NON_BLOCKING, 0, &s4));
+    OK(bg_mem_alloc_async(s4, pool, 1000, &p3));
+    printf("pool reuse same stream %d other stream while busy %d\n", p2 == p1, p3 == p1);
+    uint64_t st[4]; OK(bg_mempool_stats(pool, &st[0], &st[1], &st[2], &st[3]));
+    printf("pool stats %llu %llu %llu %llu\n", (unsigned long long)st[0], (unsigned long long)st[1], (unsigned long long)st[2], (unsigned long long)st[3]);
+    OK(bg_mem_free_async(s1, p2)); OK(bg_mem_free_async(s4, p3));
+    EXPECT(bg_mem_free_async(s4, p3), BG_ERR_INVALID_VALUE);
+    OK(bg_stream_synchronize(s1)); OK(bg_stream_synchronize(s4));
+    OK(bg_mempool_reset_peak(pool)); OK(bg_mempool_trim(pool, 1024));
+    OK(bg_mempool_stats(pool, &st[0], &st[1], &st[2], &st[3]));
+    printf("pool after trim %llu %llu %llu %llu\n", (unsigned long long)st[0], (unsigned long long)st[1], (unsigned long long)st[2], (unsigned long long)st[3]);
+    OK(bg_mempool_set_threshold(pool, 0)); OK(bg_stream_synchronize(s1));
+    OK(bg_mempool_stats(pool, &st[0], NULL, NULL, NULL)); printf("pool after sync %llu\n", (unsigned long long)st[0]);
+    EXPECT(bg_mempool_destroy(dpool), BG_ERR_INVALID_VALUE);
+    EXPECT(bg_mem_alloc_async(s1, NULL, 0, &p1), BG_ERR_INVALID_VALUE);
+    // in a capture: a memory allocation node and a free node, the same address every replay
+    bg_devptr gp = 0;
+    OK(bg_stream_begin_capture(s4, BG_CAPTURE_MODE_GLOBAL));
+    OK(bg_mem_alloc_async(s4, NULL, 256, &gp));
+    OK(bg_memset_async(s4, gp, 0x05050505u, 4, 64));
+    unsigned got[64] = {0};
+    OK(bg_memcpy_dtoh_async(s4, got, gp, 256));
+    OK(bg_mem_free_async(s4, gp));
+    void* mg; OK(bg_stream_end_capture(s4, &mg));
+    uint32_t mn = 0, mk = 0; OK(bg_graph_node_count(mg, &mn, &mk)); printf("memory graph nodes %u kernel %u\n", mn, mk);
+    void* mx; OK(bg_graph_instantiate(mg, &mx)); OK(bg_graph_destroy(mg));
+    for (int r = 0; r < 3; r++) { got[63] = 0; OK(bg_graph_launch(mx, s4)); OK(bg_stream_synchronize(s4)); CHECK(got[63] == 0x05050505u); }
+    printf("memory graph replayed %x\n", got[63]);
+    OK(bg_graph_exec_destroy(mx));
+    OK(bg_mempool_destroy(pool));
+    OK(bg_stream_destroy(s4));
+  }
   OK(bg_event_destroy(e1)); OK(bg_event_destroy(e2));
   OK(bg_stream_destroy(s2)); void* s3; OK(bg_stream_create(dev, 0, 0, &s3)); OK(bg_stream_begin_capture(s3, BG_CAPTURE_MODE_RELAXED)); OK(bg_launch(ka, s3, 1, 1, 1, 1, 1, 1, 0, args, 4)); OK(bg_stream_destroy(s3)); // destroy while capturing
   OK(bg_stream_synchronize(s1)); OK(bg_stream_destroy(s1));

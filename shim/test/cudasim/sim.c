@@ -67,8 +67,23 @@
  * that code, so the backend's error messages say what rule was broken. CUDASIM_VERBOSE=1 prints
  * each failure on stderr.
  *
+ *  - Memory pools and stream-ordered allocation (cuDeviceGetDefaultMemPool, cuMemPoolCreate /
+ *    Destroy / SetAttribute / GetAttribute / TrimTo, cuMemAllocAsync, cuMemAllocFromPoolAsync,
+ *    cuMemFreeAsync): a block freed on stream S is handed out again to S at once, to another
+ *    stream T only once S has completed the work before the free, or once T waits on an event
+ *    recorded on S after the free (the driver's default reuse policies); otherwise fresh memory is
+ *    taken. Stats (reserved / used current and high, the highs reset by setting 0), the release
+ *    threshold applied at cuStreamSynchronize, cuEventSynchronize and cuCtxSynchronize, and
+ *    cuMemPoolTrimTo release only blocks whose free has completed. Sizes round up to 256 bytes
+ *    (the driver's granularity is coarser). In a capture, cuMemAllocAsync adds a memory
+ *    allocation node (type 10) whose memory is reserved at once, at a fixed address, for as long
+ *    as the graph or an exec of it lives; cuMemFreeAsync adds a free node (type 11); a free node
+ *    of memory allocated outside the graph returns it to its pool when it runs. Errors: 1 for a
+ *    NULL out-pointer, 0 bytes, an unknown or already freed pointer, a bad attribute or value,
+ *    bad pool properties, destroying the default pool; 400 for a pool handle that is not live.
  * What it does not model: more than one device or context, per-thread default streams, real
- * timing or concurrency limits, memory pools and virtual memory, textures, cooperative launches,
+ * timing or concurrency limits, virtual memory management, cuMemFree of pool memory, the
+ * one-instantiation limit of graphs with memory nodes, textures, cooperative launches,
  * child-graph nodes (a graph launch during capture is refused with 900), fatbins (200), device
  * side faults that do not fault on the host (a small overrun stays silent), and most
  * of the API beyond what bungpu uses. CUDASIM_DRIVER_VERSION (default 13000) sets the reported
@@ -242,6 +257,8 @@ struct CUstream_st {
   size_t ncdeps, capcdeps;
   gnode** info; /* what cuStreamGetCaptureInfo last returned */
   size_t ninfo;
+  dep* seen; /* per other stream, the latest point this stream waited for (event waits) */
+  size_t nseen;
   struct CUstream_st* next_all;
 };
 
@@ -295,10 +312,12 @@ struct CUgraphNode_st {
   size_t tag; /* scratch for instantiation */
 };
 
+struct gmem;
 struct CUgraph_st {
   unsigned magic;
   gnode** nodes;
   size_t n, cap;
+  struct gmem* gm; /* memory of its allocation nodes (shared with its execs) */
 };
 
 struct enode { /* a node of an instantiated graph */
@@ -312,6 +331,7 @@ struct CUgraphExec_st {
   size_t n;
   struct CUstream_st* last_s; /* the previous launch: the next one is ordered after it */
   uint64_t last_seq;
+  struct gmem* gm;
 };
 
 typedef struct capture {
@@ -344,7 +364,7 @@ static _Thread_local int t_in_host_fn;
 static _Thread_local unsigned t_trap;
 
 /* ---- memory registry ------------------------------------------------------------------------- */
-enum { MEM_DEVICE = 1, MEM_PINNED = 2, MEM_REGISTERED = 3 };
+enum { MEM_DEVICE = 1, MEM_PINNED = 2, MEM_REGISTERED = 3, MEM_POOL = 4 /* pools and graph memory */ };
 typedef struct region { uintptr_t base; size_t size; int kind; unsigned flags; } region;
 static region* g_regions;
 static size_t g_nregions, g_capregions;
@@ -381,7 +401,7 @@ static int device_range(CUdeviceptr p, size_t n) {
 
 static int is_pinned_host(const void* p) {
   region* r = find_region((uintptr_t)p);
-  return r && r->kind != MEM_DEVICE;
+  return r && (r->kind == MEM_PINNED || r->kind == MEM_REGISTERED);
 }
 
 /* ---- kernels by name ----------------------------------------------------------------------- */
@@ -636,6 +656,8 @@ static void wait_value(uint32_t* addr, uint32_t v, unsigned flags) {
   }
 }
 
+static void pool_free_from_graph(uintptr_t p); /* G held */
+
 static void run_node(const gnode* n) {
   switch (n->type) {
     case 0: run_kernel(&n->k); break;
@@ -644,6 +666,12 @@ static void run_node(const gnode* n) {
     case 3:
       pthread_mutex_lock(&G);
       run_host_fn_locked(n->fn, n->user);
+      pthread_mutex_unlock(&G);
+      break;
+    case 10: break; /* memory allocation node: the memory is the graph's, reserved already */
+    case 11: /* memory free node: memory from a pool goes back to it; the graph's stays */
+      pthread_mutex_lock(&G);
+      pool_free_from_graph((uintptr_t)n->dst);
       pthread_mutex_unlock(&G);
       break;
     case 12:
@@ -807,6 +835,152 @@ static int start_worker(struct CUstream_st* s) {
   int rc = pthread_create(&s->th, &a, stream_worker, s);
   pthread_attr_destroy(&a);
   return rc == 0;
+}
+
+/* ---- memory pools (G held) --------------------------------------------------------------------
+ * Blocks of every pool in one list. A free block remembers the stream and the point (sequence)
+ * of its free; fs NULL: free with nothing pending (reusable by anyone). */
+#define MAGIC_POOL 0x504f4f31u
+#define POOL_GRAIN 256u
+typedef struct pblock {
+  uintptr_t addr;
+  size_t size;
+  struct CUmemPoolHandle_st* pool;
+  int in_use;
+  struct CUstream_st* fs;
+  uint64_t fseq;
+  struct pblock* next;
+} pblock;
+
+struct CUmemPoolHandle_st {
+  unsigned magic;
+  int dead; /* destroyed with blocks still out: gone with the last of them */
+  uint64_t threshold;
+  uint64_t reserved, used, reserved_high, used_high;
+  uint64_t live;
+  struct CUmemPoolHandle_st* next;
+};
+
+static struct CUmemPoolHandle_st g_default_pool = {MAGIC_POOL, 0, 0, 0, 0, 0, 0, 0, NULL};
+static struct CUmemPoolHandle_st* g_pools = &g_default_pool;
+static pblock* g_pblocks;
+
+/* Graph memory: the blocks of a graph's allocation nodes, shared by the graph and its execs. */
+struct gmem {
+  int refs;
+  struct gblock { uintptr_t addr; size_t size; int freed; } * v;
+  size_t n, cap;
+};
+
+static void gmem_ref(struct gmem* m) { m->refs++; }
+
+static void gmem_unref(struct gmem* m) {
+  if (!m || --m->refs > 0) return;
+  for (size_t i = 0; i < m->n; i++) {
+    region* r = find_region(m->v[i].addr);
+    if (r && r->base == m->v[i].addr) remove_region(r);
+    g_used -= m->v[i].size;
+    free((void*)m->v[i].addr);
+  }
+  free(m->v);
+  free(m);
+}
+
+static struct gblock* gmem_find(struct gmem* m, uintptr_t p) {
+  for (size_t i = 0; m && i < m->n; i++)
+    if (m->v[i].addr == p) return &m->v[i];
+  return NULL;
+}
+
+/* The latest point of `of` that stream s has waited for through an event. */
+static void note_seen(struct CUstream_st* s, struct CUstream_st* of, uint64_t seq) {
+  for (size_t i = 0; i < s->nseen; i++)
+    if (s->seen[i].s == of) {
+      if (s->seen[i].seq < seq) s->seen[i].seq = seq;
+      return;
+    }
+  dep* d = realloc(s->seen, (s->nseen + 1) * sizeof *d);
+  if (!d) return; /* only a missed chance of reuse */
+  s->seen = d;
+  s->seen[s->nseen++] = (dep){of, seq};
+}
+
+/* May stream t (NULL: nobody in particular) have free block b now? */
+static int block_ready(const pblock* b, const struct CUstream_st* t) {
+  if (!b->fs || b->fs == t || b->fs->completed >= b->fseq) return 1;
+  for (size_t i = 0; t && i < t->nseen; i++)
+    if (t->seen[i].s == b->fs && t->seen[i].seq >= b->fseq) return 1;
+  return 0;
+}
+
+static void pool_note(struct CUmemPoolHandle_st* p, int64_t reserved, int64_t used) {
+  p->reserved += (uint64_t)reserved;
+  p->used += (uint64_t)used;
+  if (p->reserved > p->reserved_high) p->reserved_high = p->reserved;
+  if (p->used > p->used_high) p->used_high = p->used;
+}
+
+static void pool_unlink_free(struct CUmemPoolHandle_st* p) {
+  for (struct CUmemPoolHandle_st** q = &g_pools; *q; q = &(*q)->next)
+    if (*q == p) {
+      *q = p->next;
+      break;
+    }
+  p->magic = MAGIC_DEAD;
+  if (p != &g_default_pool) free(p);
+}
+
+/* Give a block's memory back (b unlinked from g_pblocks by the caller's loop). */
+static void block_release(pblock* b) {
+  region* r = find_region(b->addr);
+  if (r && r->base == b->addr) remove_region(r);
+  g_used -= b->size;
+  pool_note(b->pool, -(int64_t)b->size, 0);
+  free((void*)b->addr);
+  free(b);
+}
+
+/* Release reusable free blocks of p, largest first, while it holds more than `keep`. */
+static void pool_shrink(struct CUmemPoolHandle_st* p, uint64_t keep) {
+  while (p->reserved > keep) {
+    pblock** best = NULL;
+    for (pblock** q = &g_pblocks; *q; q = &(*q)->next) {
+      pblock* b = *q;
+      if (b->pool == p && !b->in_use && block_ready(b, NULL) && (!best || b->size > (*best)->size)) best = q;
+    }
+    if (!best) return;
+    pblock* b = *best;
+    *best = b->next;
+    block_release(b);
+  }
+}
+
+/* At a synchronize: every pool above its release threshold gives memory back. */
+static void pools_release_locked(void) {
+  for (struct CUmemPoolHandle_st *p = g_pools, *next; p; p = next) {
+    next = p->next;
+    if (p->reserved > p->threshold) pool_shrink(p, p->threshold);
+    if (p->dead && !p->live && !p->reserved) pool_unlink_free(p);
+  }
+}
+
+/* A block goes back to its pool, freed at point `seq` of stream s (s NULL: nothing pending). */
+static void block_free(pblock* b, struct CUstream_st* s, uint64_t seq) {
+  struct CUmemPoolHandle_st* p = b->pool;
+  b->in_use = 0;
+  b->fs = s;
+  b->fseq = seq;
+  pool_note(p, 0, -(int64_t)b->size);
+  p->live--; /* a destroyed pool's blocks go at the next synchronize (its threshold is 0) */
+}
+
+static void pool_free_from_graph(uintptr_t p) {
+  for (pblock** q = &g_pblocks; *q; q = &(*q)->next)
+    if ((*q)->addr == p && (*q)->in_use) {
+      block_free(*q, NULL, 0);
+      pthread_cond_broadcast(&GCV);
+      return;
+    }
 }
 
 /* ---- entry checks (G held) ------------------------------------------------------------------- */
@@ -1116,6 +1290,7 @@ EXPORT CUresult cuDeviceGetAttribute(int* pi, bgcu_enum attr, bgcu_device d) {
     case 82: v = 65536; break;         /* registers per multiprocessor */
     case 83: v = 1; break;             /* managed memory */
     case 97: v = 232448; break;        /* max shared per block, opt-in */
+    case 115: v = 1; break;            /* memory pools supported */
     case 123: v = 1; break;            /* stream wait value NOR */
     default: v = 0; break;
   }
@@ -1208,6 +1383,7 @@ EXPORT CUresult cuCtxSynchronize(void) {
     RETURN(failf(E_CAP_UNSUPPORTED, "cuCtxSynchronize while a stream of the context is capturing"));
   }
   wait_all();
+  pools_release_locked();
   RETURN(g_ctx.sticky ? failf(g_ctx.sticky, "%s", g_ctx.sticky_msg) : SUCCESS);
 }
 
@@ -1288,7 +1464,7 @@ EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* pd, void* p, unsigned 
   ENTER();
   if (!pd || flags != 0) RETURN(failf(E_INVALID_VALUE, "flags must be 0"));
   region* r = find_region((uintptr_t)p);
-  if (!r || r->kind == MEM_DEVICE) RETURN(failf(E_INVALID_VALUE, "%p is not pinned host memory", p));
+  if (!r || r->kind == MEM_DEVICE || r->kind == MEM_POOL) RETURN(failf(E_INVALID_VALUE, "%p is not pinned host memory", p));
   *pd = (CUdeviceptr)(uintptr_t)p; /* unified addressing: the same address */
   RETURN(SUCCESS);
 }
@@ -1580,6 +1756,7 @@ EXPORT CUresult cuStreamSynchronize(bgcu_stream h) {
     }
     wait_seq(s, s->submitted);
   }
+  pools_release_locked();
   RETURN(g_ctx.sticky ? failf(g_ctx.sticky, "%s", g_ctx.sticky_msg) : SUCCESS);
 }
 
@@ -1663,6 +1840,7 @@ EXPORT CUresult cuStreamWaitEvent(bgcu_stream h, bgcu_event he, unsigned int fla
   }
   if (s->legacy && (rc = legacy_use("cuStreamWaitEvent(legacy stream)"))) RETURN(rc);
   if (!e->recorded || e->cap) RETURN(SUCCESS); /* nothing to wait for */
+  note_seen(s, e->s, e->seq);
   op* o = new_op(OP_NOP);
   if (!o || !add_dep(o, e->s, e->seq)) {
     if (o) free_op(o);
@@ -1809,6 +1987,7 @@ EXPORT CUresult cuEventSynchronize(bgcu_event he) {
     while (e->done_gen < gen && !g_ctx.sticky) pthread_cond_wait(&GCV, &G);
     event_unref_locked(e);
   }
+  pools_release_locked();
   RETURN(g_ctx.sticky ? failf(g_ctx.sticky, "%s", g_ctx.sticky_msg) : SUCCESS);
 }
 
@@ -2404,8 +2583,12 @@ static void node_free(gnode* n) {
   free(n);
 }
 
+static void gmem_unref(struct gmem* m);
+static void gmem_ref(struct gmem* m);
+
 static void graph_free(struct CUgraph_st* g) {
   if (!g) return;
+  gmem_unref(g->gm);
   for (size_t i = 0; i < g->n; i++) node_free(g->nodes[i]);
   free(g->nodes);
   g->magic = MAGIC_DEAD;
@@ -2642,6 +2825,8 @@ EXPORT CUresult cuGraphInstantiateWithFlags(bgcu_graph_exec* px, bgcu_graph g, u
   x->magic = MAGIC_EXEC;
   x->nodes = nodes;
   x->n = g->n;
+  x->gm = g->gm;
+  if (x->gm) gmem_ref(x->gm);
   *px = x;
   RETURN(SUCCESS);
 }
@@ -2651,6 +2836,7 @@ EXPORT CUresult cuGraphExecDestroy(bgcu_graph_exec x) {
   EXEC(x);
   for (size_t i = 0; i < x->n; i++) free_kparams(&x->nodes[i].node.k);
   free(x->nodes);
+  gmem_unref(x->gm);
   x->magic = MAGIC_DEAD;
   free(x);
   RETURN(SUCCESS);
@@ -2860,6 +3046,203 @@ EXPORT CUresult cuGraphAddEventWaitNode(bgcu_graph_node* out, bgcu_graph g, cons
   (void)e;
   if (!out) RETURN(E_INVALID_VALUE);
   RETURN(add_node(out, g, deps, nd, new_node(6)));
+}
+
+/* ---- memory pools and stream-ordered allocation ------------------------------------------------ */
+#define POOL(p)                                                                                    \
+  if (!(p) || (p)->magic != MAGIC_POOL) RETURN(failf(E_INVALID_HANDLE, "not a live memory pool"))
+
+EXPORT CUresult cuDeviceGetDefaultMemPool(bgcu_mempool* pool, bgcu_device d) {
+  ENTER();
+  if (!pool) RETURN(failf(E_INVALID_VALUE, "NULL pool out-pointer"));
+  if (d != 0) RETURN(failf(E_INVALID_DEVICE, "device %d", d));
+  *pool = &g_default_pool;
+  RETURN(SUCCESS);
+}
+
+EXPORT CUresult cuMemPoolCreate(bgcu_mempool* pool, const bgcu_mempool_props* props) {
+  ENTER();
+  if (!pool || !props) RETURN(failf(E_INVALID_VALUE, "NULL pool or props"));
+  if (props->allocType != BGCU_MEM_ALLOCATION_TYPE_PINNED)
+    RETURN(failf(E_INVALID_VALUE, "allocType %u (must be CU_MEM_ALLOCATION_TYPE_PINNED)", props->allocType));
+  if (props->location.type != BGCU_MEM_LOCATION_TYPE_DEVICE || props->location.id != 0)
+    RETURN(failf(E_INVALID_VALUE, "location (%u, %d): cudasim has device 0 only", props->location.type, props->location.id));
+  if (props->handleTypes != BGCU_MEM_HANDLE_TYPE_NONE)
+    RETURN(failf(E_NOT_SUPPORTED, "cudasim does not model exportable pools"));
+  for (size_t i = 0; i < sizeof props->reserved; i++)
+    if (props->reserved[i]) RETURN(failf(E_INVALID_VALUE, "reserved bytes of CUmemPoolProps must be 0"));
+  struct CUmemPoolHandle_st* p = calloc(1, sizeof *p);
+  if (!p) RETURN(failf(E_OUT_OF_MEMORY, "out of host memory"));
+  p->magic = MAGIC_POOL;
+  p->next = g_pools;
+  g_pools = p;
+  *pool = p;
+  RETURN(SUCCESS);
+}
+
+EXPORT CUresult cuMemPoolDestroy(bgcu_mempool p) {
+  ENTER();
+  POOL(p);
+  if (p == &g_default_pool) RETURN(failf(E_INVALID_VALUE, "the device's default pool cannot be destroyed"));
+  /* "If any pointers obtained from this pool haven't been freed or the pool has free operations
+   * that haven't completed, the function returns immediately and the resources are released once
+   * there are no more outstanding allocations." */
+  p->magic = MAGIC_DEAD;
+  p->dead = 1;
+  p->threshold = 0;
+  pool_shrink(p, 0);
+  if (!p->live && !p->reserved) pool_unlink_free(p);
+  RETURN(SUCCESS);
+}
+
+EXPORT CUresult cuMemPoolSetAttribute(bgcu_mempool p, bgcu_enum attr, void* value) {
+  ENTER();
+  POOL(p);
+  if (!value) RETURN(failf(E_INVALID_VALUE, "NULL value"));
+  uint64_t v = *(uint64_t*)value;
+  switch (attr) {
+    case BGCU_MEMPOOL_ATTR_RELEASE_THRESHOLD: p->threshold = v; RETURN(SUCCESS);
+    case BGCU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+      if (v) RETURN(failf(E_INVALID_VALUE, "CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH can only be reset to 0"));
+      p->reserved_high = p->reserved;
+      RETURN(SUCCESS);
+    case BGCU_MEMPOOL_ATTR_USED_MEM_HIGH:
+      if (v) RETURN(failf(E_INVALID_VALUE, "CU_MEMPOOL_ATTR_USED_MEM_HIGH can only be reset to 0"));
+      p->used_high = p->used;
+      RETURN(SUCCESS);
+    case BGCU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+    case BGCU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+      RETURN(failf(E_INVALID_VALUE, "attribute %u is read-only", attr));
+    case 1: case 2: case 3:
+      RETURN(failf(E_NOT_SUPPORTED, "cudasim does not model the reuse-policy attributes (%u)", attr));
+    default: RETURN(failf(E_INVALID_VALUE, "unknown pool attribute %u", attr));
+  }
+}
+
+EXPORT CUresult cuMemPoolGetAttribute(bgcu_mempool p, bgcu_enum attr, void* value) {
+  ENTER();
+  POOL(p);
+  if (!value) RETURN(failf(E_INVALID_VALUE, "NULL value"));
+  uint64_t* out = value;
+  switch (attr) {
+    case BGCU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *out = p->threshold; break;
+    case BGCU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *out = p->reserved; break;
+    case BGCU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: *out = p->reserved_high; break;
+    case BGCU_MEMPOOL_ATTR_USED_MEM_CURRENT: *out = p->used; break;
+    case BGCU_MEMPOOL_ATTR_USED_MEM_HIGH: *out = p->used_high; break;
+    case 1: case 2: case 3: *(int*)value = 1; break; /* the reuse policies: all on */
+    default: RETURN(failf(E_INVALID_VALUE, "unknown pool attribute %u", attr));
+  }
+  RETURN(SUCCESS);
+}
+
+EXPORT CUresult cuMemPoolTrimTo(bgcu_mempool p, size_t keep) {
+  ENTER();
+  POOL(p);
+  pool_shrink(p, keep);
+  RETURN(SUCCESS);
+}
+
+static CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, struct CUmemPoolHandle_st* p, bgcu_stream h, const char* call) {
+  if (!dptr) return failf(E_INVALID_VALUE, "%s: NULL dptr", call);
+  *dptr = 0;
+  if (bytes == 0) return failf(E_INVALID_VALUE, "%s of 0 bytes", call);
+  CUresult rc;
+  struct CUstream_st* s = stream_of(h, &rc);
+  if (!s) return rc;
+  if ((rc = stream_use(s, call))) return rc;
+  size_t size = (bytes + POOL_GRAIN - 1) & ~(size_t)(POOL_GRAIN - 1);
+  if (size < bytes || size > g_total - g_used) return failf(E_OUT_OF_MEMORY, "%s: %zu bytes: the device has %zu free", call, bytes, g_total - g_used);
+  if (s->cap) { /* a memory allocation node: the graph's memory, at a fixed address */
+    struct CUgraph_st* g = s->cap->g;
+    if (!g->gm && !(g->gm = calloc(1, sizeof *g->gm))) return failf(E_OUT_OF_MEMORY, "out of host memory");
+    if (!g->gm->refs) g->gm->refs = 1;
+    struct gmem* m = g->gm;
+    if (m->n == m->cap) {
+      size_t nc = m->cap ? 2 * m->cap : 8;
+      struct gblock* v = realloc(m->v, nc * sizeof *v);
+      if (!v) return failf(E_OUT_OF_MEMORY, "out of host memory");
+      m->v = v;
+      m->cap = nc;
+    }
+    void* mem = aligned_alloc(POOL_GRAIN, size);
+    if (!mem || !add_region((uintptr_t)mem, bytes, MEM_POOL, 0)) {
+      free(mem);
+      return failf(E_OUT_OF_MEMORY, "%s: out of host memory", call);
+    }
+    g_used += size;
+    m->v[m->n++] = (struct gblock){(uintptr_t)mem, size, 0};
+    gnode* nd = new_node(10);
+    if (nd) {
+      nd->dst = mem;
+      nd->n = bytes;
+    }
+    if ((rc = capture_node(s, nd))) return rc;
+    *dptr = (CUdeviceptr)(uintptr_t)mem;
+    return SUCCESS;
+  }
+  pblock* best = NULL;
+  for (pblock* b = g_pblocks; b; b = b->next)
+    if (b->pool == p && !b->in_use && b->size >= size && (!best || b->size < best->size) && block_ready(b, s)) best = b;
+  if (!best) {
+    void* mem = aligned_alloc(POOL_GRAIN, size);
+    best = calloc(1, sizeof *best);
+    if (!mem || !best || !add_region((uintptr_t)mem, size, MEM_POOL, 0)) {
+      free(mem);
+      free(best);
+      return failf(E_OUT_OF_MEMORY, "%s: out of host memory", call);
+    }
+    if (g_poison) memset(mem, 0xff, size);
+    g_used += size;
+    best->addr = (uintptr_t)mem;
+    best->size = size;
+    best->pool = p;
+    best->next = g_pblocks;
+    g_pblocks = best;
+    pool_note(p, (int64_t)size, 0);
+  }
+  best->in_use = 1;
+  best->fs = NULL;
+  p->live++;
+  pool_note(p, 0, (int64_t)best->size);
+  *dptr = (CUdeviceptr)best->addr;
+  return SUCCESS;
+}
+
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, bgcu_stream h) {
+  ENTER();
+  RETURN(alloc_async(dptr, bytes, &g_default_pool, h, "cuMemAllocAsync"));
+}
+
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, bgcu_mempool p, bgcu_stream h) {
+  ENTER();
+  POOL(p);
+  RETURN(alloc_async(dptr, bytes, p, h, "cuMemAllocFromPoolAsync"));
+}
+
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, bgcu_stream h) {
+  ENTER();
+  STREAM(s, h);
+  CUresult rc = stream_use(s, "cuMemFreeAsync");
+  if (rc) RETURN(rc);
+  pblock* b = NULL;
+  for (pblock* q = g_pblocks; q && !b; q = q->next)
+    if (q->addr == (uintptr_t)dptr) b = q;
+  if (s->cap) { /* a memory free node */
+    struct gblock* gb = gmem_find(s->cap->g->gm, (uintptr_t)dptr);
+    if (gb && gb->freed) RETURN(failf(E_INVALID_VALUE, "cuMemFreeAsync(0x%llx): freed twice in the graph", dptr));
+    if (!gb && !(b && b->in_use))
+      RETURN(failf(E_INVALID_VALUE, "cuMemFreeAsync(0x%llx): not a live stream-ordered allocation", dptr));
+    if (gb) gb->freed = 1;
+    gnode* nd = new_node(11);
+    if (nd) nd->dst = (void*)(uintptr_t)dptr;
+    RETURN(capture_node(s, nd));
+  }
+  if (!b || !b->in_use)
+    RETURN(failf(E_INVALID_VALUE, "cuMemFreeAsync(0x%llx): not a live stream-ordered allocation%s", dptr,
+                 b ? " (freed already)" : ""));
+  block_free(b, s, s->submitted);
+  RETURN(SUCCESS);
 }
 
 /* ---- the check that every entry point the backend loads exists with its exact type ---------- */

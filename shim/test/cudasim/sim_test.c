@@ -807,6 +807,158 @@ static void test_sticky_error(void) {
   printf("ok sticky 700: every later call fails until the primary context is reset; a faulting kernel gives it too\n");
 }
 
+/* ---- memory pools and stream-ordered allocation ---------------------------------------------- */
+static uint64_t pool_attr(bgcu_mempool p, bgcu_enum a) {
+  uint64_t v = ~0ull;
+  OK(cuMemPoolGetAttribute(p, a, &v));
+  return v;
+}
+
+static void test_memory_pools(void) {
+  bgcu_stream a, b;
+  OK(cuStreamCreateWithPriority(&a, BGCU_STREAM_NON_BLOCKING, 0));
+  OK(cuStreamCreateWithPriority(&b, BGCU_STREAM_NON_BLOCKING, 0));
+  bgcu_mempool_props pr;
+  memset(&pr, 0, sizeof pr);
+  pr.allocType = BGCU_MEM_ALLOCATION_TYPE_PINNED;
+  pr.location.type = BGCU_MEM_LOCATION_TYPE_DEVICE;
+  bgcu_mempool pool = NULL, dflt = NULL;
+  OK(cuMemPoolCreate(&pool, &pr));
+  OK(cuDeviceGetDefaultMemPool(&dflt, 0));
+  EQ(pool != dflt, 1);
+  uint64_t keep = ~0ull;
+  OK(cuMemPoolSetAttribute(pool, BGCU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep));
+
+  /* the same stream has a freed block again at once, in order, while its work still runs */
+  bgcu_deviceptr p1 = 0, p2 = 0, p3 = 0, p4 = 0;
+  OK(cuMemAllocFromPoolAsync(&p1, 1000, pool, a));
+  OK(slow_store(a, (int*)(uintptr_t)p1, 7, 150));
+  OK(cuMemFreeAsync(p1, a));
+  OK(cuMemAllocFromPoolAsync(&p2, 1024, pool, a));
+  EQ(p2 == p1, 1);
+  EQ(cuStreamQuery(a), BGCUDA_ERROR_NOT_READY);
+  OK(cuMemFreeAsync(p2, a));
+  /* another stream: not while the free's point has not run on a */
+  OK(cuMemAllocFromPoolAsync(&p3, 1024, pool, b));
+  EQ(p3 != p1, 1);
+  /* ...unless an event orders it after the free */
+  bgcu_event ev;
+  OK(cuEventCreate(&ev, 0));
+  OK(cuEventRecord(ev, a));
+  OK(cuStreamWaitEvent(b, ev, 0));
+  OK(cuMemAllocFromPoolAsync(&p4, 1024, pool, b));
+  EQ(p4 == p1, 1);
+  OK(copy_int(b, (int*)(uintptr_t)p4, (int*)(uintptr_t)p3)); /* runs after a's store: reads 7 */
+  OK(cuStreamSynchronize(b));
+  EQ(*(int*)(uintptr_t)p3, 7);
+  EQ(pool_attr(pool, BGCU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 2048);
+  EQ(pool_attr(pool, BGCU_MEMPOOL_ATTR_USED_MEM_CURRENT), 2048);
+  OK(cuMemFreeAsync(p3, b));
+  OK(cuMemFreeAsync(p4, b));
+  EQ(cuMemFreeAsync(p4, b), 1 /* CUDA_ERROR_INVALID_VALUE */); /* twice */
+  OK(cuStreamSynchronize(b));
+  EQ(pool_attr(pool, BGCU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 2048); /* under the threshold: kept */
+  EQ(pool_attr(pool, BGCU_MEMPOOL_ATTR_USED_MEM_CURRENT), 0);
+  EQ(pool_attr(pool, BGCU_MEMPOOL_ATTR_USED_MEM_HIGH), 2048);
+  uint64_t zero = 0, five = 5;
+  OK(cuMemPoolSetAttribute(pool, BGCU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero));
+  EQ(pool_attr(pool, BGCU_MEMPOOL_ATTR_USED_MEM_HIGH), 0);
+  EQ(cuMemPoolSetAttribute(pool, BGCU_MEMPOOL_ATTR_USED_MEM_HIGH, &five), 1 /* CUDA_ERROR_INVALID_VALUE */);
+  EQ(cuMemPoolSetAttribute(pool, BGCU_MEMPOOL_ATTR_USED_MEM_CURRENT, &zero), 1 /* CUDA_ERROR_INVALID_VALUE */);
+  EQ(cuMemPoolSetAttribute(pool, 77, &zero), 1 /* CUDA_ERROR_INVALID_VALUE */);
+  OK(cuMemPoolTrimTo(pool, 1024));
+  EQ(pool_attr(pool, BGCU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 1024);
+  EQ(pool_attr(pool, BGCU_MEMPOOL_ATTR_RESERVED_MEM_HIGH), 2048);
+  OK(cuMemPoolSetAttribute(pool, BGCU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &zero));
+  OK(cuStreamSynchronize(a)); /* a synchronize releases down to the threshold */
+  EQ(pool_attr(pool, BGCU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 0);
+
+  /* bad input */
+  EQ(cuMemAllocAsync(NULL, 64, a), 1 /* CUDA_ERROR_INVALID_VALUE */);
+  bgcu_deviceptr q = 0;
+  EQ(cuMemAllocAsync(&q, 0, a), 1 /* CUDA_ERROR_INVALID_VALUE */);
+  EQ(cuMemFreeAsync(0xdead00, a), 1 /* CUDA_ERROR_INVALID_VALUE */);
+  EQ(cuMemPoolDestroy(dflt), 1 /* CUDA_ERROR_INVALID_VALUE */);
+  static unsigned char not_a_pool[64];
+  EQ(cuMemAllocFromPoolAsync(&q, 64, (bgcu_mempool)(void*)not_a_pool, a), 400);
+  bgcu_mempool_props bad = pr;
+  bad.allocType = 0;
+  EQ(cuMemPoolCreate(&(bgcu_mempool){0}, &bad), 1 /* CUDA_ERROR_INVALID_VALUE */);
+  EQ(cuMemPoolCreate(&(bgcu_mempool){0}, NULL), 1 /* CUDA_ERROR_INVALID_VALUE */);
+
+  /* the default pool serves cuMemAllocAsync */
+  uint64_t used0 = pool_attr(dflt, BGCU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+  OK(cuMemAllocAsync(&q, 300, a));
+  EQ(pool_attr(dflt, BGCU_MEMPOOL_ATTR_USED_MEM_CURRENT), used0 + 512);
+  OK(cuMemFreeAsync(q, a));
+
+  /* capture: memory nodes; the graph's memory is reserved at a fixed address across replays */
+  int* out = dev_int();
+  OK(cuMemPoolSetAttribute(dflt, BGCU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep)); /* keep freed blocks */
+  bgcu_deviceptr outside = 0;
+  OK(cuMemAllocAsync(&outside, 256, b));
+  OK(cuStreamSynchronize(b));
+  OK(cuStreamBeginCapture_v2(a, BGCU_STREAM_CAPTURE_MODE_GLOBAL));
+  bgcu_deviceptr g1 = 0;
+  OK(cuMemAllocAsync(&g1, 512, a));
+  EQ(g1 != 0, 1);
+  OK(slow_store(a, (int*)(uintptr_t)g1, 5, 0));
+  OK(copy_int(a, (int*)(uintptr_t)g1, out));
+  OK(cuMemFreeAsync(g1, a));
+  EQ(cuMemFreeAsync(g1, a), 1 /* CUDA_ERROR_INVALID_VALUE */); /* twice in the graph */
+  OK(cuMemFreeAsync(outside, a)); /* memory from outside: freed when the graph runs */
+  bgcu_graph g = NULL;
+  OK(cuStreamEndCapture(a, &g));
+  bgcu_graph_node nodes[8];
+  size_t nn = 8;
+  OK(cuGraphGetNodes(g, nodes, &nn));
+  EQ(nn, 5);
+  bgcu_enum types[5] = {0};
+  for (size_t i = 0; i < nn && i < 5; i++) OK(cuGraphNodeGetType(nodes[i], &types[i]));
+  EQ(types[0], 10); /* CU_GRAPH_NODE_TYPE_MEM_ALLOC */
+  EQ(types[3], 11); /* CU_GRAPH_NODE_TYPE_MEM_FREE */
+  bgcu_graph_exec x = NULL;
+  OK(cuGraphInstantiateWithFlags(&x, g, 0));
+  OK(cuGraphDestroy(g)); /* the exec keeps the graph's memory */
+  for (int r = 0; r < 3; r++) {
+    *out = 0;
+    OK(cuGraphLaunch(x, a));
+    OK(cuStreamSynchronize(a));
+    EQ(*out, 5);
+    bgcu_deviceptr other = 0;
+    OK(cuMemAllocAsync(&other, 512, b)); /* never the graph's address */
+    EQ(other != g1, 1);
+    OK(cuMemFreeAsync(other, b));
+  }
+  bgcu_deviceptr again = 0;
+  OK(cuMemAllocAsync(&again, 256, b)); /* the free node gave `outside` back */
+  EQ(again == outside, 1);
+  OK(cuMemFreeAsync(again, b));
+  OK(cuGraphExecDestroy(x));
+  OK(cuMemPoolSetAttribute(dflt, BGCU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &zero));
+
+  /* a destroyed pool's blocks stay valid until freed */
+  bgcu_mempool p2pool = NULL;
+  OK(cuMemPoolCreate(&p2pool, &pr));
+  bgcu_deviceptr live = 0;
+  OK(cuMemAllocFromPoolAsync(&live, 64, p2pool, a));
+  OK(cuMemPoolDestroy(p2pool));
+  EQ(cuMemPoolTrimTo(p2pool, 0), 400);
+  OK(slow_store(a, (int*)(uintptr_t)live, 9, 0));
+  OK(copy_int(a, (int*)(uintptr_t)live, out));
+  OK(cuStreamSynchronize(a));
+  EQ(*out, 9);
+  OK(cuMemFreeAsync(live, a));
+  OK(cuStreamSynchronize(a));
+
+  OK(cuMemPoolDestroy(pool));
+  OK(cuEventDestroy_v2(ev));
+  OK(cuStreamDestroy_v2(a));
+  OK(cuStreamDestroy_v2(b));
+  printf("ok memory pools: reuse in stream order (same stream, completed free, event order), stats, "
+         "threshold, trim, memory nodes in capture, errors\n");
+}
+
 int main(int argc, char** argv) {
   const char* path = getenv("BUNGPU_LIBCUDA");
   void* h = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
@@ -858,6 +1010,7 @@ int main(int argc, char** argv) {
   test_modules();
   test_mapped_memory();
   test_hardware_queues();
+  test_memory_pools();
   test_sticky_error();
   OK(cuModuleUnload(mod));
   OK(cuDevicePrimaryCtxRelease_v2(0));

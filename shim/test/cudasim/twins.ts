@@ -54,6 +54,21 @@ static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1
 static inline unsigned long long bg__globaltimer(void) { struct timespec t; clock_gettime(CLOCK_REALTIME, &t); return (unsigned long long)t.tv_sec * 1000000000ull + (unsigned long long)t.tv_nsec; }
 `;
 
+// cuda_fp16.h / cuda_bf16.h (NVRTC built-ins) as C: the storage types as structs of their bits
+// and the conversions the tensor code generator calls, to nearest even (NaN kept quiet).
+const HALF_C = `typedef struct { uint16_t x; } __half;
+static inline float __half2float(__half h) { uint32_t s = (uint32_t)(h.x & 0x8000u) << 16, e = (h.x >> 10) & 31u, m = h.x & 1023u, u; float f; if (e == 31u) u = s | 0x7f800000u | (m << 13); else if (e) u = s | ((e + 112u) << 23) | (m << 13); else { f = (float)m * 5.9604644775390625e-8f; return (h.x & 0x8000u) ? -f : f; } memcpy(&f, &u, 4); return f; }
+static inline __half __float2half_rn(float f) { uint32_t u, a, s; __half h; memcpy(&u, &f, 4); s = (u >> 16) & 0x8000u; a = u & 0x7fffffffu; if (a > 0x7f800000u) h.x = (uint16_t)(s | 0x7e00u | ((a >> 13) & 0x3ffu)); else if (a >= 0x477ff000u) h.x = (uint16_t)(s | 0x7c00u); else if (a >= 0x38800000u) h.x = (uint16_t)(s | ((a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13)); else { float v; memcpy(&v, &a, 4); v = (v * 16777216.0f + 8388608.0f) - 8388608.0f; h.x = (uint16_t)(s | (uint32_t)v); } return h; }
+static inline unsigned short __half_as_ushort(__half h) { return h.x; }
+static inline __half __ushort_as_half(unsigned short u) { __half h; h.x = u; return h; }
+`;
+const BF16_C = `typedef struct { uint16_t x; } __nv_bfloat16;
+static inline float __bfloat162float(__nv_bfloat16 b) { uint32_t u = (uint32_t)b.x << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) { uint32_t u; __nv_bfloat16 b; memcpy(&u, &f, 4); b.x = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40u) : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); return b; }
+static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 b) { return b.x; }
+static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { __nv_bfloat16 b; b.x = u; return b; }
+`;
+
 /** Inline PTX that has a host meaning: the global timer and the clock registers. */
 function hostAsm(src: string): string {
   return src.replace(
@@ -159,7 +174,7 @@ export interface Translation {
 
 /** Translate the `__global__` kernels of a CUDA C source into host twins. */
 export function translateCuda(source: string): Translation {
-  const cuda = hostAsm(source);
+  const cuda = hostAsm(source).replace(/#include <cuda_fp16\.h>/g, HALF_C).replace(/#include <cuda_bf16\.h>/g, BF16_C);
   const re = /(?:extern\s+"C"\s+)?__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)\s*\(/g;
   let out = "";
   let at = 0;

@@ -330,6 +330,26 @@ int main(void) {
   OK(bg_device_synchronize(dev));
   OK(bg_ring_destroy(ring));
 
+  /* stream-ordered allocation: Metal has no pool of its own, so the core allocates plainly and a
+   * free waits for its stream first */
+  {
+    void* pool;
+    OK(bg_mempool_default(dev, &pool));
+    bg_devptr sa;
+    uint32_t back[4] = {0};
+    OK(bg_mem_alloc_async(s1, NULL, 4096, &sa));
+    OK(bg_memset_async(s1, sa, 0x01010101u, 4, 1024));
+    OK(bg_memcpy_dtoh_async(s1, back, sa, sizeof back));
+    OK(bg_mem_free_async(s1, sa));
+    CHECK(back[3] == 0x01010101u, "stream-ordered memory used before its free");
+    uint64_t r = 1, u = 1, rh = 0, uh = 0;
+    OK(bg_mempool_stats(pool, &r, &u, &rh, &uh));
+    CHECK(r == 0 && u == 0 && rh == 4096 && uh == 4096, "plain pool stats %llu %llu %llu %llu",
+          (unsigned long long)r, (unsigned long long)u, (unsigned long long)rh, (unsigned long long)uh);
+    CHECK(bg_mem_free_async(s1, sa) == BG_ERR_INVALID_VALUE, "stream-ordered double free");
+    CHECK(bg_mempool_destroy(pool) == BG_ERR_INVALID_VALUE, "default pool destroy");
+  }
+
   /* bench loop and teardown */
   OK(bg_bench_launch_loop(vadd, s1, (N + 255) / 256, 256, args, 4, 500));
   OK(bg_stream_synchronize(s1));
