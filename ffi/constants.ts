@@ -31,6 +31,8 @@ export const Status = {
   ILLEGAL_ADDRESS: 700,
   LAUNCH_OUT_OF_RESOURCES: 701,
   LAUNCH_TIMEOUT: 702,
+  PEER_ACCESS_ALREADY_ENABLED: 704,
+  PEER_ACCESS_NOT_ENABLED: 705,
   LAUNCH_FAILED: 719,
   NOT_PERMITTED: 800,
   NOT_SUPPORTED: 801,
@@ -90,6 +92,12 @@ export const ImageKindId = {
   MSL_SOURCE: 3,
   METALLIB: 4,
   SYMBOLS: 5,
+} as const;
+
+export const CopyPath = {
+  DEVICE: 0,
+  PEER: 1,
+  STAGED: 2,
 } as const;
 
 export const Signal = {

@@ -66,6 +66,14 @@ export const symbols = {
   bg_mempool_reset_peak: { args: [ptr /* pool */], returns: i32 },
   bg_mem_alloc_async: { args: [ptr /* stream */, ptr /* pool or NULL */, u64 /* bytes */, ptr /* bg_devptr* out */], returns: i32, out: ["ptr"] },
   bg_mem_free_async: { args: [ptr /* stream */, ptr /* bg_devptr */], returns: i32 },
+  // ---- several devices: peer access and copies between devices
+  bg_device_can_access_peer: { args: [ptr /* dev */, ptr /* peer */, ptr /* i32* can */], returns: i32, out: ["i32"] },
+  bg_device_enable_peer_access: { args: [ptr /* dev */, ptr /* peer */], returns: i32 },
+  bg_device_disable_peer_access: { args: [ptr /* dev */, ptr /* peer */], returns: i32 },
+  bg_memcpy_peer_async: {
+    args: [ptr /* stream */, ptr /* dst */, ptr /* dst_dev */, ptr /* src */, ptr /* src_dev */, u64 /* bytes */, ptr /* i32* path */],
+    returns: i32, out: ["i32"],
+  },
 
   // ---- streams
   bg_stream_create: { args: [ptr /* dev */, u32 /* flags */, i32 /* priority */, ptr /* void** out */], returns: i32, out: ["ptr"] },

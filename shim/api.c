@@ -153,6 +153,10 @@ BG_API int32_t bg_device_close(void* dev) {
   if (--dev_refs[d->backend][d->ordinal] == 0) {
     dev_table[d->backend][d->ordinal] = NULL;
     plain_pools_close(d);
+    /* as destroying a context does: nobody keeps access to a closed device */
+    for (int i = 0; i < MAX_ORDINALS; i++)
+      if (dev_table[d->backend][i])
+        atomic_fetch_and(&dev_table[d->backend][i]->peer_enabled, ~((uint64_t)1 << (uint32_t)d->ordinal));
     rc = d->ops->device_close(d);
   }
   pthread_mutex_unlock(&dev_lock);
@@ -521,6 +525,112 @@ BG_API int32_t bg_mem_free_async(void* s, bg_devptr p) {
   return OPS(s)->mem_free_async(s, p);
 }
 
+/* ---- several devices: peer access and copies between devices ------------------------------- */
+static const char* backend_name(int32_t b) {
+  return b == BG_BACKEND_CPU ? "cpu" : b == BG_BACKEND_CUDA ? "cuda" : "metal";
+}
+
+static uint64_t peer_bit(const bg_device* peer) { return (uint64_t)1 << (uint32_t)peer->ordinal; }
+
+static int32_t can_access(bg_device* d, bg_device* p, int32_t* out) {
+  *out = 0;
+  if (d == p || d->backend != p->backend || !d->ops->device_can_access_peer) return BG_OK;
+  BG_HOOK(d);
+  return d->ops->device_can_access_peer(d, p, out);
+}
+
+BG_API int32_t bg_device_can_access_peer(void* dev, void* peer, int32_t* out) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_device_can_access_peer");
+  CHECK(peer, BG_KIND_DEVICE, "bg_device_can_access_peer");
+  NONNULL(out, "bg_device_can_access_peer", "out");
+  return can_access(dev, peer, out);
+}
+
+static int32_t peer_check(const char* fn, bg_device* d, bg_device* p) {
+  int32_t ok = 0;
+  int32_t rc = can_access(d, p, &ok);
+  if (rc) return rc;
+  if (!ok)
+    return bg_set_error(BG_ERR_INVALID_DEVICE, "%s: %s:%d cannot access %s:%d%s", fn,
+                        backend_name(d->backend), (int)d->ordinal, backend_name(p->backend),
+                        (int)p->ordinal,
+                        d == p ? " (the same device)" : d->backend != p->backend ? " (another backend)" : "");
+  return BG_OK;
+}
+
+BG_API int32_t bg_device_enable_peer_access(void* dev, void* peer) {
+  const char* fn = "bg_device_enable_peer_access";
+  CHECK(dev, BG_KIND_DEVICE, fn);
+  CHECK(peer, BG_KIND_DEVICE, fn);
+  bg_device *d = dev, *p = peer;
+  int32_t rc = peer_check(fn, d, p);
+  if (rc) return rc;
+  pthread_mutex_lock(&dev_lock);
+  if (atomic_load(&d->peer_enabled) & peer_bit(p)) {
+    pthread_mutex_unlock(&dev_lock);
+    return bg_set_error(BG_ERR_PEER_ACCESS_ALREADY_ENABLED, "%s: %s:%d already has access to %s:%d", fn,
+                        backend_name(d->backend), (int)d->ordinal, backend_name(p->backend), (int)p->ordinal);
+  }
+  if (d->ops->peer_enable) {
+    BG_HOOK(d);
+    rc = d->ops->peer_enable(d, p);
+  }
+  /* the driver's own "already enabled" (someone else enabled it in a shared context): the
+   * access is there, so the bookkeeping says so too */
+  if (rc == BG_OK || rc == BG_ERR_PEER_ACCESS_ALREADY_ENABLED) atomic_fetch_or(&d->peer_enabled, peer_bit(p));
+  pthread_mutex_unlock(&dev_lock);
+  return rc;
+}
+
+BG_API int32_t bg_device_disable_peer_access(void* dev, void* peer) {
+  const char* fn = "bg_device_disable_peer_access";
+  CHECK(dev, BG_KIND_DEVICE, fn);
+  CHECK(peer, BG_KIND_DEVICE, fn);
+  bg_device *d = dev, *p = peer;
+  pthread_mutex_lock(&dev_lock);
+  if (d == p || d->backend != p->backend || !(atomic_load(&d->peer_enabled) & peer_bit(p))) {
+    pthread_mutex_unlock(&dev_lock);
+    return bg_set_error(BG_ERR_PEER_ACCESS_NOT_ENABLED, "%s: %s:%d has no peer access to %s:%d", fn,
+                        backend_name(d->backend), (int)d->ordinal, backend_name(p->backend), (int)p->ordinal);
+  }
+  int32_t rc = BG_OK;
+  if (d->ops->peer_disable) {
+    BG_HOOK(d);
+    rc = d->ops->peer_disable(d, p);
+  }
+  if (rc == BG_OK || rc == BG_ERR_PEER_ACCESS_NOT_ENABLED) atomic_fetch_and(&d->peer_enabled, ~peer_bit(p));
+  pthread_mutex_unlock(&dev_lock);
+  return rc;
+}
+
+BG_API int32_t bg_memcpy_peer_async(void* s, bg_devptr dst, void* dst_dev, bg_devptr src,
+                                    void* src_dev, uint64_t n, int32_t* out_path) {
+  const char* fn = "bg_memcpy_peer_async";
+  CHECK(s, BG_KIND_STREAM, fn);
+  CHECK(dst_dev, BG_KIND_DEVICE, fn);
+  CHECK(src_dev, BG_KIND_DEVICE, fn);
+  bg_device *sd = DEV(s), *dd = dst_dev, *xd = src_dev;
+  if (sd != dd && sd != xd)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "%s: the stream is on neither device of the copy", fn);
+  if (dd->backend != xd->backend)
+    return bg_set_error(BG_ERR_NOT_SUPPORTED, "%s: a copy between the %s and %s backends", fn,
+                        backend_name(xd->backend), backend_name(dd->backend));
+  bg_device* other = sd == dd ? xd : dd;
+  int32_t path = other == sd ? BG_COPY_PATH_DEVICE
+                 : (atomic_load(&sd->peer_enabled) & peer_bit(other)) ? BG_COPY_PATH_PEER
+                                                                       : BG_COPY_PATH_STAGED;
+  if (out_path) *out_path = path;
+  if (!n) return BG_OK;
+  NONNULL(src, fn, "src");
+  NONNULL(dst, fn, "dst");
+  BG_HOOK(sd);
+  if (path == BG_COPY_PATH_DEVICE) return OPS(s)->memcpy_dtod_async(s, dst, src, n);
+  if (!OPS(s)->memcpy_peer_async)
+    return bg_set_error(BG_ERR_NOT_SUPPORTED, "%s: copies between devices are not supported on the %s backend", fn,
+                        OPS(s)->name);
+  return OPS(s)->memcpy_peer_async(s, dst, dd, src, xd, n, path == BG_COPY_PATH_PEER);
+}
+
 /* ---- streams ------------------------------------------------------------------------------- */
 BG_API int32_t bg_stream_create(void* dev, uint32_t flags, int32_t prio, void** out) {
   CHECK(dev, BG_KIND_DEVICE, "bg_stream_create");
@@ -562,8 +672,9 @@ BG_API int32_t bg_stream_query(void* s) {
 BG_API int32_t bg_stream_wait_event(void* s, void* e) {
   CHECK(s, BG_KIND_STREAM, "bg_stream_wait_event");
   CHECK(e, BG_KIND_EVENT, "bg_stream_wait_event");
-  if (DEV(s) != DEV(e))
-    return bg_set_error(BG_ERR_INVALID_VALUE, "bg_stream_wait_event: event of another device");
+  /* an event of another device of the same backend is fine (cuStreamWaitEvent across contexts) */
+  if (DEV(s)->backend != DEV(e)->backend)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "bg_stream_wait_event: event of another backend's device");
   BG_HOOK(DEV(s));
   return OPS(s)->stream_wait_event(s, e);
 }

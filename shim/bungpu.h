@@ -58,6 +58,8 @@ enum {
   BG_ERR_ILLEGAL_ADDRESS = 700,
   BG_ERR_LAUNCH_OUT_OF_RESOURCES = 701,
   BG_ERR_LAUNCH_TIMEOUT = 702,
+  BG_ERR_PEER_ACCESS_ALREADY_ENABLED = 704, /* bg_device_enable_peer_access twice */
+  BG_ERR_PEER_ACCESS_NOT_ENABLED = 705,     /* bg_device_disable_peer_access without an enable */
   BG_ERR_LAUNCH_FAILED = 719,
   BG_ERR_NOT_PERMITTED = 800,
   BG_ERR_NOT_SUPPORTED = 801,
@@ -196,6 +198,27 @@ BG_API int32_t bg_mempool_stats(void* pool, uint64_t* reserved, uint64_t* used,
 BG_API int32_t bg_mempool_reset_peak(void* pool);
 BG_API int32_t bg_mem_alloc_async(void* stream, void* pool, uint64_t bytes, bg_devptr* out);
 BG_API int32_t bg_mem_free_async(void* stream, bg_devptr ptr);
+/* ---- several devices: peer access and copies between devices ------------------------------
+ * Peer access is directional, as cuCtxEnablePeerAccess: after bg_device_enable_peer_access(a, b)
+ * device a's work may address device b's memory directly. Enabling it twice is
+ * BG_ERR_PEER_ACCESS_ALREADY_ENABLED, disabling it when not enabled BG_ERR_PEER_ACCESS_NOT_ENABLED,
+ * enabling it where bg_device_can_access_peer says 0 (the device itself, another backend, or
+ * hardware without a path) BG_ERR_INVALID_DEVICE. Closing a device drops the access others had
+ * to it. CPU devices (BUNGPU_CPU_DEVICES=N) share one address space, so each can access every
+ * other, but only once enabled. */
+BG_API int32_t bg_device_can_access_peer(void* dev, void* peer, int32_t* out_can);
+BG_API int32_t bg_device_enable_peer_access(void* dev, void* peer);
+BG_API int32_t bg_device_disable_peer_access(void* dev, void* peer);
+/* Copy `bytes` from `src` on src_dev to `dst` on dst_dev in the order of `stream`, which belongs
+ * to either device (cuMemcpyPeerAsync): the copy starts after the work queued before it on that
+ * stream and later work on it sees the data; work on the other device orders itself with an
+ * event recorded after the copy. It goes directly when the stream's device has peer access to
+ * the other device, otherwise it is staged through host memory (never refused for want of
+ * access); *out_path (when not NULL) says which: BG_COPY_PATH_*. On one device it is an
+ * ordinary device-to-device copy. Devices of different backends: BG_ERR_NOT_SUPPORTED. */
+enum { BG_COPY_PATH_DEVICE = 0, BG_COPY_PATH_PEER = 1, BG_COPY_PATH_STAGED = 2 };
+BG_API int32_t bg_memcpy_peer_async(void* stream, bg_devptr dst, void* dst_dev, bg_devptr src,
+                                    void* src_dev, uint64_t bytes, int32_t* out_path);
 
 /* ---- streams -----------------------------------------------------------------------------
  * The device's default stream is CUDA's legacy default stream: work queued on it waits for the

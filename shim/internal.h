@@ -11,6 +11,7 @@
 
 #include "bungpu.h"
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -49,6 +50,9 @@ typedef struct bg_device {
   int32_t ordinal;
   void* default_stream; /* a backend stream object, created at open */
   void* plain_pool;     /* the core's default plain pool (api.c), for backends without pools */
+  /* Bit i: this device has peer access to the ordinal-i device of its backend (api.c keeps it,
+   * under the device table's lock, so every backend sees the same CUDA rules). */
+  _Atomic uint64_t peer_enabled;
 } bg_device;
 
 /* A signal is backend-independent: a state word, a mutex and a condition variable. */
@@ -95,6 +99,16 @@ struct bg_ops {
   int32_t (*memcpy_dtoh)(bg_device* dev, void* dst, bg_devptr src, uint64_t n);
   int32_t (*memcpy_dtod)(bg_device* dev, bg_devptr dst, bg_devptr src, uint64_t n);
   int32_t (*memset)(bg_device* dev, bg_devptr dst, uint32_t pattern, uint32_t esz, uint64_t count);
+  /* Several devices (optional). device_can_access_peer NULL: no device of the backend can
+   * access another (copies between them are staged). peer_enable / peer_disable NULL: the
+   * core's bookkeeping is all there is (CPU). memcpy_peer_async NULL: copies between devices are
+   * BG_ERR_NOT_SUPPORTED. `s` belongs to src_dev or dst_dev; `peer` says whether its device has
+   * access to the other (else the backend stages the copy through host memory). */
+  int32_t (*device_can_access_peer)(bg_device* dev, bg_device* peer, int32_t* out);
+  int32_t (*peer_enable)(bg_device* dev, bg_device* peer);
+  int32_t (*peer_disable)(bg_device* dev, bg_device* peer);
+  int32_t (*memcpy_peer_async)(void* s, bg_devptr dst, bg_device* dst_dev, bg_devptr src,
+                               bg_device* src_dev, uint64_t n, int peer);
 
   int32_t (*stream_create)(bg_device* dev, uint32_t flags, int32_t prio, void** out);
   int32_t (*stream_destroy)(void* s);

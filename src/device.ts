@@ -7,7 +7,7 @@ import { Backend } from "../ffi/result";
 import { backends, type BackendName } from "./backends";
 import { Buffer, HostBuffer, releaseDeviceMemory, type FillType, type GpuBufferOf } from "./buffer";
 import { DEVICE, newDeviceState, type DeviceState } from "./device_state";
-import { GpuError, Status, invalid, disposed, options, reword } from "./errors";
+import { GpuError, Status, invalid, disposed, options, reword, describeValue } from "./errors";
 import { Event, type EventOptions } from "./event";
 import { beforeBlockingWait, raiseDeviceFailures } from "./hostfn";
 import { INSPECT, plural } from "./inspect";
@@ -323,6 +323,44 @@ export class Device {
     return Event.create(this, opts);
   }
 
+  // ---- several devices -------------------------------------------------------------------------
+
+  #peer(call: string, other: unknown): Device {
+    if (!(other instanceof Device)) invalid(call, `expected a Device, got ${describeValue(other)}`);
+    this.handle;
+    other.handle; // a disposed device is INVALID_HANDLE on either side
+    return other;
+  }
+
+  /**
+   * Whether this device's work can address `other`'s memory once peer access is enabled
+   * (cuDeviceCanAccessPeer). False for the device itself and for a device of another backend.
+   * CPU devices (BUNGPU_CPU_DEVICES=N) share one address space: true between any two.
+   */
+  canAccessPeer(other: Device): boolean {
+    const o = this.#peer("Device.canAccessPeer", other);
+    return this.state.api.device_can_access_peer(this.handle, o.handle) !== 0;
+  }
+
+  /**
+   * Let this device's work address `other`'s memory (cuCtxEnablePeerAccess; one direction only):
+   * copies on this device's streams to or from `other` then go directly instead of being staged
+   * through host memory. Twice: PEER_ACCESS_ALREADY_ENABLED; where canAccessPeer is false:
+   * INVALID_DEVICE. Closing either device ends it.
+   */
+  enablePeerAccess(other: Device): this {
+    const o = this.#peer("Device.enablePeerAccess", other);
+    this.state.api.device_enable_peer_access(this.handle, o.handle);
+    return this;
+  }
+
+  /** Undo enablePeerAccess (cuCtxDisablePeerAccess); not enabled: PEER_ACCESS_NOT_ENABLED. */
+  disablePeerAccess(other: Device): this {
+    const o = this.#peer("Device.disablePeerAccess", other);
+    this.state.api.device_disable_peer_access(this.handle, o.handle);
+    return this;
+  }
+
   /**
    * Close this handle. Its dependents (running ring kernels) are disposed first, so no persistent
    * kernel is left holding a stream the device would wait on. Buffers, streams and events of it
@@ -342,6 +380,15 @@ export class Device {
       }
     }
     this.state.dependents.clear();
+    // Other devices' streams still copying to or from its memory finish first (Stream.copyPeer).
+    for (const s of [...this.state.peerStreams]) {
+      try {
+        s.drain(); // host functions' failures stay for that stream's next wait
+      } catch {
+        /* dispose() never throws */
+      }
+    }
+    this.state.peerStreams.clear();
     // Its memory goes with it, even while another Device object keeps the native device open.
     const shared = sharedByHandle.get(this.state.handle);
     shared?.states.delete(this.state);

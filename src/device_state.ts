@@ -37,6 +37,12 @@ export interface DeviceState {
    * kernels of its kernel nodes in capture order, so the Graph and its GraphExec keep them alive.
    */
   captureLog: CaptureLog | null;
+  /**
+   * Streams of other devices with copies queued that read or write this device's memory
+   * (Stream.copyPeer), until each is seen idle: closing the device waits for them first, since
+   * its memory goes with it and their device does not know to wait.
+   */
+  peerStreams: Set<{ drain(): void }>;
 }
 
 /** What the work captured while captures were open uses; see DeviceState.captureLog. */
@@ -71,6 +77,7 @@ export function newDeviceState(
     captures: 0,
     deferredReleases: [],
     captureLog: null,
+    peerStreams: new Set(),
   };
 }
 

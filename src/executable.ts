@@ -2,14 +2,14 @@
 // list (see Executable), and the ExecModes themselves.
 import { Buffer, HostBuffer, type HostData } from "./buffer";
 import { Device } from "./device";
-import { invalid, disposed, illegalState, options } from "./errors";
+import { GpuError, Status, invalid, disposed, illegalState, options } from "./errors";
 import { Event } from "./event";
 import { CaptureMode, GraphExec } from "./capture";
 import { CMD_BYTES, CommandList } from "./commands";
-import { planStreams, segments, singleStreamPlan, type StreamPlan } from "./hazards";
+import { planFixedStreams, planStreams, segments, singleStreamPlan, type StreamPlan } from "./hazards";
 import { INSPECT, plural } from "./inspect";
 import type { ArgValue } from "./kernel";
-import type { Stream } from "./stream";
+import type { PeerCopyPath, Stream } from "./stream";
 import { isBuffer, type KernelOp, type Step } from "./step";
 
 // ---- exec modes ------------------------------------------------------------------------------------
@@ -87,6 +87,12 @@ export interface ExecStats {
   replays: number;
 }
 
+/** One issue of a run over several devices, on the stream of device `k`, in program order. */
+type DeviceOp =
+  | { kind: "range"; k: number; from: number; to: number }
+  | { kind: "wait"; k: number; event: Event }
+  | { kind: "peer"; k: number; step: number };
+
 interface Staging {
   host: HostBuffer;
   ev: Event;
@@ -95,6 +101,12 @@ interface Staging {
 
 /**
  * A schedule compiled for one device and ExecMode: its steps lowered to one command list once.
+ * A schedule whose steps name other devices of the same backend (Step.copyPeer, kernels of
+ * another device) runs over all of them in Stream or Eager mode: one stream per device, each
+ * device's steps lowered to its own list, and an event record on one device waited for by
+ * another's stream at every hazard between them (hazards.ts, planFixedStreams). A run starts
+ * and ends on the compile device's stream (a fork event out, join events back), so done() and
+ * synchronize() cover every device.
  * Stream and Eager submit the list in one crossing per run; MultiStream submits ranges of it, one
  * per stream segment (hazards.ts), with the event records and waits of the stream plan inside;
  * Graph makes a graph of the list on the first run (CommandList.toGraph) and replays it. setArgs
@@ -125,6 +137,13 @@ export class Executable {
   #inputs: CommandList | null = null;
   #live = true;
   #eagerDone: Promise<void> | null = null;
+  /** Several devices: every device the steps use (the compile device first), their lists, the run. */
+  #devices: Device[] = [];
+  #lists: CommandList[] = [];
+  #stepList: CommandList[] = [];
+  #program: DeviceOp[] = [];
+  /** Per copyPeer step index: the path its copy took on the latest run (peer or staged). */
+  readonly copyPaths = new Map<number, PeerCopyPath>();
 
   /** @internal use `schedule.compile(device, mode)`. */
   constructor(device: Device, steps: Step[], mode: ExecMode, opts: ScheduleCompileOptions) {
@@ -133,24 +152,37 @@ export class Executable {
     if (!(mode instanceof ExecMode)) invalid(call, `mode must be an ExecMode (Stream, Graph, Eager or MultiStream(n)), got ${String(mode)}`);
     const captureMode = opts.captureMode ?? CaptureMode.Global;
     if (!(captureMode instanceof CaptureMode)) invalid(call, "captureMode must be a CaptureMode");
-    const dh = device.handle;
+    device.handle; // disposed: INVALID_HANDLE
+    const devices = [device], slot: number[] = [];
     for (let i = 0; i < steps.length; i++) {
       const st = steps[i]!;
-      if (st.device.state.handle !== dh) invalid(call, `step ${i} (${st.label}) is for ${st.device.spec}, not ${device.spec}`);
+      const sd = st.device;
+      let k = devices.findIndex((d) => d.state.handle === sd.state.handle);
+      if (k < 0) {
+        if (sd.backend !== device.backend) invalid(call, `step ${i} (${st.label}) is for ${sd.spec}, of another backend than ${device.spec}`);
+        sd.handle; // disposed: INVALID_HANDLE
+        k = devices.push(sd) - 1;
+      }
+      slot.push(k);
       for (const b of st.buffers) if (b.disposed) disposed(call, `buffer of step ${i} (${st.label})`);
       if (st.op.kind === "kernel") st.op.kernel.handle;
     }
+    // a copy between devices is issued by the executable, not a list command: the same path
+    const multi = devices.length > 1 || steps.some((st) => st.op.kind === "peer");
+    if (multi && (mode.kind === "Graph" || mode.kind === "MultiStream"))
+      throw new GpuError(Status.NOT_SUPPORTED, `${call}: a schedule over several devices (${devices.map((d) => d.spec).join(", ")}; copies between devices) runs in Stream or Eager mode, not ${mode}`, { backend: "typescript", call });
     this.device = device;
     this.mode = mode;
     this.steps = Object.freeze(steps);
     this.captureMode = captureMode;
     const n = mode.kind === "MultiStream" ? mode.streams : 1;
-    this.plan = n > 1 ? planStreams(steps, n) : singleStreamPlan(steps);
+    this.plan = multi ? planFixedStreams(steps, slot, devices.length) : n > 1 ? planStreams(steps, n) : singleStreamPlan(steps);
     let bytes = 0;
     for (const st of steps) bytes += st.op.kind === "kernel" ? CMD_BYTES.LAUNCH_HEADER + 8 * st.op.kernel.codes.length : CMD_BYTES.COPY;
     this.#list = new CommandList(device, { initialBytes: bytes * (n > 1 ? 2 : 1) });
     try {
-      this.#lower(call, device, steps, n);
+      if (multi) this.#lowerDevices(call, devices, steps);
+      else this.#lower(call, device, steps, n);
     } catch (e) {
       this.#release();
       throw e;
@@ -217,6 +249,87 @@ export class Executable {
     if (segs[segs.length - 1]!.stream !== 0) range(0, joinAll);
   }
 
+  /** Several devices: one stream each, lists per device, the run as a program of issues (see the class comment). */
+  #lowerDevices(call: string, devices: Device[], steps: readonly Step[]): void {
+    const plan = this.plan;
+    this.#devices = devices;
+    for (const d of devices) this.#streams.push(d.createStream({ nonBlocking: true }));
+    const lists = (this.#lists = devices.map((d, k) => (k === 0 ? this.#list : new CommandList(d, { initialBytes: 256 }))));
+    const ev = (k: number) => {
+      const e = devices[k]!.createEvent({ timing: false });
+      this.#events.push(e);
+      return e;
+    };
+    const stepEvent = new Map<number, Event>();
+    for (const j of new Set(plan.waits.flat())) stepEvent.set(j, ev(plan.stream[j]!));
+    const fork = ev(0);
+    const prog = this.#program;
+    let open: { k: number; from: number } | null = null;
+    const close = () => {
+      if (open && lists[open.k]!.byteLength > open.from) prog.push({ kind: "range", k: open.k, from: open.from, to: lists[open.k]!.byteLength });
+      open = null;
+    };
+    const inList = (k: number, f: (l: CommandList) => void) => {
+      if (open && open.k !== k) close();
+      open ??= { k, from: lists[k]!.byteLength };
+      f(lists[k]!);
+    };
+    const issue = (o: DeviceOp) => {
+      close();
+      prog.push(o);
+    };
+    let knode = 0;
+    inList(0, (l) => l.eventRecord(fork, call));
+    const started = new Set([0]);
+    for (const seg of segments(plan)) {
+      const k = seg.stream;
+      if (!started.has(k)) issue({ kind: "wait", k, event: fork });
+      started.add(k);
+      for (const i of seg.items) {
+        for (const j of plan.waits[i]!) issue({ kind: "wait", k, event: stepEvent.get(j)! }); // another device's record
+        const st = steps[i]!;
+        this.#stepList[i] = lists[k]!;
+        this.#args[i] = st.op.kind === "kernel" ? [...st.op.args] : [];
+        this.#argOffset[i] = -1;
+        this.#knode[i] = -1;
+        if (st.op.kind === "peer") issue({ kind: "peer", k, step: i });
+        else
+          inList(k, (l) => {
+            const at = st.lower(l, call);
+            this.#argOffset[i] = at;
+            this.#knode[i] = at >= 0 ? knode++ : -1;
+          });
+        const e = stepEvent.get(i);
+        if (e) inList(k, (l) => l.eventRecord(e, call));
+      }
+    }
+    const joins: [number, Event][] = [];
+    for (const k of started) if (k !== 0) joins.push([k, ev(k)]);
+    for (const [k, e] of joins) inList(k, (l) => l.eventRecord(e, call));
+    for (const [, e] of joins) issue({ kind: "wait", k: 0, event: e });
+    close();
+  }
+
+  /** One run over several devices: the program's issues in order. */
+  #runDevices(call: string): void {
+    const streams = this.#streams, lists = this.#lists;
+    for (const o of this.#program) {
+      const s = streams[o.k]!;
+      if (o.kind === "range") lists[o.k]!.submitRange(s, o.from, o.to, call);
+      else if (o.kind === "wait") s.wait(o.event);
+      else {
+        const p = this.steps[o.step]!.op;
+        if (p.kind !== "peer") continue;
+        this.copyPaths.set(o.step, s.copyPeer(p.dst, p.src, { dstOffset: p.dstOffset, srcOffset: p.srcOffset, bytes: p.bytes }).path);
+      }
+    }
+  }
+
+  /** Every device the steps run on, the compile device first (one entry unless steps name others). */
+  get devices(): readonly Device[] {
+    return this.#devices.length ? this.#devices : [this.device];
+  }
+
   get disposed(): boolean {
     return !this.#live;
   }
@@ -234,7 +347,10 @@ export class Executable {
   #alive(call: string): void {
     if (!this.#live) disposed(call, "executable");
     if (!this.device.state.open) disposed(call, "device of this executable");
+    for (const d of this.#devices) if (!d.state.open) disposed(call, `device ${d.spec} of this executable`);
     this.#list.checkRefs(call, "used by a step");
+    for (const l of this.#lists) if (l !== this.#list) l.checkRefs(call, "used by a step");
+    for (const st of this.steps) if (st.op.kind === "peer" && st.buffers.some((b) => b.disposed)) disposed(call, `buffer of step ${st.label}`);
   }
 
   /** The current arguments of kernel step `stepIndex`. */
@@ -269,7 +385,7 @@ export class Executable {
       if (a !== b && (a.address !== b.address || a.byteLength !== b.byteLength))
         invalid(call, `${k.name}: argument ${i} is a buffer binding; it may not change range in a compiled schedule (its hazards depend on it); build a new schedule`);
     }
-    this.#list.patchArgs(call, this.#argOffset[stepIndex]!, k, args);
+    (this.#stepList[stepIndex] ?? this.#list).patchArgs(call, this.#argOffset[stepIndex]!, k, args);
     this.#args[stepIndex] = [...args];
     if (this.#graph) this.#dirty.add(stepIndex);
     return this;
@@ -365,6 +481,9 @@ export class Executable {
       if (total) this.#upload(opts.inputs!, total);
       g.launch(this.#streams[0]!);
       this.stats.replays++;
+    } else if (this.#program.length) {
+      if (total) this.#upload(opts.inputs!, total);
+      this.#runDevices(call);
     } else {
       if (total) this.#upload(opts.inputs!, total);
       const list = this.#list, r = this.#ranges, streams = this.#streams;

@@ -160,13 +160,22 @@ export function singleStreamPlan(items: readonly Accesses[]): StreamPlan {
 }
 
 /**
- * Assign items to `n` streams. An item goes to the stream of its latest dependency when that
+ * Items whose stream is given (`stream[i]`, below `n`): a schedule over several devices, one
+ * stream each. The waits are planned as planStreams plans them (the latest dependency on each
+ * other stream, unless already implied); they become cross-device event waits.
+ */
+export function planFixedStreams(items: readonly Accesses[], stream: readonly number[], n: number): StreamPlan {
+  return planStreams(items, n, stream);
+}
+
+/**
+ * Assign items to `n` streams (or to the streams `fixed` gives). An item goes to the stream of its latest dependency when that
  * stream's last item is already an ancestor of it (no independent work would queue in front);
  * else to another such free stream (an empty one, or one whose tail it depends on), preferring the
  * most recent tail; else to the least-loaded stream, lowest index first. Each item waits only on
  * the events of dependencies its stream does not already know to be complete (vector clocks).
  */
-export function planStreams(items: readonly Accesses[], n: number): StreamPlan {
+export function planStreams(items: readonly Accesses[], n: number, fixed?: readonly number[]): StreamPlan {
   const deps = dependencies(items);
   const m = items.length;
   const stream: number[] = new Array(m);
@@ -188,9 +197,9 @@ export function planStreams(items: readonly Accesses[], n: number): StreamPlan {
       if (pos[j]! > need[stream[j]!]!) need[stream[j]!] = pos[j]!;
     }
     const free = (t: number) => count[t] === 0 || reach[t]! >= count[t]! - 1;
-    let s = -1;
+    let s = fixed ? fixed[i]! : -1;
     const latest = d.length ? d[d.length - 1]! : -1;
-    if (latest >= 0 && free(stream[latest]!)) s = stream[latest]!;
+    if (s < 0 && latest >= 0 && free(stream[latest]!)) s = stream[latest]!;
     if (s < 0) {
       let best = -2;
       for (let t = 0; t < n; t++) if (free(t) && tail[t]! > best) (best = tail[t]!), (s = t);

@@ -1,9 +1,9 @@
 // Steps: one unit of schedule work (a kernel launch, a copy, a fill) with the byte ranges it reads
 // and writes, validated as it is made by the command list's own checks, and lowered to one
 // command of a list when a schedule is compiled.
-import { Buffer, fillPattern, fillTypeOf, type FillType, type GpuBufferOf } from "./buffer";
+import { Buffer, checkSize, fillPattern, fillTypeOf, type FillType, type GpuBufferOf } from "./buffer";
 import type { Device } from "./device";
-import { invalid, disposed, options } from "./errors";
+import { describeValue, invalid, disposed, options } from "./errors";
 import { CommandList, checkLaunch, validateCommand } from "./commands";
 import { hazardBetween, overlaps, rangeOf, type ByteRange } from "./hazards";
 import type { Kernel, ArgsOf, ArgValue, Dim3, Signature } from "./kernel";
@@ -46,8 +46,10 @@ export type KernelOp = {
   args: readonly ArgValue[];
 };
 type CopyOp = { kind: "copy"; dst: Buffer; src: Buffer; dstOffset: number; srcOffset: number; bytes: number };
+/** A copy between two devices' buffers, run by a stream of `device` (either one); see Stream.copyPeer. */
+type PeerOp = { kind: "peer"; dst: Buffer; src: Buffer; dstOffset: number; srcOffset: number; bytes: number };
 type FillOp = { kind: "fill"; buffer: Buffer; offset: number; bytes: number; pattern: number; elemSize: 1 | 2 | 4; value: number; type: FillType };
-type StepOp = KernelOp | CopyOp | FillOp;
+type StepOp = KernelOp | CopyOp | FillOp | PeerOp;
 
 export function isBuffer(b: unknown): b is Buffer {
   return b instanceof Buffer;
@@ -127,6 +129,43 @@ export class Step {
     return new Step({ kind: "copy", dst, src, dstOffset: dO, srcOffset: so, bytes }, dst.device, [r], [w], [dst, src], opts.label ?? "copy");
   }
 
+  /**
+   * A copy from `src` on one device to `dst` on another, run by a stream of `opts.device` (src's
+   * device unless given; it must be one of the two). Reads src's range, writes dst's. A schedule
+   * holding one runs over both devices: compile it for either, and the planner puts each step on
+   * its device's stream with event records and waits at every hazard between devices. The copy
+   * goes peer to peer when the running device has peer access to the other
+   * (Device.enablePeerAccess), staged through host memory otherwise. With both buffers on one
+   * device it is Step.copy.
+   */
+  static copyPeer(dst: Buffer, src: Buffer, opts: CopyStepOptions & { device?: Device } = {}): Step {
+    const call = "Step.copyPeer";
+    opts = options(call, opts);
+    if (!isBuffer(dst) || !isBuffer(src)) invalid(call, "dst and src must be Buffers");
+    if (dst.disposed) disposed(call, "dst buffer");
+    if (src.disposed) disposed(call, "src buffer");
+    const dd = dst.device, sd = src.device;
+    const runner: unknown = opts.device ?? sd;
+    if (runner === null || typeof runner !== "object" || !("state" in runner) || !(runner as Device).state || ((runner as Device).state.handle !== dd.state.handle && (runner as Device).state.handle !== sd.state.handle))
+      invalid(call, `device must be the device of src (${sd.spec}) or of dst (${dd.spec}), got ${describeValue(runner)}`);
+    if (dd.state.handle === sd.state.handle)
+      return Step.copy(dst, src, { bytes: opts.bytes, dstOffset: opts.dstOffset, srcOffset: opts.srcOffset, label: opts.label });
+    if (dd.backend !== sd.backend) invalid(call, `a copy between the ${sd.backend} and ${dd.backend} backends`);
+    const so = opts.srcOffset ?? 0, dO = opts.dstOffset ?? 0;
+    const bytes = checkSize(call, "byte count", opts.bytes ?? src.byteLength - checkSize(call, "src offset", so));
+    checkSize(call, "dst offset", dO);
+    if (so + bytes > src.byteLength) invalid(call, `src range [${so}, ${so + bytes}) is past the end (${src.byteLength} bytes)`);
+    if (dO + bytes > dst.byteLength) invalid(call, `dst range [${dO}, ${dO + bytes}) is past the end (${dst.byteLength} bytes)`);
+    return new Step(
+      { kind: "peer", dst, src, dstOffset: dO, srcOffset: so, bytes },
+      runner as Device,
+      [rangeOf(src, so, bytes)],
+      [rangeOf(dst, dO, bytes)],
+      [dst, src],
+      opts.label ?? "copyPeer",
+    );
+  }
+
   /** A memset of `value` as elements of `type` (Buffer.fill's rules: default the buffer's elementType, else only 0). Writes its range. */
   static fill(buffer: Buffer, value: number, opts: FillStepOptions & { type: FillType }): Step;
   static fill(buffer: GpuBufferOf<FillType>, value: number, opts?: FillStepOptions): Step;
@@ -162,6 +201,7 @@ export class Step {
       list.launch(op.kernel, { grid: op.grid, block: op.block, args: op.args, sharedBytes: op.sharedBytes }, call);
       return list.lastArgOffset;
     }
+    if (op.kind === "peer") invalid(call, "a copy between devices is not a command of one device's list (the executable issues it)");
     if (op.kind === "copy") list.copy(op.dst, op.src, { dstOffset: op.dstOffset, srcOffset: op.srcOffset, bytes: op.bytes }, call);
     else list.memset(op.buffer, op.value, { type: op.type, offset: op.offset, bytes: op.bytes }, call);
     return -1;

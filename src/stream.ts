@@ -1,9 +1,10 @@
 // Stream: an in-order queue of device work. Enqueueing returns at once; synchronize() blocks,
 // done() is its awaitable twin that polls and never blocks the event loop.
-import { CaptureStatusId, StreamFlag } from "../ffi/constants";
+import { CaptureStatusId, CopyPath, StreamFlag } from "../ffi/constants";
 import { Buffer, HostBuffer, checkSize, fillPattern, fillTypeOf, type FillRange, type FillType, type GpuBufferOf } from "./buffer";
-import { captureEnded, isDevice, noteCaptured, type DeviceRef } from "./device_state";
+import { captureEnded, isDevice, noteCaptured, type DeviceRef, type DeviceState } from "./device_state";
 import { GpuError, Status, describeGot, describeValue, invalid, disposed, options } from "./errors";
+import { HOLD } from "./lifetime";
 import { Event } from "./event";
 import { abandonFailures, beforeBlockingWait, enqueueHostFn, raiseFailures, recordFailure, type FailureSink } from "./hostfn";
 import { CaptureMode, beginCapture as beginCaptureOn, endCapture as endCaptureOn, type CaptureStatus, type Graph } from "./capture";
@@ -28,6 +29,14 @@ const CAPTURE_STATUS: Record<number, CaptureStatus> = {
   [CaptureStatusId.NONE]: "None",
   [CaptureStatusId.ACTIVE]: "Active",
   [CaptureStatusId.INVALIDATED]: "Invalidated",
+};
+
+/** How Stream.copyPeer moved the bytes: directly, through host memory, or within one device. */
+export type PeerCopyPath = "peer" | "staged" | "device";
+const COPY_PATHS: Record<number, PeerCopyPath> = {
+  [CopyPath.PEER]: "peer",
+  [CopyPath.STAGED]: "staged",
+  [CopyPath.DEVICE]: "device",
 };
 
 export interface CopyOptions {
@@ -87,7 +96,16 @@ export class Stream extends Resource {
 
   #idle(): void {
     this.#keep.length = 0;
+    for (const drop of this.#drops.splice(0)) drop();
+    for (const st of this.#peerOf) st.peerStreams.delete(this);
+    this.#peerOf.clear();
   }
+
+  /** Devices whose memory copies queued here use (see DeviceState.peerStreams). */
+  #peerOf = new Set<DeviceState>();
+
+  /** Holds on other devices' buffers that queued copies use, dropped when the stream is seen idle. */
+  #drops: (() => void)[] = [];
 
   /** Block until every operation queued so far has finished. */
   synchronize(): void {
@@ -97,6 +115,19 @@ export class Stream extends Resource {
     api.stream_synchronize(h);
     this.#idle();
     this.#raise("Stream.synchronize");
+  }
+
+  /**
+   * @internal Wait like synchronize(), but leave host functions' failures for the stream's next
+   * wait to report (another device's dispose() waits here and has no one to report to).
+   */
+  drain(): void {
+    if (this.disposed) return;
+    const h = this.handle;
+    const api = this.dev.api;
+    beforeBlockingWait("Stream.synchronize", (s) => s === h, () => settled(() => api.stream_query(h)));
+    api.stream_synchronize(h);
+    this.#idle();
   }
 
   /** True when all queued work has finished. */
@@ -143,10 +174,17 @@ export class Stream extends Resource {
     return Buffer.allocOrdered(this, pool ? pool.handle : 0, bytes, graph);
   }
 
-  /** Make later work on this stream wait for the event's latest record. */
+  /**
+   * Make later work on this stream wait for the event's latest record. The event may belong to
+   * another device of the same backend: an event recorded after work on device A, waited for
+   * here on device B, orders B's later work after A's.
+   */
   wait(event: Event): this {
     if (!(event instanceof Event)) invalid("Stream.wait", "expected an Event");
-    if (event.device.handle !== this.device.handle) invalid("Stream.wait", "event of another device");
+    // An event of another device of the same backend is fine, as cuStreamWaitEvent across
+    // contexts: that is how work on two devices is ordered.
+    if (event.device.backend !== this.device.backend)
+      invalid("Stream.wait", `event of another backend's device (${event.device.spec}, stream on ${this.device.spec})`);
     this.dev.api.stream_wait_event(this.handle, event.handle);
     return this;
   }
@@ -199,6 +237,44 @@ export class Stream extends Resource {
     if (bytes) this.dev.api.memcpy_dtod_async(this.handle, dst.address + dO, src.address + so, bytes);
     this.#captured(dst, src);
     return this;
+  }
+
+  /**
+   * Copy between buffers of two devices (or one) in this stream's order; the stream belongs to
+   * either buffer's device (cuMemcpyPeerAsync). The copy starts after the work queued before it
+   * here, and later work here sees the data; work on the other device orders itself with an
+   * event recorded here after the copy (`other.wait(stream.record())`). It goes directly when
+   * this stream's device has peer access to the other device (Device.enablePeerAccess), and is
+   * staged through host memory otherwise, never refused for want of access. The result says
+   * which: `path` "peer", "staged", or "device" when both buffers are on one device.
+   */
+  copyPeer(dst: Buffer, src: Buffer, opts: CopyOptions = {}): { path: PeerCopyPath } {
+    const call = "Stream.copyPeer";
+    const h = this.handle; // a disposed stream is an error even for an empty range
+    opts = options(call, opts);
+    if (!(dst instanceof Buffer) || !(src instanceof Buffer)) invalid(call, "dst and src must be Buffers");
+    if (dst.disposed) disposed(call, "dst buffer");
+    if (src.disposed) disposed(call, "src buffer");
+    const dd = dst.device, sd = src.device;
+    if (dd.handle !== this.device.handle && sd.handle !== this.device.handle)
+      invalid(call, `the stream is on ${this.device.spec}, the buffers on ${sd.spec} (src) and ${dd.spec} (dst): it must be on one of their devices`);
+    const so = opts.srcOffset ?? 0, dO = opts.dstOffset ?? 0;
+    const bytes = checkSize(call, "byte count", opts.bytes ?? src.byteLength - so);
+    this.#range(call, "src", src.byteLength, so, bytes);
+    this.#range(call, "dst", dst.byteLength, dO, bytes);
+    const path = this.dev.api.memcpy_peer_async(h, dst.address + dO, dd.handle, src.address + so, sd.handle, bytes);
+    if (bytes) {
+      // The other device's buffer is freed by its own device, which does not wait for this
+      // stream: hold it until this stream is seen idle.
+      const foreign = dd.handle !== this.device.handle ? dst : sd.handle !== this.device.handle ? src : null;
+      if (foreign) {
+        this.#drops.push(foreign[HOLD]());
+        foreign.device.state.peerStreams.add(this);
+        this.#peerOf.add(foreign.device.state);
+      }
+      this.#captured(dst, src);
+    }
+    return { path: COPY_PATHS[path] ?? "staged" };
   }
 
   /** Host (pinned) to device in stream order, with no staging copy. */

@@ -155,3 +155,22 @@ test("the objects-explain-themselves example prints what README shows", async ()
   buf.dispose();
   expect(String(buf)).toBe("Buffer(64 KiB on cpu, disposed)");
 });
+
+test("the several-devices example, as pasted, with BUNGPU_CPU_DEVICES=2", async () => {
+  const { readFileSync, mkdtempSync, writeFileSync, rmSync } = await import("node:fs");
+  const { join } = await import("node:path");
+  const { tmpdir } = await import("node:os");
+  const readme = readFileSync(join(import.meta.dir, "..", "README.md"), "utf8");
+  const block = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!).find((b) => b.includes("s.copyPeer(y, x)"));
+  expect(block).toBeDefined();
+  const dir = mkdtempSync(join(tmpdir(), "bungpu-readme-peer-"));
+  try {
+    const file = join(dir, "peer.ts");
+    writeFileSync(file, block!.replace(`from "bungpu"`, `from ${JSON.stringify(join(import.meta.dir, "..", "src"))}`));
+    const r = Bun.spawnSync([process.execPath, file], { env: { ...process.env, BUNGPU_CPU_DEVICES: "2" }, stdout: "pipe", stderr: "pipe", timeout: 60_000 });
+    expect(r.stderr.toString()).toBe("");
+    expect(r.stdout.toString()).toBe("staged\npeer\nFloat32Array(4) [ 1, 2, 3, 4 ]\n");
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

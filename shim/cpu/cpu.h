@@ -121,6 +121,7 @@ typedef struct cpu_op {
       void* dst;
       const void* src;
       uint64_t n;
+      uint32_t staged; /* a copy between devices without peer access: through a bounce buffer */
     } cp;
     struct {
       void* dst;
@@ -448,6 +449,7 @@ int32_t cpu_kernel_max_threads(void* k, int32_t* out);
 
 /* run.c */
 void cpu_fill(void* dst, uint32_t pattern, uint32_t esz, uint64_t count);
+void cpu_copy(void* dst, const void* src, uint64_t n, uint32_t staged); /* OP_COPY */
 void cpu_op_run(cpu_stream* s, cpu_op* op); /* on the stream's worker */
 void cpu_op_release(cpu_op* op);
 /* An op that will never run: complete the event records it issued (and pass over a graph
@@ -493,6 +495,8 @@ int32_t cpu_stream_wait_event(void* s, void* e);
 int32_t cpu_memcpy_htod_async(void* s, bg_devptr dst, const void* src, uint64_t n);
 int32_t cpu_memcpy_dtoh_async(void* s, void* dst, bg_devptr src, uint64_t n);
 int32_t cpu_memcpy_dtod_async(void* s, bg_devptr dst, bg_devptr src, uint64_t n);
+int32_t cpu_memcpy_peer_async(void* s, bg_devptr dst, bg_device* dst_dev, bg_devptr src,
+                              bg_device* src_dev, uint64_t n, int peer);
 int32_t cpu_memset_async(void* s, bg_devptr dst, uint32_t pattern, uint32_t esz, uint64_t count);
 int32_t cpu_launch_host_func(void* s, bg_host_fn fn, void* user);
 int32_t cpu_event_create(bg_device* dev, uint32_t flags, void** out);

@@ -523,6 +523,15 @@ static void cpu_kernel_unhold(void* k) { cpu_module_unhold(((cpu_kernel*)k)->mod
 static void cpu_event_hold(void* e) { cpu_event_retain(e); }
 static void cpu_event_unhold(void* e) { cpu_event_release(e); }
 
+/* CPU devices share one address space: each can reach every other (the core asks only about two
+ * different devices of this backend), once peer access is enabled, as on CUDA. */
+static int32_t cpu_device_can_access_peer(bg_device* dev, bg_device* peer, int32_t* out) {
+  (void)dev;
+  (void)peer;
+  *out = 1;
+  return BG_OK;
+}
+
 /* ---- the vtable ------------------------------------------------------------------------------ */
 const bg_ops cpu_ops = {
     .name = "cpu",
@@ -538,6 +547,8 @@ const bg_ops cpu_ops = {
     .memcpy_dtoh = cpu_memcpy_dtoh,
     .memcpy_dtod = cpu_memcpy_dtod,
     .memset = cpu_memset,
+    .device_can_access_peer = cpu_device_can_access_peer,
+    .memcpy_peer_async = cpu_memcpy_peer_async,
     .stream_create = cpu_stream_create,
     .stream_destroy = cpu_stream_destroy,
     .stream_synchronize = cpu_stream_synchronize,
@@ -638,6 +649,8 @@ WRAP_H(stream_wait_event, s, (void* s, void* e), (s, e))
 WRAP_H(memcpy_htod_async, s, (void* s, bg_devptr d, const void* src, uint64_t n), (s, d, src, n))
 WRAP_H(memcpy_dtoh_async, s, (void* s, void* d, bg_devptr src, uint64_t n), (s, d, src, n))
 WRAP_H(memcpy_dtod_async, s, (void* s, bg_devptr d, bg_devptr src, uint64_t n), (s, d, src, n))
+WRAP_H(memcpy_peer_async, s, (void* s, bg_devptr d, bg_device* dd, bg_devptr src, bg_device* sd, uint64_t n, int p),
+       (s, d, dd, src, sd, n, p))
 WRAP_H(memset_async, s, (void* s, bg_devptr d, uint32_t p, uint32_t e, uint64_t c), (s, d, p, e, c))
 WRAP_H(launch_host_func, s, (void* s, bg_host_fn f, void* u), (s, f, u))
 WRAP_H(event_record, e, (void* e, void* s), (e, s))
@@ -672,6 +685,8 @@ const bg_ops cpu_ops_checked = {
     .memcpy_dtoh = chk_memcpy_dtoh,
     .memcpy_dtod = chk_memcpy_dtod,
     .memset = chk_memset,
+    .device_can_access_peer = cpu_device_can_access_peer,
+    .memcpy_peer_async = chk_memcpy_peer_async,
     .stream_create = chk_stream_create,
     .stream_destroy = cpu_stream_destroy,
     .stream_synchronize = chk_stream_synchronize,

@@ -9,6 +9,32 @@
 #include "cpu.h"
 
 /* ---- one op ---------------------------------------------------------------------------------- */
+/* A staged copy (between devices without peer access) goes through a host bounce buffer of at
+ * most CPU_STAGE_BYTES, chunk by chunk: source to bounce, bounce to destination, as a driver
+ * stages through pinned memory. Without memory for the bounce buffer it goes through one on the
+ * stack, in smaller chunks: slower, never wrong. */
+#define CPU_STAGE_BYTES (1u << 20)
+void cpu_copy(void* dst, const void* src, uint64_t n, uint32_t staged) {
+  if (!staged) {
+    memmove(dst, src, (size_t)n);
+    return;
+  }
+  char local[4096];
+  size_t cap = n < CPU_STAGE_BYTES ? (size_t)n : CPU_STAGE_BYTES;
+  char* bounce = cap > sizeof local ? malloc(cap) : NULL;
+  if (!bounce) {
+    bounce = local;
+    if (cap > sizeof local) cap = sizeof local;
+  }
+  /* src and dst are on different devices, so they do not overlap */
+  for (uint64_t off = 0; off < n; off += cap) {
+    size_t k = n - off < cap ? (size_t)(n - off) : cap;
+    memcpy(bounce, (const char*)src + off, k);
+    memcpy((char*)dst + off, bounce, k);
+  }
+  if (bounce != local) free(bounce);
+}
+
 void cpu_fill(void* dst, uint32_t pattern, uint32_t esz, uint64_t count) {
   if (esz == 1) {
     memset(dst, (int)(pattern & 0xff), (size_t)count);
@@ -99,7 +125,7 @@ void cpu_op_run(cpu_stream* s, cpu_op* op) {
                      cpu_op_args(op));
       if (op->u.l.k->persistent) atomic_store_explicit(&s->resident, 0, memory_order_release);
       break;
-    case OP_COPY: memmove(op->u.cp.dst, op->u.cp.src, (size_t)op->u.cp.n); break;
+    case OP_COPY: cpu_copy(op->u.cp.dst, op->u.cp.src, op->u.cp.n, op->u.cp.staged); break;
     case OP_MEMSET: cpu_fill(op->u.ms.dst, op->u.ms.pattern, op->u.ms.esz, op->u.ms.count); break;
     case OP_HOST: op->u.hf.fn(op->u.hf.user); break;
     case OP_RECORD: cpu_event_complete(op->u.ev.e, op->u.ev.seq); break;
@@ -180,7 +206,7 @@ void cpu_exec_run(cpu_stream* s, cpu_exec* x, cpu_xargs* a, const uint64_t* seqs
         cpu_kernel_run(s, op->u.l.k, op->u.l.grid, op->u.l.block, op->u.l.shared,
                        a->data + x->koff[op->u.l.knode]);
         break;
-      case OP_COPY: memmove(op->u.cp.dst, op->u.cp.src, (size_t)op->u.cp.n); break;
+      case OP_COPY: cpu_copy(op->u.cp.dst, op->u.cp.src, op->u.cp.n, op->u.cp.staged); break;
       case OP_MEMSET: cpu_fill(op->u.ms.dst, op->u.ms.pattern, op->u.ms.esz, op->u.ms.count); break;
       case OP_HOST: op->u.hf.fn(op->u.hf.user); break;
       case OP_RECORD: cpu_event_complete(op->u.ev.e, seqs[op->u.ev.seq]); break;

@@ -294,6 +294,21 @@ int32_t cpu_memcpy_dtod_async(void* s, bg_devptr dst, bg_devptr src, uint64_t n)
   return cpu_submit_op(s, &op, "bg_memcpy_dtod_async");
 }
 
+/* A copy between CPU devices: the same address space, so with peer access a plain copy; without
+ * it staged through a host bounce buffer in chunks, as a driver stages through pinned memory
+ * (run.c), so the two paths differ as they would on hardware: one pass or two. */
+int32_t cpu_memcpy_peer_async(void* s, bg_devptr dst, bg_device* dst_dev, bg_devptr src,
+                              bg_device* src_dev, uint64_t n, int peer) {
+  (void)dst_dev;
+  (void)src_dev;
+  cpu_op op = {.kind = OP_COPY};
+  op.u.cp.dst = (void*)(uintptr_t)dst;
+  op.u.cp.src = (const void*)(uintptr_t)src;
+  op.u.cp.n = n;
+  op.u.cp.staged = !peer;
+  return cpu_submit_op(s, &op, "bg_memcpy_peer_async");
+}
+
 int32_t cpu_memset_async(void* s, bg_devptr dst, uint32_t pattern, uint32_t esz, uint64_t count) {
   cpu_op op = {.kind = OP_MEMSET};
   op.u.ms.dst = (void*)(uintptr_t)dst;
@@ -361,6 +376,10 @@ int32_t cpu_event_record(void* ev, void* sv) {
 int32_t cpu_stream_wait_event(void* sv, void* ev) {
   cpu_stream* s = sv;
   cpu_event* e = ev;
+  if (e->dev != s->dev && (atomic_load(&e->cap_id) || atomic_load_explicit(&s->cap, memory_order_acquire)))
+    return bg_set_error(BG_ERR_NOT_SUPPORTED,
+                        "bg_stream_wait_event: a capture across cpu devices (the stream or the event is "
+                        "captured and they are on different devices)");
   if (atomic_load(&e->cap_id) || atomic_load_explicit(&s->cap, memory_order_acquire)) {
     int handled = 0;
     int32_t rc = cpu_capture_wait(s, e, &handled);

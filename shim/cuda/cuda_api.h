@@ -278,7 +278,9 @@ enum { BGCU_CONSTANTS(BGCU_DECLARE_CONSTANT) BGNVRTC_CONSTANTS(BGCU_DECLARE_CONS
  *   cuCtxSetCurrent and left current), the stream memory operations (12.0 as _v2; else
  *   TypeScript host functions use cuLaunchHostFunc), the explicit graph construction calls
  *   (cuGraphAddKernelNode_v2 12.0; else bg_graph_from_commands uses the core's generic graph),
- *   the memory pool calls (11.2; else the core's plain pool serves bg_mem_alloc_async). */
+ *   the memory pool calls (11.2; else the core's plain pool serves bg_mem_alloc_async),
+ *   peer access and cuMemcpyPeerAsync (4.0; optional so that a driver or simulator without them
+ *   still loads: then no device reports a peer and copies between devices are refused). */
 #define BGCU_DRIVER_OPTIONAL(X)                                                                    \
   X(bgcu_result, cuEventElapsedTime_v2, (float* ms, bgcu_event start, bgcu_event end))            \
   X(bgcu_result, cuStreamGetCaptureInfo_v3,                                                        \
@@ -319,7 +321,13 @@ enum { BGCU_CONSTANTS(BGCU_DECLARE_CONSTANT) BGNVRTC_CONSTANTS(BGCU_DECLARE_CONS
   X(bgcu_result, cuMemAllocAsync, (bgcu_deviceptr * dptr, size_t bytes, bgcu_stream s))            \
   X(bgcu_result, cuMemAllocFromPoolAsync,                                                          \
     (bgcu_deviceptr * dptr, size_t bytes, bgcu_mempool pool, bgcu_stream s))                       \
-  X(bgcu_result, cuMemFreeAsync, (bgcu_deviceptr dptr, bgcu_stream s))
+  X(bgcu_result, cuMemFreeAsync, (bgcu_deviceptr dptr, bgcu_stream s))                                                                     \
+  X(bgcu_result, cuDeviceCanAccessPeer, (int* can, bgcu_device dev, bgcu_device peer))             \
+  X(bgcu_result, cuCtxEnablePeerAccess, (bgcu_context peer, unsigned int flags))                   \
+  X(bgcu_result, cuCtxDisablePeerAccess, (bgcu_context peer))                                      \
+  X(bgcu_result, cuMemcpyPeerAsync,                                                                \
+    (bgcu_deviceptr dst, bgcu_context dst_ctx, bgcu_deviceptr src, bgcu_context src_ctx,           \
+     size_t n, bgcu_stream s))
 
 /* Fallbacks for older drivers. Their real declarations are hidden by cuda.h's versioning macros,
  * so the check compares these with cudaTypedefs.h's PFN_<name>_v<version>: X(..., real PFN). */

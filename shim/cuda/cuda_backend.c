@@ -82,6 +82,7 @@ static int32_t map_cu(bgcu_result rc) {
     case BG_ERR_INVALID_SOURCE: case BG_ERR_FILE_NOT_FOUND: case BG_ERR_INVALID_HANDLE:
     case BG_ERR_ILLEGAL_STATE: case BG_ERR_NOT_FOUND: case BG_ERR_NOT_READY:
     case BG_ERR_ILLEGAL_ADDRESS: case BG_ERR_LAUNCH_OUT_OF_RESOURCES: case BG_ERR_LAUNCH_TIMEOUT:
+    case BG_ERR_PEER_ACCESS_ALREADY_ENABLED: case BG_ERR_PEER_ACCESS_NOT_ENABLED:
     case BG_ERR_LAUNCH_FAILED: case BG_ERR_NOT_PERMITTED: case BG_ERR_NOT_SUPPORTED:
     case BG_ERR_STREAM_CAPTURE_UNSUPPORTED: case BG_ERR_STREAM_CAPTURE_INVALIDATED:
     case BG_ERR_STREAM_CAPTURE_MERGE: case BG_ERR_STREAM_CAPTURE_UNMATCHED:
@@ -955,6 +956,44 @@ static int32_t cu_memcpy_dtod_async(void* sp, bg_devptr dst, bg_devptr src, uint
   cu_stream* s = sp;
   ENTER(CUDEV(s));
   CALL(cuMemcpyDtoDAsync_v2, (dst, src, (size_t)n, s->s));
+  return BG_OK;
+}
+
+/* ---- several devices ---------------------------------------------------------------------------
+ * The core keeps the enabled-peer bookkeeping and the CUDA error rules (bungpu.h); these are the
+ * driver calls. Optional entry points (cuda_api.h): without them no device reports a peer, and a
+ * copy between devices is BG_ERR_NOT_SUPPORTED. */
+static int32_t cu_device_can_access_peer(bg_device* dev, bg_device* peer, int32_t* out) {
+  int v = 0;
+  if (!cu.cuDeviceCanAccessPeer) return BG_OK;
+  CALL(cuDeviceCanAccessPeer, (&v, ((cu_device*)dev)->cudev, ((cu_device*)peer)->cudev));
+  *out = v != 0;
+  return BG_OK;
+}
+
+static int32_t cu_peer_enable(bg_device* dev, bg_device* peer) {
+  if (!cu.cuCtxEnablePeerAccess) return bg_set_error(BG_ERR_NOT_SUPPORTED, "cuCtxEnablePeerAccess: not in this driver");
+  ENTER((cu_device*)dev);
+  CALL(cuCtxEnablePeerAccess, (((cu_device*)peer)->ctx, 0));
+  return BG_OK;
+}
+
+static int32_t cu_peer_disable(bg_device* dev, bg_device* peer) {
+  if (!cu.cuCtxDisablePeerAccess) return bg_set_error(BG_ERR_NOT_SUPPORTED, "cuCtxDisablePeerAccess: not in this driver");
+  ENTER((cu_device*)dev);
+  CALL(cuCtxDisablePeerAccess, (((cu_device*)peer)->ctx));
+  return BG_OK;
+}
+
+/* cuMemcpyPeerAsync goes peer to peer where access is enabled and stages through host memory
+ * otherwise: the driver picks; `peer` is what the core reports. */
+static int32_t cu_memcpy_peer_async(void* sp, bg_devptr dst, bg_device* dst_dev, bg_devptr src,
+                                    bg_device* src_dev, uint64_t n, int peer) {
+  (void)peer;
+  cu_stream* s = sp;
+  if (!cu.cuMemcpyPeerAsync) return bg_set_error(BG_ERR_NOT_SUPPORTED, "cuMemcpyPeerAsync: not in this driver");
+  ENTER(CUDEV(s));
+  CALL(cuMemcpyPeerAsync, (dst, ((cu_device*)dst_dev)->ctx, src, ((cu_device*)src_dev)->ctx, (size_t)n, s->s));
   return BG_OK;
 }
 
@@ -2120,6 +2159,10 @@ static const bg_ops cu_ops = {
     .memcpy_dtoh = cu_memcpy_dtoh,
     .memcpy_dtod = cu_memcpy_dtod,
     .memset = cu_memset,
+    .device_can_access_peer = cu_device_can_access_peer,
+    .peer_enable = cu_peer_enable,
+    .peer_disable = cu_peer_disable,
+    .memcpy_peer_async = cu_memcpy_peer_async,
     .stream_create = cu_stream_create,
     .stream_destroy = cu_stream_destroy,
     .stream_synchronize = cu_stream_synchronize,

@@ -53,6 +53,18 @@ int main(void) {
   OK(bg_memset(dev, d, 0x01020304, 4, 16)); unsigned v[16]; OK(bg_memcpy_dtoh(dev, v, d, 64)); printf("memset32 %x\n", v[5]);
   OK(bg_memset(dev, d, 0xBEEF, 2, 32)); OK(bg_memcpy_dtoh(dev, v, d, 64)); printf("memset16 %x\n", v[5]);
   EXPECT(bg_memcpy_dtoh(dev, v, d + 32, 64), BG_ERR_INVALID_VALUE); /* past the allocation */
+  { /* peer access on the one simulated device: not its own peer; a "peer" copy within it is a dtod copy */
+    int32_t can = 7, path = 7; void* s0; bg_devptr d2 = 0; unsigned w[16] = {0};
+    OK(bg_device_can_access_peer(dev, dev, &can)); CHECK(can == 0);
+    EXPECT(bg_device_enable_peer_access(dev, dev), BG_ERR_INVALID_DEVICE);
+    EXPECT(bg_device_disable_peer_access(dev, dev), BG_ERR_PEER_ACCESS_NOT_ENABLED);
+    OK(bg_mem_alloc(dev, 64, &d2)); OK(bg_stream_default(dev, &s0));
+    OK(bg_memset(dev, d, 0x0A0B0C0D, 4, 16));
+    OK(bg_memcpy_peer_async(s0, d2, dev, d, dev, 64, &path)); CHECK(path == BG_COPY_PATH_DEVICE);
+    OK(bg_stream_synchronize(s0)); OK(bg_memcpy_dtoh(dev, w, d2, 64)); CHECK(w[3] == 0x0A0B0C0Du && w[15] == 0x0A0B0C0Du);
+    EXPECT(bg_memcpy_peer_async(s0, d2, dev, d + 32, dev, 64, &path), BG_ERR_INVALID_VALUE); /* past the allocation */
+    OK(bg_mem_free(dev, d2));
+  }
   void* h = NULL; bg_devptr hd = 0; OK(bg_host_alloc(dev, 64, BG_HOST_ALLOC_MAPPED, &h, &hd)); printf("mapped dev==host %d\n", hd == (bg_devptr)(uintptr_t)h); OK(bg_host_free(dev, h));
   OK(bg_host_alloc(dev, 64, 0, &h, &hd)); printf("unmapped dev=%llu\n", (unsigned long long)hd); OK(bg_host_free(dev, h));
   void* ring; OK(bg_ring_create(dev, 16, 8, &ring)); void* rh; bg_devptr rd; OK(bg_ring_address(ring, &rh, &rd));

@@ -1645,6 +1645,43 @@ EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n,
   RETURN(rc);
 }
 
+/* ---- peer access: the simulator has one device, so no peer. What it models: a device is not its
+ * own peer (cuDeviceCanAccessPeer 0; enabling access to the current context itself is
+ * CUDA_ERROR_INVALID_DEVICE), nothing to disable (CUDA_ERROR_PEER_ACCESS_NOT_ENABLED), and
+ * cuMemcpyPeerAsync within its one context, which is a device-to-device copy. Several devices
+ * (peer paths, cross-context events) are exercised on several CPU devices instead. */
+EXPORT CUresult cuDeviceCanAccessPeer(int* can, bgcu_device dev, bgcu_device peer) {
+  NEED_INIT();
+  if (!can) return E_INVALID_VALUE;
+  if (dev != 0 || peer != 0) return failf(E_INVALID_DEVICE, "cuDeviceCanAccessPeer: the simulator has one device");
+  *can = 0;
+  return SUCCESS;
+}
+
+EXPORT CUresult cuCtxEnablePeerAccess(bgcu_context peer, unsigned int flags) {
+  NEED_INIT();
+  if (flags) return failf(E_INVALID_VALUE, "cuCtxEnablePeerAccess: flags must be 0");
+  if (!t_ctx) return failf(E_INVALID_CONTEXT, "cuCtxEnablePeerAccess: no current context");
+  if (peer != &g_ctx) return failf(E_INVALID_CONTEXT, "cuCtxEnablePeerAccess: not a context of the simulator");
+  return failf(E_INVALID_DEVICE, "cuCtxEnablePeerAccess: a device cannot be its own peer");
+}
+
+EXPORT CUresult cuCtxDisablePeerAccess(bgcu_context peer) {
+  NEED_INIT();
+  if (!t_ctx) return failf(E_INVALID_CONTEXT, "cuCtxDisablePeerAccess: no current context");
+  if (peer != &g_ctx) return failf(E_INVALID_CONTEXT, "cuCtxDisablePeerAccess: not a context of the simulator");
+  return failf(705 /* CUDA_ERROR_PEER_ACCESS_NOT_ENABLED */, "cuCtxDisablePeerAccess: peer access was never enabled");
+}
+
+EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, bgcu_context dst_ctx, CUdeviceptr src, bgcu_context src_ctx,
+                                  size_t n, bgcu_stream s) {
+  if (dst_ctx != &g_ctx || src_ctx != &g_ctx) {
+    NEED_INIT();
+    return failf(E_INVALID_CONTEXT, "cuMemcpyPeerAsync: not a context of the simulator");
+  }
+  return cuMemcpyDtoDAsync_v2(dst, src, n, s);
+}
+
 static CUresult memset_common(CUdeviceptr dst, uint32_t v, unsigned esz, size_t count, bgcu_stream h, int sync, const char* call) {
   if (!count) return SUCCESS;
   if (dst % esz) return failf(E_INVALID_VALUE, "%s: 0x%llx is not %u-byte aligned", call, dst, esz);
