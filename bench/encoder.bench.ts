@@ -21,7 +21,7 @@ const s = dev.createStream();
 const buf = dev.alloc(64);
 const ex = new GraphExecutor(dev, { stream: s });
 const ITER = 1000;
-const cfg = { grid: 1, block: 1, args: [buf, 1] };
+const cfg = { grid: 1, block: 1, args: [buf, 1] as const };
 
 // The same 1000 dispatches packed once (the C loop's input) and recorded once (the replay's).
 const packed = new CommandEncoder(dev);

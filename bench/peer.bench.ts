@@ -19,7 +19,7 @@ const a = Device.open("cpu");
 const b = Device.open("cpu:1");
 const s = a.createStream();
 const SIZES = [1 << 20, 16 << 20, 64 << 20];
-const bufs = SIZES.map((n) => ({ n, x: a.alloc(n).fill(1), y: b.alloc(n).fill(0) }));
+const bufs = SIZES.map((n) => ({ n, x: a.alloc(n).fill(1, { type: "u8" }), y: b.alloc(n).fill(0) }));
 
 let enabled = false;
 function access(peer: boolean): void {

@@ -14,7 +14,7 @@
 //     safetensors file, loaded, and generating greedily with one prepared decode plan (its KV
 //     cache over a Variable position), checked against the prompt plan recomputing the whole
 //     sequence, with no recompiles; the token ids and the milliseconds per token are printed.
-import { Device, Program, compileStats, loadInfo, type Buffer } from "../src/index";
+import { Device, Program, compileStats, loadInfo, type GpuBuffer } from "../src/index";
 import { ExecMode, Schedule, type Executable } from "../src/schedule";
 import { Tensor, Variable, tensorCompileStats, type ExecutionPlan, type KernelIR } from "../src/tensor";
 import { kdimStr, type Expr } from "../src/tensor/ir";
@@ -172,7 +172,7 @@ function main(): number {
   const biasAdd = mod.kernel("bias_add", ["buffer", "buffer", "i32", "i32"]);
   const relu = mod.kernel("relu", ["buffer", "i32"]);
   const add2 = mod.kernel("add2", ["buffer", "buffer", "buffer", "i32"]);
-  const owned: Buffer[] = [];
+  const owned: GpuBuffer[] = [];
   const alloc = (floats: number) => {
     const b = dev.alloc(floats * 4);
     owned.push(b);
@@ -186,7 +186,7 @@ function main(): number {
     const xBuf = alloc(BATCH * WIDTH);
     const outBuf = alloc(BATCH * WIDTH);
     const schedule = new Schedule();
-    const headOut: Buffer[] = [];
+    const headOut: GpuBuffer[] = [];
     for (let h = 0; h < HEADS; h++) {
       weights.push([]);
       biases.push([]);

@@ -37,7 +37,7 @@ export function findCompilers(): { list: CCompiler[]; tried: string[] } {
   if (found) return found;
   const list: CCompiler[] = [];
   const tried: string[] = [];
-  const env = process.env.BUNGPU_CC;
+  const env = process.env["BUNGPU_CC"];
   if (env) {
     const parts = env.split(/\s+/).filter(Boolean);
     const exe = parts[0] ? Bun.which(parts[0]) ?? (existsSync(parts[0]) ? parts[0] : null) : null;

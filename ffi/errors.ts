@@ -12,7 +12,7 @@ export class GpuError extends Error {
   readonly backend: BackendLabel | undefined;
   readonly call: string | undefined;
 
-  constructor(code: number, message: string, opts: { backend?: BackendLabel; call?: string } = {}) {
+  constructor(code: number, message: string, opts: { backend?: BackendLabel | undefined; call?: string | undefined } = {}) {
     const codeName = StatusName[code] ?? `BG_ERR_${code}`;
     super(`${codeName} (${code}): ${message}`);
     this.code = code;

@@ -29,14 +29,14 @@ export interface LoadInfo {
   steps: string[];
 }
 
-const trace = process.env.BUNGPU_DEBUG_LOADER ? (m: string) => console.error(`[bungpu loader] ${m}`) : null;
+const trace = process.env["BUNGPU_DEBUG_LOADER"] ? (m: string) => console.error(`[bungpu loader] ${m}`) : null;
 
 /** Where the per-user cache folder should be (BUNGPU_CACHE_DIR, else the platform's place). */
 export function preferredCacheRoot(): string {
-  const env = process.env.BUNGPU_CACHE_DIR;
+  const env = process.env["BUNGPU_CACHE_DIR"];
   if (env) return env;
   if (process.platform === "darwin") return join(homedir(), "Library", "Caches", "bungpu");
-  const xdg = process.env.XDG_CACHE_HOME;
+  const xdg = process.env["XDG_CACHE_HOME"];
   const home = homedir();
   if (xdg) return join(xdg, "bungpu");
   if (home) return join(home, ".cache", "bungpu");
@@ -229,7 +229,7 @@ export function load(): { lib: Lib; info: LoadInfo } {
   const target = hostTarget();
   const name = libName(target);
 
-  const envPath = process.env.BUNGPU_LIB;
+  const envPath = process.env["BUNGPU_LIB"];
   if (envPath) {
     const r = tryOpen(envPath, null);
     if (typeof r !== "string") {
@@ -243,7 +243,7 @@ export function load(): { lib: Lib; info: LoadInfo } {
   const hash = sourceHash();
   const prebuilt = join(PREBUILT_DIR, target, name);
   let r1: Lib | string;
-  if (process.env.BUNGPU_NO_PREBUILT) r1 = "skipped (BUNGPU_NO_PREBUILT)";
+  if (process.env["BUNGPU_NO_PREBUILT"]) r1 = "skipped (BUNGPU_NO_PREBUILT)";
   else if (!existsSync(prebuilt)) r1 = "not found";
   else {
     const rec = prebuiltRecord(target);

@@ -1,8 +1,9 @@
-// Buffer: device memory (an allocation, or a view of part of one). HostBuffer: pinned host
-// memory exposed as a TypedArray without copying. Every call is validated before it reaches the
-// FFI; a bad call throws GpuError and changes nothing. Over 600 lines, one file: Buffer,
-// stream-ordered buffers and HostBuffer share the native-memory accounting below (the budget,
-// the collection, the finaliser net), which no other module may reach.
+// GpuBuffer (Buffer to the package's own modules): device memory (an allocation, or a view of
+// part of one). HostBuffer: pinned host memory exposed as a TypedArray without copying. Every
+// call is validated before it reaches the FFI; a bad call throws GpuError and changes nothing.
+// Over 600 lines, one file: GpuBuffer, stream-ordered buffers and HostBuffer share the
+// native-memory accounting below (the budget, the collection, the finaliser net), which no other
+// module may reach.
 import { GpuError, nativeView } from "../ffi/result";
 import { HostAllocFlag } from "../ffi/constants";
 import { isDevice, releaseOutsideCapture, type DeviceRef, type DeviceState } from "./device_state";
@@ -19,6 +20,11 @@ type TypedArrayCtor<T extends TypedArray> = { new (n: number): T; BYTES_PER_ELEM
 export type HostData = ArrayBufferView | ArrayBuffer;
 
 export type FillType = "u8" | "i8" | "u16" | "i16" | "u32" | "i32" | "f32";
+/** The byte range of a fill: [offset, offset + bytes), by default the whole buffer. */
+export interface FillRange {
+  offset?: number | undefined;
+  bytes?: number | undefined;
+}
 
 /** Check that `n` is a non-negative safe integer. */
 export function checkSize(call: string, what: string, n: unknown): number {
@@ -118,7 +124,7 @@ export function parseBudget(v: string): number | undefined {
   return n === 0 ? Infinity : Math.floor(n);
 }
 
-let baseBudget = (process.env.BUNGPU_GC_BUDGET !== undefined && parseBudget(process.env.BUNGPU_GC_BUDGET)) || DEFAULT_BUDGET;
+let baseBudget = (process.env["BUNGPU_GC_BUDGET"] !== undefined && parseBudget(process.env["BUNGPU_GC_BUDGET"])) || DEFAULT_BUDGET;
 memoryStats.budget = baseBudget;
 
 /**
@@ -234,27 +240,49 @@ function free(a: Allocation): number {
 // never inside an open capture: bg_mem_free there is illegal and would invalidate it
 const registry = new FinalizationRegistry<Allocation>((a) => releaseOutsideCapture(a.dev, () => void release(a)));
 
-export class Buffer extends Resource {
+/**
+ * Device memory: an allocation, or a view of part of one. Named beside Bun's global `Buffer`
+ * (host bytes), never over it: `import { GpuBuffer } from "bungpu"`.
+ */
+export class GpuBuffer extends Resource {
   readonly device: DeviceRef;
+  /**
+   * What one element is, when the buffer was allocated with `{ type }` (views keep it): the
+   * default of `fill`. Undefined for plain bytes.
+   */
+  readonly elementType: FillType | undefined;
   readonly #alloc: Allocation;
   /** Offset of this view inside its allocation. */
   readonly byteOffset: number;
   readonly byteLength: number;
   /** A view keeps its root alive, so the finalizer never frees memory a view still uses. */
-  readonly #root: Buffer | null;
+  readonly #root: GpuBuffer | null;
 
-  private constructor(device: DeviceRef, alloc: Allocation, byteOffset: number, byteLength: number, root: Buffer | null = null) {
+  private constructor(device: DeviceRef, alloc: Allocation, byteOffset: number, byteLength: number, root: GpuBuffer | null, elementType: FillType | undefined) {
     super(alloc.dev, alloc.address, "buffer", alloc);
     this.device = device;
+    this.elementType = elementType;
     this.#alloc = alloc;
     this.#root = root;
     this.byteOffset = byteOffset;
     this.byteLength = byteLength;
   }
 
-  static alloc(device: DeviceRef, bytes: number): Buffer {
+  /**
+   * `bytes` of device memory. `{ type }` declares its elements ("f32", "i32", ...): `fill(v)`
+   * then writes `v` as that type. The size stays in bytes.
+   */
+  static alloc<E extends FillType>(device: DeviceRef, bytes: number, opts: { type: E }): GpuBufferOf<E>;
+  static alloc(device: DeviceRef, bytes: number, opts?: { type?: FillType | undefined }): GpuBuffer;
+  static alloc(device: DeviceRef, bytes: number, opts: { type?: FillType | undefined } = {}): GpuBuffer {
     if (!isDevice(device)) invalid("Buffer.alloc", "device must be a Device");
     checkSize("Buffer.alloc", "size", bytes);
+    opts = options("Buffer.alloc", opts);
+    const type = opts.type;
+    if (type !== undefined) {
+      const size = fillPattern("Buffer.alloc", 0, type).size; // INVALID_VALUE for an unknown type
+      if (bytes % size) invalid("Buffer.alloc", `${bytes} bytes is not a whole number of ${size}-byte ${type} elements`);
+    }
     const dev = device.state;
     if (!dev.open) disposed("Buffer.alloc", "device");
     const a: Allocation = { dev, address: 0, bytes, live: true };
@@ -264,7 +292,7 @@ export class Buffer extends Resource {
       memoryStats.liveAllocations++;
       memoryStats.liveBytes += bytes;
     }
-    const b = new Buffer(device, a, 0, bytes);
+    const b = new GpuBuffer(device, a, 0, bytes, null, type);
     if (bytes > 0) {
       b.watch(registry, a, a);
       owned.set(a, new WeakRef(b));
@@ -276,7 +304,7 @@ export class Buffer extends Resource {
    * @internal Stream.alloc: `bytes` of stream-ordered memory from `pool` (a pool handle, or 0
    * for the device's default pool), usable by work queued on `stream` from now on.
    */
-  static allocOrdered(stream: OrderedStream, pool: number, bytes: number, graph: boolean): Buffer {
+  static allocOrdered(stream: OrderedStream, pool: number, bytes: number, graph: boolean): GpuBuffer {
     const device = stream.device;
     const dev = device.state;
     checkSize("Stream.alloc", "size", bytes);
@@ -287,7 +315,7 @@ export class Buffer extends Resource {
     a.address = allocRetry(() => dev.api.mem_alloc_async(h, pool || null, bytes));
     memoryStats.liveAllocations++;
     memoryStats.liveBytes += bytes;
-    const b = new Buffer(device, a, 0, bytes);
+    const b = new GpuBuffer(device, a, 0, bytes, null, undefined);
     b.watch(registry, a, a);
     owned.set(a, new WeakRef(b));
     return b;
@@ -364,12 +392,12 @@ export class Buffer extends Resource {
   }
 
   /** A view of [byteOffset, byteOffset + byteLength) sharing this buffer's memory. */
-  view(byteOffset: number, byteLength?: number): Buffer {
+  view(byteOffset: number, byteLength?: number): this {
     this.#live("Buffer.view");
     checkSize("Buffer.view", "offset", byteOffset);
     if (byteLength === undefined) byteLength = Math.max(0, this.byteLength - byteOffset);
     this.#range("Buffer.view", byteOffset, byteLength);
-    return new Buffer(this.device, this.#alloc, this.byteOffset + byteOffset, byteLength, this.#root ?? this);
+    return new GpuBuffer(this.device, this.#alloc, this.byteOffset + byteOffset, byteLength, this.#root ?? this, this.elementType) as this;
   }
 
   /**
@@ -427,11 +455,11 @@ export class Buffer extends Resource {
    * Device-to-device copy into `dst` (synchronous). Defaults: whole of this buffer. Complete on
    * return, so a launch queued next on any stream reads the copied bytes (see `write`).
    */
-  copyTo(dst: Buffer, opts: { srcOffset?: number; dstOffset?: number; bytes?: number } = {}): void {
+  copyTo(dst: GpuBuffer, opts: { srcOffset?: number; dstOffset?: number; bytes?: number } = {}): void {
     opts = options("Buffer.copyTo", opts);
     const h = this.#live("Buffer.copyTo");
     if (hostFnsPending()) this.device.beforeSyncCopy("Buffer.copyTo");
-    if (!(dst instanceof Buffer)) invalid("Buffer.copyTo", "dst must be a Buffer");
+    if (!(dst instanceof GpuBuffer)) invalid("Buffer.copyTo", "dst must be a Buffer");
     dst.#live("Buffer.copyTo");
     if (dst.#alloc.dev.handle !== this.#alloc.dev.handle)
       invalid("Buffer.copyTo", `dst is on ${dst.device.spec}, this buffer on ${this.device.spec}`);
@@ -445,15 +473,20 @@ export class Buffer extends Resource {
   }
 
   /**
-   * Fill with `value` as elements of `type` (default "u8"), over [offset, offset+bytes)
-   * (synchronous). Complete on return, so a launch queued next on any stream sees the filled
-   * bytes (see `write`).
+   * Fill with `value` as ELEMENTS of `type`, over [offset, offset+bytes) (synchronous): `fill(1, {
+   * type: "f32" })` writes 1.0 in every 4 bytes, `{ type: "u8" }` every byte. `type` defaults to
+   * the buffer's `elementType` (allocated with `{ type }`); a buffer without one needs `type` for
+   * any value but 0 (INVALID_VALUE), so a fill never guesses between bytes and elements.
+   * Complete on return, so a launch queued next on any stream sees the filled bytes (see `write`).
    */
-  fill(value: number, opts: { type?: FillType; offset?: number; bytes?: number } = {}): this {
+  fill(value: number, opts: FillRange & { type: FillType }): this;
+  fill(this: GpuBufferOf<FillType>, value: number, opts?: FillRange & { type?: FillType | undefined }): this;
+  fill(value: 0, opts?: FillRange & { type?: FillType | undefined }): this;
+  fill(value: number, opts: FillRange & { type?: FillType | undefined } = {}): this {
     opts = options("Buffer.fill", opts);
     const h = this.#live("Buffer.fill");
     if (hostFnsPending()) this.device.beforeSyncCopy("Buffer.fill");
-    const { pattern, size } = fillPattern("Buffer.fill", value, opts.type ?? "u8");
+    const { pattern, size } = fillPattern("Buffer.fill", value, fillTypeOf("Buffer.fill", this, value, opts.type));
     const offset = opts.offset ?? 0;
     const bytes = opts.bytes ?? this.byteLength - offset;
     this.#range("Buffer.fill", offset, bytes);
@@ -506,6 +539,25 @@ export class Buffer extends Resource {
     const where = this.isView ? `, view at byte ${this.byteOffset} of ${bytesText(this.#alloc.bytes)}` : "";
     return `Buffer(${bytesText(this.byteLength)} on ${this.device.spec}${where}${this.disposed ? ", disposed" : ""})`;
   }
+}
+
+// The package's own modules still call the class Buffer; users get GpuBuffer (src/index.ts).
+
+/** A buffer allocated with `{ type: E }`: its `fill(v)` writes `v` as `E` (the types know it). */
+export type GpuBufferOf<E extends FillType> = GpuBuffer & { readonly elementType: E };
+export { GpuBuffer as Buffer };
+
+/**
+ * The element type of a fill of `value` into `buf`: `type` when given, else the buffer's
+ * `elementType`, else "u8" for 0 (all-zero bytes are all-zero elements of every type); any other
+ * value without a type is INVALID_VALUE (a byte fill of 1 is not a fill of ones).
+ */
+export function fillTypeOf(call: string, buf: unknown, value: number, type: FillType | undefined): FillType {
+  if (type !== undefined) return type;
+  const declared = buf instanceof GpuBuffer ? buf.elementType : undefined;
+  if (declared !== undefined) return declared;
+  if (value === 0 || typeof value !== "number") return "u8"; // a non-number fails in fillPattern
+  invalid(call, `a fill of ${String(value)} needs its element type: { type: "f32" } (or "i32", "u32", "u16", "i16", "u8", "i8"), or a buffer allocated with { type }`);
 }
 
 const f32 = new Float32Array(1);

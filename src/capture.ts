@@ -7,7 +7,7 @@ import { addressOf } from "../ffi/result";
 import { CaptureModeId } from "../ffi/constants";
 import { captureEnded, type DeviceRef, type DeviceState } from "./device_state";
 import { GpuError, Status, describeGot, invalid, options } from "./errors";
-import { packArgs, type ArgArea, type ArgValue, type Kernel } from "./kernel";
+import { packArgs, type ArgArea, type ArgsOf, type Kernel, type Signature } from "./kernel";
 import { INSPECT, plural } from "./inspect";
 import { Holds } from "./lifetime";
 import { RELEASE, Resource } from "./resource";
@@ -257,7 +257,7 @@ export class GraphExec extends Resource {
    * `kernel`'s signature: scalars and buffer bindings alike. Launches already enqueued keep the
    * arguments they were launched with.
    */
-  setKernelArgs(index: number, kernel: Kernel, args: readonly ArgValue[]): this {
+  setKernelArgs<S extends Signature>(index: number, kernel: Kernel<S>, args: ArgsOf<NoInfer<S>>): this {
     const call = "GraphExec.setKernelArgs";
     this.handle; // throws first if the exec or its device is gone
     if (!Number.isInteger(index) || index < 0 || index >= this.kernelNodeCount)

@@ -20,13 +20,13 @@
 import { SubmitError, addressOf, submit } from "../ffi/result";
 import { Cmd, SUBMIT_WAIT as BG_SUBMIT_WAIT, bg_cmd_copy_rec, bg_cmd_event_rec, bg_cmd_header, bg_cmd_launch_rec, bg_cmd_memset_rec } from "../ffi/constants";
 import { backends, type BackendRecord } from "./backends";
-import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buffer";
+import { Buffer, HostBuffer, checkSize, fillPattern, fillTypeOf, type FillType } from "./buffer";
 import { noteCaptured, type Device, type DeviceState } from "./device";
 import { GpuError, disposed, invalid, options, type BackendLabel } from "./errors";
 import { Event } from "./event";
 import { INSPECT, bytesText, plural } from "./inspect";
 import { Graph } from "./capture";
-import { Kernel, dim3, packArgs, type ArgArea, type ArgValue, type Dim3 } from "./kernel";
+import { Kernel, dim3, packArgs, type ArgArea, type ArgsOf, type ArgValue, type Dim3, type Signature } from "./kernel";
 import { Stream } from "./stream";
 
 // ---- the format: tags and sizes in one spot ------------------------------------------------------
@@ -49,23 +49,24 @@ export const LAUNCH_AT = bg_cmd_launch_rec.offset;
 /** bg_submit_ex flag: wait for the stream in the same crossing. */
 export const SUBMIT_WAIT = BG_SUBMIT_WAIT;
 
-export interface LaunchOptions {
+/** A launch of a kernel of signature `S`: `args` is typed from it (see ArgsOf). */
+export interface LaunchOptions<S extends Signature = Signature> {
   grid: Dim3;
   block: Dim3;
-  args: readonly ArgValue[];
-  sharedBytes?: number;
+  args: ArgsOf<S>;
+  sharedBytes?: number | undefined;
 }
 
 export interface CopyOptions {
-  bytes?: number;
-  srcOffset?: number;
-  dstOffset?: number;
+  bytes?: number | undefined;
+  srcOffset?: number | undefined;
+  dstOffset?: number | undefined;
 }
 
 export interface FillOptions {
-  type?: FillType;
-  offset?: number;
-  bytes?: number;
+  type?: FillType | undefined;
+  offset?: number | undefined;
+  bytes?: number | undefined;
 }
 
 /** Counts of what a list holds (or what a range of it holds). */
@@ -323,7 +324,7 @@ export class CommandList {
   }
 
   /** Append a kernel launch: the same checks as Kernel.launch, no FFI crossing. */
-  launch(kernel: Kernel, cfg: LaunchOptions, call = "CommandList.launch"): this {
+  launch<S extends Signature>(kernel: Kernel<S>, cfg: LaunchOptions<NoInfer<S>>, call = "CommandList.launch"): this {
     const dev = this.#dev;
     if (kernel !== this.#kernel || this.#kernel === null) this.#useKernel(call, kernel);
     const m = this.#module!;
@@ -402,12 +403,12 @@ export class CommandList {
     return this.#copy(call, CMD.COPY_DTOH, opts, dst, src);
   }
 
-  /** Append a fill of `value` as elements of `type` (Stream.fill's rules). */
+  /** Append a fill of `value` as elements of `type` (Buffer.fill's rules: default the buffer's elementType, else only 0). */
   memset(buf: Buffer, value: number, opts: FillOptions = {}, call = "CommandList.memset"): this {
     opts = options(call, opts);
     this.#live(call);
     this.#buffer(call, "buffer", buf);
-    const { pattern, size } = fillPattern(call, value, opts.type ?? "u8");
+    const { pattern, size } = fillPattern(call, value, fillTypeOf(call, buf, value, opts.type));
     const off = checkSize(call, "offset", opts.offset ?? 0);
     const bytes = checkSize(call, "byte count", opts.bytes ?? buf.byteLength - off);
     inRange(call, "buffer", buf.byteLength, off, bytes);

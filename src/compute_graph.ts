@@ -5,14 +5,14 @@
 // ranges since the last barrier), and none elsewhere. setArgs() rewrites only a dispatch's
 // argument words, and submit() hands the same bytes to the shim again: one crossing, no
 // re-encoding.
-import { Buffer, checkSize } from "./buffer";
+import { Buffer, checkSize, type FillType, type GpuBufferOf } from "./buffer";
 import type { Device, DeviceState } from "./device";
 import { disposed, invalid, options } from "./errors";
 import type { CopyOptions, EncoderMark, FillOptions } from "./commands";
 import { CommandEncoder, type DispatchOptions } from "./encoder";
 import { bufferRange, planBarriers, type BufferRange, type PlannedBarrier } from "./hazards";
 import { INSPECT, plural } from "./inspect";
-import { dim3, type ArgValue, type Kernel } from "./kernel";
+import { dim3, type ArgValue, type Kernel, type Signature } from "./kernel";
 import type { Stream } from "./stream";
 
 export type { Hazard, PlannedBarrier } from "./hazards";
@@ -20,7 +20,7 @@ export type { Hazard, PlannedBarrier } from "./hazards";
 /** A byte range a node reads or writes: a whole buffer (view), or part of one. */
 export type Access = Buffer | { buffer: Buffer; offset?: number; bytes?: number };
 
-export interface GraphDispatchOptions extends DispatchOptions {
+export interface GraphDispatchOptions<S extends Signature = Signature> extends DispatchOptions<S> {
   /** Byte ranges the kernel reads. Default: every buffer argument (conservative). */
   reads?: readonly Access[];
   /** Byte ranges the kernel writes. Default: every buffer argument (conservative). */
@@ -145,7 +145,7 @@ export class ComputeGraph {
   }
 
   /** Record a dispatch; returns its node index. */
-  dispatch(kernel: Kernel, cfg: GraphDispatchOptions): number {
+  dispatch<S extends Signature>(kernel: Kernel<S>, cfg: GraphDispatchOptions<NoInfer<S>>): number {
     const call = "ComputeGraph.dispatch";
     if (cfg === null || typeof cfg !== "object") invalid(call, "expected { grid, block, args }");
     const reads = cfg.reads !== undefined ? resolveAccess(call, this.#dev, "reads", cfg.reads) : null;
@@ -187,10 +187,13 @@ export class ComputeGraph {
   }
 
   /** Record a fill; returns its node index. */
+  fill(buf: Buffer, value: number, opts: FillOptions & { type: FillType }): number;
+  fill(buf: GpuBufferOf<FillType>, value: number, opts?: FillOptions): number;
+  fill(buf: Buffer, value: 0, opts?: FillOptions): number;
   fill(buf: Buffer, value: number, opts: FillOptions = {}): number {
     opts = options("ComputeGraph.fill", opts);
     const n = this.#begin("fill");
-    this.#seq.fill(buf, value, opts);
+    this.#seq.fill(buf, value, opts as FillOptions & { type: FillType }); // the type rule holds at run time (fillTypeOf)
     const off = opts.offset ?? 0;
     const bytes = opts.bytes ?? buf.byteLength - off;
     n.args = [buf];
@@ -278,7 +281,7 @@ export class ComputeGraph {
    * Submit the whole graph to `stream` in one crossing, from the graph's own packed bytes (no
    * re-encoding). Returns true when a crossing was made (false for an empty graph).
    */
-  submit(stream: Stream, opts: { barriers?: BarrierMode } = {}): boolean {
+  submit(stream: Stream, opts: { barriers?: BarrierMode | undefined } = {}): boolean {
     opts = options("ComputeGraph.submit", opts);
     const call = "ComputeGraph.submit";
     const mode = opts.barriers ?? "recorded";

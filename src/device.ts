@@ -5,7 +5,7 @@ import { api, backendInfo, devicePropsBytes } from "../ffi/result";
 import { bg_device_props } from "../ffi/constants";
 import { Backend } from "../ffi/result";
 import { backends, type BackendName } from "./backends";
-import { Buffer, HostBuffer, releaseDeviceMemory } from "./buffer";
+import { Buffer, HostBuffer, releaseDeviceMemory, type FillType, type GpuBufferOf } from "./buffer";
 import { DEVICE, newDeviceState, type DeviceState } from "./device_state";
 import { GpuError, Status, invalid, disposed, options, reword, describeValue } from "./errors";
 import { Event, type EventOptions } from "./event";
@@ -147,7 +147,7 @@ export class Device {
   /** BUNGPU_DEVICE if set; else the first of CUDA, Metal, CPU that opens. Shared; do not dispose. */
   static default(): Device {
     if (defaultDevice?.state.open) return defaultDevice;
-    const env = process.env.BUNGPU_DEVICE;
+    const env = process.env["BUNGPU_DEVICE"];
     if (env) {
       try {
         defaultDevice = Device.open(env);
@@ -304,8 +304,11 @@ export class Device {
     return this.#defaultPool;
   }
 
-  alloc(bytes: number): Buffer {
-    return Buffer.alloc(this, bytes);
+  /** `bytes` of device memory; `{ type }` declares its elements (the default of `fill`). */
+  alloc<E extends FillType>(bytes: number, opts: { type: E }): GpuBufferOf<E>;
+  alloc(bytes: number, opts?: { type?: FillType | undefined }): Buffer;
+  alloc(bytes: number, opts: { type?: FillType | undefined } = {}): Buffer {
+    return Buffer.alloc(this, bytes, opts);
   }
 
   allocHost(bytes: number, opts: { mapped?: boolean } = {}): HostBuffer {

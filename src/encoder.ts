@@ -2,15 +2,15 @@
 // TypeScript into one command list, then handed to the shim in ONE crossing by commit(stream).
 // It is the command list under the names of the encoder API: everything (the format, validation,
 // argument packing, growth, references) lives in commands.ts.
-import type { Buffer } from "./buffer";
+import type { Buffer, FillType, GpuBufferOf } from "./buffer";
 import type { Device } from "./device";
 import type { Event } from "./event";
-import type { Kernel } from "./kernel";
+import type { Kernel, Signature } from "./kernel";
 import type { Stream } from "./stream";
 import { CommandList, type CopyOptions, type FillOptions, type LaunchOptions } from "./commands";
 
 export { CommandError, type CopyOptions, type FillOptions, type EncoderCounts, type EncoderMark, type CommandInfo } from "./commands";
-export type DispatchOptions = LaunchOptions;
+export type DispatchOptions<S extends Signature = Signature> = LaunchOptions<S>;
 
 export class CommandEncoder extends CommandList {
   constructor(device: Device, opts: { initialBytes?: number } = {}) {
@@ -18,7 +18,7 @@ export class CommandEncoder extends CommandList {
   }
 
   /** Append a kernel dispatch: the same checks as Kernel.launch, no FFI crossing. */
-  dispatch(kernel: Kernel, cfg: DispatchOptions): this {
+  dispatch<S extends Signature>(kernel: Kernel<S>, cfg: DispatchOptions<NoInfer<S>>): this {
     return this.launch(kernel, cfg, "CommandEncoder.dispatch");
   }
 
@@ -27,7 +27,10 @@ export class CommandEncoder extends CommandList {
     return super.copy(dst, src, opts, call);
   }
 
-  /** Append a fill of `value` as elements of `type` (Stream.fill's rules). */
+  /** Append a fill of `value` as elements of `type` (Buffer.fill's rules: default the buffer's elementType, else only 0). */
+  fill(buf: Buffer, value: number, opts: FillOptions & { type: FillType }): this;
+  fill(buf: GpuBufferOf<FillType>, value: number, opts?: FillOptions): this;
+  fill(buf: Buffer, value: 0, opts?: FillOptions): this;
   fill(buf: Buffer, value: number, opts: FillOptions = {}): this {
     return this.memset(buf, value, opts, "CommandEncoder.fill");
   }

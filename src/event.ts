@@ -15,7 +15,11 @@ export interface EventOptions {
   blockingSync?: boolean;
 }
 
-export class Event extends Resource {
+/**
+ * A point in a stream's work. Named beside the DOM `Event` global Bun also has, never over it:
+ * `import { GpuEvent } from "bungpu"`.
+ */
+export class GpuEvent extends Resource {
   readonly device: DeviceRef;
   readonly timing: boolean;
   /** The native stream of the latest record (0: never recorded), for the host-function guard. */
@@ -28,12 +32,12 @@ export class Event extends Resource {
     this.track("event");
   }
 
-  static create(device: DeviceRef, opts: EventOptions = {}): Event {
+  static create(device: DeviceRef, opts: EventOptions = {}): GpuEvent {
     if (!isDevice(device)) invalid("Event.create", `device must be a Device, got ${describeGot(device)}`);
     opts = options("Event.create", opts);
     const timing = opts.timing ?? true;
     const flags = (timing ? 0 : EventFlag.DISABLE_TIMING) | (opts.blockingSync ? EventFlag.BLOCKING_SYNC : 0);
-    return new Event(device, device.state.api.event_create(device.handle, flags), timing);
+    return new GpuEvent(device, device.state.api.event_create(device.handle, flags), timing);
   }
 
   get handle(): number {
@@ -72,14 +76,14 @@ export class Event extends Resource {
   }
 
   /** Milliseconds from `start` to `end` (both recorded with timing and finished). */
-  static elapsed(start: Event, end: Event): number {
-    if (!(start instanceof Event) || !(end instanceof Event)) invalid("Event.elapsed", "expected two Events");
+  static elapsed(start: GpuEvent, end: GpuEvent): number {
+    if (!(start instanceof GpuEvent) || !(end instanceof GpuEvent)) invalid("Event.elapsed", "expected two Events");
     return eventElapsed(start.handle, end.handle, start.device.backend);
   }
 
   /** Milliseconds from `start` to this event. */
-  elapsedSince(start: Event): number {
-    return Event.elapsed(start, this);
+  elapsedSince(start: GpuEvent): number {
+    return GpuEvent.elapsed(start, this);
   }
 
   protected [RELEASE](): void {
@@ -94,3 +98,6 @@ export class Event extends Resource {
     return `Event(${parts.join(", ")})`;
   }
 }
+
+// The package's own modules still call the class Event; users get GpuEvent (src/index.ts).
+export { GpuEvent as Event };

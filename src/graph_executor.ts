@@ -8,13 +8,13 @@
 //    commit in ONE crossing (bg_submit) without waiting; finish() commits and waits; finishAsync()
 //    commits and awaits stream.done(). A finished session throws ILLEGAL_STATE; one disposed
 //    without finish() runs nothing it had not committed and gives its encoder back.
-import type { Buffer, FillType } from "./buffer";
+import type { Buffer, FillType, GpuBufferOf } from "./buffer";
 import type { Device } from "./device";
 import { disposed, illegalState, invalid, options } from "./errors";
-import type { CopyOptions } from "./commands";
+import type { CopyOptions, FillOptions } from "./commands";
 import { CommandEncoder } from "./encoder";
 import { ComputeGraph, resolveAccess, type BarrierMode, type GraphDispatchOptions } from "./compute_graph";
-import type { Kernel } from "./kernel";
+import type { Kernel, Signature } from "./kernel";
 import { INSPECT, plural } from "./inspect";
 import { Stream } from "./stream";
 
@@ -100,7 +100,7 @@ export class GraphSession {
     illegalState(call, `the session is ${this.#state === "finished" ? "finished" : "disposed"}; begin a new one`);
   }
 
-  dispatch(kernel: Kernel, cfg: GraphDispatchOptions): this {
+  dispatch<S extends Signature>(kernel: Kernel<S>, cfg: GraphDispatchOptions<NoInfer<S>>): this {
     if (this.#state !== "open") this.#closed("GraphSession.dispatch");
     if (this.#graph) this.#graph.dispatch(kernel, cfg);
     else {
@@ -125,11 +125,15 @@ export class GraphSession {
     return this;
   }
 
-  fill(buf: Buffer, value: number, opts: { type?: FillType; offset?: number; bytes?: number } = {}): this {
+  fill(buf: Buffer, value: number, opts: FillOptions & { type: FillType }): this;
+  fill(buf: GpuBufferOf<FillType>, value: number, opts?: FillOptions): this;
+  fill(buf: Buffer, value: 0, opts?: FillOptions): this;
+  fill(buf: Buffer, value: number, opts: FillOptions = {}): this {
     opts = options("GraphSession.fill", opts);
     if (this.#state !== "open") this.#closed("GraphSession.fill");
-    if (this.#graph) this.#graph.fill(buf, value, opts);
-    else this.#enc!.fill(buf, value, opts);
+    const o = opts as FillOptions & { type: FillType }; // the type rule holds at run time (fillTypeOf)
+    if (this.#graph) this.#graph.fill(buf, value, o);
+    else this.#enc!.fill(buf, value, o);
     this.stats.fills++;
     return this;
   }

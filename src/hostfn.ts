@@ -165,7 +165,7 @@ const wordPools = new WeakMap<DeviceState, WordPool | null>();
 function wordPool(state: DeviceState): WordPool | null {
   let p = wordPools.get(state);
   if (p === undefined) {
-    p = backends[state.backend].streamWaitValue && !process.env.BUNGPU_HOSTFN_SIGNALS ? new WordPool(state) : null;
+    p = backends[state.backend].streamWaitValue && !process.env["BUNGPU_HOSTFN_SIGNALS"] ? new WordPool(state) : null;
     wordPools.set(state, p);
   }
   return p;

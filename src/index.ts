@@ -1,11 +1,21 @@
 // bungpu: driver-level GPU control for Bun.
+import { GpuBuffer } from "./buffer";
+import { GpuEvent } from "./event";
 export { GpuError } from "./errors";
 export { Status, StatusName } from "../ffi/errors";
 export { Device, type DeviceProps, type BackendInfo } from "./device";
-export { Buffer, HostBuffer, memoryStats, setMemoryBudget, type FillType, type HostData } from "./buffer";
+export { GpuBuffer, HostBuffer, memoryStats, setMemoryBudget, type FillRange, type FillType, type GpuBufferOf, type HostData } from "./buffer";
 export { Stream, type StreamOptions, type PeerCopyPath } from "./stream";
 export { MemoryPool, type MemoryPoolOptions, type MemoryPoolStats } from "./memory_pool";
-export { Event, type EventOptions } from "./event";
+export { GpuEvent, type EventOptions } from "./event";
+/** @deprecated since 0.2, removed in 0.3: use `GpuBuffer`. Imported, `Buffer` hides Bun's global `Buffer` (host bytes). */
+export const Buffer = GpuBuffer;
+/** @deprecated since 0.2, removed in 0.3: use `GpuBuffer`. Imported, `Buffer` hides Bun's global `Buffer` (host bytes). */
+export type Buffer = GpuBuffer;
+/** @deprecated since 0.2, removed in 0.3: use `GpuEvent`. Imported, `Event` hides the DOM `Event` global. */
+export const Event = GpuEvent;
+/** @deprecated since 0.2, removed in 0.3: use `GpuEvent`. Imported, `Event` hides the DOM `Event` global. */
+export type Event = GpuEvent;
 export {
   Program,
   Module,
@@ -13,6 +23,9 @@ export {
   compileStats,
   type ArgType,
   type ArgValue,
+  type ArgValueOf,
+  type ArgsOf,
+  type Signature,
   type CompileOptions,
   type KernelSource,
   type LaunchConfig,

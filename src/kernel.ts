@@ -18,6 +18,15 @@ export type { CompileOptions };
 
 export type ArgType = "buffer" | "i32" | "u32" | "i64" | "f32" | "f64";
 export type ArgValue = Buffer | number | bigint;
+/** The value an argument of type `T` takes: a buffer for "buffer", a bigint or safe integer for "i64", else a number. */
+export type ArgValueOf<T extends ArgType> = T extends "buffer" ? Buffer : T extends "i64" ? bigint | number : number;
+/** A kernel signature: the types of its arguments in order. */
+export type Signature = readonly ArgType[];
+/**
+ * The argument tuple of a signature: `["buffer", "u32", "f32"]` gives `[GpuBuffer, number, number]`.
+ * A signature only known at run time (`ArgType[]`) gives `ArgValue[]`.
+ */
+export type ArgsOf<S extends Signature> = { readonly [K in keyof S]: S[K] extends ArgType ? ArgValueOf<S[K]> : never };
 export type Dim3 = number | readonly [number] | readonly [number, number] | readonly [number, number, number];
 
 /** A kernel source in one text, or one per backend name. */
@@ -71,8 +80,12 @@ export class Module {
     return !this.#live || !this.device.state.open;
   }
 
-  /** The kernel `name`, with the types of its arguments in order. */
-  kernel(name: string, signature: readonly ArgType[]): Kernel {
+  /**
+   * The kernel `name`, with the types of its arguments in order. A literal signature types its
+   * launches: `module.kernel("add", ["buffer", "u32"])` takes `args: [buffer, n]`, and the
+   * compiler rejects a missing argument or a number where a buffer goes.
+   */
+  kernel<const S extends Signature>(name: string, signature: S): Kernel<S> {
     if (typeof name !== "string" || !name) invalid("Module.kernel", "name must be a non-empty string");
     if (name.includes("\0")) invalid("Module.kernel", `name ${JSON.stringify(name)} contains a NUL character`);
     if (!Array.isArray(signature)) invalid("Module.kernel", "signature must be an array of argument types");
@@ -85,7 +98,7 @@ export class Module {
       k = new Kernel(this, this.#lookup(name), name, [...signature]);
       this.#kernels.set(key, k);
     }
-    return k;
+    return k as Kernel<S>;
   }
 
   dispose(): void {
@@ -231,17 +244,18 @@ export function dim3(call: string, what: string, d: Dim3): [number, number, numb
   return out;
 }
 
-export interface LaunchConfig {
+/** A launch of a kernel of signature `S`: `args` is typed from it (see ArgsOf). */
+export interface LaunchConfig<S extends Signature = Signature> {
   grid: Dim3;
   block: Dim3;
-  args: readonly ArgValue[];
-  sharedBytes?: number;
+  args: ArgsOf<S>;
+  sharedBytes?: number | undefined;
 }
 
-export class Kernel {
+export class Kernel<S extends Signature = Signature> {
   readonly module: Module;
   readonly name: string;
-  readonly signature: readonly ArgType[];
+  readonly signature: S;
   /** The signature as packing codes (see sigCodes). */
   readonly codes: Uint8Array;
   readonly #handle: number;
@@ -252,7 +266,7 @@ export class Kernel {
     this.#handle = handle;
     this.#backend = module.device.backend;
     this.name = name;
-    this.signature = Object.freeze(signature);
+    this.signature = Object.freeze(signature) as readonly ArgType[] as S;
     this.codes = sigCodes(signature);
     kernelNames.set(handle, name); // timelines name launches by handle (src/trace)
   }
@@ -271,7 +285,7 @@ export class Kernel {
   }
 
   /** Launch on `stream`: arguments checked, packed into one block, one FFI crossing. */
-  launch(stream: Stream, cfg: LaunchConfig): void {
+  launch(stream: Stream, cfg: LaunchConfig<S>): void {
     if (stream === null || typeof stream !== "object" || cfg === null || typeof cfg !== "object") invalid("Kernel.launch", `${this.name}: expected (stream, { grid, block, args })`);
     const k = this.handle;
     const s = stream.handle;

@@ -12,7 +12,7 @@ interface Held {
   handle: number;
   kind: Kind;
   /** Run after the release: drops what the owner held (a graph's or exec's Holds). */
-  after?: () => void;
+  after?: (() => void) | undefined;
 }
 
 const release: Record<Kind, (api: Api, h: number) => void> = {

@@ -9,10 +9,10 @@
 // Every mode gives the results of running the steps one by one, in order.
 import { describeGot, invalid, options } from "./errors";
 import type { Device } from "./device";
-import type { Buffer } from "./buffer";
+import type { Buffer, FillType, GpuBufferOf } from "./buffer";
 import { dependencies } from "./hazards";
 import { INSPECT, plural } from "./inspect";
-import type { Kernel } from "./kernel";
+import type { Kernel, Signature } from "./kernel";
 import { Step, type CopyStepOptions, type FillStepOptions, type KernelStepConfig } from "./step";
 import { ExecMode, Executable, type RunOptions, type ScheduleCompileOptions } from "./executable";
 
@@ -44,7 +44,7 @@ export class Schedule {
     return this;
   }
 
-  addKernel(kernel: Kernel, cfg: KernelStepConfig): this {
+  addKernel<S extends Signature>(kernel: Kernel<S>, cfg: KernelStepConfig<NoInfer<S>>): this {
     return this.add(Step.kernel(kernel, cfg));
   }
 
@@ -52,8 +52,11 @@ export class Schedule {
     return this.add(Step.copy(dst, src, opts));
   }
 
+  addFill(buffer: Buffer, value: number, opts: FillStepOptions & { type: FillType }): this;
+  addFill(buffer: GpuBufferOf<FillType>, value: number, opts?: FillStepOptions): this;
+  addFill(buffer: Buffer, value: 0, opts?: FillStepOptions): this;
   addFill(buffer: Buffer, value: number, opts?: FillStepOptions): this {
-    return this.add(Step.fill(buffer, value, opts));
+    return this.add(Step.fill(buffer, value, opts as FillStepOptions & { type: FillType })); // the type rule holds at run time (fillTypeOf)
   }
 
   get steps(): readonly Step[] {

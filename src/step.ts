@@ -1,39 +1,40 @@
 // Steps: one unit of schedule work (a kernel launch, a copy, a fill) with the byte ranges it reads
 // and writes, validated as it is made by the command list's own checks, and lowered to one
 // command of a list when a schedule is compiled.
-import { Buffer, checkSize, fillPattern, type FillType } from "./buffer";
+import { Buffer, checkSize, fillPattern, fillTypeOf, type FillType, type GpuBufferOf } from "./buffer";
 import type { Device } from "./device";
 import { describeValue, invalid, disposed, options } from "./errors";
 import { CommandList, checkLaunch, validateCommand } from "./commands";
 import { hazardBetween, overlaps, rangeOf, type ByteRange } from "./hazards";
-import type { Kernel, ArgValue, Dim3 } from "./kernel";
+import type { Kernel, ArgsOf, ArgValue, Dim3, Signature } from "./kernel";
 
 // ---- steps -----------------------------------------------------------------------------------------
 
-export interface KernelStepConfig {
+/** A kernel step of a kernel of signature `S`: `args` is typed from it (see ArgsOf). */
+export interface KernelStepConfig<S extends Signature = Signature> {
   grid: Dim3;
   block: Dim3;
-  args: readonly ArgValue[];
-  sharedBytes?: number;
+  args: ArgsOf<S>;
+  sharedBytes?: number | undefined;
   /** Buffers (views) the kernel reads. With neither list given, every buffer argument counts as read and written. */
-  reads?: readonly Buffer[];
+  reads?: readonly Buffer[] | undefined;
   /** Buffers (views) the kernel writes. */
-  writes?: readonly Buffer[];
-  label?: string;
+  writes?: readonly Buffer[] | undefined;
+  label?: string | undefined;
 }
 
 export interface CopyStepOptions {
-  bytes?: number;
-  dstOffset?: number;
-  srcOffset?: number;
-  label?: string;
+  bytes?: number | undefined;
+  dstOffset?: number | undefined;
+  srcOffset?: number | undefined;
+  label?: string | undefined;
 }
 
 export interface FillStepOptions {
-  type?: FillType;
-  offset?: number;
-  bytes?: number;
-  label?: string;
+  type?: FillType | undefined;
+  offset?: number | undefined;
+  bytes?: number | undefined;
+  label?: string | undefined;
 }
 
 export type KernelOp = {
@@ -79,11 +80,11 @@ export class Step {
   }
 
   /** A kernel launch. Its ranges are `reads`/`writes`, or, when neither is given, every buffer argument read and written. */
-  static kernel(kernel: Kernel, cfg: KernelStepConfig): Step {
+  static kernel<S extends Signature>(kernel: Kernel<S>, cfg: KernelStepConfig<NoInfer<S>>): Step {
     const call = "Step.kernel";
     const { grid, block, sharedBytes } = checkLaunch(call, kernel, cfg);
     const dev = kernel.device;
-    const args = [...cfg.args];
+    const args: ArgValue[] = [...(cfg.args as readonly ArgValue[])];
     const argBufs = args.filter(isBuffer);
     const list = (what: string, l: readonly Buffer[] | undefined): Buffer[] => {
       if (l === undefined) return [];
@@ -165,12 +166,15 @@ export class Step {
     );
   }
 
-  /** A memset of `value` as elements of `type` (default "u8"). Writes its range. */
+  /** A memset of `value` as elements of `type` (Buffer.fill's rules: default the buffer's elementType, else only 0). Writes its range. */
+  static fill(buffer: Buffer, value: number, opts: FillStepOptions & { type: FillType }): Step;
+  static fill(buffer: GpuBufferOf<FillType>, value: number, opts?: FillStepOptions): Step;
+  static fill(buffer: Buffer, value: 0, opts?: FillStepOptions): Step;
   static fill(buffer: Buffer, value: number, opts: FillStepOptions = {}): Step {
     const call = "Step.fill";
     opts = options(call, opts);
     if (!isBuffer(buffer)) invalid(call, "expected a Buffer");
-    const type = opts.type ?? "u8";
+    const type = fillTypeOf(call, buffer, value, opts.type);
     const off = opts.offset ?? 0;
     validateCommand(buffer.device, (l) => l.memset(buffer, value, { type, offset: off, bytes: opts.bytes }, call));
     const { pattern, size } = fillPattern(call, value, type);

@@ -1,7 +1,7 @@
 // Stream: an in-order queue of device work. Enqueueing returns at once; synchronize() blocks,
 // done() is its awaitable twin that polls and never blocks the event loop.
 import { CaptureStatusId, CopyPath, StreamFlag } from "../ffi/constants";
-import { Buffer, HostBuffer, checkSize, fillPattern, type FillType } from "./buffer";
+import { Buffer, HostBuffer, checkSize, fillPattern, fillTypeOf, type FillRange, type FillType, type GpuBufferOf } from "./buffer";
 import { captureEnded, isDevice, noteCaptured, type DeviceRef, type DeviceState } from "./device_state";
 import { GpuError, Status, describeGot, describeValue, invalid, disposed, options } from "./errors";
 import { HOLD } from "./lifetime";
@@ -307,13 +307,16 @@ export class Stream extends Resource {
     return this;
   }
 
-  /** Fill in stream order (see Buffer.fill). */
-  fill(buf: Buffer, value: number, opts: { type?: FillType; offset?: number; bytes?: number } = {}): this {
+  /** Fill elements in stream order (see Buffer.fill: `type`, else the buffer's elementType, else only 0). */
+  fill(buf: Buffer, value: number, opts: FillRange & { type: FillType }): this;
+  fill(buf: GpuBufferOf<FillType>, value: number, opts?: FillRange & { type?: FillType | undefined }): this;
+  fill(buf: Buffer, value: 0, opts?: FillRange & { type?: FillType | undefined }): this;
+  fill(buf: Buffer, value: number, opts: FillRange & { type?: FillType | undefined } = {}): this {
     const call = "Stream.fill";
     this.handle; // a disposed stream is an error even for an empty range
     if (!(buf instanceof Buffer)) invalid(call, "expected a Buffer");
     this.#sameDevice(call, buf);
-    const { pattern, size } = fillPattern(call, value, opts.type ?? "u8");
+    const { pattern, size } = fillPattern(call, value, fillTypeOf(call, buf, value, opts.type));
     const off = opts.offset ?? 0;
     const bytes = checkSize(call, "byte count", opts.bytes ?? buf.byteLength - off);
     this.#range(call, "buffer", buf.byteLength, off, bytes);

@@ -39,7 +39,7 @@ for (const spec of specs) {
       const data = randomBytes(1 << 20, 3);
       using b = dev.alloc(data.byteLength).write(data);
       expect(Buffer.compare(b.read(), data)).toBe(0);
-      b.fill(0x5a, { offset: 100, bytes: 1000 });
+      b.fill(0x5a, { type: "u8", offset: 100, bytes: 1000 });
       const back = b.read();
       expect(back.subarray(100, 1100).every((x) => x === 0x5a)).toBe(true);
       expect(Buffer.compare(back.subarray(0, 100), data.subarray(0, 100))).toBe(0);

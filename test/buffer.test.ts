@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, test } from "bun:test";
-import { Buffer, Device, HostBuffer, Status } from "../src";
+import { Buffer, CommandEncoder, ComputeGraph, Device, Event, GpuBuffer, GpuEvent, HostBuffer, Schedule, Status, Step } from "../src";
 import { equalBytes, expectGpuError, randomBytes } from "./helpers";
 
 const dev = Device.open("cpu");
@@ -39,7 +39,7 @@ describe("buffers: round trips", () => {
 
   test("fill with 1, 2 and 4-byte patterns and floats", () => {
     using b = dev.alloc(32);
-    b.fill(0xab);
+    b.fill(0xab, { type: "u8" });
     expect(b.read().every((x) => x === 0xab)).toBe(true);
     b.fill(0x1234, { type: "u16", offset: 4, bytes: 8 });
     expect([...b.read(new Uint16Array(6))]).toEqual([0xabab, 0xabab, 0x1234, 0x1234, 0x1234, 0x1234]);
@@ -111,9 +111,9 @@ describe("buffers: bad input throws and changes nothing", () => {
     expectGpuError(() => b.read(new Uint8Array(8), { offset: 250 }), Status.INVALID_VALUE);
     expectGpuError(() => b.read(new Uint8Array(300)), Status.INVALID_VALUE);
     expectGpuError(() => b.view(200, 100), Status.INVALID_VALUE);
-    expectGpuError(() => b.fill(1, { offset: 255, bytes: 2 }), Status.INVALID_VALUE);
+    expectGpuError(() => b.fill(1, { type: "u8", offset: 255, bytes: 2 }), Status.INVALID_VALUE);
     expectGpuError(() => b.fill(1, { type: "u32", offset: 2, bytes: 4 }), Status.INVALID_VALUE, /aligned/);
-    expectGpuError(() => b.fill(300), Status.INVALID_VALUE, /does not fit/);
+    expectGpuError(() => b.fill(300, { type: "u8" }), Status.INVALID_VALUE, /does not fit/);
     using c = dev.alloc(16);
     expectGpuError(() => b.copyTo(c), Status.INVALID_VALUE, /past the end/);
     expectGpuError(() => b.copyTo(c, { bytes: 8, dstOffset: 12 }), Status.INVALID_VALUE);
@@ -166,5 +166,63 @@ describe("pinned host memory", () => {
     expect(before.byteLength).toBe(0);
     expectGpuError(() => h.as(Uint8Array), Status.INVALID_HANDLE);
     expectGpuError(() => dev.allocHost(0), Status.INVALID_VALUE);
+  });
+});
+
+describe("fill writes elements, never guesses bytes", () => {
+  test("a plain buffer: { type } fills elements, 0 fills zeros, any other value without a type is INVALID_VALUE", () => {
+    using b = dev.alloc(64);
+    b.fill(1.5, { type: "f32" });
+    expect([...b.read(Float32Array)]).toEqual(new Array<number>(16).fill(1.5));
+    b.fill(-7, { type: "i32", offset: 8, bytes: 8 });
+    const i = b.read(Int32Array);
+    expect(i[1]).toBe(new Int32Array(new Float32Array([1.5]).buffer)[0]!);
+    expect([i[2], i[3]]).toEqual([-7, -7]);
+    b.fill(0);
+    expect(b.read().every((x) => x === 0)).toBe(true);
+    b.fill(0xab, { type: "u8" });
+    expect(b.read().every((x) => x === 0xab)).toBe(true);
+    // a fill of 1 that once wrote 0x01 bytes (1.4e-45 as f32, 16843009 as i32) is refused, not guessed
+    // (the types refuse these too: test/strict_types.test.ts; JavaScript callers get the GpuError)
+    expectGpuError(() => b.fill(1 as 0), Status.INVALID_VALUE, /element type/);
+    expectGpuError(() => dev.defaultStream.fill(b, 1 as 0), Status.INVALID_VALUE, /element type/);
+    expectGpuError(() => new CommandEncoder(dev).fill(b, 1 as 0), Status.INVALID_VALUE, /element type/);
+    expectGpuError(() => Step.fill(b, 1 as 0), Status.INVALID_VALUE, /element type/);
+    expectGpuError(() => new Schedule().addFill(b, 1 as 0), Status.INVALID_VALUE, /element type/);
+    expectGpuError(() => new ComputeGraph(dev).fill(b, 1 as 0), Status.INVALID_VALUE, /element type/);
+    expect(b.read().every((x) => x === 0xab)).toBe(true);
+  });
+
+  test("a buffer allocated with { type }: fill(v) writes v as that type, in views too", () => {
+    using b = dev.alloc(64, { type: "f32" });
+    expect(b.elementType).toBe("f32");
+    b.fill(2.25);
+    expect([...b.read(Float32Array)]).toEqual(new Array<number>(16).fill(2.25));
+    const v = b.view(16, 16);
+    expect(v.elementType).toBe("f32");
+    v.fill(-1);
+    dev.defaultStream.fill(b.view(48, 8), 3).synchronize();
+    expect([...b.read(Float32Array)]).toEqual([2.25, 2.25, 2.25, 2.25, -1, -1, -1, -1, 2.25, 2.25, 2.25, 2.25, 3, 3, 2.25, 2.25]);
+    b.fill(7, { type: "i32" }); // an explicit type wins
+    expect([...b.read(Int32Array)]).toEqual(new Array<number>(16).fill(7));
+    using u = GpuBuffer.alloc(dev, 8, { type: "u16" });
+    u.fill(65535);
+    expect([...u.read(Uint16Array)]).toEqual([65535, 65535, 65535, 65535]);
+    expectGpuError(() => u.fill(65536), Status.INVALID_VALUE, /does not fit u16/);
+  });
+
+  test("{ type } at allocation is checked: a known type, a whole number of elements", () => {
+    expectGpuError(() => dev.alloc(6, { type: "f32" }), Status.INVALID_VALUE, /whole number/);
+    expectGpuError(() => dev.alloc(8, { type: "f64" as never }), Status.INVALID_VALUE, /unknown fill type/);
+    expectGpuError(() => dev.alloc(8, null as never), Status.INVALID_VALUE);
+  });
+
+  test("the deprecated names are the same classes", () => {
+    expect(Buffer).toBe(GpuBuffer);
+    expect(Event).toBe(GpuEvent);
+    using b = dev.alloc(8);
+    expect(b).toBeInstanceOf(GpuBuffer);
+    using e = dev.createEvent();
+    expect(e).toBeInstanceOf(GpuEvent);
   });
 });

@@ -28,7 +28,7 @@ const grid = (n: number) => Math.ceil(n / BLOCK);
 interface Sink {
   dispatch(k: Kernel, cfg: GraphDispatchOptions): unknown;
   copy(dst: Buffer, src: Buffer, opts?: { bytes?: number }): unknown;
-  fill(buf: Buffer, value: number, opts?: { type?: "f32" }): unknown;
+  fill(buf: Buffer, value: number, opts: { type: "f32" }): unknown;
   barrier(): unknown;
 }
 
@@ -402,7 +402,7 @@ describe("sessions: misuse, dropping, counters", () => {
 
     test(`${mode}: every op after finish() throws ILLEGAL_STATE`, async () => {
       const sess = begin();
-      sess.fill(X, 1);
+      sess.fill(X, 1, { type: "u8" });
       sess.finish();
       expect(sess.state).toBe("finished");
       expectGpuError(() => sess.dispatch(addScalar, { grid: 1, block: 1, args: [X, 1, 1] }), Status.ILLEGAL_STATE, /finished/);
@@ -417,17 +417,17 @@ describe("sessions: misuse, dropping, counters", () => {
     });
 
     test(`${mode}: a session dropped without finish() runs nothing`, () => {
-      X.fill(9);
+      X.fill(9, { type: "u8" });
       {
         using sess = begin();
-        sess.fill(X, 1).barrier().dispatch(addScalar, { grid: 1, block: 16, args: [X, 1, 16] });
+        sess.fill(X, 1, { type: "u8" }).barrier().dispatch(addScalar, { grid: 1, block: 16, args: [X, 1, 16] });
       }
       const sess2 = begin();
-      sess2.fill(X, 2);
+      sess2.fill(X, 2, { type: "u8" });
       sess2.dispose();
       expect(sess2.state).toBe("disposed");
       expect(sess2.graph).toBe(null);
-      expectGpuError(() => sess2.fill(X, 3), Status.ILLEGAL_STATE, /disposed/);
+      expectGpuError(() => sess2.fill(X, 3, { type: "u8" }), Status.ILLEGAL_STATE, /disposed/);
       s.synchronize();
       expect(X.read().every((v) => v === 9)).toBe(true);
       expect(sess2.stats.ffiCrossings).toBe(0);
@@ -465,7 +465,7 @@ describe("sessions: misuse, dropping, counters", () => {
         afterCommit = { ...calls };
         sess.commit(); // nothing new: no crossing
         for (let i = 0; i < 5; i++) sess.dispatch(addScalar, { grid: 1, block: 16, args: [X, 1, 16] });
-        sess.fill(X, 1, { bytes: 64 });
+        sess.fill(X, 1, { type: "u8", bytes: 64 });
         sess.finish();
       } finally {
         for (const [name, fn] of saved) table[name] = fn as (...a: unknown[]) => unknown;
@@ -480,7 +480,7 @@ describe("sessions: misuse, dropping, counters", () => {
   test("the executor adds up ended sessions and replays", () => {
     const e2 = new GraphExecutor(dev, { stream: s });
     const a = e2.begin();
-    a.fill(X, 1).finish();
+    a.fill(X, 1, { type: "u8" }).finish();
     const b = e2.beginRecorded();
     b.dispatch(addScalar, { grid: 1, block: 1, args: [X, 1, 1] }).finish();
     e2.replay(b.graph!);
@@ -540,8 +540,8 @@ describe("CommandEncoder: validation, growth, events, bad offsets", () => {
     expectGpuError(() => enc.copy(A, "b" as unknown as Buffer), I, /Buffer/);
     expectGpuError(() => enc.copy(A, dead), H, /disposed/);
     expectGpuError(() => enc.fill(A, 1, { type: "f32", offset: 2, bytes: 8 }), I, /aligned/);
-    expectGpuError(() => enc.fill(A, 256), I, /does not fit u8/);
-    expectGpuError(() => enc.fill(A, 1, { bytes: 5000 }), I, /past the end/);
+    expectGpuError(() => enc.fill(A, 256, { type: "u8" }), I, /does not fit u8/);
+    expectGpuError(() => enc.fill(A, 1, { type: "u8", bytes: 5000 }), I, /past the end/);
     expectGpuError(() => enc.recordEvent(deadEvent), H, /disposed/);
     expectGpuError(() => enc.waitEvent({} as never), I, /Event/);
     expect(enc.bytes()).toEqual(bytes);
@@ -555,9 +555,9 @@ describe("CommandEncoder: validation, growth, events, bad offsets", () => {
 
   test("commit refuses a buffer disposed since it was encoded, runs nothing and keeps the commands", () => {
     const C = dev.alloc(256);
-    A.fill(7);
+    A.fill(7, { type: "u8" });
     const enc = new CommandEncoder(dev);
-    enc.fill(A, 1).fill(C, 2);
+    enc.fill(A, 1, { type: "u8" }).fill(C, 2, { type: "u8" });
     C.dispose();
     expectGpuError(() => enc.commit(s), Status.INVALID_HANDLE, /buffer an encoded command uses was disposed/);
     expect(enc.commandCount).toBe(2);
@@ -580,7 +580,7 @@ describe("CommandEncoder: validation, growth, events, bad offsets", () => {
   test("the buffer grows past 64 KiB and stays exact (5000 dispatches)", () => {
     A.fill(0);
     const enc = new CommandEncoder(dev);
-    const cfg = { grid: 1, block: 1, args: [A, 1, 1] };
+    const cfg = { grid: 1, block: 1, args: [A, 1, 1] as const };
     for (let i = 0; i < 5000; i++) enc.dispatch(addScalar, cfg);
     expect(enc.byteLength).toBe(5000 * (48 + 24));
     expect(enc.capacity).toBeGreaterThanOrEqual(enc.byteLength);
@@ -634,10 +634,10 @@ describe("CommandEncoder: validation, growth, events, bad offsets", () => {
   });
 
   test("bg_submit_checked names the offset of a hand-corrupted command, and runs none", () => {
-    A.fill(5);
-    B.fill(6);
+    A.fill(5, { type: "u8" });
+    B.fill(6, { type: "u8" });
     const enc = new CommandEncoder(dev);
-    enc.fill(A, 1).dispatch(addScalar, { grid: 1, block: 16, args: [A, 1, 16] }).fill(B, 2);
+    enc.fill(A, 1, { type: "u8" }).dispatch(addScalar, { grid: 1, block: 16, args: [A, 1, 16] }).fill(B, 2, { type: "u8" });
     const good = enc.bytes();
     expect(enc.describe().map((c) => c.offset)).toEqual([0, 32, 104]);
     const corrupt = (f: (dv: DataView) => void) => {
@@ -672,9 +672,9 @@ describe("CommandEncoder: validation, growth, events, bad offsets", () => {
   test("a block over the limit is refused by dispatch itself, as by Kernel.launch; the encoder is unchanged", () => {
     // (it used to be appended and refused only by commit; bg_submit_checked's own refusals, with
     // the offset of the bad command, are tested on hand-corrupted bytes above)
-    A.fill(5);
+    A.fill(5, { type: "u8" });
     const enc = new CommandEncoder(dev);
-    enc.fill(A, 1);
+    enc.fill(A, 1, { type: "u8" });
     expectGpuError(() => enc.dispatch(addScalar, { grid: 1, block: 4096, args: [A, 1, 16] }), Status.INVALID_VALUE, /block 4096x1x1 exceeds the limits/);
     expect(enc.commandCount).toBe(1);
     s.synchronize();

@@ -174,6 +174,7 @@ describe("Step byte ranges and hazards", () => {
 
   test("bad steps throw GpuError before anything is built", () => {
     using a = dev.alloc(256);
+    // @ts-expect-error the types catch it too; JavaScript callers get the GpuError
     expectGpuError(() => Step.kernel(mix, { grid: 1, block: 64, args: [a, a, a, 64, 0] }), Status.INVALID_VALUE, /expected 6 arguments/);
     expectGpuError(() => Step.kernel(mix, { grid: 0, block: 64, args: [a, a, a, 64, 0, 0] }), Status.INVALID_VALUE, /grid/);
     expectGpuError(() => Step.kernel(mix, { grid: 1, block: 1, args: [a, a, a, 1, 0, 0], reads: [a, 3 as never] }), Status.INVALID_VALUE, /reads/);
@@ -315,7 +316,7 @@ describe("random schedules: every ExecMode equals the sequential reference", () 
     // independent steps spread over the pool; a chain stays on one stream with no events
     using x = dev.alloc(4096);
     const indep = new Schedule();
-    for (let i = 0; i < 6; i++) indep.addFill(x.view(i * 64, 64), i);
+    for (let i = 0; i < 6; i++) indep.addFill(x.view(i * 64, 64), i, { type: "u8" });
     const p1 = planStreams(indep.steps, 3);
     expect(p1.stream).toEqual([0, 1, 2, 0, 1, 2]);
     expect(p1.eventCount).toBe(0);
@@ -326,8 +327,8 @@ describe("random schedules: every ExecMode equals the sequential reference", () 
     expect(p2.eventCount).toBe(0);
     // a join waits once per other branch
     const join = new Schedule()
-      .addFill(x.view(0, 64), 1)
-      .addFill(x.view(64, 64), 2)
+      .addFill(x.view(0, 64), 1, { type: "u8" })
+      .addFill(x.view(64, 64), 2, { type: "u8" })
       .addCopy(x.view(128, 128), x.view(0, 128));
     const p3 = planStreams(join.steps, 2);
     expect(p3.stream).toEqual([0, 1, 1]);

@@ -87,7 +87,7 @@ describe("streams", () => {
     src.bytes.set(randomBytes(n, 99));
     using a = dev.alloc(n);
     using b = dev.alloc(n);
-    st.upload(a, src).copy(b, a).fill(b, 7, { offset: 16, bytes: 16 }).download(dst, b);
+    st.upload(a, src).copy(b, a).fill(b, 7, { type: "u8", offset: 16, bytes: 16 }).download(dst, b);
     await st.done();
     const want = randomBytes(n, 99);
     want.fill(7, 16, 32);
@@ -102,7 +102,7 @@ describe("streams", () => {
     d.dispose();
     expect(d.disposed).toBe(false);
     using b = dev.alloc(16);
-    d.fill(b, 3);
+    d.fill(b, 3, { type: "u8" });
     d.synchronize();
     expect(b.read()[0]).toBe(3);
   });
@@ -111,7 +111,7 @@ describe("streams", () => {
     const st = dev.createStream();
     st.dispose();
     using b = dev.alloc(16);
-    expectGpuError(() => st.fill(b, 1), Status.INVALID_HANDLE, /disposed/);
+    expectGpuError(() => st.fill(b, 1, { type: "u8" }), Status.INVALID_HANDLE, /disposed/);
     expectGpuError(() => st.synchronize(), Status.INVALID_HANDLE);
   });
 });

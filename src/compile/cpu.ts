@@ -20,7 +20,7 @@ let cpuCompiler: { cc: CCompiler; version: string } | null | undefined;
 /** The C compiler for CPU kernels, or null when only Bun's TinyCC is left (BUNGPU_CC=tinycc forces it). */
 function cpuCompilerInfo(): { cc: CCompiler; version: string } | null {
   if (cpuCompiler !== undefined) return cpuCompiler;
-  const cc = process.env.BUNGPU_CC === "tinycc" ? undefined : findCompilers().list[0];
+  const cc = process.env["BUNGPU_CC"] === "tinycc" ? undefined : findCompilers().list[0];
   if (!cc) return (cpuCompiler = null);
   cpuCompiler = { cc, version: compilerVersion(cc) };
   return cpuCompiler;
@@ -77,7 +77,7 @@ function compilerVersion(cc: CCompiler): string {
 }
 
 function archFlags(cc: CCompiler): string[] {
-  if (process.env.BUNGPU_NO_NATIVE_ARCH) return [];
+  if (process.env["BUNGPU_NO_NATIVE_ARCH"]) return [];
   if (cc.kind === "zig") return ["-mcpu=native"];
   return process.arch === "arm64" ? ["-mcpu=native"] : ["-march=native"];
 }

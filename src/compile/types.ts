@@ -5,7 +5,7 @@ export interface CompileOptions {
   /** A name for logs and the source file ("kernel" by default). */
   name?: string;
   /** Extra compiler options (C compiler flags on CPU, NVRTC options on CUDA). */
-  options?: string[];
+  options?: string[] | undefined;
 }
 
 /** The part of a Device a compiler reads: its native handle and, on CUDA, its architecture. */

@@ -111,7 +111,7 @@ export class RingKernel {
   #inboxOff = 0;
   #inboxCount = 0;
   /** Messages accepted but not yet in the transport (backpressure), oldest first. */
-  #sendq: { u8: Uint8Array; n: number; done?: () => void; fail: (e: unknown) => void }[] = [];
+  #sendq: { u8: Uint8Array; n: number; done?: (() => void) | undefined; fail: (e: unknown) => void }[] = [];
   #sendqOff = 0;
   #sendqCount = 0;
   #receivers: ReceiveWaiter[] = [];

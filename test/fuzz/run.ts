@@ -586,7 +586,7 @@ h("stream.recreate", "stream", 0.5, (w) => {
     // a disposed stream: every call on it is a GpuError
     const k = mods[st.dev]?.k, b = liveBuf(w[1]!, st.dev);
     call(() => `${st.name}.synchronize()`, "err", () => st.s.synchronize());
-    if (b) call(() => `${st.name}.fill(${b.name}, 1)`, "err", () => st.s.fill(b.b, 1));
+    if (b) call(() => `${st.name}.fill(${b.name}, 1, { type: "u8" })`, "err", () => st.s.fill(b.b, 1, { type: "u8" }));
     if (k && b && b.a.live) call(() => `k.launch(${st.name} /* disposed */, ...)`, "err", () => k.launch(st.s, { grid: 1, block: 1, args: [b.b, 1, 0] }));
     streams[si] = null;
     pendingFns[si] = [];
@@ -861,7 +861,7 @@ h("encoder", "encoder", 5, (w) => {
     const n = w[2]! % (b.len + 2);
     const value = w[3]! & 0xff;
     const valid = b.a.live && b.dev === 0 && n <= b.len;
-    const r = call(() => `enc.fill(${b.name}, ${value}, { bytes: ${n} })`, valid ? "ok" : "err", () => en.enc.fill(b.b, value, { bytes: n }));
+    const r = call(() => `enc.fill(${b.name}, ${value}, { type: "u8", bytes: ${n} })`, valid ? "ok" : "err", () => en.enc.fill(b.b, value, { type: "u8", bytes: n }));
     if (r.ok) en.effs.push(effFill(b, 0, n, value, 1));
   } else if (op === 4) {
     call(() => `enc.barrier()`, "ok", () => en.enc.barrier());
@@ -943,8 +943,8 @@ h("schedule", "schedule", 2, (w) => {
       if (!b) continue;
       if (!b.a.live) valid = false;
       const n = ww[2]! % (b.len + 1);
-      src.push(`Step.fill(${b.name}, ${ww[3]! & 0xff}, { bytes: ${n} })`);
-      const r = call(() => src.at(-1)!, "any", () => Step.fill(b.b, ww[3]! & 0xff, { bytes: n }));
+      src.push(`Step.fill(${b.name}, ${ww[3]! & 0xff}, { type: "u8", bytes: ${n} })`);
+      const r = call(() => src.at(-1)!, "any", () => Step.fill(b.b, ww[3]! & 0xff, { type: "u8", bytes: n }));
       if (!r.ok) return;
       steps.push(r.v);
       effs.push(effFill(b, 0, n, ww[3]! & 0xff, 1));
