@@ -213,7 +213,7 @@ describe("CPU host-to-device copies", () => {
     using b = dev.alloc(1 << 20);
     for (const n of [16383, 16384, 16385, 16384 + 63, 65536 + 20, 300_001]) {
       for (const off of [0, 1, 4, 12, 60, 100]) {
-        b.fill(0xab);
+        b.fill(0xab, { type: "u8" });
         const src = new Uint8Array(n + 7);
         for (let i = 0; i < src.length; i++) src[i] = (i * 131 + n + off) & 255;
         const view = src.subarray(3, 3 + n); // an unaligned source too

@@ -66,9 +66,9 @@ export type RunOutput = DefaultHostArray;
 
 export interface PlanRunOptions {
   /** Variable values for this run (unlisted variables take their prepare-time values). */
-  vars?: Readonly<Record<string, number>>;
+  vars?: Readonly<Record<string, number>> | undefined;
   /** How to run (default: the plan's prebuilt command list, submitted on its own stream). */
-  mode?: ExecMode;
+  mode?: ExecMode | undefined;
 }
 
 /** What runArgs needs of the plan. */

@@ -215,7 +215,7 @@ export function encodeSafetensors(tensors: ReadonlyMap<string, SafetensorsEntry>
   if (metadata !== undefined) {
     if (metadata === null || typeof metadata !== "object" || Array.isArray(metadata)) invalid(call, `metadata must be an object of strings, got ${describeValue(metadata)}`);
     for (const [k, v] of Object.entries(metadata)) if (typeof v !== "string") invalid(call, `metadata ${JSON.stringify(k)} must be a string, got ${describeValue(v)}`);
-    if (Object.keys(metadata).length) header.__metadata__ = { ...metadata };
+    if (Object.keys(metadata).length) header["__metadata__"] = { ...metadata };
   }
   let at = 0;
   for (const [name, t] of tensors) {

@@ -12,7 +12,7 @@ import { describeValue, finiteNumber, invalid, options } from "../errors";
 import { INSPECT } from "../inspect";
 import { LazyNode, inputNames, type BinaryOp, type DType, type ReduceOp, type UnaryOp } from "./ast";
 import { seedMix } from "./ir";
-import { DTYPES, ITEMSIZE, hostGet as hostToNumber, dtypeOfArray, hostArrayName, hostCopy, hostFromNumbers, isDType, isFloat, isHalf, isHostArrayOf, promoteScalar, promoteTypes, roundTo, type DefaultHostArray, type HostArray } from "./dtype";
+import { DTYPES, ITEMSIZE, hostGet as hostToNumber, dtypeOfArray, hostArrayName, hostCopy, hostFromNumbers, isDType, isFloat, isHostArrayOf, promoteScalar, promoteTypes, roundTo, type DefaultHostArray, type HostArray } from "./dtype";
 import { Variable, type Dim, dimMax, dimValue, shapeStr } from "./variable";
 import { ShapeTracker, checkShapeDims, maxStrides } from "./view";
 import { ExecutionPlan, type PrepareOptions } from "./plan";
@@ -245,7 +245,7 @@ export class Tensor {
    * only on (seed, index), never on fusion or device. Without a seed: the global seed and a
    * call counter.
    */
-  static rand(shape: Shape, opts: { seed?: number } = {}): Tensor {
+  static rand(shape: Shape, opts: { seed?: number | undefined } = {}): Tensor {
     const call = "Tensor.rand";
     checkShapeDims(call, shape);
     const o = options(call, opts);
@@ -255,7 +255,7 @@ export class Tensor {
   }
 
   /** Standard normal float32 by Box-Muller over counters 2i and 2i+1 (see rand). */
-  static randn(shape: Shape, opts: { seed?: number } = {}): Tensor {
+  static randn(shape: Shape, opts: { seed?: number | undefined } = {}): Tensor {
     const call = "Tensor.randn";
     checkShapeDims(call, shape);
     const o = options(call, opts);
@@ -1046,7 +1046,7 @@ export class Tensor {
   }
   zerosLike(opts: { dtype?: DType } = {}): Tensor { return this.fullLike(0, opts); }
   onesLike(opts: { dtype?: DType } = {}): Tensor { return this.fullLike(1, opts); }
-  #randLike(call: string, normal: boolean, opts: { seed?: number; dtype?: DType }): Tensor {
+  #randLike(call: string, normal: boolean, opts: { seed?: number | undefined; dtype?: DType | undefined }): Tensor {
     const o = options(call, opts);
     if ((dtypeOf(call, o.dtype) ?? "float32") !== "float32") invalid(call, `random tensors are float32, got dtype ${describeValue(o.dtype)}`);
     return normal ? Tensor.randn(this.shape, { seed: o.seed }) : Tensor.rand(this.shape, { seed: o.seed });

@@ -10,7 +10,7 @@
 // value; only loop bounds change with the variable.
 import { describeValue, invalid } from "../errors";
 import { Sym, Valid } from "./symbolic";
-import { Variable, type Dim, dimMax, dimStr, shapeStr } from "./variable";
+import { Variable, type Dim, dimMax, shapeStr } from "./variable";
 
 export type Mask = readonly (readonly [number, number] | null)[];
 

@@ -48,8 +48,8 @@ export interface Trace {
 export function scopeSpans(events: readonly TraceEvent[], names: ReadonlyMap<number, string>): TraceEvent[] {
   const spans = new Map<string, TraceEvent & { dur: number; n: number; names: Set<string>; submits: number }>();
   for (const e of events) {
-    const id = e.args?.scope;
-    if (typeof id !== "number" || e.args?.list === true) continue;
+    const id = e.args?.["scope"];
+    if (typeof id !== "number" || e.args?.["list"] === true) continue;
     const key = `${id}/${e.pid}/${e.tid}`;
     const sp = spans.get(key);
     const end = e.ts + (e.dur ?? 0);
@@ -68,7 +68,7 @@ export function scopeSpans(events: readonly TraceEvent[], names: ReadonlyMap<num
   for (const sp of spans.values()) {
     // A plan run as one command list already has its span: the submit, named after the plan call.
     if (sp.submits === 1 && sp.n === 0 && sp.names.size === 1) continue;
-    out.push({ name: names.get(sp.args!.scope as number) ?? "ExecutionPlan", ph: "X", ts: sp.ts, dur: sp.dur, pid: sp.pid, tid: sp.tid, cat: "plan", args: { scope: sp.args!.scope, kernels: sp.n } });
+    out.push({ name: names.get(sp.args!["scope"] as number) ?? "ExecutionPlan", ph: "X", ts: sp.ts, dur: sp.dur, pid: sp.pid, tid: sp.tid, cat: "plan", args: { scope: sp.args!["scope"], kernels: sp.n } });
   }
   return out;
 }

@@ -263,10 +263,10 @@ function drain(s: Session, all: boolean): void {
         let m = end.get(r.dev);
         if (m === undefined) end.set(r.dev, (m = endMark(r.dev)));
         b = Math.max(a, m);
-        args.unfinished = true;
+        args["unfinished"] = true;
         s.unfinished++;
       }
-      if (r.scope) args.scope = r.scope.id;
+      if (r.scope) args["scope"] = r.scope.id;
       s.done.push({ name: it.name, cat: it.cat, ph: "X", ts: r.dev.baseUs + a * 1000, dur: Math.max(0, (b - a) * 1000), pid: r.dev.pid, tid: r.lane.tid, args });
     }
     if (finished) r.dev.pool.push(...r.events);
@@ -541,7 +541,7 @@ export function stop(opts: StopOptions = {}): Trace {
 }
 
 /** BUNGPU_TRACE=file.json: trace the whole process and write the file when it exits. */
-const envPath = process.env.BUNGPU_TRACE;
+const envPath = process.env["BUNGPU_TRACE"];
 if (envPath) {
   start();
   process.on("exit", () => {
