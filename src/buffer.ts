@@ -534,10 +534,10 @@ export class GpuBuffer extends Resource {
     releaseOutsideCapture(a.dev, () => void freeUnused(a));
   }
 
-  /** "Buffer(4096 bytes on cpu)"; a view says where it lies in its allocation; ", disposed" once freed. */
+  /** "GpuBuffer(4096 bytes on cpu)"; a view says where it lies in its allocation; ", disposed" once freed. */
   override toString(): string {
     const where = this.isView ? `, view at byte ${this.byteOffset} of ${bytesText(this.#alloc.bytes)}` : "";
-    return `Buffer(${bytesText(this.byteLength)} on ${this.device.spec}${where}${this.disposed ? ", disposed" : ""})`;
+    return `GpuBuffer(${bytesText(this.byteLength)} on ${this.device.spec}${where}${this.disposed ? ", disposed" : ""})`;
   }
 }
 

@@ -91,11 +91,11 @@ export class GpuEvent extends Resource {
     if (this.dev.open) this.dev.api.event_destroy(handle);
   }
 
-  /** "Event(cpu, timing, recorded)": its device, whether it keeps time, whether it was ever recorded. */
+  /** "GpuEvent(cpu, timing, recorded)": its device, whether it keeps time, whether it was ever recorded. */
   override toString(): string {
     const parts = [this.device.spec, this.timing ? "timing" : "no timing", this.#recordedOn ? "recorded" : "never recorded"];
     if (this.disposed) parts.push("disposed");
-    return `Event(${parts.join(", ")})`;
+    return `GpuEvent(${parts.join(", ")})`;
   }
 }
 

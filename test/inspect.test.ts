@@ -65,17 +65,17 @@ describe("objects print a line a person can read", () => {
     const v = a.view(64, 256);
     const h = dev.allocHost(4096, { mapped: true });
     const p = dev.allocHost(1);
-    expect(shown(a)).toBe("Buffer(4096 bytes on cpu)");
-    expect(shown(big)).toBe("Buffer(1.5 MiB on cpu)");
-    expect(shown(v)).toBe("Buffer(256 bytes on cpu, view at byte 64 of 4096 bytes)");
+    expect(shown(a)).toBe("GpuBuffer(4096 bytes on cpu)");
+    expect(shown(big)).toBe("GpuBuffer(1.5 MiB on cpu)");
+    expect(shown(v)).toBe("GpuBuffer(256 bytes on cpu, view at byte 64 of 4096 bytes)");
     expect(shown(h)).toBe("HostBuffer(4096 bytes pinned on cpu, mapped)");
     expect(shown(p)).toBe("HostBuffer(1 byte pinned on cpu)");
     a.dispose();
     h.dispose();
     big.dispose();
     p.dispose();
-    expect(shown(a)).toBe("Buffer(4096 bytes on cpu, disposed)");
-    expect(shown(v)).toBe("Buffer(256 bytes on cpu, view at byte 64 of 4096 bytes, disposed)");
+    expect(shown(a)).toBe("GpuBuffer(4096 bytes on cpu, disposed)");
+    expect(shown(v)).toBe("GpuBuffer(256 bytes on cpu, view at byte 64 of 4096 bytes, disposed)");
     expect(shown(h)).toBe("HostBuffer(4096 bytes pinned on cpu, mapped, disposed)");
   });
 
@@ -102,13 +102,13 @@ describe("objects print a line a person can read", () => {
 
   test("Event: timing, recorded, disposed", () => {
     const e = dev.createEvent({ timing: false });
-    expect(shown(e)).toBe("Event(cpu, no timing, never recorded)");
+    expect(shown(e)).toBe("GpuEvent(cpu, no timing, never recorded)");
     e.record();
-    expect(shown(e)).toBe("Event(cpu, no timing, recorded)");
+    expect(shown(e)).toBe("GpuEvent(cpu, no timing, recorded)");
     e.dispose();
-    expect(shown(e)).toBe("Event(cpu, no timing, recorded, disposed)");
+    expect(shown(e)).toBe("GpuEvent(cpu, no timing, recorded, disposed)");
     using t = dev.createEvent();
-    expect(shown(t)).toBe("Event(cpu, timing, never recorded)");
+    expect(shown(t)).toBe("GpuEvent(cpu, timing, never recorded)");
   });
 
   test("Graph and GraphExec: node counts, the kernels, launches", () => {

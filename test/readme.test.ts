@@ -149,11 +149,11 @@ test("the objects-explain-themselves example prints what README shows", async ()
   const x = Tensor.from(new Float32Array(64 * 256), [64, 256], { name: "x" });
   using plan = x.matmul(Tensor.randn([256, 16], { seed: 1 })).relu().prepare();
   expect(String(dev)).toMatch(/^Device\(cpu, ".*", backend cpu, index 0\)$/); // the name is the machine's
-  expect(String(buf)).toBe("Buffer(64 KiB on cpu)");
+  expect(String(buf)).toBe("GpuBuffer(64 KiB on cpu)");
   // the hash suffix is of the generated text, which may differ with the host's vector width
   expect(String(plan).replace(/_[0-9a-f]{16}\b/, "_<hash>")).toBe("ExecutionPlan(cpu, 1 kernel: matmul_64x16_max_<hash>, peak 84 KiB; inputs x [64, 256] float32, input1 [256, 16] float32; outputs output0 [64, 16] float32)");
   buf.dispose();
-  expect(String(buf)).toBe("Buffer(64 KiB on cpu, disposed)");
+  expect(String(buf)).toBe("GpuBuffer(64 KiB on cpu, disposed)");
 });
 
 test("the several-devices example, as pasted, with BUNGPU_CPU_DEVICES=2", async () => {
