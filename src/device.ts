@@ -304,8 +304,25 @@ export class Device {
     return this.#defaultPool;
   }
 
-  alloc(bytes: number): Buffer {
-    return Buffer.alloc(this, bytes);
+  /**
+   * `bytes` of device memory. `shareable`: memory another process can map (Buffer.exportHandle);
+   * the CPU backend then allocates it in shared memory, CUDA needs nothing special and ignores it.
+   */
+  alloc(bytes: number, opts: { shareable?: boolean } = {}): Buffer {
+    return Buffer.alloc(this, bytes, opts);
+  }
+
+  /**
+   * Map memory another process exported with Buffer.exportHandle (cuIpcOpenMemHandle); dispose()
+   * unmaps it. A handle exported by this very process is INVALID_CONTEXT, as on CUDA.
+   */
+  openSharedBuffer(handle: string | Uint8Array): Buffer {
+    return Buffer.openShared(this, handle);
+  }
+
+  /** Open an event another process exported with Event.exportHandle (cuIpcOpenEventHandle). */
+  openSharedEvent(handle: string | Uint8Array): Event {
+    return Event.openShared(this, handle);
   }
 
   allocHost(bytes: number, opts: { mapped?: boolean } = {}): HostBuffer {
