@@ -222,7 +222,8 @@ BG_API int32_t bg_mem_free_async(void* stream, bg_devptr ptr);
  *    CU_EVENT_INTERPROCESS requires: else BG_ERR_INVALID_VALUE). The opened event behaves as a
  *    local one created with BG_EVENT_DISABLE_TIMING: record, query, synchronize and stream waits
  *    work in both processes, and a wait waits for the latest record issued, in either process,
- *    before the wait call. Exporting another event is BG_ERR_INVALID_VALUE. The exporter's event
+ *    before the wait call. Exporting another event is BG_ERR_INVALID_VALUE; opening a handle in
+ *    the exporting process BG_ERR_INVALID_CONTEXT (as for memory; CUDA leaves it undocumented). The exporter's event
  *    must outlive the importers' use. CPU: the record numbers live in a shared page; a waiting
  *    stream polls it.
  *  - A handle of another kind, another backend or garbage: BG_ERR_INVALID_VALUE. Backends

@@ -1,4 +1,5 @@
-// The two processes of test/ipc.test.ts. `bun test/ipc.worker.ts exporter|importer [nowait]`:
+// The two processes of test/ipc.test.ts. `bun test/ipc.worker.ts exporter|importer [nowait]`
+// (IPC_DEVICE picks the device, default "cpu"):
 // each reads lines of JSON on stdin and answers lines of JSON on stdout; the test relays them.
 //   exporter: allocates shareable memory and an interprocess event, sends their handles, then
 //             queues a slow kernel, a fill of the data and a record of the event, and says so;
@@ -32,7 +33,7 @@ const errorOf = (fn: () => unknown): { code: number; call?: string; backend?: st
   }
 };
 
-const dev = Device.open("cpu");
+const dev = Device.open(process.env.IPC_DEVICE ?? "cpu");
 const mod = Program.compile(dev, kernelSources, { name: "ipc" });
 const spin = mod.kernel("spin_ms", ["i32"]);
 const sumInto = mod.kernel("sum_into", ["buffer", "buffer", "i32"]);

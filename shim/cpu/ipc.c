@@ -12,7 +12,8 @@
  * one handle twice in a process gives the same address and counts the opens, as
  * cuIpcOpenMemHandle does; a mapping goes (like a free) once the work queued before its last
  * close or its free has run. Opening a handle in its own process is BG_ERR_INVALID_CONTEXT, as
- * cuIpcOpenMemHandle answers. Linux only: elsewhere every entry is BG_ERR_NOT_SUPPORTED.
+ * cuIpcOpenMemHandle answers; for events too (CUDA does not document that case: refusing it
+ * means what runs here runs there). Linux only: elsewhere every entry is BG_ERR_NOT_SUPPORTED.
  * Calls event.c, queue.c and stream.c.
  */
 #include "cpu.h"
@@ -253,6 +254,10 @@ int32_t cpu_ipc_event_export(void* ev, uint8_t* payload) {
 }
 
 int32_t cpu_ipc_event_open(bg_device* dev, int32_t pid, const uint8_t* payload, void** out) {
+  if (pid == (int32_t)getpid()) /* as for memory: what works here works on CUDA */
+    return bg_set_error(BG_ERR_INVALID_CONTEXT,
+                        "bg_ipc_event_open: the handle was exported by this process (use the event "
+                        "itself)");
   ipc_payload pl;
   memcpy(&pl, payload, sizeof pl);
   void* ev = NULL;
