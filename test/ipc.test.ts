@@ -99,6 +99,20 @@ describe.skipIf(!linux)("memory and events shared between two processes (cpu)", 
   }, 60_000);
 });
 
+describe.skipIf(!linux)("examples/ipc.ts (the README's example)", () => {
+  test("the importer reads what the exporter queued and the exporter reads the answer back", () => {
+    const r = Bun.spawnSync(["bun", join(import.meta.dir, "../examples/ipc.ts")], {
+      env: { ...process.env, BUNGPU_DEVICE: "cpu" },
+      stdout: "pipe",
+      stderr: "pipe",
+      timeout: 60_000,
+    });
+    expect(r.stderr.toString()).toBe("");
+    expect(r.stdout.toString()).toBe("importer: read 42, wrote 43\nexporter reads back: 43\n");
+    expect(r.exitCode).toBe(0);
+  }, 60_000);
+});
+
 // On a real GPU (not the simulator, whose memory cannot leave its process) the same exchange
 // runs through cuIpc*: shareable is ignored there, every cuMemAlloc buffer can be exported.
 const realCuda = !process.env.BUNGPU_LIBCUDA && (() => {
