@@ -3,11 +3,13 @@
 
 export const ABI_VERSION = 3;
 export const MEMPOOL_GRANULE = 256;
+export const IPC_HANDLE_BYTES = 96;
 export const SUBMIT_WAIT = 1;
 export const RING_HEAD_OFFSET = 0;
 export const RING_TAIL_OFFSET = 128;
 export const RING_META_OFFSET = 256;
 export const RING_DATA_OFFSET = 384;
+export const MEM_SHAREABLE = 1;
 
 export const Status = {
   OK: 0,
@@ -71,6 +73,7 @@ export const EventFlag = {
   DEFAULT: 0,
   BLOCKING_SYNC: 1,
   DISABLE_TIMING: 2,
+  INTERPROCESS: 4,
 } as const;
 
 export const CaptureModeId = {

@@ -66,6 +66,16 @@ export const symbols = {
   bg_mempool_reset_peak: { args: [ptr /* pool */], returns: i32 },
   bg_mem_alloc_async: { args: [ptr /* stream */, ptr /* pool or NULL */, u64 /* bytes */, ptr /* bg_devptr* out */], returns: i32, out: ["ptr"] },
   bg_mem_free_async: { args: [ptr /* stream */, ptr /* bg_devptr */], returns: i32 },
+  // ---- memory and events shared between processes (handles of BG_IPC_HANDLE_BYTES bytes)
+  bg_mem_alloc_flags: { args: [ptr /* dev */, u64 /* bytes */, u32 /* flags */, ptr /* bg_devptr* out */], returns: i32, out: ["ptr"] },
+  bg_ipc_mem_export: { args: [ptr /* dev */, ptr /* bg_devptr */, ptr /* void* out_handle */], returns: i32 },
+  bg_ipc_mem_open: {
+    args: [ptr /* dev */, ptr /* const void* handle */, ptr /* bg_devptr* out */, ptr /* u64* out_bytes */],
+    returns: i32, out: ["ptr", "u64"],
+  },
+  bg_ipc_mem_close: { args: [ptr /* dev */, ptr /* bg_devptr */], returns: i32 },
+  bg_ipc_event_export: { args: [ptr /* event */, ptr /* void* out_handle */], returns: i32 },
+  bg_ipc_event_open: { args: [ptr /* dev */, ptr /* const void* handle */, ptr /* void** out */], returns: i32, out: ["ptr"] },
   // ---- several devices: peer access and copies between devices
   bg_device_can_access_peer: { args: [ptr /* dev */, ptr /* peer */, ptr /* i32* can */], returns: i32, out: ["i32"] },
   bg_device_enable_peer_access: { args: [ptr /* dev */, ptr /* peer */], returns: i32 },

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifndef BG_SOURCE_HASH
 #define BG_SOURCE_HASH "unknown"
@@ -103,6 +104,7 @@ BG_API int32_t bg_backend_info(int32_t backend, int32_t* available, int32_t* cou
 #define MAX_ORDINALS 64
 static pthread_mutex_t dev_lock = PTHREAD_MUTEX_INITIALIZER;
 static void plain_pools_close(bg_device* d); /* the core's plain pools of `d` (below) */
+static const char* backend_name(int32_t b);
 static bg_device* dev_table[BG_BACKEND_COUNT][MAX_ORDINALS];
 static int32_t dev_refs[BG_BACKEND_COUNT][MAX_ORDINALS];
 
@@ -525,6 +527,108 @@ BG_API int32_t bg_mem_free_async(void* s, bg_devptr p) {
   return OPS(s)->mem_free_async(s, p);
 }
 
+/* ---- memory and events shared between processes -------------------------------------------- */
+BG_API int32_t bg_mem_alloc_flags(void* dev, uint64_t bytes, uint32_t flags, bg_devptr* out) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_mem_alloc_flags");
+  NONNULL(out, "bg_mem_alloc_flags", "out");
+  if (flags & ~(uint32_t)BG_MEM_SHAREABLE)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "bg_mem_alloc_flags: unknown flags 0x%x", flags);
+  if (bytes == 0) return bg_set_error(BG_ERR_INVALID_VALUE, "bg_mem_alloc_flags: size 0");
+  BG_HOOK(DEV(dev));
+  if (!(flags & BG_MEM_SHAREABLE)) return OPS(dev)->mem_alloc(dev, bytes, out);
+  NEED(dev, ipc_mem_export, "bg_mem_alloc_flags (BG_MEM_SHAREABLE)");
+  if (OPS(dev)->mem_alloc_shareable) return OPS(dev)->mem_alloc_shareable(dev, bytes, out);
+  return OPS(dev)->mem_alloc(dev, bytes, out);
+}
+
+static void ipc_header(bg_ipc_handle* h, uint32_t kind, int32_t backend, uint64_t bytes) {
+  memset(h, 0, sizeof *h);
+  h->magic = BG_IPC_MAGIC;
+  h->kind = kind;
+  h->backend = backend;
+  h->pid = (int32_t)getpid();
+  h->bytes = bytes;
+}
+
+/* A handle's header, read from caller memory of any alignment: BG_ERR_INVALID_VALUE unless it is
+ * a bungpu handle of `kind` for `d`'s backend. */
+static int32_t ipc_read(const char* fn, const void* handle, uint32_t kind, bg_device* d,
+                        bg_ipc_handle* h) {
+  memcpy(h, handle, sizeof *h);
+  if (h->magic != BG_IPC_MAGIC || (h->kind != BG_IPC_KIND_MEM && h->kind != BG_IPC_KIND_EVENT) ||
+      h->backend < 0 || h->backend >= BG_BACKEND_COUNT || h->pid <= 0)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "%s: not a bungpu interprocess handle", fn);
+  if (h->kind != kind)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "%s: the handle is of %s, not of %s", fn,
+                        h->kind == BG_IPC_KIND_MEM ? "memory" : "an event",
+                        kind == BG_IPC_KIND_MEM ? "memory" : "an event");
+  if (h->backend != d->backend)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "%s: the handle comes from a %s device, not %s", fn,
+                        backend_name(h->backend), backend_name(d->backend));
+  if (kind == BG_IPC_KIND_MEM && h->bytes == 0)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "%s: the handle names 0 bytes", fn);
+  return BG_OK;
+}
+
+BG_API int32_t bg_ipc_mem_export(void* dev, bg_devptr p, void* out) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_ipc_mem_export");
+  NONNULL(out, "bg_ipc_mem_export", "out_handle");
+  NONNULL(p, "bg_ipc_mem_export", "ptr");
+  NEED(dev, ipc_mem_export, "bg_ipc_mem_export");
+  bg_ipc_handle h;
+  ipc_header(&h, BG_IPC_KIND_MEM, DEV(dev)->backend, 0);
+  BG_HOOK(DEV(dev));
+  int32_t rc = OPS(dev)->ipc_mem_export(dev, p, h.payload, &h.bytes);
+  if (rc == BG_OK) memcpy(out, &h, sizeof h);
+  return rc;
+}
+
+BG_API int32_t bg_ipc_mem_open(void* dev, const void* handle, bg_devptr* out, uint64_t* out_bytes) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_ipc_mem_open");
+  NONNULL(handle, "bg_ipc_mem_open", "handle");
+  NONNULL(out, "bg_ipc_mem_open", "out");
+  NEED(dev, ipc_mem_open, "bg_ipc_mem_open");
+  bg_ipc_handle h;
+  int32_t rc = ipc_read("bg_ipc_mem_open", handle, BG_IPC_KIND_MEM, dev, &h);
+  if (rc) return rc;
+  BG_HOOK(DEV(dev));
+  rc = OPS(dev)->ipc_mem_open(dev, h.pid, h.payload, h.bytes, out);
+  if (rc == BG_OK && out_bytes) *out_bytes = h.bytes;
+  return rc;
+}
+
+BG_API int32_t bg_ipc_mem_close(void* dev, bg_devptr p) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_ipc_mem_close");
+  NONNULL(p, "bg_ipc_mem_close", "ptr");
+  NEED(dev, ipc_mem_close, "bg_ipc_mem_close");
+  BG_HOOK(DEV(dev));
+  return OPS(dev)->ipc_mem_close(dev, p);
+}
+
+BG_API int32_t bg_ipc_event_export(void* e, void* out) {
+  CHECK(e, BG_KIND_EVENT, "bg_ipc_event_export");
+  NONNULL(out, "bg_ipc_event_export", "out_handle");
+  NEED(e, ipc_event_export, "bg_ipc_event_export");
+  bg_ipc_handle h;
+  ipc_header(&h, BG_IPC_KIND_EVENT, DEV(e)->backend, 0);
+  BG_HOOK(DEV(e));
+  int32_t rc = OPS(e)->ipc_event_export(e, h.payload);
+  if (rc == BG_OK) memcpy(out, &h, sizeof h);
+  return rc;
+}
+
+BG_API int32_t bg_ipc_event_open(void* dev, const void* handle, void** out) {
+  CHECK(dev, BG_KIND_DEVICE, "bg_ipc_event_open");
+  NONNULL(handle, "bg_ipc_event_open", "handle");
+  NONNULL(out, "bg_ipc_event_open", "out");
+  NEED(dev, ipc_event_open, "bg_ipc_event_open");
+  bg_ipc_handle h;
+  int32_t rc = ipc_read("bg_ipc_event_open", handle, BG_IPC_KIND_EVENT, dev, &h);
+  if (rc) return rc;
+  BG_HOOK(DEV(dev));
+  return OPS(dev)->ipc_event_open(dev, h.pid, h.payload, out);
+}
+
 /* ---- several devices: peer access and copies between devices ------------------------------- */
 static const char* backend_name(int32_t b) {
   return b == BG_BACKEND_CPU ? "cpu" : b == BG_BACKEND_CUDA ? "cuda" : "metal";
@@ -822,8 +926,12 @@ BG_API int32_t bg_stream_write_value32(void* stream, bg_devptr addr, uint32_t va
 BG_API int32_t bg_event_create(void* dev, uint32_t flags, void** out) {
   CHECK(dev, BG_KIND_DEVICE, "bg_event_create");
   NONNULL(out, "bg_event_create", "out");
-  if (flags & ~(uint32_t)(BG_EVENT_BLOCKING_SYNC | BG_EVENT_DISABLE_TIMING))
+  if (flags & ~(uint32_t)(BG_EVENT_BLOCKING_SYNC | BG_EVENT_DISABLE_TIMING | BG_EVENT_INTERPROCESS))
     return bg_set_error(BG_ERR_INVALID_VALUE, "bg_event_create: unknown flags 0x%x", flags);
+  if ((flags & BG_EVENT_INTERPROCESS) && !(flags & BG_EVENT_DISABLE_TIMING))
+    return bg_set_error(BG_ERR_INVALID_VALUE,
+                        "bg_event_create: BG_EVENT_INTERPROCESS needs BG_EVENT_DISABLE_TIMING");
+  if (flags & BG_EVENT_INTERPROCESS) NEED(dev, ipc_event_export, "bg_event_create (BG_EVENT_INTERPROCESS)");
   BG_HOOK(DEV(dev));
   return OPS(dev)->event_create(dev, flags, out);
 }

@@ -83,7 +83,12 @@ enum { BG_BACKEND_CPU = 0, BG_BACKEND_CUDA = 1, BG_BACKEND_METAL = 2, BG_BACKEND
 /* ---- flags ------------------------------------------------------------------------------- */
 enum { BG_HOST_ALLOC_MAPPED = 1u, BG_HOST_ALLOC_PORTABLE = 2u };
 enum { BG_STREAM_DEFAULT = 0u, BG_STREAM_NON_BLOCKING = 1u };
-enum { BG_EVENT_DEFAULT = 0u, BG_EVENT_BLOCKING_SYNC = 1u, BG_EVENT_DISABLE_TIMING = 2u };
+enum {
+  BG_EVENT_DEFAULT = 0u,
+  BG_EVENT_BLOCKING_SYNC = 1u,
+  BG_EVENT_DISABLE_TIMING = 2u,
+  BG_EVENT_INTERPROCESS = 4u /* with DISABLE_TIMING: can be shared between processes (bg_ipc_*) */
+};
 
 /* Capture modes: values equal CUstreamCaptureMode. */
 enum { BG_CAPTURE_MODE_GLOBAL = 0, BG_CAPTURE_MODE_THREAD_LOCAL = 1, BG_CAPTURE_MODE_RELAXED = 2 };
@@ -198,6 +203,39 @@ BG_API int32_t bg_mempool_stats(void* pool, uint64_t* reserved, uint64_t* used,
 BG_API int32_t bg_mempool_reset_peak(void* pool);
 BG_API int32_t bg_mem_alloc_async(void* stream, void* pool, uint64_t bytes, bg_devptr* out);
 BG_API int32_t bg_mem_free_async(void* stream, bg_devptr ptr);
+/* ---- memory and events shared between processes (CUDA IPC) ---------------------------------
+ * A process exports a device allocation or an event as a handle of BG_IPC_HANDLE_BYTES opaque
+ * bytes, sends them to another process by any means (a pipe, a socket, a file), and that process
+ * opens them on a device of the same backend (cuIpcGetMemHandle / cuIpcOpenMemHandle /
+ * cuIpcGetEventHandle / cuIpcOpenEventHandle).
+ *  - Memory: CUDA exports any cuMemAlloc allocation; the CPU backend exports only memory
+ *    allocated with BG_MEM_SHAREABLE (bg_mem_alloc_flags), which lives in a shared-memory file
+ *    (Linux memfd; the importer opens it through /proc/<pid>/fd). `ptr` must be the start of an
+ *    allocation (else BG_ERR_INVALID_VALUE). bg_ipc_mem_open maps it and gives its address and
+ *    size; opening the same handle again in one process returns the same address and counts;
+ *    bg_ipc_mem_close undoes one open (unmapped at the last, once queued work is done).
+ *    Opening a handle in the process that exported it is BG_ERR_INVALID_CONTEXT, as on CUDA.
+ *    The exporter must keep the allocation until every importer has closed it (CUDA: freeing it
+ *    earlier is undefined; on the CPU backend the pages live on until the last unmap, and a
+ *    handle opened after the free is BG_ERR_INVALID_HANDLE).
+ *  - Events: created with BG_EVENT_INTERPROCESS | BG_EVENT_DISABLE_TIMING (only together, as
+ *    CU_EVENT_INTERPROCESS requires: else BG_ERR_INVALID_VALUE). The opened event behaves as a
+ *    local one created with BG_EVENT_DISABLE_TIMING: record, query, synchronize and stream waits
+ *    work in both processes, and a wait waits for the latest record issued, in either process,
+ *    before the wait call. Exporting another event is BG_ERR_INVALID_VALUE; opening a handle in
+ *    the exporting process BG_ERR_INVALID_CONTEXT (as for memory; CUDA leaves it undocumented). The exporter's event
+ *    must outlive the importers' use. CPU: the record numbers live in a shared page; a waiting
+ *    stream polls it.
+ *  - A handle of another kind, another backend or garbage: BG_ERR_INVALID_VALUE. Backends
+ *    without sharing (Metal; the CPU backend off Linux): BG_ERR_NOT_SUPPORTED. */
+#define BG_IPC_HANDLE_BYTES 96
+enum { BG_MEM_SHAREABLE = 1u };
+BG_API int32_t bg_mem_alloc_flags(void* dev, uint64_t bytes, uint32_t flags, bg_devptr* out);
+BG_API int32_t bg_ipc_mem_export(void* dev, bg_devptr ptr, void* out_handle);
+BG_API int32_t bg_ipc_mem_open(void* dev, const void* handle, bg_devptr* out, uint64_t* out_bytes);
+BG_API int32_t bg_ipc_mem_close(void* dev, bg_devptr ptr);
+BG_API int32_t bg_ipc_event_export(void* event, void* out_handle);
+BG_API int32_t bg_ipc_event_open(void* dev, const void* handle, void** out_event);
 /* ---- several devices: peer access and copies between devices ------------------------------
  * Peer access is directional, as cuCtxEnablePeerAccess: after bg_device_enable_peer_access(a, b)
  * device a's work may address device b's memory directly. Enabling it twice is

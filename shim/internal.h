@@ -195,10 +195,40 @@ struct bg_ops {
   int32_t (*mem_alloc_async)(void* s, void* pool, uint64_t bytes, bg_devptr* out);
   int32_t (*mem_free_async)(void* s, bg_devptr p);
 
+  /* Memory and events shared between processes (bungpu.h, "shared between processes").
+   * Optional: without ipc_mem_export every memory call is BG_ERR_NOT_SUPPORTED, without
+   * ipc_event_export every event call and BG_EVENT_INTERPROCESS. mem_alloc_shareable NULL:
+   * mem_alloc serves BG_MEM_SHAREABLE (CUDA: every cuMemAlloc allocation can be exported).
+   * The core writes and checks the handle's header (bg_ipc_handle below); a backend fills and
+   * reads only its payload. `pid` is the exporting process's. */
+  int32_t (*mem_alloc_shareable)(bg_device* dev, uint64_t bytes, bg_devptr* out);
+  int32_t (*ipc_mem_export)(bg_device* dev, bg_devptr p, uint8_t* payload, uint64_t* bytes);
+  int32_t (*ipc_mem_open)(bg_device* dev, int32_t pid, const uint8_t* payload, uint64_t bytes,
+                          bg_devptr* out);
+  int32_t (*ipc_mem_close)(bg_device* dev, bg_devptr p);
+  int32_t (*ipc_event_export)(void* e, uint8_t* payload);
+  int32_t (*ipc_event_open)(bg_device* dev, int32_t pid, const uint8_t* payload, void** out);
+
   /* Memory for rings that host and device both see. */
   int32_t (*ring_alloc)(bg_device* dev, uint64_t bytes, void** host, bg_devptr* d);
   int32_t (*ring_free)(bg_device* dev, void* host);
 };
+
+/* The BG_IPC_HANDLE_BYTES of a handle shared between processes: a header the core writes and
+ * checks, then the backend's payload (CUDA: the driver's 64-byte CUipc*Handle). */
+#define BG_IPC_MAGIC 0x50494742u /* "BGIP" */
+#define BG_IPC_PAYLOAD_BYTES 64
+enum { BG_IPC_KIND_MEM = 1, BG_IPC_KIND_EVENT = 2 };
+typedef struct bg_ipc_handle {
+  uint32_t magic;
+  uint32_t kind;    /* BG_IPC_KIND_* */
+  int32_t backend;
+  int32_t pid;      /* the exporting process */
+  uint64_t bytes;   /* memory: the allocation's size */
+  uint64_t reserved;
+  uint8_t payload[BG_IPC_PAYLOAD_BYTES];
+} bg_ipc_handle;
+_Static_assert(sizeof(bg_ipc_handle) == BG_IPC_HANDLE_BYTES, "bg_ipc_handle size");
 
 /* ---- shared helpers (base.c) -------------------------------------------------------------- */
 /* Record the thread's last error; returns code so `return bg_set_error(...)` reads naturally. */

@@ -5,12 +5,13 @@
 // native-memory accounting below (the budget, the collection, the finaliser net), which no other
 // module may reach.
 import { GpuError, nativeView } from "../ffi/result";
-import { HostAllocFlag } from "../ffi/constants";
+import { HostAllocFlag, MEM_SHAREABLE } from "../ffi/constants";
 import { isDevice, releaseOutsideCapture, type DeviceRef, type DeviceState } from "./device_state";
 import { Status, describeValue, hostArray, invalid, disposed, options } from "./errors";
 import { hostFnsPending } from "./hostfn";
 import { HOLD } from "./lifetime";
 import { bytesText } from "./inspect";
+import { decodeHandle, encodeHandle, handleBytes } from "./ipc";
 import { RELEASE, Resource } from "./resource";
 
 type TypedArray =
@@ -66,6 +67,8 @@ interface Allocation {
    * reaches the shim.
    */
   ordered?: { stream: OrderedStream; graph: boolean };
+  /** Shared between processes: allocated shareable here, or opened from another's handle. */
+  shared?: "shareable" | "opened";
 }
 
 /** The stream a stream-ordered allocation is freed on, as this module sees one (a Stream). */
@@ -233,6 +236,7 @@ function free(a: Allocation): number {
   if (a.ordered) {
     if (!a.ordered.graph) a.dev.api.mem_free_async(orderedHandle(a), a.address);
   }
+  else if (a.shared === "opened") a.dev.api.ipc_mem_close(a.dev.handle, a.address);
   else a.dev.api.mem_free(a.dev.handle, a.address);
   return 0;
 }
@@ -270,11 +274,12 @@ export class GpuBuffer extends Resource {
 
   /**
    * `bytes` of device memory. `{ type }` declares its elements ("f32", "i32", ...): `fill(v)`
-   * then writes `v` as that type. The size stays in bytes.
+   * then writes `v` as that type. The size stays in bytes. `shareable`: memory another process
+   * can map (exportHandle); the CPU backend then allocates it in shared memory, CUDA ignores it.
    */
-  static alloc<E extends FillType>(device: DeviceRef, bytes: number, opts: { type: E }): GpuBufferOf<E>;
-  static alloc(device: DeviceRef, bytes: number, opts?: { type?: FillType | undefined }): GpuBuffer;
-  static alloc(device: DeviceRef, bytes: number, opts: { type?: FillType | undefined } = {}): GpuBuffer {
+  static alloc<E extends FillType>(device: DeviceRef, bytes: number, opts: { type: E; shareable?: boolean | undefined }): GpuBufferOf<E>;
+  static alloc(device: DeviceRef, bytes: number, opts?: { type?: FillType | undefined; shareable?: boolean | undefined }): GpuBuffer;
+  static alloc(device: DeviceRef, bytes: number, opts: { type?: FillType | undefined; shareable?: boolean | undefined } = {}): GpuBuffer {
     if (!isDevice(device)) invalid("Buffer.alloc", "device must be a Device");
     checkSize("Buffer.alloc", "size", bytes);
     opts = options("Buffer.alloc", opts);
@@ -283,12 +288,16 @@ export class GpuBuffer extends Resource {
       const size = fillPattern("Buffer.alloc", 0, type).size; // INVALID_VALUE for an unknown type
       if (bytes % size) invalid("Buffer.alloc", `${bytes} bytes is not a whole number of ${size}-byte ${type} elements`);
     }
+    const shareable = opts.shareable === true;
+    if (shareable && bytes === 0) invalid("Buffer.alloc", "a shareable buffer needs at least 1 byte");
     const dev = device.state;
     if (!dev.open) disposed("Buffer.alloc", "device");
-    const a: Allocation = { dev, address: 0, bytes, live: true };
+    const a: Allocation = { dev, address: 0, bytes, live: true, ...(shareable ? { shared: "shareable" as const } : {}) };
     if (bytes > 0) {
       reserve(bytes);
-      a.address = allocRetry(() => dev.api.mem_alloc(dev.handle, bytes));
+      a.address = allocRetry(() =>
+        shareable ? dev.api.mem_alloc_flags(dev.handle, bytes, MEM_SHAREABLE) : dev.api.mem_alloc(dev.handle, bytes),
+      );
       memoryStats.liveAllocations++;
       memoryStats.liveBytes += bytes;
     }
@@ -532,6 +541,53 @@ export class GpuBuffer extends Resource {
     if (owned.has(a)) owned.set(a, null);
     if (a.users) return;
     releaseOutsideCapture(a.dev, () => void freeUnused(a));
+  }
+
+  // ---- sharing between processes (src/ipc.ts holds the handle format) ----------------------------
+
+  /**
+   * A handle another process opens with `Device.openSharedBuffer` to map this allocation
+   * (cuIpcGetMemHandle): a string to send over a pipe, a socket or a file. CUDA exports any
+   * Device.alloc memory; the CPU backend only memory allocated with `{ shareable: true }`. Not
+   * for views, stream-ordered memory or a buffer opened from a handle. Keep this buffer alive
+   * until every importer has disposed its buffer (CUDA: freeing it earlier is undefined).
+   */
+  exportHandle(): string {
+    const a = this.#alloc;
+    this.#live("Buffer.exportHandle");
+    if (this.isView) invalid("Buffer.exportHandle", "a view cannot be exported; export the buffer it views");
+    if (a.ordered) invalid("Buffer.exportHandle", "stream-ordered memory (Stream.alloc) cannot be exported; use Device.alloc");
+    if (a.shared === "opened") invalid("Buffer.exportHandle", "this buffer was opened from another process's handle; export it there");
+    if (a.bytes === 0) invalid("Buffer.exportHandle", "an empty buffer cannot be exported");
+    const out = handleBytes();
+    a.dev.api.ipc_mem_export(a.dev.handle, a.address, out);
+    return encodeHandle(out);
+  }
+
+  /** True for memory shared between processes: allocated shareable, or opened from a handle. */
+  get shared(): "shareable" | "opened" | undefined {
+    return this.#alloc.shared;
+  }
+
+  /**
+   * @internal Device.openSharedBuffer: map the memory another process exported. Disposing the
+   * buffer unmaps it (cuIpcCloseMemHandle) once queued work is done; opening one handle twice
+   * gives the same address.
+   */
+  static openShared(device: DeviceRef, handle: unknown): GpuBuffer {
+    const call = "Device.openSharedBuffer";
+    if (!isDevice(device)) invalid(call, "device must be a Device");
+    const bytes = decodeHandle(call, handle);
+    const dev = device.state;
+    if (!dev.open) disposed(call, "device");
+    const [address, size] = dev.api.ipc_mem_open(dev.handle, bytes);
+    const a: Allocation = { dev, address, bytes: size, live: true, shared: "opened" };
+    memoryStats.liveAllocations++;
+    memoryStats.liveBytes += size;
+    const b = new GpuBuffer(device, a, 0, size, null, undefined);
+    b.watch(registry, a, a);
+    owned.set(a, new WeakRef(b));
+    return b;
   }
 
   /** "GpuBuffer(4096 bytes on cpu)"; a view says where it lies in its allocation; ", disposed" once freed. */

@@ -304,11 +304,28 @@ export class Device {
     return this.#defaultPool;
   }
 
-  /** `bytes` of device memory; `{ type }` declares its elements (the default of `fill`). */
-  alloc<E extends FillType>(bytes: number, opts: { type: E }): GpuBufferOf<E>;
-  alloc(bytes: number, opts?: { type?: FillType | undefined }): Buffer;
-  alloc(bytes: number, opts: { type?: FillType | undefined } = {}): Buffer {
+  /**
+   * `bytes` of device memory; `{ type }` declares its elements (the default of `fill`).
+   * `shareable`: memory another process can map (Buffer.exportHandle); the CPU backend then
+   * allocates it in shared memory, CUDA needs nothing special and ignores it.
+   */
+  alloc<E extends FillType>(bytes: number, opts: { type: E; shareable?: boolean | undefined }): GpuBufferOf<E>;
+  alloc(bytes: number, opts?: { type?: FillType | undefined; shareable?: boolean | undefined }): Buffer;
+  alloc(bytes: number, opts: { type?: FillType | undefined; shareable?: boolean | undefined } = {}): Buffer {
     return Buffer.alloc(this, bytes, opts);
+  }
+
+  /**
+   * Map memory another process exported with Buffer.exportHandle (cuIpcOpenMemHandle); dispose()
+   * unmaps it. A handle exported by this very process is INVALID_CONTEXT, as on CUDA.
+   */
+  openSharedBuffer(handle: string | Uint8Array): Buffer {
+    return Buffer.openShared(this, handle);
+  }
+
+  /** Open an event another process exported with Event.exportHandle (cuIpcOpenEventHandle). */
+  openSharedEvent(handle: string | Uint8Array): Event {
+    return Event.openShared(this, handle);
   }
 
   allocHost(bytes: number, opts: { mapped?: boolean } = {}): HostBuffer {

@@ -4,6 +4,7 @@ import { eventElapsed } from "../ffi/result";
 import { EventFlag } from "../ffi/constants";
 import { isDevice, type DeviceRef, type StreamRef } from "./device_state";
 import { describeGot, invalid, options } from "./errors";
+import { decodeHandle, encodeHandle, handleBytes } from "./ipc";
 import { beforeBlockingWait } from "./hostfn";
 import { pollUntil, settled } from "./poll";
 import { RELEASE, Resource } from "./resource";
@@ -13,6 +14,11 @@ export interface EventOptions {
   timing?: boolean;
   /** Block with a sleep instead of spinning in synchronize() (CU_EVENT_BLOCKING_SYNC). */
   blockingSync?: boolean;
+  /**
+   * Shareable with other processes through exportHandle() (CU_EVENT_INTERPROCESS). Such an
+   * event keeps no time: `timing` must not be true.
+   */
+  interprocess?: boolean;
 }
 
 /**
@@ -24,6 +30,7 @@ export class GpuEvent extends Resource {
   readonly timing: boolean;
   /** The native stream of the latest record (0: never recorded), for the host-function guard. */
   #recordedOn = 0;
+  #interprocess = false;
 
   private constructor(device: DeviceRef, handle: number, timing: boolean) {
     super(device.state, handle, "event");
@@ -35,9 +42,15 @@ export class GpuEvent extends Resource {
   static create(device: DeviceRef, opts: EventOptions = {}): GpuEvent {
     if (!isDevice(device)) invalid("Event.create", `device must be a Device, got ${describeGot(device)}`);
     opts = options("Event.create", opts);
-    const timing = opts.timing ?? true;
-    const flags = (timing ? 0 : EventFlag.DISABLE_TIMING) | (opts.blockingSync ? EventFlag.BLOCKING_SYNC : 0);
-    return new GpuEvent(device, device.state.api.event_create(device.handle, flags), timing);
+    const interprocess = opts.interprocess === true;
+    if (interprocess && opts.timing === true)
+      invalid("Event.create", "an interprocess event keeps no time (CUDA needs CU_EVENT_DISABLE_TIMING with CU_EVENT_INTERPROCESS)");
+    const timing = interprocess ? false : (opts.timing ?? true);
+    const flags =
+      (timing ? 0 : EventFlag.DISABLE_TIMING) | (opts.blockingSync ? EventFlag.BLOCKING_SYNC : 0) | (interprocess ? EventFlag.INTERPROCESS : 0);
+    const e = new GpuEvent(device, device.state.api.event_create(device.handle, flags), timing);
+    e.#interprocess = interprocess;
+    return e;
   }
 
   get handle(): number {
@@ -89,6 +102,36 @@ export class GpuEvent extends Resource {
   protected [RELEASE](): void {
     const handle = this.rawHandle;
     if (this.dev.open) this.dev.api.event_destroy(handle);
+  }
+
+  // ---- sharing between processes (src/ipc.ts holds the handle format) ----------------------------
+
+  /** True for an event created with `{ interprocess: true }` or opened from a handle. */
+  get interprocess(): boolean {
+    return this.#interprocess;
+  }
+
+  /**
+   * A handle another process opens with `Device.openSharedEvent` (cuIpcGetEventHandle). Both
+   * sides may record it and wait on it; a wait waits for the latest record issued before it, in
+   * either process. Keep this event alive while importers use theirs.
+   */
+  exportHandle(): string {
+    const h = this.handle;
+    if (!this.#interprocess) invalid("Event.exportHandle", "the event was not created with { interprocess: true }");
+    const out = handleBytes();
+    this.dev.api.ipc_event_export(h, out);
+    return encodeHandle(out);
+  }
+
+  /** @internal Device.openSharedEvent: the event another process exported (no timing). */
+  static openShared(device: DeviceRef, handle: unknown): GpuEvent {
+    const call = "Device.openSharedEvent";
+    if (!isDevice(device)) invalid(call, `device must be a Device, got ${describeGot(device)}`);
+    const bytes = decodeHandle(call, handle);
+    const e = new GpuEvent(device, device.state.api.ipc_event_open(device.handle, bytes), false);
+    e.#interprocess = true;
+    return e;
   }
 
   /** "GpuEvent(cpu, timing, recorded)": its device, whether it keeps time, whether it was ever recorded. */

@@ -86,6 +86,9 @@ describe("CUDA backend against the driver simulator", () => {
     expect(out).toContain("pool after sync 0");
     expect(out).toContain("memory graph nodes 4 kernel 0");
     expect(out).toContain("memory graph replayed 5050505");
+    // sharing between processes: the driver's own refusals in the exporting process
+    expect(out).toMatch(/bg_ipc_mem_open\(dev, mh, &got, &bytes\) -> 201: cuIpcOpenMemHandle_v2: CUDA_ERROR_INVALID_CONTEXT/);
+    expect(out).toContain("ipc handles checked");
     expect(out).toContain("0 failures");
     expect(r.exitCode).toBe(0);
   }, 120_000);

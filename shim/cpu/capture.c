@@ -470,7 +470,7 @@ int32_t cpu_capture_wait(cpu_stream* s, cpu_event* e, int* handled) {
                       "bg_stream_wait_event: the stream's capture was invalidated by %s", cs->why);
     goto out;
   }
-  if (atomic_load(&e->rec_seq) == 0) goto out; /* never recorded: nothing to wait for */
+  if (atomic_load(e->recp) == 0) goto out; /* never recorded: nothing to wait for */
   {
     /* an event from outside the capture: a wait node, resolved when the exec launches */
     cpu_op op = {.kind = OP_WAIT};

@@ -4,7 +4,8 @@
  * From the bottom up; each file calls only files above it in this list:
  *  pool.c    the per-device kernel thread pool: running a launch's blocks (cpu_kernel_run),
  *            and checked mode's fault handling.
- *  event.c   what an event is underneath: references, a record reached, waiting for one.
+ *  event.c   what an event is underneath: references, a record reached, waiting for one;
+ *            the page an interprocess event keeps its numbers in.
  *  queue.c   a stream's queue from below its worker: putting an op in, waiting for ops to
  *            complete, references; snapshots of many streams; frees deferred until the work
  *            queued before them has run (cpu_defer).
@@ -19,6 +20,8 @@
  *  stream.c  streams (one worker thread each, an in-order queue of cpu_op), enqueueing with
  *            the legacy stream's implicit waits, events' and host functions' entry points,
  *            asynchronous copies, launches (cpu_launch queues an OP_KERNEL).
+ *  ipc.c     memory and events shared between processes: shareable allocations in memfds,
+ *            export and open (the event's shared page itself is event.c's).
  *  graph.c   graphs, graph execs (instantiate, launch, argument updates) and bg_submit command
  *            lists, each queued as one op (a waited list on an idle non-blocking stream runs on
  *            the submitting thread instead).
@@ -225,6 +228,9 @@ typedef struct cpu_device {
   struct cpu_block** pblocks; /* CPU_PBUCKETS chains */
   struct cpu_mempool* pools;  /* every pool, the default one included */
   struct cpu_mempool* default_pool;
+  /* shareable allocations and opened mappings (ipc.c), a list under ipc_mu */
+  pthread_mutex_t ipc_mu;
+  struct cpu_ipc_map* ipc_maps;
   /* checked mode (BUNGPU_CHECK=1): guard pages around allocations, and a fault inside a kernel
    * becomes this sticky error (BG_ERR_ILLEGAL_ADDRESS) that every later call returns */
   int checked;
@@ -269,6 +275,13 @@ typedef struct cpu_event {
   _Atomic int32_t refs; /* the handle plus each op that names it */
   _Atomic uint64_t rec_seq;  /* records issued */
   _Atomic uint64_t done_seq; /* highest record reached */
+  /* where the two numbers live: rec_seq and done_seq above, or, for an interprocess event
+   * (BG_EVENT_INTERPROCESS, or opened from a handle), a page shared with other processes */
+  _Atomic uint64_t* recp;
+  _Atomic uint64_t* donep;
+  struct cpu_ipc_page* shm; /* the shared page, or NULL */
+  int shm_fd;               /* its memfd (kept for re-export), or -1 */
+  uint64_t shm_id;          /* its number in the memfd's name: "bungpu-event-<pid>-<id>" */
   uint64_t ts_ns;            /* time the record done_seq was reached; under mu */
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -384,6 +397,13 @@ void cpu_event_retain(cpu_event* e);
 void cpu_event_release(cpu_event* e);
 void cpu_event_complete(cpu_event* e, uint64_t seq);
 void cpu_event_wait_seq(cpu_event* e, uint64_t seq);
+/* Interprocess events: move the numbers into a new shared page (cpu_event_share), or into the
+ * page of an exporting process's event (cpu_event_attach: `pid`, its memfd number and id). Off
+ * Linux: BG_ERR_NOT_SUPPORTED. */
+int32_t cpu_event_share(cpu_event* e);
+int32_t cpu_event_attach(cpu_event* e, int32_t pid, int32_t fd, uint64_t id);
+/* Open /proc/<pid>/fd/<fd> after checking that it is the memfd named `name` (ipc.c as well). */
+int32_t cpu_ipc_open_fd(const char* fn, int32_t pid, int32_t fd, const char* name, int* out);
 
 /* queue.c */
 /* Copy `op` to the end of the stream's queue (the worker owns it from then on), waking the
@@ -509,6 +529,20 @@ int32_t cpu_event_elapsed(float* ms, void* a, void* b);
 int32_t cpu_check_launch(const char* fn, const uint32_t g[3], const uint32_t b[3], uint32_t shared);
 int32_t cpu_launch(void* k, void* s, const uint32_t grid[3], const uint32_t block[3],
                    uint32_t shared, const uint64_t* args, uint32_t nargs);
+
+/* ipc.c: memory and events shared between processes (the vtable's mem_alloc_shareable and
+ * ipc_* entries). cpu_ipc_free: 1 when `p` was a shareable allocation or an opened mapping of
+ * `d` (a shareable one is released after the queued work, an opened one is refused:
+ * *rc = BG_ERR_INVALID_VALUE), 0 when it is none of them. cpu_ipc_close_all: at device close. */
+int32_t cpu_mem_alloc_shareable(bg_device* dev, uint64_t bytes, bg_devptr* out);
+int32_t cpu_ipc_mem_export(bg_device* dev, bg_devptr p, uint8_t* payload, uint64_t* bytes);
+int32_t cpu_ipc_mem_open(bg_device* dev, int32_t pid, const uint8_t* payload, uint64_t bytes,
+                         bg_devptr* out);
+int32_t cpu_ipc_mem_close(bg_device* dev, bg_devptr p);
+int32_t cpu_ipc_event_export(void* e, uint8_t* payload);
+int32_t cpu_ipc_event_open(bg_device* dev, int32_t pid, const uint8_t* payload, void** out);
+int cpu_ipc_free(cpu_device* d, bg_devptr p, int32_t* rc);
+void cpu_ipc_close_all(cpu_device* d);
 
 /* graph.c */
 int32_t cpu_graph_destroy(void* g);

@@ -259,6 +259,7 @@ static int32_t cpu_open(int32_t ordinal, bg_device** out) {
   d->total_mem = phys_total();
   cpu_model_name(d->name, sizeof d->name, d->ncores);
   pthread_mutex_init(&d->mem_mu, NULL);
+  pthread_mutex_init(&d->ipc_mu, NULL);
   pthread_mutex_init(&d->streams_mu, NULL);
   pthread_mutex_init(&d->cap_mu, NULL);
   cpu_pmem_init(d);
@@ -303,6 +304,7 @@ static int32_t cpu_device_close(bg_device* dev) {
   cpu_stream_free((cpu_stream*)d->base.default_stream);
   d->base.default_stream = NULL;
   cpu_pmem_close(d); /* every stream drained: no queued work uses pool memory any more */
+  cpu_ipc_close_all(d);
   cpu_pool_destroy(&d->pool);
   pthread_mutex_lock(&d->mem_mu);
   if (d->checked) {
@@ -316,6 +318,7 @@ static int32_t cpu_device_close(bg_device* dev) {
   pthread_mutex_unlock(&d->mem_mu);
   bg_obj_kill(d);
   pthread_mutex_destroy(&d->mem_mu);
+  pthread_mutex_destroy(&d->ipc_mu);
   pthread_mutex_destroy(&d->streams_mu);
   pthread_mutex_destroy(&d->cap_mu);
   pthread_mutex_destroy(&d->sticky_mu);
@@ -391,6 +394,7 @@ static int32_t cpu_mem_free(bg_device* dev, bg_devptr p) {
   cpu_device* d = (cpu_device*)dev;
   int32_t rc = cpu_capture_guard(d, "bg_mem_free");
   if (rc) return rc;
+  if (cpu_ipc_free(d, p, &rc)) return rc; /* shareable or opened memory (ipc.c) */
   guarded_block* g = NULL;
   if (d->checked) {
     g = malloc(sizeof *g);
@@ -632,6 +636,12 @@ const bg_ops cpu_ops = {
     .mempool_reset_peak = cpu_mempool_reset_peak,
     .mem_alloc_async = cpu_mem_alloc_async,
     .mem_free_async = cpu_mem_free_async,
+    .mem_alloc_shareable = cpu_mem_alloc_shareable,
+    .ipc_mem_export = cpu_ipc_mem_export,
+    .ipc_mem_open = cpu_ipc_mem_open,
+    .ipc_mem_close = cpu_ipc_mem_close,
+    .ipc_event_export = cpu_ipc_event_export,
+    .ipc_event_open = cpu_ipc_event_open,
 };
 
 /* ---- the checked-mode vtable ------------------------------------------------------------------ */
@@ -702,6 +712,15 @@ WRAP_H(graph_exec_set_kernel_args, x, (void* x, uint32_t i, const uint64_t* a, u
 WRAP_H(submit, s, (void* s, const uint8_t* b, uint64_t n), (s, b, n))
 WRAP_D(mempool_create, (bg_device* dev, uint64_t t, void** o), (dev, t, o))
 WRAP_H(mem_alloc_async, s, (void* s, void* p, uint64_t b, bg_devptr* o), (s, p, b, o))
+WRAP_D(mem_alloc_shareable, (bg_device* dev, uint64_t b, bg_devptr* o), (dev, b, o))
+static int32_t chk_ipc_mem_open(bg_device* dev, int32_t pid, const uint8_t* pl, uint64_t b, bg_devptr* o) {
+  STICKY_OF(dev, "bg_ipc_mem_open");
+  return cpu_ipc_mem_open(dev, pid, pl, b, o);
+}
+static int32_t chk_ipc_event_open(bg_device* dev, int32_t pid, const uint8_t* pl, void** o) {
+  STICKY_OF(dev, "bg_ipc_event_open");
+  return cpu_ipc_event_open(dev, pid, pl, o);
+}
 WRAP_D(graph_from_commands, (bg_device* dev, const uint8_t* p, uint64_t n, void** o), (dev, p, n, o))
 
 const bg_ops cpu_ops_checked = {
@@ -770,4 +789,10 @@ const bg_ops cpu_ops_checked = {
     .mempool_reset_peak = cpu_mempool_reset_peak,
     .mem_alloc_async = chk_mem_alloc_async,
     .mem_free_async = cpu_mem_free_async,
+    .mem_alloc_shareable = chk_mem_alloc_shareable,
+    .ipc_mem_export = cpu_ipc_mem_export,
+    .ipc_mem_open = chk_ipc_mem_open,
+    .ipc_mem_close = cpu_ipc_mem_close,
+    .ipc_event_export = cpu_ipc_event_export,
+    .ipc_event_open = chk_ipc_event_open,
 };

@@ -138,10 +138,10 @@ int32_t cpu_graph_launch(void* xv, void* sv) {
     cpu_op* eo = &x->ops[x->evslot_op[i]];
     cpu_event* e = eo->u.ev.e;
     if (eo->kind == OP_RECORD) {
-      seqs[i] = atomic_fetch_add(&e->rec_seq, 1) + 1;
+      seqs[i] = atomic_fetch_add(e->recp, 1) + 1;
       atomic_store(&e->cap_id, 0);
     } else {
-      seqs[i] = atomic_load(&e->rec_seq);
+      seqs[i] = atomic_load(e->recp);
     }
   }
   atomic_fetch_add(&x->args->refs, 1);
@@ -234,10 +234,10 @@ int32_t cpu_submit(void* sv, const uint8_t* p, uint64_t len) {
     cpu_event_retain(e);
     op.u.cmd.evs[i] = e;
     if (c.op == BG_CMD_EVENT_RECORD) {
-      op.u.cmd.seqs[i] = atomic_fetch_add(&e->rec_seq, 1) + 1;
+      op.u.cmd.seqs[i] = atomic_fetch_add(e->recp, 1) + 1;
       atomic_store(&e->cap_id, 0);
     } else {
-      op.u.cmd.seqs[i] = atomic_load(&e->rec_seq);
+      op.u.cmd.seqs[i] = atomic_load(e->recp);
     }
     i++;
   }

@@ -335,10 +335,21 @@ int32_t cpu_event_create(bg_device* dev, uint32_t flags, void** out) {
   atomic_init(&e->refs, 1);
   atomic_init(&e->rec_seq, 0);
   atomic_init(&e->done_seq, 0);
+  e->recp = &e->rec_seq;
+  e->donep = &e->done_seq;
+  e->shm_fd = -1;
   atomic_init(&e->waiters, 0);
   atomic_init(&e->cap_id, 0);
   pthread_mutex_init(&e->mu, NULL);
   pthread_cond_init(&e->cv, NULL);
+  if (flags & BG_EVENT_INTERPROCESS) {
+    int32_t rc = cpu_event_share(e);
+    if (rc) {
+      bg_obj_kill(e);
+      cpu_event_release(e);
+      return rc;
+    }
+  }
   *out = e;
   return BG_OK;
 }
@@ -365,7 +376,7 @@ int32_t cpu_event_record(void* ev, void* sv) {
   int32_t rc = cpu_legacy_deps(s, "bg_event_record");
   if (rc) return rc;
   cpu_op op = {.kind = OP_RECORD};
-  uint64_t seq = atomic_fetch_add(&e->rec_seq, 1) + 1;
+  uint64_t seq = atomic_fetch_add(e->recp, 1) + 1;
   atomic_store(&e->cap_id, 0);
   cpu_event_retain(e);
   op.u.ev.e = e;
@@ -385,8 +396,8 @@ int32_t cpu_stream_wait_event(void* sv, void* ev) {
     int32_t rc = cpu_capture_wait(s, e, &handled);
     if (handled) return rc;
   }
-  uint64_t seq = atomic_load(&e->rec_seq);
-  if (seq == 0 || atomic_load(&e->done_seq) >= seq) return BG_OK; /* nothing to wait for */
+  uint64_t seq = atomic_load(e->recp);
+  if (seq == 0 || atomic_load(e->donep) >= seq) return BG_OK; /* nothing to wait for */
   cpu_op op = {.kind = OP_WAIT};
   cpu_event_retain(e);
   op.u.ev.e = e;
@@ -398,7 +409,7 @@ int32_t cpu_event_query(void* ev) {
   cpu_event* e = ev;
   int32_t rc = cpu_capture_guard_event(e, "bg_event_query");
   if (rc) return rc;
-  if (atomic_load(&e->done_seq) >= atomic_load(&e->rec_seq)) return BG_OK;
+  if (atomic_load(e->donep) >= atomic_load(e->recp)) return BG_OK;
   return bg_set_error(BG_ERR_NOT_READY, "bg_event_query: the event's record is not reached yet");
 }
 
@@ -406,7 +417,7 @@ int32_t cpu_event_synchronize(void* ev) {
   cpu_event* e = ev;
   int32_t rc = cpu_capture_guard_event(e, "bg_event_synchronize");
   if (rc) return rc;
-  cpu_event_wait_seq(e, atomic_load(&e->rec_seq));
+  cpu_event_wait_seq(e, atomic_load(e->recp));
   return BG_OK;
 }
 
@@ -416,10 +427,10 @@ int32_t cpu_event_elapsed(float* ms, void* av, void* bv) {
   if ((a->flags | b->flags) & BG_EVENT_DISABLE_TIMING)
     return bg_set_error(BG_ERR_INVALID_HANDLE,
                         "bg_event_elapsed: an event was created with BG_EVENT_DISABLE_TIMING");
-  uint64_t ra = atomic_load(&a->rec_seq), rb = atomic_load(&b->rec_seq);
+  uint64_t ra = atomic_load(a->recp), rb = atomic_load(b->recp);
   if (!ra || !rb)
     return bg_set_error(BG_ERR_INVALID_HANDLE, "bg_event_elapsed: an event was never recorded");
-  if (atomic_load(&a->done_seq) < ra || atomic_load(&b->done_seq) < rb)
+  if (atomic_load(a->donep) < ra || atomic_load(b->donep) < rb)
     return bg_set_error(BG_ERR_NOT_READY, "bg_event_elapsed: an event is not complete yet");
   pthread_mutex_lock(&a->mu);
   uint64_t ta = a->ts_ns;

@@ -132,6 +132,18 @@ typedef struct bgcu_mempool_props {
 #define BGCU_POOLPROPS bgcu_mempool_props
 #endif
 
+/* CUipcMemHandle_v1 and CUipcEventHandle_v1: CU_IPC_HANDLE_SIZE opaque bytes, passed by value to
+ * the open calls. The check file sets BGCU_IPCMEM / BGCU_IPCEVENT to the real structs. */
+typedef struct bgcu_ipc_handle {
+  char reserved[64];
+} bgcu_ipc_handle;
+#ifndef BGCU_IPCMEM
+#define BGCU_IPCMEM bgcu_ipc_handle
+#endif
+#ifndef BGCU_IPCEVENT
+#define BGCU_IPCEVENT bgcu_ipc_handle
+#endif
+
 /* ---- constants: X(real name, value); declared here as BG<real name> ---------------------------- */
 #define BGCU_CONSTANTS(X)                                                                          \
   X(CUDA_SUCCESS, 0)                                                                               \
@@ -164,6 +176,9 @@ typedef struct bgcu_mempool_props {
   X(CU_EVENT_DEFAULT, 0)                                                                           \
   X(CU_EVENT_BLOCKING_SYNC, 1)                                                                     \
   X(CU_EVENT_DISABLE_TIMING, 2)                                                                    \
+  X(CU_EVENT_INTERPROCESS, 4)                                                                      \
+  X(CU_IPC_HANDLE_SIZE, 64)                                                                        \
+  X(CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS, 1)                                                         \
   X(CU_STREAM_CAPTURE_MODE_GLOBAL, 0)                                                              \
   X(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, 1)                                                        \
   X(CU_STREAM_CAPTURE_MODE_RELAXED, 2)                                                             \
@@ -280,7 +295,9 @@ enum { BGCU_CONSTANTS(BGCU_DECLARE_CONSTANT) BGNVRTC_CONSTANTS(BGCU_DECLARE_CONS
  *   (cuGraphAddKernelNode_v2 12.0; else bg_graph_from_commands uses the core's generic graph),
  *   the memory pool calls (11.2; else the core's plain pool serves bg_mem_alloc_async),
  *   peer access and cuMemcpyPeerAsync (4.0; optional so that a driver or simulator without them
- *   still loads: then no device reports a peer and copies between devices are refused). */
+ *   still loads: then no device reports a peer and copies between devices are refused), the
+ *   interprocess calls and cuMemGetAddressRange_v2 (4.1 / 3.2; without them sharing between
+ *   processes is refused). */
 #define BGCU_DRIVER_OPTIONAL(X)                                                                    \
   X(bgcu_result, cuEventElapsedTime_v2, (float* ms, bgcu_event start, bgcu_event end))            \
   X(bgcu_result, cuStreamGetCaptureInfo_v3,                                                        \
@@ -327,7 +344,15 @@ enum { BGCU_CONSTANTS(BGCU_DECLARE_CONSTANT) BGNVRTC_CONSTANTS(BGCU_DECLARE_CONS
   X(bgcu_result, cuCtxDisablePeerAccess, (bgcu_context peer))                                      \
   X(bgcu_result, cuMemcpyPeerAsync,                                                                \
     (bgcu_deviceptr dst, bgcu_context dst_ctx, bgcu_deviceptr src, bgcu_context src_ctx,           \
-     size_t n, bgcu_stream s))
+     size_t n, bgcu_stream s))                                                                     \
+  X(bgcu_result, cuMemGetAddressRange_v2,                                                          \
+    (bgcu_deviceptr * base, size_t * size, bgcu_deviceptr dptr))                                   \
+  X(bgcu_result, cuIpcGetMemHandle, (BGCU_IPCMEM * handle, bgcu_deviceptr dptr))                  \
+  X(bgcu_result, cuIpcOpenMemHandle_v2,                                                            \
+    (bgcu_deviceptr * dptr, BGCU_IPCMEM handle, unsigned int flags))                               \
+  X(bgcu_result, cuIpcCloseMemHandle, (bgcu_deviceptr dptr))                                       \
+  X(bgcu_result, cuIpcGetEventHandle, (BGCU_IPCEVENT * handle, bgcu_event e))                      \
+  X(bgcu_result, cuIpcOpenEventHandle, (bgcu_event * e, BGCU_IPCEVENT handle))
 
 /* Fallbacks for older drivers. Their real declarations are hidden by cuda.h's versioning macros,
  * so the check compares these with cudaTypedefs.h's PFN_<name>_v<version>: X(..., real PFN). */

@@ -1047,6 +1047,7 @@ static int32_t cu_event_create(bg_device* dev, uint32_t flags, void** out) {
   unsigned int cf = BGCU_EVENT_DEFAULT;
   if (flags & BG_EVENT_BLOCKING_SYNC) cf |= BGCU_EVENT_BLOCKING_SYNC;
   if (flags & BG_EVENT_DISABLE_TIMING) cf |= BGCU_EVENT_DISABLE_TIMING;
+  if (flags & BG_EVENT_INTERPROCESS) cf |= BGCU_EVENT_INTERPROCESS;
   bgcu_result r = cu.cuEventCreate(&e->e, cf);
   if (r != BGCUDA_SUCCESS) {
     free(e);
@@ -2144,6 +2145,90 @@ static int32_t cu_mem_free_async(void* sp, bg_devptr p) {
   return BG_OK;
 }
 
+/* ---- memory and events shared between processes (cuIpc*) ---------------------------------------
+ * Every cuMemAlloc allocation can be exported (no mem_alloc_shareable: the core uses mem_alloc).
+ * The payload of bungpu's handle is the driver's CUipc*Handle. The driver itself refuses an open
+ * in the exporting process (CUDA_ERROR_INVALID_CONTEXT). A close waits for the context's work
+ * first, so queued work that reads the mapping finishes, as a free would. */
+static int32_t ipc_present(const char* fn) {
+  if (!cu.cuIpcGetMemHandle || !cu.cuIpcOpenMemHandle_v2 || !cu.cuIpcCloseMemHandle ||
+      !cu.cuIpcGetEventHandle || !cu.cuIpcOpenEventHandle || !cu.cuMemGetAddressRange_v2)
+    return bg_set_error(BG_ERR_NOT_SUPPORTED, "%s: the CUDA driver lacks the cuIpc* entry points", fn);
+  return BG_OK;
+}
+
+static int32_t cu_ipc_mem_export(bg_device* dev, bg_devptr p, uint8_t* payload, uint64_t* bytes) {
+  int32_t rc = ipc_present("bg_ipc_mem_export");
+  if (rc) return rc;
+  ENTER((cu_device*)dev);
+  bgcu_deviceptr base = 0;
+  size_t size = 0;
+  CALL(cuMemGetAddressRange_v2, (&base, &size, p));
+  if (base != p)
+    return bg_set_error(BG_ERR_INVALID_VALUE,
+                        "bg_ipc_mem_export: 0x%llx is not the start of an allocation (it lies %llu "
+                        "bytes into one)", (unsigned long long)p, (unsigned long long)(p - base));
+  bgcu_ipc_handle h;
+  CALL(cuIpcGetMemHandle, (&h, p));
+  memcpy(payload, &h, sizeof h);
+  *bytes = size;
+  return BG_OK;
+}
+
+static int32_t cu_ipc_mem_open(bg_device* dev, int32_t pid, const uint8_t* payload, uint64_t bytes,
+                               bg_devptr* out) {
+  (void)pid, (void)bytes;
+  int32_t rc = ipc_present("bg_ipc_mem_open");
+  if (rc) return rc;
+  ENTER((cu_device*)dev);
+  bgcu_ipc_handle h;
+  memcpy(&h, payload, sizeof h);
+  bgcu_deviceptr p = 0;
+  CALL(cuIpcOpenMemHandle_v2, (&p, h, BGCU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+  *out = p;
+  return BG_OK;
+}
+
+static int32_t cu_ipc_mem_close(bg_device* dev, bg_devptr p) {
+  int32_t rc = ipc_present("bg_ipc_mem_close");
+  if (rc) return rc;
+  ENTER((cu_device*)dev);
+  CALL(cuCtxSynchronize, ());
+  CALL(cuIpcCloseMemHandle, (p));
+  return BG_OK;
+}
+
+static int32_t cu_ipc_event_export(void* ep, uint8_t* payload) {
+  cu_event* e = ep;
+  int32_t rc = ipc_present("bg_ipc_event_export");
+  if (rc) return rc;
+  ENTER(CUDEV(e));
+  bgcu_ipc_handle h;
+  CALL(cuIpcGetEventHandle, (&h, e->e));
+  memcpy(payload, &h, sizeof h);
+  return BG_OK;
+}
+
+static int32_t cu_ipc_event_open(bg_device* dev, int32_t pid, const uint8_t* payload, void** out) {
+  (void)pid;
+  int32_t rc = ipc_present("bg_ipc_event_open");
+  if (rc) return rc;
+  ENTER((cu_device*)dev);
+  bgcu_ipc_handle h;
+  memcpy(&h, payload, sizeof h);
+  cu_event* e = calloc(1, sizeof *e);
+  if (!e) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_ipc_event_open: out of host memory");
+  bgcu_result r = cu.cuIpcOpenEventHandle(&e->e, h);
+  if (r != BGCUDA_SUCCESS) {
+    free(e);
+    return cu_fail(r, "cuIpcOpenEventHandle");
+  }
+  atomic_init(&e->refs, 1);
+  bg_obj_init(e, BG_KIND_EVENT, dev);
+  *out = e;
+  return BG_OK;
+}
+
 /* ---- the table -------------------------------------------------------------------------------- */
 static const bg_ops cu_ops = {
     .name = "cuda",
@@ -2215,4 +2300,9 @@ static const bg_ops cu_ops = {
     .mempool_reset_peak = cu_mempool_reset_peak,
     .mem_alloc_async = cu_mem_alloc_async,
     .mem_free_async = cu_mem_free_async,
+    .ipc_mem_export = cu_ipc_mem_export,
+    .ipc_mem_open = cu_ipc_mem_open,
+    .ipc_mem_close = cu_ipc_mem_close,
+    .ipc_event_export = cu_ipc_event_export,
+    .ipc_event_open = cu_ipc_event_open,
 };

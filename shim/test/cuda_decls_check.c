@@ -29,6 +29,8 @@
 #define BGCU_MEMCPY3D CUDA_MEMCPY3D_v2
 #define BGCU_MEMSETP CUDA_MEMSET_NODE_PARAMS_v1
 #define BGCU_POOLPROPS CUmemPoolProps_v1
+#define BGCU_IPCMEM CUipcMemHandle_v1
+#define BGCU_IPCEVENT CUipcEventHandle_v1
 #include "cuda/cuda_api.h"
 #include "bungpu.h"
 
@@ -208,6 +210,18 @@ _Static_assert(SAME(bgcu_mempool, CUmemoryPool), "bgcu_mempool is CUmemoryPool")
 _Static_assert(SAME(bgcu_enum, CUmemPool_attribute), "bgcu_enum as CUmemPool_attribute");
 _Static_assert(SAME(bgcu_enum, CUmemAllocationType), "bgcu_enum as CUmemAllocationType");
 _Static_assert(SAME(bgcu_enum, CUmemLocationType), "bgcu_enum as CUmemLocationType");
+
+/* ---- CUipcMemHandle_v1 / CUipcEventHandle_v1, mirrored as bgcu_ipc_handle ---------------------- */
+_Static_assert(sizeof(bgcu_ipc_handle) == sizeof(CUipcMemHandle_v1) &&
+                   sizeof(bgcu_ipc_handle) == sizeof(CUipcEventHandle_v1) &&
+                   _Alignof(bgcu_ipc_handle) == _Alignof(CUipcMemHandle_v1) &&
+                   _Alignof(bgcu_ipc_handle) == _Alignof(CUipcEventHandle_v1),
+               "size of CUipc*Handle_v1");
+_Static_assert(SAME(CUipcMemHandle, CUipcMemHandle_v1) && SAME(CUipcEventHandle, CUipcEventHandle_v1),
+               "CUipc*Handle");
+_Static_assert(sizeof(((CUipcMemHandle_v1*)0)->reserved) == 64, "CUipcMemHandle_v1 payload");
+/* bungpu's handle carries the driver's whole handle as its payload */
+_Static_assert(CU_IPC_HANDLE_SIZE <= 64, "CU_IPC_HANDLE_SIZE fits bungpu's payload");
 
 /* The driver API version these declarations were proven against. */
 _Static_assert(CUDA_VERSION >= 12080, "check against cuda.h 12.8 or newer");

@@ -65,6 +65,27 @@ int main(void) {
     EXPECT(bg_memcpy_peer_async(s0, d2, dev, d + 32, dev, 64, &path), BG_ERR_INVALID_VALUE); /* past the allocation */
     OK(bg_mem_free(dev, d2));
   }
+  { /* sharing between processes, as far as one process goes: export, and the driver's refusals */
+    unsigned char mh[BG_IPC_HANDLE_BYTES], eh[BG_IPC_HANDLE_BYTES], junk[BG_IPC_HANDLE_BYTES];
+    bg_devptr sd = 0, got = 0; uint64_t bytes = 0; void *ev = NULL, *plain = NULL, *opened = NULL;
+    OK(bg_mem_alloc_flags(dev, 1000, BG_MEM_SHAREABLE, &sd)); /* CUDA: any cuMemAlloc memory */
+    OK(bg_ipc_mem_export(dev, sd, mh));
+    EXPECT(bg_ipc_mem_export(dev, sd + 8, mh + 0), BG_ERR_INVALID_VALUE); /* not an allocation's start */
+    EXPECT(bg_ipc_mem_open(dev, mh, &got, &bytes), BG_ERR_INVALID_CONTEXT); /* the exporting process */
+    memset(junk, 0x5a, sizeof junk);
+    EXPECT(bg_ipc_mem_open(dev, junk, &got, &bytes), BG_ERR_INVALID_VALUE);
+    EXPECT(bg_ipc_mem_close(dev, sd), BG_ERR_INVALID_VALUE); /* not an opened mapping */
+    EXPECT(bg_event_create(dev, BG_EVENT_INTERPROCESS, &ev), BG_ERR_INVALID_VALUE); /* timing on */
+    OK(bg_event_create(dev, BG_EVENT_INTERPROCESS | BG_EVENT_DISABLE_TIMING, &ev));
+    OK(bg_ipc_event_export(ev, eh));
+    EXPECT(bg_ipc_event_open(dev, eh, &opened), BG_ERR_INVALID_CONTEXT);
+    EXPECT(bg_ipc_event_open(dev, mh, &opened), BG_ERR_INVALID_VALUE); /* a memory handle */
+    OK(bg_event_create(dev, BG_EVENT_DISABLE_TIMING, &plain));
+    EXPECT(bg_ipc_event_export(plain, eh), BG_ERR_INVALID_VALUE); /* not interprocess */
+    void* s0; OK(bg_stream_default(dev, &s0)); OK(bg_event_record(ev, s0)); OK(bg_event_synchronize(ev));
+    OK(bg_event_destroy(plain)); OK(bg_event_destroy(ev)); OK(bg_mem_free(dev, sd));
+    printf("ipc handles checked\n");
+  }
   void* h = NULL; bg_devptr hd = 0; OK(bg_host_alloc(dev, 64, BG_HOST_ALLOC_MAPPED, &h, &hd)); printf("mapped dev==host %d\n", hd == (bg_devptr)(uintptr_t)h); OK(bg_host_free(dev, h));
   OK(bg_host_alloc(dev, 64, 0, &h, &hd)); printf("unmapped dev=%llu\n", (unsigned long long)hd); OK(bg_host_free(dev, h));
   void* ring; OK(bg_ring_create(dev, 16, 8, &ring)); void* rh; bg_devptr rd; OK(bg_ring_address(ring, &rh, &rd));

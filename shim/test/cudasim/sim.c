@@ -67,6 +67,12 @@
  * that code, so the backend's error messages say what rule was broken. CUDASIM_VERBOSE=1 prints
  * each failure on stderr.
  *
+ *  - Interprocess handles (cuIpcGetMemHandle, cuIpcOpenMemHandle_v2, cuIpcCloseMemHandle,
+ *    cuIpcGetEventHandle, cuIpcOpenEventHandle, with cuMemGetAddressRange_v2): as far as one
+ *    process goes. Export checks the allocation base / CU_EVENT_INTERPROCESS; an open in the
+ *    exporting process is CUDA_ERROR_INVALID_CONTEXT, as on the driver; an open in another
+ *    process is CUDA_ERROR_NOT_SUPPORTED, because the simulator's device memory is its own
+ *    process's heap (a gap: no mapping crosses processes).
  *  - Memory pools and stream-ordered allocation (cuDeviceGetDefaultMemPool, cuMemPoolCreate /
  *    Destroy / SetAttribute / GetAttribute / TrimTo, cuMemAllocAsync, cuMemAllocFromPoolAsync,
  *    cuMemFreeAsync): a block freed on stream S is handed out again to S at once, to another
@@ -3282,6 +3288,81 @@ EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, bgcu_stream h) {
   RETURN(SUCCESS);
 }
 
+/* ---- interprocess handles (cuIpc*) --------------------------------------------------------------
+ * Modelled as far as one process goes: the simulator's device memory is its own process's heap,
+ * so nothing can be mapped into another process. A handle names the exporting process, the
+ * allocation's base and a generation (so a handle of freed memory is recognised); opening it in
+ * the exporting process is CUDA_ERROR_INVALID_CONTEXT, as on the driver; opening it in another
+ * process is CUDA_ERROR_NOT_SUPPORTED (the simulator's gap); garbage is CUDA_ERROR_INVALID_VALUE.
+ * cuIpcGetMemHandle needs the base of a live cuMemAlloc allocation, cuIpcGetEventHandle an event
+ * created with CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING, cuIpcOpenMemHandle the flag
+ * CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS (its documentation says it must be given). */
+#define SIM_IPC_MAGIC 0x49504353u /* "SCPI" */
+typedef struct sim_ipc {
+  unsigned magic, kind; /* 1 memory, 2 event */
+  int pid;
+  unsigned reserved;
+  uint64_t addr, size;
+} sim_ipc;
+_Static_assert(sizeof(sim_ipc) <= sizeof(bgcu_ipc_handle), "a simulated handle fits CU_IPC_HANDLE_SIZE");
+
+static CUresult ipc_open(const bgcu_ipc_handle* h, unsigned kind, const char* fn) {
+  sim_ipc s;
+  memcpy(&s, h, sizeof s);
+  if (s.magic != SIM_IPC_MAGIC || s.kind != kind) return failf(E_INVALID_VALUE, "%s: not an interprocess handle of the simulator", fn);
+  if (s.pid == (int)getpid()) return failf(E_INVALID_CONTEXT, "%s: the handle was exported by this process", fn);
+  return failf(E_NOT_SUPPORTED, "%s: the simulator's device memory is private to its process (a gap of the simulator)", fn);
+}
+
+EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr dptr) {
+  ENTER();
+  region* r = find_region((uintptr_t)dptr);
+  if (!r || r->kind != MEM_DEVICE) RETURN(failf(E_NOT_FOUND, "cuMemGetAddressRange(0x%llx): not in a cuMemAlloc allocation", dptr));
+  if (base) *base = (CUdeviceptr)r->base;
+  if (size) *size = r->size;
+  RETURN(SUCCESS);
+}
+
+EXPORT CUresult cuIpcGetMemHandle(bgcu_ipc_handle* h, CUdeviceptr dptr) {
+  ENTER();
+  if (!h) RETURN(failf(E_INVALID_VALUE, "cuIpcGetMemHandle: NULL handle"));
+  region* r = find_region((uintptr_t)dptr);
+  if (!r || r->kind != MEM_DEVICE || r->base != (uintptr_t)dptr)
+    RETURN(failf(E_INVALID_VALUE, "cuIpcGetMemHandle(0x%llx): not the base of a live cuMemAlloc allocation", dptr));
+  sim_ipc s = {SIM_IPC_MAGIC, 1, (int)getpid(), 0, dptr, r->size};
+  memset(h, 0, sizeof *h);
+  memcpy(h, &s, sizeof s);
+  RETURN(SUCCESS);
+}
+
+EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, bgcu_ipc_handle h, unsigned int flags) {
+  ENTER();
+  if (!dptr || flags != 1u) RETURN(failf(E_INVALID_VALUE, "cuIpcOpenMemHandle: flags must be CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS"));
+  RETURN(ipc_open(&h, 1, "cuIpcOpenMemHandle"));
+}
+
+EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
+  ENTER();
+  RETURN(failf(E_INVALID_VALUE, "cuIpcCloseMemHandle(0x%llx): not a mapping cuIpcOpenMemHandle returned", dptr));
+}
+
+EXPORT CUresult cuIpcGetEventHandle(bgcu_ipc_handle* h, bgcu_event he) {
+  ENTER();
+  EVENT(e, he);
+  if (!h) RETURN(failf(E_INVALID_VALUE, "cuIpcGetEventHandle: NULL handle"));
+  if (!(e->flags & 4u)) RETURN(failf(E_INVALID_VALUE, "cuIpcGetEventHandle: the event was not created with CU_EVENT_INTERPROCESS"));
+  sim_ipc s = {SIM_IPC_MAGIC, 2, (int)getpid(), 0, (uint64_t)(uintptr_t)e, 0};
+  memset(h, 0, sizeof *h);
+  memcpy(h, &s, sizeof s);
+  RETURN(SUCCESS);
+}
+
+EXPORT CUresult cuIpcOpenEventHandle(bgcu_event* pe, bgcu_ipc_handle h) {
+  ENTER();
+  if (!pe) RETURN(failf(E_INVALID_VALUE, "cuIpcOpenEventHandle: NULL event"));
+  RETURN(ipc_open(&h, 2, "cuIpcOpenEventHandle"));
+}
+
 /* ---- the check that every entry point the backend loads exists with its exact type ---------- */
 #define SIM_CHECK(ret, name, params)                                                               \
   _Static_assert(__builtin_types_compatible_p(__typeof__(&name), PFN_bg_##name), #name " has the wrong type");
@@ -3289,3 +3370,4 @@ EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, bgcu_stream h) {
 BGCU_DRIVER_REQUIRED(SIM_CHECK)
 BGCU_DRIVER_OPTIONAL(SIM_CHECK)
 BGCU_DRIVER_LEGACY(SIM_CHECK_LEGACY)
+
