@@ -174,3 +174,14 @@ test("the several-devices example, as pasted, with BUNGPU_CPU_DEVICES=2", async 
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("the README's IPC block is examples/ipc.ts (which test/ipc.test.ts runs), line for line but the import", async () => {
+  const { readFileSync } = await import("node:fs");
+  const { join } = await import("node:path");
+  const readme = readFileSync(join(import.meta.dir, "..", "README.md"), "utf8");
+  const block = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!).find((b) => b.includes("openSharedBuffer"));
+  expect(block).toBeDefined();
+  const file = readFileSync(join(import.meta.dir, "..", "examples", "ipc.ts"), "utf8");
+  const code = file.split("\n").filter((l) => !l.startsWith("//")).join("\n").replace(`from "../src/index"`, `from "bungpu"`);
+  expect(block!.trim()).toBe(code.trim());
+});
