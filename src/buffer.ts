@@ -298,14 +298,17 @@ export class GpuBuffer extends Resource {
       a.address = allocRetry(() =>
         shareable ? dev.api.mem_alloc_flags(dev.handle, bytes, MEM_SHAREABLE) : dev.api.mem_alloc(dev.handle, bytes),
       );
-      memoryStats.liveAllocations++;
-      memoryStats.liveBytes += bytes;
     }
-    const b = new GpuBuffer(device, a, 0, bytes, null, type);
-    if (bytes > 0) {
-      b.watch(registry, a, a);
-      owned.set(a, new WeakRef(b));
-    }
+    return bytes > 0 ? GpuBuffer.#own(device, a, type) : new GpuBuffer(device, a, 0, 0, null, type);
+  }
+
+  /** The buffer over a new native allocation `a`: counted, watched by the finaliser net, owned. */
+  static #own(device: DeviceRef, a: Allocation, type: FillType | undefined): GpuBuffer {
+    memoryStats.liveAllocations++;
+    memoryStats.liveBytes += a.bytes;
+    const b = new GpuBuffer(device, a, 0, a.bytes, null, type);
+    b.watch(registry, a, a);
+    owned.set(a, new WeakRef(b));
     return b;
   }
 
@@ -322,12 +325,7 @@ export class GpuBuffer extends Resource {
     reserve(bytes);
     const a: Allocation = { dev, address: 0, bytes, live: true, ordered: { stream, graph } };
     a.address = allocRetry(() => dev.api.mem_alloc_async(h, pool || null, bytes));
-    memoryStats.liveAllocations++;
-    memoryStats.liveBytes += bytes;
-    const b = new GpuBuffer(device, a, 0, bytes, null, undefined);
-    b.watch(registry, a, a);
-    owned.set(a, new WeakRef(b));
-    return b;
+    return GpuBuffer.#own(device, a, undefined);
   }
 
   /** True for memory from Stream.alloc (freed in stream order). */
@@ -581,13 +579,7 @@ export class GpuBuffer extends Resource {
     const dev = device.state;
     if (!dev.open) disposed(call, "device");
     const [address, size] = dev.api.ipc_mem_open(dev.handle, bytes);
-    const a: Allocation = { dev, address, bytes: size, live: true, shared: "opened" };
-    memoryStats.liveAllocations++;
-    memoryStats.liveBytes += size;
-    const b = new GpuBuffer(device, a, 0, size, null, undefined);
-    b.watch(registry, a, a);
-    owned.set(a, new WeakRef(b));
-    return b;
+    return GpuBuffer.#own(device, { dev, address, bytes: size, live: true, shared: "opened" }, undefined);
   }
 
   /** "GpuBuffer(4096 bytes on cpu)"; a view says where it lies in its allocation; ", disposed" once freed. */

@@ -23,8 +23,8 @@ export function toTensor(r: Ref, dtype: "float32" | "int32" = "float32"): Tensor
   return Tensor.from(dtype === "float32" ? Float32Array.from(r.data) : Int32Array.from(r.data), r.shape, { dtype });
 }
 
-/** `f` throws a GpuError with code INVALID_VALUE (never a TypeError); `what` names the case. */
-export function expectInvalid(f: () => unknown, what: string): void {
+/** `f` throws a GpuError with `code` (never a TypeError); `what` names the case. */
+export function expectCode(f: () => unknown, code: number, what: string): void {
   let err: unknown;
   try {
     f();
@@ -32,5 +32,10 @@ export function expectInvalid(f: () => unknown, what: string): void {
     err = e;
   }
   if (!(err instanceof GpuError)) throw new Error(`${what}: expected GpuError, got ${err === undefined ? "no error" : String(err)}`);
-  expect(err.code).toBe(Status.INVALID_VALUE);
+  expect({ what, code: err.code }).toEqual({ what, code });
+}
+
+/** `f` throws a GpuError with code INVALID_VALUE (never a TypeError); `what` names the case. */
+export function expectInvalid(f: () => unknown, what: string): void {
+  expectCode(f, Status.INVALID_VALUE, what);
 }

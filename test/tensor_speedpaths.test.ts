@@ -12,7 +12,7 @@ import { Tensor } from "../src/tensor";
 import { Ref, seededRandom } from "../src/tensor/reference";
 import { speedCases, speedErrors } from "./fixtures/speedpaths_cases";
 import { kernelSources } from "./kernels";
-import { expectInvalid } from "./tensor_helpers";
+import { expectCode, expectInvalid } from "./tensor_helpers";
 
 const cpu = Device.default().backend === "cpu";
 
@@ -85,17 +85,6 @@ function close(got: ArrayLike<number>, want: ArrayLike<number>, what: string): v
   expect(got.length).toBe(want.length);
   for (let i = 0; i < got.length; i++)
     if (!(Math.abs(got[i]! - want[i]!) <= 1e-5 + 1e-4 * Math.abs(want[i]!))) throw new Error(`${what}: element ${i}: got ${got[i]}, want ${want[i]}`);
-}
-
-function expectCode(f: () => unknown, code: number, what: string): void {
-  let err: unknown;
-  try {
-    f();
-  } catch (e) {
-    err = e;
-  }
-  if (!(err instanceof GpuError)) throw new Error(`${what}: expected GpuError, got ${err === undefined ? "no error" : String(err)}`);
-  expect({ what, code: err.code }).toEqual({ what, code });
 }
 
 describe("ExecutionPlan.runSync", () => {
