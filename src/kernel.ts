@@ -9,9 +9,8 @@ import type { CompileOptions } from "./compile/types";
 import { isDevice, noteCaptured, type DeviceRef as Device, type StreamRef as Stream } from "./device_state";
 import { GpuError, Status, describeGot, invalid, disposed, options } from "./errors";
 import { INSPECT, plural } from "./inspect";
-import { nameList, sourceKernelNames } from "./kernel_names";
+import { kernelNamesByHandle, nameList, sourceKernelNames } from "./kernel_names";
 import { track, untrack } from "./lifetime";
-import { kernelNames } from "./trace/names";
 
 export { compileStats } from "./compile/cache";
 export type { CompileOptions };
@@ -268,7 +267,7 @@ export class Kernel<S extends Signature = Signature> {
     this.name = name;
     this.signature = Object.freeze(signature) as readonly ArgType[] as S;
     this.codes = sigCodes(signature);
-    kernelNames.set(handle, name); // timelines name launches by handle (src/trace)
+    kernelNamesByHandle.set(handle, name); // timelines name launches by handle (src/trace)
   }
 
   get device(): Device {

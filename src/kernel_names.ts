@@ -1,6 +1,14 @@
 // The kernel names a source text defines, read from the text itself (no backend can list the
 // entry points of a loaded module for every backend): `BG_KERNEL(name)` in CPU C, `__global__`
 // functions in CUDA C, `kernel void name(` in MSL. Error messages and descriptions use it.
+// Also the names of looked-up kernels by native handle, for timelines (src/trace), which see a
+// launch, a command list or a graph name its kernel by handle only.
+
+/**
+ * Kernel names by native handle: written once per kernel when it is looked up (Module.kernel),
+ * never on a launch; a handle the shim reuses after an unload gets the new kernel's name.
+ */
+export const kernelNamesByHandle = new Map<number, string>();
 
 const PATTERNS = [
   /BG_KERNEL\s*\(\s*([A-Za-z_]\w*)\s*\)/g,

@@ -36,7 +36,7 @@ import { GpuError, Status, illegalState } from "../errors";
 import { blockUntil } from "../hostfn";
 import { ExecutionPlan } from "../tensor/plan";
 import { scopeSpans, write, type Trace, type TraceEvent, type TraceLane } from "./format";
-import { kernelNames } from "./names";
+import { kernelNamesByHandle as kernelNames } from "../kernel_names";
 
 export { fromProfile, write, type Trace, type TraceEvent, type TraceLane } from "./format";
 
