@@ -30,7 +30,8 @@ typedef enum bg_kind {
   BG_KIND_RTC,
   BG_KIND_CMD_GRAPH, /* a graph of the core's generic command-list kind (commands.c) */
   BG_KIND_CMD_EXEC,
-  BG_KIND_POOL /* a memory pool: the backend's, or the core's plain one (api.c) */
+  BG_KIND_POOL, /* a memory pool: the backend's, or the core's plain one (api.c) */
+  BG_KIND_COMM  /* a communicator (bg_coll_ops) */
 } bg_kind;
 
 struct bg_device;
@@ -318,11 +319,38 @@ int32_t bg_cmdgraph_exec_destroy(void* x);
 int32_t bg_cmdgraph_launch(void* x, void* stream);
 int32_t bg_cmdgraph_set_kernel_args(void* x, uint32_t index, const uint64_t* args, uint32_t nargs);
 
+/* ---- collectives (bungpu.h, "collectives") ---------------------------------------------------
+ * A backend's communicators. The core checks handles, devices, streams, codes and counts; a
+ * communicator handle begins with bg_obj (BG_KIND_COMM, its device). Grouping is the core's:
+ * a per-thread depth; the first grouped call of a backend in a group calls its group_start, and
+ * the outermost bg_comm_group_end calls group_end of each backend that took part. */
+typedef struct bg_coll_call {
+  int32_t coll, dtype, redop, peer; /* peer: the root, or the other rank of a send/recv */
+  bg_devptr send, recv;
+  uint64_t count;
+} bg_coll_call;
+
+typedef struct bg_coll_ops {
+  int32_t (*unique_id)(bg_device* dev, uint8_t out[BG_COMM_ID_BYTES]);
+  int32_t (*init_rank)(bg_device* dev, int32_t nranks, const uint8_t id[BG_COMM_ID_BYTES],
+                       int32_t rank, void** out);
+  int32_t (*init_all)(bg_device** devs, int32_t n, void** out);
+  int32_t (*destroy)(void* comm);
+  int32_t (*abort)(void* comm);
+  int32_t (*info)(void* comm, int32_t* rank, int32_t* nranks);
+  int32_t (*check)(void* comm);
+  int32_t (*set_timeout)(void* comm, uint32_t ms); /* NULL: BG_ERR_NOT_SUPPORTED */
+  int32_t (*call)(void* comm, void* stream, const bg_coll_call* c, int grouped);
+  int32_t (*group_start)(void);
+  int32_t (*group_end)(void);
+} bg_coll_ops;
+
 /* ---- backend entry points ----------------------------------------------------------------- */
 typedef struct bg_backend {
   /* Load the driver once; on failure fill msg (naming what was tried) and return its code. */
   int32_t (*probe)(int32_t* count, char* msg, uint64_t cap);
   int32_t (*open)(int32_t ordinal, bg_device** out);
+  const bg_coll_ops* coll; /* NULL: no communicators (BG_ERR_NOT_SUPPORTED) */
 } bg_backend;
 
 extern const bg_backend bg_cpu_backend;

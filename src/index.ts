@@ -5,6 +5,15 @@ export { Device, type DeviceProps, type BackendInfo } from "./device";
 export { Buffer, HostBuffer, memoryStats, setMemoryBudget, type FillType, type HostData } from "./buffer";
 export { Stream, type StreamOptions, type PeerCopyPath } from "./stream";
 export { MemoryPool, type MemoryPoolOptions, type MemoryPoolStats } from "./memory_pool";
+export {
+  Communicator,
+  type CollectiveDtype,
+  type ReduceOp,
+  type CollectiveOptions,
+  type ReduceOptions,
+  type RootOptions,
+  type InitOptions,
+} from "./communicator";
 export { Event, type EventOptions } from "./event";
 export {
   Program,

@@ -21,6 +21,9 @@
  *            asynchronous copies, launches (cpu_launch queues an OP_KERNEL).
  *  graph.c   graphs, graph execs (instantiate, launch, argument updates) and bg_submit command
  *            lists, each queued as one op.
+ *  collective.c communicators: collectives and sends/receives between the CPU devices of one
+ *            process or processes of one machine, through one shared segment; each queued as a
+ *            host function on the rank's stream.
  *  device.c  probe/open/close, props, memory (tracked allocations), synchronous copies, rings,
  *            and the vtable.
  *
@@ -521,6 +524,9 @@ int32_t cpu_graph_exec_set_kernel_args(void* x, uint32_t index, const uint64_t* 
 int32_t cpu_submit(void* s, const uint8_t* bytes, uint64_t len);
 /* cmdgraph.c: a native graph from a validated command list (bg_graph_from_commands). */
 int32_t cpu_graph_from_commands(bg_device* dev, const uint8_t* p, uint64_t len, void** out);
+
+/* collective.c: communicators (bungpu.h, "collectives"), as host functions on streams. */
+extern const bg_coll_ops cpu_coll_ops;
 
 /* device.c */
 extern const bg_ops cpu_ops;

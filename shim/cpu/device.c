@@ -283,7 +283,7 @@ static int32_t cpu_open(int32_t ordinal, bg_device** out) {
   return rc;
 }
 
-const bg_backend bg_cpu_backend = {cpu_probe, cpu_open};
+const bg_backend bg_cpu_backend = {cpu_probe, cpu_open, &cpu_coll_ops};
 
 static int32_t cpu_device_close(bg_device* dev) {
   cpu_device* d = (cpu_device*)dev;

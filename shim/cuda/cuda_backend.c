@@ -581,7 +581,8 @@ fail:
   return rc;
 }
 
-const bg_backend bg_cuda_backend = {cu_probe, cu_open};
+extern const bg_coll_ops bg_cuda_coll_ops; /* nccl.c */
+const bg_backend bg_cuda_backend = {cu_probe, cu_open, &bg_cuda_coll_ops};
 
 /* ---- device ----------------------------------------------------------------------------------- */
 /* ---- releases put off while a persistent kernel is resident -------------------------------------
@@ -2216,3 +2217,13 @@ static const bg_ops cu_ops = {
     .mem_alloc_async = cu_mem_alloc_async,
     .mem_free_async = cu_mem_free_async,
 };
+
+/* ---- for nccl.c (declared in nccl_api.h) ------------------------------------------------------ */
+int32_t bgcu_nccl_enter(bg_device* dev, int* cudev) {
+  cu_device* d = (cu_device*)dev;
+  if (cudev) *cudev = d->cudev;
+  CALL(cuCtxSetCurrent, (d->ctx));
+  return BG_OK;
+}
+
+struct CUstream_st* bgcu_stream_handle(void* s) { return ((cu_stream*)s)->s; }
