@@ -1,8 +1,9 @@
 // All-reduce across CPU devices (Communicator.initAll, BUNGPU_CPU_DEVICES=4; the bench re-runs
 // itself with it when unset): float32 sums over 2 and 4 devices of one process, 1, 16 and 64 MiB
 // per rank. Each sample queues one allReduce per rank on its device's default stream and waits for
-// every stream. The CPU backend stages each rank's data through one 256 KiB slot per rank per
-// round (two barriers a round), and each rank reduces every slot into its own result. Bandwidth
+// every stream. The CPU backend stages each rank's data through one 1 MiB slot per rank per
+// round; each rank reduces its 1/n share of the round over every slot, then every rank copies the
+// whole result out (three barriers a round). Bandwidth
 // is reported as NCCL's tests do: algorithm bandwidth = bytes / time, bus bandwidth = algorithm
 // bandwidth × 2(n-1)/n.
 //

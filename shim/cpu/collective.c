@@ -42,7 +42,7 @@
 #include <unistd.h>
 
 #define COLL_MAX_RANKS 16
-#define COLL_SLOT (256u * 1024u) /* staging bytes per rank */
+#define COLL_SLOT (1024u * 1024u) /* staging bytes per rank */
 #define P2P_SLOT (64u * 1024u)   /* bytes per channel chunk */
 #define COLL_MAGIC 0x62676d6d6f633031ull
 static const char ID_MAGIC[16] = "bungpu-cpu-comm";
@@ -234,11 +234,11 @@ static uint16_t f2b(float f) {
   return (uint16_t)(u >> 16);
 }
 
-/* ---- reductions: out[i] = op over r of src[r][i], in rank order ------------------------------- */
+/* ---- reductions: out[i] = op over r of src[r][i], in rank order (out may be src[0]) ------------ */
 #define RED_INT(T, UT)                                                                          \
   {                                                                                             \
     T* o = out;                                                                                 \
-    memcpy(o, src[0], m * sizeof(T));                                                           \
+    if ((const void*)o != (const void*)src[0]) memcpy(o, src[0], m * sizeof(T));                \
     for (int r = 1; r < n; r++) {                                                               \
       const T* x = (const T*)src[r];                                                            \
       switch (op) {                                                                             \
@@ -263,7 +263,7 @@ static uint16_t f2b(float f) {
 #define RED_FLOAT(T)                                                                            \
   {                                                                                             \
     T* o = out;                                                                                 \
-    memcpy(o, src[0], m * sizeof(T));                                                           \
+    if ((const void*)o != (const void*)src[0]) memcpy(o, src[0], m * sizeof(T));                \
     for (int r = 1; r < n; r++) {                                                               \
       const T* x = (const T*)src[r];                                                            \
       switch (op) {                                                                             \
@@ -360,11 +360,21 @@ static void run_collective(cpu_comm* c, const bg_coll_call* a) {
     uint64_t b = m * es, at = off * es;
     switch (a->coll) {
       case BG_COLL_ALL_REDUCE:
-      case BG_COLL_REDUCE:
+      case BG_COLL_REDUCE: {
+        /* each rank reduces its share of the round (only it reads that share of every slot) into
+         * slot 0, then the result is copied out of slot 0 */
         memcpy(mine, send + at, b);
         if (barrier(c, coll_name(a->coll))) return;
-        if (a->coll == BG_COLL_ALL_REDUCE || me == a->peer) reduce(recv + at, slots, n, m, a->dtype, a->redop);
+        uint64_t lo = m * (uint64_t)me / (uint64_t)n, hi = m * (uint64_t)(me + 1) / (uint64_t)n;
+        if (hi > lo) {
+          const uint8_t* part[COLL_MAX_RANKS];
+          for (int r = 0; r < n; r++) part[r] = slots[r] + lo * es;
+          reduce(SLOT(c, 0) + lo * es, part, n, hi - lo, a->dtype, a->redop);
+        }
+        if (barrier(c, coll_name(a->coll))) return;
+        if (a->coll == BG_COLL_ALL_REDUCE || me == a->peer) memcpy(recv + at, slots[0], b);
         break;
+      }
       case BG_COLL_BROADCAST:
         if (me == a->peer) memcpy(mine, send + at, b);
         if (barrier(c, coll_name(a->coll))) return;
