@@ -633,10 +633,7 @@ BG_API int32_t bg_memcpy_peer_async(void* s, bg_devptr dst, void* dst_dev, bg_de
 }
 
 /* ---- collectives: communicators ------------------------------------------------------------ */
-static const bg_coll_ops* coll_of(const bg_device* d) {
-  const bg_backend* be = backend_of(d->backend);
-  return be ? be->coll : NULL;
-}
+static const bg_coll_ops* coll_of(const bg_device* d) { return d->ops->coll; }
 
 #define COLL_NEED(d, fn)                                                                        \
   const bg_coll_ops* co = coll_of(d);                                                           \
@@ -732,9 +729,10 @@ BG_API int32_t bg_comm_set_timeout(void* c, uint32_t ms) {
   return co->set_timeout(c, ms);
 }
 
-/* Grouping: the depth and the backends that took part, per thread. */
+/* Grouping: the depth and the backends that took part (their tables), per thread. */
 static _Thread_local int32_t group_depth;
 static _Thread_local uint32_t group_backends;
+static _Thread_local const bg_coll_ops* group_ops[BG_BACKEND_COUNT];
 
 static uint32_t dtype_size(int32_t t) {
   switch (t) {
@@ -780,6 +778,7 @@ BG_API int32_t bg_comm_collective(void* c, void* s, int32_t coll, bg_devptr send
     if (!(group_backends & bit)) {
       if (co->group_start && (rc = co->group_start())) return rc;
       group_backends |= bit;
+      group_ops[DEV(c)->backend] = co;
     }
   }
   return co->call(c, s, &call, grouped);
@@ -800,9 +799,10 @@ BG_API int32_t bg_comm_group_end(void) {
   char msg[512] = {0};
   for (int32_t b = 0; b < BG_BACKEND_COUNT; b++) {
     if (!(used & (1u << (uint32_t)b))) continue;
-    const bg_backend* be = backend_of(b);
-    if (!be || !be->coll || !be->coll->group_end) continue;
-    int32_t rc = be->coll->group_end();
+    const bg_coll_ops* co = group_ops[b];
+    group_ops[b] = NULL;
+    if (!co || !co->group_end) continue;
+    int32_t rc = co->group_end();
     if (rc && !first) {
       first = rc;
       bg_last_error(msg, sizeof msg);

@@ -196,6 +196,9 @@ struct bg_ops {
   /* Memory for rings that host and device both see. */
   int32_t (*ring_alloc)(bg_device* dev, uint64_t bytes, void** host, bg_devptr* d);
   int32_t (*ring_free)(bg_device* dev, void* host);
+
+  /* Communicators (bg_coll_ops below). NULL: none (BG_ERR_NOT_SUPPORTED). */
+  const struct bg_coll_ops* coll;
 };
 
 /* ---- shared helpers (base.c) -------------------------------------------------------------- */
@@ -330,7 +333,7 @@ typedef struct bg_coll_call {
   uint64_t count;
 } bg_coll_call;
 
-typedef struct bg_coll_ops {
+typedef struct bg_coll_ops { /* bg_ops.coll */
   int32_t (*unique_id)(bg_device* dev, uint8_t out[BG_COMM_ID_BYTES]);
   int32_t (*init_rank)(bg_device* dev, int32_t nranks, const uint8_t id[BG_COMM_ID_BYTES],
                        int32_t rank, void** out);
@@ -350,7 +353,6 @@ typedef struct bg_backend {
   /* Load the driver once; on failure fill msg (naming what was tried) and return its code. */
   int32_t (*probe)(int32_t* count, char* msg, uint64_t cap);
   int32_t (*open)(int32_t ordinal, bg_device** out);
-  const bg_coll_ops* coll; /* NULL: no communicators (BG_ERR_NOT_SUPPORTED) */
 } bg_backend;
 
 extern const bg_backend bg_cpu_backend;

@@ -138,6 +138,34 @@ describe("collectives on CPU devices of one process", () => {
   });
 });
 
+describe("the CPU communicators in C, under sanitizers", () => {
+  // shim/test/collective_test.c over the C ABI: rounds of every collective, a grouped ring, an abort.
+  const gcc = Bun.which("gcc");
+  for (const [name, flags] of [
+    ["AddressSanitizer and UndefinedBehaviorSanitizer", ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]],
+    ["ThreadSanitizer", ["-fsanitize=thread"]],
+  ] as const)
+    test.skipIf(!gcc || process.platform !== "linux")(`collective_test passes under ${name}`, () => {
+      const dir = mkdtempSync(join(tmpdir(), "bg-coll-"));
+      try {
+        const bin = join(dir, "collective_test");
+        const sh = join(root, "shim");
+        const srcs = [join(sh, "test/collective_test.c"), join(sh, "test/null_backends.c"), ...["api.c", "base.c", "commands.c"].map((f) => join(sh, f))];
+        for (const f of require("node:fs").readdirSync(join(sh, "cpu")) as string[]) if (f.endsWith(".c")) srcs.push(join(sh, "cpu", f));
+        const b = Bun.spawnSync([gcc!, "-std=c11", "-g", "-O1", "-Wall", "-Wextra", ...flags, `-I${sh}`, "-o", bin, ...srcs, "-lpthread", "-lm", "-ldl"], { stderr: "pipe" });
+        expect(b.stderr.toString()).not.toMatch(/error|warning/);
+        expect(b.exitCode).toBe(0);
+        const r = Bun.spawnSync([bin], { stdout: "pipe", stderr: "pipe", env: { ...process.env, BUNGPU_CPU_DEVICES: "4", ASAN_OPTIONS: "detect_leaks=1" }, timeout: 120_000 });
+        const out = r.stdout.toString() + r.stderr.toString();
+        expect(out).not.toMatch(/ERROR: AddressSanitizer|runtime error:|LeakSanitizer|ThreadSanitizer/);
+        expect(out).toMatch(/collective_test: 33 checks passed/);
+        expect(r.exitCode).toBe(0);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    }, 180_000);
+});
+
 describe("collectives across processes", () => {
   test("two Bun processes sharing an id: every collective matches the reference on both ranks", async () => {
     const id = Communicator.uniqueId(Device.open("cpu"));

@@ -501,15 +501,16 @@ static int32_t enqueue(cpu_comm* c, void* s, const bg_coll_call* calls, uint32_t
   memcpy(j->calls, calls, n * sizeof *calls);
   int32_t st = BG_CAPTURE_NONE;
   cpu_capture_status(s, &st);
-  j->once = st == BG_CAPTURE_NONE;
-  if (j->once) atomic_fetch_add(&c->pending, 1);
+  /* a one-shot job frees itself when it has run, maybe before the launch below returns */
+  int once = j->once = st == BG_CAPTURE_NONE;
+  if (once) atomic_fetch_add(&c->pending, 1);
   int32_t rc = cpu_launch_host_func(s, job_run, j);
   if (rc) {
-    if (j->once) atomic_fetch_sub(&c->pending, 1);
+    if (once) atomic_fetch_sub(&c->pending, 1);
     free(j);
     return rc;
   }
-  if (!j->once) {
+  if (!once) {
     pthread_mutex_lock(&c->keep_mu);
     j->next = c->keep;
     c->keep = j;

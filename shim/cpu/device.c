@@ -283,7 +283,7 @@ static int32_t cpu_open(int32_t ordinal, bg_device** out) {
   return rc;
 }
 
-const bg_backend bg_cpu_backend = {cpu_probe, cpu_open, &cpu_coll_ops};
+const bg_backend bg_cpu_backend = {cpu_probe, cpu_open};
 
 static int32_t cpu_device_close(bg_device* dev) {
   cpu_device* d = (cpu_device*)dev;
@@ -535,6 +535,7 @@ static int32_t cpu_device_can_access_peer(bg_device* dev, bg_device* peer, int32
 /* ---- the vtable ------------------------------------------------------------------------------ */
 const bg_ops cpu_ops = {
     .name = "cpu",
+    .coll = &cpu_coll_ops,
     .device_close = cpu_device_close,
     .device_props = cpu_device_props,
     .device_mem_info = cpu_device_mem_info,
@@ -673,6 +674,7 @@ WRAP_D(graph_from_commands, (bg_device* dev, const uint8_t* p, uint64_t n, void*
 
 const bg_ops cpu_ops_checked = {
     .name = "cpu",
+    .coll = &cpu_coll_ops,
     .device_close = cpu_device_close,
     .device_props = cpu_device_props,
     .device_mem_info = cpu_device_mem_info,

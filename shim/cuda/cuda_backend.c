@@ -581,8 +581,7 @@ fail:
   return rc;
 }
 
-extern const bg_coll_ops bg_cuda_coll_ops; /* nccl.c */
-const bg_backend bg_cuda_backend = {cu_probe, cu_open, &bg_cuda_coll_ops};
+const bg_backend bg_cuda_backend = {cu_probe, cu_open};
 
 /* ---- device ----------------------------------------------------------------------------------- */
 /* ---- releases put off while a persistent kernel is resident -------------------------------------
@@ -2146,8 +2145,10 @@ static int32_t cu_mem_free_async(void* sp, bg_devptr p) {
 }
 
 /* ---- the table -------------------------------------------------------------------------------- */
+extern const bg_coll_ops bg_cuda_coll_ops; /* nccl.c */
 static const bg_ops cu_ops = {
     .name = "cuda",
+    .coll = &bg_cuda_coll_ops,
     .device_close = cu_device_close,
     .device_props = cu_device_props,
     .device_mem_info = cu_device_mem_info,
