@@ -92,6 +92,7 @@ export const symbols = {
   },
   bg_comm_group_start: { args: [], returns: i32 },
   bg_comm_group_end: { args: [], returns: i32 },
+  bg_comm_group_abandon: { args: [], returns: i32 },
 
   // ---- streams
   bg_stream_create: { args: [ptr /* dev */, u32 /* flags */, i32 /* priority */, ptr /* void** out */], returns: i32, out: ["ptr"] },

@@ -733,6 +733,7 @@ BG_API int32_t bg_comm_set_timeout(void* c, uint32_t ms) {
 static _Thread_local int32_t group_depth;
 static _Thread_local uint32_t group_backends;
 static _Thread_local const bg_coll_ops* group_ops[BG_BACKEND_COUNT];
+static _Thread_local int group_abandoned;
 
 static uint32_t dtype_size(int32_t t) {
   switch (t) {
@@ -794,7 +795,9 @@ BG_API int32_t bg_comm_group_end(void) {
     return bg_set_error(BG_ERR_ILLEGAL_STATE, "bg_comm_group_end: no group was started on this thread");
   if (--group_depth) return BG_OK;
   uint32_t used = group_backends;
+  int discard = group_abandoned;
   group_backends = 0;
+  group_abandoned = 0;
   int32_t first = BG_OK;
   char msg[512] = {0};
   for (int32_t b = 0; b < BG_BACKEND_COUNT; b++) {
@@ -802,13 +805,23 @@ BG_API int32_t bg_comm_group_end(void) {
     const bg_coll_ops* co = group_ops[b];
     group_ops[b] = NULL;
     if (!co || !co->group_end) continue;
-    int32_t rc = co->group_end();
+    int32_t rc = co->group_end(discard);
     if (rc && !first) {
       first = rc;
       bg_last_error(msg, sizeof msg);
     }
   }
   if (first) return bg_set_error(first, "%s", msg);
+  if (discard)
+    return bg_set_error(BG_ERR_ILLEGAL_STATE, "bg_comm_group_end: the group was abandoned (bg_comm_group_abandon); "
+                                              "its calls were dropped where the backend can drop them");
+  return BG_OK;
+}
+
+BG_API int32_t bg_comm_group_abandon(void) {
+  if (group_depth <= 0)
+    return bg_set_error(BG_ERR_ILLEGAL_STATE, "bg_comm_group_abandon: no group was started on this thread");
+  group_abandoned = 1;
   return BG_OK;
 }
 

@@ -275,6 +275,10 @@ BG_API int32_t bg_comm_collective(void* comm, void* stream, int32_t coll, bg_dev
                                   int32_t peer);
 BG_API int32_t bg_comm_group_start(void);
 BG_API int32_t bg_comm_group_end(void);
+/* The group failed part-way (a call the caller could not make): the outermost bg_comm_group_end
+ * then issues nothing where the backend can drop recorded calls (CPU), and returns
+ * BG_ERR_ILLEGAL_STATE. NCCL cannot drop them: on CUDA ncclGroupEnd runs as usual. */
+BG_API int32_t bg_comm_group_abandon(void);
 
 /* ---- streams -----------------------------------------------------------------------------
  * The device's default stream is CUDA's legacy default stream: work queued on it waits for the

@@ -326,7 +326,8 @@ int32_t bg_cmdgraph_set_kernel_args(void* x, uint32_t index, const uint64_t* arg
  * A backend's communicators. The core checks handles, devices, streams, codes and counts; a
  * communicator handle begins with bg_obj (BG_KIND_COMM, its device). Grouping is the core's:
  * a per-thread depth; the first grouped call of a backend in a group calls its group_start, and
- * the outermost bg_comm_group_end calls group_end of each backend that took part. */
+ * the outermost bg_comm_group_end calls group_end of each backend that took part (discarding
+ * the recorded calls where the backend can, after bg_comm_group_abandon). */
 typedef struct bg_coll_call {
   int32_t coll, dtype, redop, peer; /* peer: the root, or the other rank of a send/recv */
   bg_devptr send, recv;
@@ -345,7 +346,7 @@ typedef struct bg_coll_ops { /* bg_ops.coll */
   int32_t (*set_timeout)(void* comm, uint32_t ms); /* NULL: BG_ERR_NOT_SUPPORTED */
   int32_t (*call)(void* comm, void* stream, const bg_coll_call* c, int grouped);
   int32_t (*group_start)(void);
-  int32_t (*group_end)(void);
+  int32_t (*group_end)(int discard); /* discard: bg_comm_group_abandon was called */
 } bg_coll_ops;
 
 /* ---- backend entry points ----------------------------------------------------------------- */

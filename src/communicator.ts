@@ -156,24 +156,28 @@ export class Communicator {
     api().comm_group_end();
   }
 
-  /** Run `fn` inside a group (groupStart, fn, groupEnd, also when fn throws). */
+  /**
+   * Run `fn` inside a group: groupStart, fn, groupEnd. When fn throws, the group is abandoned: on
+   * the CPU backend none of its calls are issued (a half-issued group would leave other ranks
+   * waiting); NCCL cannot drop recorded calls, so on CUDA they are issued. fn's error is rethrown.
+   */
   static group<T>(fn: () => T): T {
     if (typeof fn !== "function") invalid("Communicator.group", `fn must be a function, got ${describeGot(fn)}`);
     Communicator.groupStart();
-    let ok = false;
+    let r: T;
     try {
-      const r = fn();
-      ok = true;
-      return r;
-    } finally {
-      if (ok) Communicator.groupEnd();
-      else
-        try {
-          Communicator.groupEnd();
-        } catch {
-          /* fn's error is the one to report */
-        }
+      r = fn();
+    } catch (e) {
+      try {
+        api().comm_group_abandon();
+        Communicator.groupEnd();
+      } catch {
+        /* fn's error is the one to report */
+      }
+      throw e;
     }
+    Communicator.groupEnd();
+    return r;
   }
 
   /** Run `fn` inside a group: the same as Communicator.group. */

@@ -60,6 +60,7 @@ describe("collectives on CPU devices of one process", () => {
       expect(out.ordered).toEqual([[1, 2, 3], [4, 5, 6]]);
       expect(out.groupedMax).toEqual(new Array(n).fill([n - 1, n]));
       expect(out.innerEndDidNotIssue).toBe(true);
+      expect(out.abandoned).toEqual(["boom", Array.from({ length: n }, (_, r) => r + 5)]);
       let fact = 1;
       for (let i = 2; i <= n; i++) fact *= i;
       expect(out.nestedProd).toEqual(new Array(n).fill(fact));
@@ -131,6 +132,8 @@ describe("collectives on CPU devices of one process", () => {
     shim(o.sameDeviceTwice, "bg_comm_init_all", /cpu:0 is named twice/, Status.INVALID_DEVICE);
     expectError(o.groupEnd, Status.ILLEGAL_STATE, "typescript", "Communicator.groupEnd", /no group was started/);
     expectError(o.afterGroupThrows, Status.ILLEGAL_STATE, "typescript", "Communicator.groupEnd", /no group was started/);
+    expect(o.abandonedEnd).toMatch(new RegExp(`^${Status.ILLEGAL_STATE} BG_ERR_ILLEGAL_STATE .* bg_comm_group_end: .*the group was abandoned`));
+    expect(o.abandonOutside).toMatch(new RegExp(`^${Status.ILLEGAL_STATE} BG_ERR_ILLEGAL_STATE .* bg_comm_group_abandon: .*no group was started`));
     expectError(o.disposed, Status.INVALID_HANDLE, "typescript", "Communicator", /disposed/);
     expect(o.disposeTwice).toBe("no error");
     expect(o.idBytes).toBe(128);

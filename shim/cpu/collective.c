@@ -533,8 +533,9 @@ static int32_t cpu_group_start(void) {
   return BG_OK;
 }
 
-static int32_t cpu_group_end(void) {
+static int32_t cpu_group_end(int discard) {
   int32_t first = BG_OK;
+  if (discard) gn = 0;
   bg_coll_call* tmp = gn ? malloc(gn * sizeof *tmp) : NULL;
   if (gn && !tmp) first = bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_comm_group_end: out of host memory");
   for (uint32_t i = 0; tmp && i < gn; i++) {
