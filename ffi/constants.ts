@@ -4,6 +4,7 @@
 export const ABI_VERSION = 3;
 export const MEMPOOL_GRANULE = 256;
 export const IPC_HANDLE_BYTES = 96;
+export const COMM_ID_BYTES = 128;
 export const SUBMIT_WAIT = 1;
 export const RING_HEAD_OFFSET = 0;
 export const RING_TAIL_OFFSET = 128;
@@ -101,6 +102,37 @@ export const CopyPath = {
   DEVICE: 0,
   PEER: 1,
   STAGED: 2,
+} as const;
+
+export const Coll = {
+  ALL_REDUCE: 0,
+  BROADCAST: 1,
+  REDUCE: 2,
+  ALL_GATHER: 3,
+  REDUCE_SCATTER: 4,
+  SEND: 5,
+  RECV: 6,
+} as const;
+
+export const Red = {
+  SUM: 0,
+  PROD: 1,
+  MAX: 2,
+  MIN: 3,
+  AVG: 4,
+} as const;
+
+export const Dtype = {
+  INT8: 0,
+  UINT8: 1,
+  INT32: 2,
+  UINT32: 3,
+  INT64: 4,
+  UINT64: 5,
+  FLOAT16: 6,
+  FLOAT32: 7,
+  FLOAT64: 8,
+  BFLOAT16: 9,
 } as const;
 
 export const Signal = {

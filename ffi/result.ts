@@ -180,6 +180,28 @@ export function launch(
   if (rc !== 0) fail(rc, "bg_launch", backend);
 }
 
+/**
+ * bg_comm_init_all: one communicator per device handle, rank i on `devices[i]` (ncclCommInitAll).
+ * The handles go in and come back through one array of addresses.
+ */
+export function commInitAll(devices: readonly number[], backend?: BackendLabel): number[] {
+  const n = devices.length;
+  const devs = new BigUint64Array(Math.max(n, 1));
+  devices.forEach((d, i) => (devs[i] = BigInt(d)));
+  const out = new BigUint64Array(Math.max(n, 1));
+  const rc = N.bg_comm_init_all(devs, n, out);
+  if (rc !== 0) fail(rc, "bg_comm_init_all", backend);
+  return Array.from(out.subarray(0, n), (h) => Number(h));
+}
+
+/** bg_comm_unique_id: the BG_COMM_ID_BYTES bytes that name a communicator to its ranks. */
+export function commUniqueId(dev: number, bytes: number, backend?: BackendLabel): Uint8Array {
+  const id = new Uint8Array(bytes);
+  const rc = N.bg_comm_unique_id(dev, id, bytes);
+  if (rc !== 0) fail(rc, "bg_comm_unique_id", backend);
+  return id;
+}
+
 /** A command list the shim refused: `badOffset` is the byte offset of the command at fault, or null when it named none. */
 export class SubmitError extends GpuError {
   readonly badOffset: number | null;

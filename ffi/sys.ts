@@ -84,6 +84,25 @@ export const symbols = {
     args: [ptr /* stream */, ptr /* dst */, ptr /* dst_dev */, ptr /* src */, ptr /* src_dev */, u64 /* bytes */, ptr /* i32* path */],
     returns: i32, out: ["i32"],
   },
+  // ---- collectives: communicators (NCCL on CUDA; shared memory on the CPU)
+  bg_comm_unique_id: { args: [ptr /* dev */, ptr /* u8* out */, u64 /* cap */], returns: i32 },
+  bg_comm_init_rank: {
+    args: [ptr /* dev */, i32 /* nranks */, ptr /* const u8* id */, u64 /* id_len */, i32 /* rank */, ptr /* void** out */],
+    returns: i32, out: ["ptr"],
+  },
+  bg_comm_init_all: { args: [ptr /* void* const* devs */, i32 /* n */, ptr /* void** out (n) */], returns: i32 },
+  bg_comm_destroy: { args: [ptr /* comm */], returns: i32 },
+  bg_comm_abort: { args: [ptr /* comm */], returns: i32 },
+  bg_comm_info: { args: [ptr /* comm */, ptr /* i32* rank */, ptr /* i32* nranks */], returns: i32, out: ["i32", "i32"] },
+  bg_comm_check: { args: [ptr /* comm */], returns: i32 },
+  bg_comm_set_timeout: { args: [ptr /* comm */, u32 /* ms */], returns: i32 },
+  bg_comm_collective: {
+    args: [ptr /* comm */, ptr /* stream */, i32 /* coll */, ptr /* send */, ptr /* recv */, u64 /* count */, i32 /* dtype */, i32 /* redop */, i32 /* peer */],
+    returns: i32,
+  },
+  bg_comm_group_start: { args: [], returns: i32 },
+  bg_comm_group_end: { args: [], returns: i32 },
+  bg_comm_group_abandon: { args: [], returns: i32 },
 
   // ---- streams
   bg_stream_create: { args: [ptr /* dev */, u32 /* flags */, i32 /* priority */, ptr /* void** out */], returns: i32, out: ["ptr"] },

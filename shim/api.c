@@ -37,6 +37,7 @@ static const char* kind_name(bg_kind k) {
     case BG_KIND_CMD_GRAPH: return "graph";
     case BG_KIND_CMD_EXEC: return "graph exec";
     case BG_KIND_POOL: return "memory pool";
+    case BG_KIND_COMM: return "communicator";
   }
   return "handle";
 }
@@ -733,6 +734,199 @@ BG_API int32_t bg_memcpy_peer_async(void* s, bg_devptr dst, void* dst_dev, bg_de
     return bg_set_error(BG_ERR_NOT_SUPPORTED, "%s: copies between devices are not supported on the %s backend", fn,
                         OPS(s)->name);
   return OPS(s)->memcpy_peer_async(s, dst, dd, src, xd, n, path == BG_COPY_PATH_PEER);
+}
+
+/* ---- collectives: communicators ------------------------------------------------------------ */
+static const bg_coll_ops* coll_of(const bg_device* d) { return d->ops->coll; }
+
+#define COLL_NEED(d, fn)                                                                        \
+  const bg_coll_ops* co = coll_of(d);                                                           \
+  if (!co)                                                                                      \
+    return bg_set_error(BG_ERR_NOT_SUPPORTED, "%s: no communicators on the %s backend", fn,     \
+                        (d)->ops->name)
+
+BG_API int32_t bg_comm_unique_id(void* dev, uint8_t* out, uint64_t cap) {
+  const char* fn = "bg_comm_unique_id";
+  CHECK(dev, BG_KIND_DEVICE, fn);
+  NONNULL(out, fn, "out");
+  if (cap < BG_COMM_ID_BYTES)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "%s: the id takes %d bytes, the buffer has %llu", fn,
+                        BG_COMM_ID_BYTES, (unsigned long long)cap);
+  COLL_NEED(DEV(dev), fn);
+  memset(out, 0, BG_COMM_ID_BYTES);
+  BG_HOOK(DEV(dev));
+  return co->unique_id(dev, out);
+}
+
+BG_API int32_t bg_comm_init_rank(void* dev, int32_t nranks, const uint8_t* id, uint64_t id_len,
+                                 int32_t rank, void** out) {
+  const char* fn = "bg_comm_init_rank";
+  CHECK(dev, BG_KIND_DEVICE, fn);
+  NONNULL(out, fn, "out");
+  NONNULL(id, fn, "id");
+  if (id_len != BG_COMM_ID_BYTES)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "%s: an id is %d bytes, not %llu", fn, BG_COMM_ID_BYTES,
+                        (unsigned long long)id_len);
+  if (nranks < 1)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "%s: nranks %d (at least 1)", fn, (int)nranks);
+  if (rank < 0 || rank >= nranks)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "%s: rank %d out of range [0, %d)", fn, (int)rank,
+                        (int)nranks);
+  COLL_NEED(DEV(dev), fn);
+  BG_HOOK(DEV(dev));
+  return co->init_rank(dev, nranks, id, rank, out);
+}
+
+BG_API int32_t bg_comm_init_all(void* const* devs, int32_t n, void** out) {
+  const char* fn = "bg_comm_init_all";
+  NONNULL(devs, fn, "devs");
+  NONNULL(out, fn, "out");
+  if (n < 1) return bg_set_error(BG_ERR_INVALID_VALUE, "%s: %d devices (at least 1)", fn, (int)n);
+  for (int32_t i = 0; i < n; i++) {
+    CHECK(devs[i], BG_KIND_DEVICE, fn);
+    bg_device *a = devs[i], *b = devs[0];
+    if (a->backend != b->backend)
+      return bg_set_error(BG_ERR_INVALID_VALUE, "%s: device %d is %s:%d, device 0 %s:%d (one backend)",
+                          fn, (int)i, backend_name(a->backend), (int)a->ordinal,
+                          backend_name(b->backend), (int)b->ordinal);
+    for (int32_t j = 0; j < i; j++)
+      if (devs[j] == a)
+        return bg_set_error(BG_ERR_INVALID_DEVICE, "%s: %s:%d is named twice (devices %d and %d)", fn,
+                            backend_name(a->backend), (int)a->ordinal, (int)j, (int)i);
+  }
+  COLL_NEED((bg_device*)devs[0], fn);
+  for (int32_t i = 0; i < n; i++) out[i] = NULL;
+  return co->init_all((bg_device**)devs, n, out);
+}
+
+BG_API int32_t bg_comm_destroy(void* c) {
+  CHECK(c, BG_KIND_COMM, "bg_comm_destroy");
+  BG_HOOK(DEV(c));
+  return coll_of(DEV(c))->destroy(c);
+}
+
+BG_API int32_t bg_comm_abort(void* c) {
+  CHECK(c, BG_KIND_COMM, "bg_comm_abort");
+  BG_HOOK(DEV(c));
+  return coll_of(DEV(c))->abort(c);
+}
+
+BG_API int32_t bg_comm_info(void* c, int32_t* rank, int32_t* nranks) {
+  CHECK(c, BG_KIND_COMM, "bg_comm_info");
+  NONNULL(rank, "bg_comm_info", "rank");
+  NONNULL(nranks, "bg_comm_info", "nranks");
+  return coll_of(DEV(c))->info(c, rank, nranks);
+}
+
+BG_API int32_t bg_comm_check(void* c) {
+  CHECK(c, BG_KIND_COMM, "bg_comm_check");
+  BG_HOOK(DEV(c));
+  return coll_of(DEV(c))->check(c);
+}
+
+BG_API int32_t bg_comm_set_timeout(void* c, uint32_t ms) {
+  CHECK(c, BG_KIND_COMM, "bg_comm_set_timeout");
+  const bg_coll_ops* co = coll_of(DEV(c));
+  if (!co->set_timeout)
+    return bg_set_error(BG_ERR_NOT_SUPPORTED, "bg_comm_set_timeout: not supported on the %s backend",
+                        OPS(c)->name);
+  return co->set_timeout(c, ms);
+}
+
+/* Grouping: the depth and the backends that took part (their tables), per thread. */
+static _Thread_local int32_t group_depth;
+static _Thread_local uint32_t group_backends;
+static _Thread_local const bg_coll_ops* group_ops[BG_BACKEND_COUNT];
+static _Thread_local int group_abandoned;
+
+static uint32_t dtype_size(int32_t t) {
+  switch (t) {
+    case BG_DTYPE_INT8: case BG_DTYPE_UINT8: return 1;
+    case BG_DTYPE_FLOAT16: case BG_DTYPE_BFLOAT16: return 2;
+    case BG_DTYPE_INT32: case BG_DTYPE_UINT32: case BG_DTYPE_FLOAT32: return 4;
+    case BG_DTYPE_INT64: case BG_DTYPE_UINT64: case BG_DTYPE_FLOAT64: return 8;
+  }
+  return 0;
+}
+
+BG_API int32_t bg_comm_collective(void* c, void* s, int32_t coll, bg_devptr send, bg_devptr recv,
+                                  uint64_t count, int32_t dtype, int32_t redop, int32_t peer) {
+  const char* fn = "bg_comm_collective";
+  CHECK(c, BG_KIND_COMM, fn);
+  CHECK(s, BG_KIND_STREAM, fn);
+  if (DEV(s) != DEV(c))
+    return bg_set_error(BG_ERR_INVALID_VALUE, "%s: the stream is on %s:%d, the communicator on %s:%d", fn,
+                        backend_name(DEV(s)->backend), (int)DEV(s)->ordinal,
+                        backend_name(DEV(c)->backend), (int)DEV(c)->ordinal);
+  if (coll < BG_COLL_ALL_REDUCE || coll > BG_COLL_RECV)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "%s: no collective %d", fn, (int)coll);
+  if (!dtype_size(dtype)) return bg_set_error(BG_ERR_INVALID_VALUE, "%s: no data type %d", fn, (int)dtype);
+  int reduces = coll == BG_COLL_ALL_REDUCE || coll == BG_COLL_REDUCE || coll == BG_COLL_REDUCE_SCATTER;
+  if (reduces && (redop < BG_RED_SUM || redop > BG_RED_AVG))
+    return bg_set_error(BG_ERR_INVALID_VALUE, "%s: no reduction %d", fn, (int)redop);
+  const bg_coll_ops* co = coll_of(DEV(c));
+  int32_t rank = 0, nranks = 0;
+  int32_t rc = co->info(c, &rank, &nranks);
+  if (rc) return rc;
+  int rooted = coll == BG_COLL_BROADCAST || coll == BG_COLL_REDUCE || coll == BG_COLL_SEND || coll == BG_COLL_RECV;
+  if (rooted && (peer < 0 || peer >= nranks))
+    return bg_set_error(BG_ERR_INVALID_VALUE, "%s: %s %d out of range [0, %d)", fn,
+                        coll == BG_COLL_SEND || coll == BG_COLL_RECV ? "peer" : "root", (int)peer,
+                        (int)nranks);
+  if (count && coll != BG_COLL_RECV) NONNULL(send, fn, "send");
+  if (count && coll != BG_COLL_SEND) NONNULL(recv, fn, "recv");
+  bg_coll_call call = {coll, dtype, reduces ? redop : 0, rooted ? peer : 0, send, recv, count};
+  BG_HOOK(DEV(c));
+  int grouped = group_depth > 0;
+  if (grouped) {
+    uint32_t bit = 1u << (uint32_t)DEV(c)->backend;
+    if (!(group_backends & bit)) {
+      if (co->group_start && (rc = co->group_start())) return rc;
+      group_backends |= bit;
+      group_ops[DEV(c)->backend] = co;
+    }
+  }
+  return co->call(c, s, &call, grouped);
+}
+
+BG_API int32_t bg_comm_group_start(void) {
+  group_depth++;
+  return BG_OK;
+}
+
+BG_API int32_t bg_comm_group_end(void) {
+  if (group_depth <= 0)
+    return bg_set_error(BG_ERR_ILLEGAL_STATE, "bg_comm_group_end: no group was started on this thread");
+  if (--group_depth) return BG_OK;
+  uint32_t used = group_backends;
+  int discard = group_abandoned;
+  group_backends = 0;
+  group_abandoned = 0;
+  int32_t first = BG_OK;
+  char msg[512] = {0};
+  for (int32_t b = 0; b < BG_BACKEND_COUNT; b++) {
+    if (!(used & (1u << (uint32_t)b))) continue;
+    const bg_coll_ops* co = group_ops[b];
+    group_ops[b] = NULL;
+    if (!co || !co->group_end) continue;
+    int32_t rc = co->group_end(discard);
+    if (rc && !first) {
+      first = rc;
+      bg_last_error(msg, sizeof msg);
+    }
+  }
+  if (first) return bg_set_error(first, "%s", msg);
+  if (discard)
+    return bg_set_error(BG_ERR_ILLEGAL_STATE, "bg_comm_group_end: the group was abandoned (bg_comm_group_abandon); "
+                                              "its calls were dropped where the backend can drop them");
+  return BG_OK;
+}
+
+BG_API int32_t bg_comm_group_abandon(void) {
+  if (group_depth <= 0)
+    return bg_set_error(BG_ERR_ILLEGAL_STATE, "bg_comm_group_abandon: no group was started on this thread");
+  group_abandoned = 1;
+  return BG_OK;
 }
 
 /* ---- streams ------------------------------------------------------------------------------- */

@@ -258,6 +258,66 @@ enum { BG_COPY_PATH_DEVICE = 0, BG_COPY_PATH_PEER = 1, BG_COPY_PATH_STAGED = 2 }
 BG_API int32_t bg_memcpy_peer_async(void* stream, bg_devptr dst, void* dst_dev, bg_devptr src,
                                     void* src_dev, uint64_t bytes, int32_t* out_path);
 
+/* ---- collectives: communicators over several devices (NCCL's model) ---------------------------
+ * A communicator joins one device of each of `nranks` ranks. bg_comm_init_all makes the ranks of
+ * one process's devices at once (ncclCommInitAll); across processes or machines each rank calls
+ * bg_comm_init_rank with the same id, made once by bg_comm_unique_id and passed however the
+ * caller likes (ncclGetUniqueId + ncclCommInitRank). CUDA: NCCL (libnccl.so.2, loaded at first
+ * use). CPU: the devices of one process, or processes of one machine through a shared-memory
+ * segment named from the id.
+ * A collective is stream-ordered: bg_comm_collective queues it on `stream` (a stream of the
+ * communicator's device) and returns; it completes once every rank's contribution is in, so,
+ * as in NCCL, every rank must issue the same collectives in the same order, and a rank that
+ * never gets there keeps the others waiting (bg_comm_abort, or a timeout where the backend has
+ * bg_comm_set_timeout, ends the wait; the communicator is then unusable and bg_comm_check says
+ * why). Between bg_comm_group_start and bg_comm_group_end (a per-thread depth, ncclGroupStart)
+ * calls are only recorded; the outermost group end issues them together, so sends and receives
+ * between the same ranks cannot block each other. Collectives may be captured into graphs
+ * where the stream's backend captures; the communicator must outlive such graphs.
+ * Values below equal NCCL's: ncclRedOp_t and ncclDataType_t. */
+#define BG_COMM_ID_BYTES 128
+enum {
+  BG_COLL_ALL_REDUCE = 0,     /* recv[i] = op over ranks of send[i]; count elements */
+  BG_COLL_BROADCAST = 1,      /* recv = root's send; count elements */
+  BG_COLL_REDUCE = 2,         /* root's recv = op over ranks of send */
+  BG_COLL_ALL_GATHER = 3,     /* recv[r*count + i] = rank r's send[i]; recv holds nranks*count */
+  BG_COLL_REDUCE_SCATTER = 4, /* recv[i] = op over ranks of send[rank*count + i] */
+  BG_COLL_SEND = 5,           /* send count elements to rank `peer` */
+  BG_COLL_RECV = 6            /* receive count elements from rank `peer` into recv */
+};
+enum { BG_RED_SUM = 0, BG_RED_PROD = 1, BG_RED_MAX = 2, BG_RED_MIN = 3, BG_RED_AVG = 4 };
+enum {
+  BG_DTYPE_INT8 = 0,
+  BG_DTYPE_UINT8 = 1,
+  BG_DTYPE_INT32 = 2,
+  BG_DTYPE_UINT32 = 3,
+  BG_DTYPE_INT64 = 4,
+  BG_DTYPE_UINT64 = 5,
+  BG_DTYPE_FLOAT16 = 6,
+  BG_DTYPE_FLOAT32 = 7,
+  BG_DTYPE_FLOAT64 = 8,
+  BG_DTYPE_BFLOAT16 = 9
+};
+BG_API int32_t bg_comm_unique_id(void* dev, uint8_t* out, uint64_t cap); /* cap >= BG_COMM_ID_BYTES */
+BG_API int32_t bg_comm_init_rank(void* dev, int32_t nranks, const uint8_t* id, uint64_t id_len,
+                                 int32_t rank, void** out);
+/* out[i] is rank i, on devs[i]; all devices of one backend, none twice. */
+BG_API int32_t bg_comm_init_all(void* const* devs, int32_t n, void** out);
+BG_API int32_t bg_comm_destroy(void* comm); /* waits for its queued collectives first */
+BG_API int32_t bg_comm_abort(void* comm);   /* ends waits of every rank; never waits */
+BG_API int32_t bg_comm_info(void* comm, int32_t* rank, int32_t* nranks);
+BG_API int32_t bg_comm_check(void* comm);   /* BG_OK, or the error that ended the communicator */
+BG_API int32_t bg_comm_set_timeout(void* comm, uint32_t ms); /* 0: wait forever (the default) */
+BG_API int32_t bg_comm_collective(void* comm, void* stream, int32_t coll, bg_devptr send,
+                                  bg_devptr recv, uint64_t count, int32_t dtype, int32_t redop,
+                                  int32_t peer);
+BG_API int32_t bg_comm_group_start(void);
+BG_API int32_t bg_comm_group_end(void);
+/* The group failed part-way (a call the caller could not make): the outermost bg_comm_group_end
+ * then issues nothing where the backend can drop recorded calls (CPU), and returns
+ * BG_ERR_ILLEGAL_STATE. NCCL cannot drop them: on CUDA ncclGroupEnd runs as usual. */
+BG_API int32_t bg_comm_group_abandon(void);
+
 /* ---- streams -----------------------------------------------------------------------------
  * The device's default stream is CUDA's legacy default stream: work queued on it waits for the
  * work queued before it on every blocking stream, and work queued on a blocking stream waits for

@@ -30,7 +30,8 @@ typedef enum bg_kind {
   BG_KIND_RTC,
   BG_KIND_CMD_GRAPH, /* a graph of the core's generic command-list kind (commands.c) */
   BG_KIND_CMD_EXEC,
-  BG_KIND_POOL /* a memory pool: the backend's, or the core's plain one (api.c) */
+  BG_KIND_POOL, /* a memory pool: the backend's, or the core's plain one (api.c) */
+  BG_KIND_COMM  /* a communicator (bg_coll_ops) */
 } bg_kind;
 
 struct bg_device;
@@ -212,6 +213,9 @@ struct bg_ops {
   /* Memory for rings that host and device both see. */
   int32_t (*ring_alloc)(bg_device* dev, uint64_t bytes, void** host, bg_devptr* d);
   int32_t (*ring_free)(bg_device* dev, void* host);
+
+  /* Communicators (bg_coll_ops below). NULL: none (BG_ERR_NOT_SUPPORTED). */
+  const struct bg_coll_ops* coll;
 };
 
 /* The BG_IPC_HANDLE_BYTES of a handle shared between processes: a header the core writes and
@@ -350,6 +354,33 @@ int32_t bg_cmdgraph_instantiate(void* g, void** out_exec);
 int32_t bg_cmdgraph_exec_destroy(void* x);
 int32_t bg_cmdgraph_launch(void* x, void* stream);
 int32_t bg_cmdgraph_set_kernel_args(void* x, uint32_t index, const uint64_t* args, uint32_t nargs);
+
+/* ---- collectives (bungpu.h, "collectives") ---------------------------------------------------
+ * A backend's communicators. The core checks handles, devices, streams, codes and counts; a
+ * communicator handle begins with bg_obj (BG_KIND_COMM, its device). Grouping is the core's:
+ * a per-thread depth; the first grouped call of a backend in a group calls its group_start, and
+ * the outermost bg_comm_group_end calls group_end of each backend that took part (discarding
+ * the recorded calls where the backend can, after bg_comm_group_abandon). */
+typedef struct bg_coll_call {
+  int32_t coll, dtype, redop, peer; /* peer: the root, or the other rank of a send/recv */
+  bg_devptr send, recv;
+  uint64_t count;
+} bg_coll_call;
+
+typedef struct bg_coll_ops { /* bg_ops.coll */
+  int32_t (*unique_id)(bg_device* dev, uint8_t out[BG_COMM_ID_BYTES]);
+  int32_t (*init_rank)(bg_device* dev, int32_t nranks, const uint8_t id[BG_COMM_ID_BYTES],
+                       int32_t rank, void** out);
+  int32_t (*init_all)(bg_device** devs, int32_t n, void** out);
+  int32_t (*destroy)(void* comm);
+  int32_t (*abort)(void* comm);
+  int32_t (*info)(void* comm, int32_t* rank, int32_t* nranks);
+  int32_t (*check)(void* comm);
+  int32_t (*set_timeout)(void* comm, uint32_t ms); /* NULL: BG_ERR_NOT_SUPPORTED */
+  int32_t (*call)(void* comm, void* stream, const bg_coll_call* c, int grouped);
+  int32_t (*group_start)(void);
+  int32_t (*group_end)(int discard); /* discard: bg_comm_group_abandon was called */
+} bg_coll_ops;
 
 /* ---- backend entry points ----------------------------------------------------------------- */
 typedef struct bg_backend {

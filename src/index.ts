@@ -7,6 +7,15 @@ export { Device, type DeviceProps, type BackendInfo } from "./device";
 export { GpuBuffer, HostBuffer, memoryStats, setMemoryBudget, type FillRange, type FillType, type GpuBufferOf, type HostData } from "./buffer";
 export { Stream, type StreamOptions, type PeerCopyPath } from "./stream";
 export { MemoryPool, type MemoryPoolOptions, type MemoryPoolStats } from "./memory_pool";
+export {
+  Communicator,
+  type CollectiveDtype,
+  type ReduceOp,
+  type CollectiveOptions,
+  type ReduceOptions,
+  type RootOptions,
+  type InitOptions,
+} from "./communicator";
 export { GpuEvent, type EventOptions } from "./event";
 /** @deprecated since 0.2, removed in 0.3: use `GpuBuffer`. Imported, `Buffer` hides Bun's global `Buffer` (host bytes). */
 export const Buffer = GpuBuffer;

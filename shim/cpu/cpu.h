@@ -25,6 +25,9 @@
  *  graph.c   graphs, graph execs (instantiate, launch, argument updates) and bg_submit command
  *            lists, each queued as one op (a waited list on an idle non-blocking stream runs on
  *            the submitting thread instead).
+ *  collective.c communicators: collectives and sends/receives between the CPU devices of one
+ *            process or processes of one machine, through one shared segment; each queued as a
+ *            host function on the rank's stream.
  *  device.c  probe/open/close, props, memory (tracked allocations), synchronous copies, rings,
  *            and the vtable.
  *
@@ -557,6 +560,9 @@ int32_t cpu_submit(void* s, const uint8_t* bytes, uint64_t len);
 int32_t cpu_submit_wait(void* s, const uint8_t* bytes, uint64_t len);
 /* cmdgraph.c: a native graph from a validated command list (bg_graph_from_commands). */
 int32_t cpu_graph_from_commands(bg_device* dev, const uint8_t* p, uint64_t len, void** out);
+
+/* collective.c: communicators (bungpu.h, "collectives"), as host functions on streams. */
+extern const bg_coll_ops cpu_coll_ops;
 
 /* device.c */
 extern const bg_ops cpu_ops;

@@ -571,6 +571,7 @@ static int32_t cpu_device_can_access_peer(bg_device* dev, bg_device* peer, int32
 /* ---- the vtable ------------------------------------------------------------------------------ */
 const bg_ops cpu_ops = {
     .name = "cpu",
+    .coll = &cpu_coll_ops,
     .device_close = cpu_device_close,
     .device_props = cpu_device_props,
     .device_mem_info = cpu_device_mem_info,
@@ -725,6 +726,7 @@ WRAP_D(graph_from_commands, (bg_device* dev, const uint8_t* p, uint64_t n, void*
 
 const bg_ops cpu_ops_checked = {
     .name = "cpu",
+    .coll = &cpu_coll_ops,
     .device_close = cpu_device_close,
     .device_props = cpu_device_props,
     .device_mem_info = cpu_device_mem_info,

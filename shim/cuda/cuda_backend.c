@@ -2230,8 +2230,10 @@ static int32_t cu_ipc_event_open(bg_device* dev, int32_t pid, const uint8_t* pay
 }
 
 /* ---- the table -------------------------------------------------------------------------------- */
+extern const bg_coll_ops bg_cuda_coll_ops; /* nccl.c */
 static const bg_ops cu_ops = {
     .name = "cuda",
+    .coll = &bg_cuda_coll_ops,
     .device_close = cu_device_close,
     .device_props = cu_device_props,
     .device_mem_info = cu_device_mem_info,
@@ -2306,3 +2308,13 @@ static const bg_ops cu_ops = {
     .ipc_event_export = cu_ipc_event_export,
     .ipc_event_open = cu_ipc_event_open,
 };
+
+/* ---- for nccl.c (declared in nccl_api.h) ------------------------------------------------------ */
+int32_t bgcu_nccl_enter(bg_device* dev, int* cudev) {
+  cu_device* d = (cu_device*)dev;
+  if (cudev) *cudev = d->cudev;
+  CALL(cuCtxSetCurrent, (d->ctx));
+  return BG_OK;
+}
+
+struct CUstream_st* bgcu_stream_handle(void* s) { return ((cu_stream*)s)->s; }
