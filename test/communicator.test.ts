@@ -142,34 +142,10 @@ describe("collectives on CPU devices of one process", () => {
 });
 
 describe("the README's example", () => {
-  // The text given for the README's collectives section, run as written (the import pointed at src/).
-  const README_EXAMPLE = `import { Communicator, Device } from "bungpu";
-
-// BUNGPU_CPU_DEVICES=2 gives two CPU devices; on a machine with GPUs, open "cuda:0", "cuda:1".
-const devices = [Device.open("cpu"), Device.open("cpu:1")];
-const comms = Communicator.initAll(devices); // rank i on devices[i]
-
-const xs = devices.map((d, r) => d.alloc(4 * 4).write(new Float32Array([1, 2, 3, 4].map((v) => v * (r + 1)))));
-const sums = devices.map((d) => d.alloc(4 * 4));
-
-// Queued on each device's default stream; each completes when both ranks' data is in.
-comms.forEach((c, r) => c.allReduce(xs[r]!, sums[r]!, { op: "sum" }));
-devices.forEach((d) => d.defaultStream.synchronize());
-console.log(sums[1]!.read(Float32Array)); // Float32Array [ 3, 6, 9, 12 ]
-
-// Sends and receives in one group cannot block each other.
-const got = devices.map((d) => d.alloc(4 * 4));
-Communicator.group(() => {
-  comms[0]!.send(xs[0]!, 1);
-  comms[1]!.recv(got[1]!, 0);
-  comms[1]!.send(xs[1]!, 0);
-  comms[0]!.recv(got[0]!, 1);
-});
-devices.forEach((d) => d.defaultStream.synchronize());
-console.log(got[0]!.read(Float32Array)); // Float32Array [ 2, 4, 6, 8 ]
-
-comms.forEach((c) => c.dispose());
-`;
+  // The README's collectives block, extracted from README.md and run as written (the import pointed at src/).
+  const README_EXAMPLE = [...readFileSync(join(root, "README.md"), "utf8").matchAll(/```ts\n([\s\S]*?)```/g)]
+    .map((m) => m[1]!)
+    .find((b) => b.includes("Communicator.initAll"))!;
   test("runs on two CPU devices and prints the sums and the exchanged values", () => {
     const r = Bun.spawnSync(["bun", "-e", README_EXAMPLE.replace('from "bungpu"', 'from "./src"')], {
       env: { ...process.env, BUNGPU_CPU_DEVICES: "2" },
