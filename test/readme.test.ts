@@ -161,3 +161,22 @@ test("the README's IPC block is examples/ipc.ts (which test/ipc.test.ts runs), l
   const code = file.split("\n").filter((l) => !l.startsWith("//")).join("\n").replace(`from "../src/index"`, `from "bungpu"`);
   expect(block!.code.trim()).toBe(code.trim());
 });
+
+test("the README's set-up commands are what .ci/run and package.json run", () => {
+  const sh = [...readme.matchAll(/^```sh\n([\s\S]*?)^```$/gm)].map((m) => m[1]!);
+  const setup = sh.find((b) => b.includes("npm install -g bun@"));
+  expect(setup).toBeDefined();
+  const commands = setup!.split("\n").filter((l) => l.trim() && !l.startsWith("#"));
+  const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { scripts: Record<string, string>; devDependencies: Record<string, string> };
+  const ci = readFileSync(join(root, ".ci", "run"), "utf8");
+  const bunVersion = /npm install -g bun@([\d.]+)/.exec(ci)![1]!;
+  expect(pkg.devDependencies["@types/bun"]).toBe(bunVersion);
+  expect(pkg.scripts["test"]).toBe("bun test --timeout 60000");
+  expect(ci).toContain("bun install");
+  expect(ci).toContain(`\n${pkg.scripts["test"]} 2>&1`);
+  expect(commands).toEqual([
+    `npm install -g bun@${bunVersion} && bun install && bun run demo`,
+    `npm install -g bun@${bunVersion} && bun install && ${pkg.scripts["test"]}`,
+  ]);
+  expect(pkg.scripts["demo"]).toBe("bun run examples/demo.ts");
+});
