@@ -600,9 +600,9 @@ export class ExecutionPlan {
    * typed as that dtype's array, and the read checks that the output has that dtype
    * (INVALID_VALUE otherwise); without it the result is typed as the float32 / int32 arrays, or T.
    */
-  readOutput<D extends DType>(position: number, dtype: D): HostArrayOf<D>;
   readOutput(position?: number): DefaultHostArray;
   readOutput<T extends HostArray>(position?: number): T;
+  readOutput<D extends DType>(position: number, dtype: D): HostArrayOf<D>;
   readOutput(position = 0, dtype?: DType): HostArray {
     const call = "ExecutionPlan.readOutput";
     this.#live(call);

@@ -361,9 +361,9 @@ export class Tensor {
    * typed as T (default: the float32 / int32 arrays). `toArray("int64")` names the dtype: the
    * result is typed as its array, and a tensor of another dtype is INVALID_VALUE.
    */
-  toArray<D extends DType>(dtype: D, opts?: PrepareOptions): HostArrayOf<D>;
   toArray(opts?: PrepareOptions): DefaultHostArray;
   toArray<T extends HostArray>(opts?: PrepareOptions): T;
+  toArray<D extends DType>(dtype: D, opts?: PrepareOptions): HostArrayOf<D>;
   toArray(dtypeOrOpts?: DType | PrepareOptions, maybeOpts?: PrepareOptions): HostArray {
     let opts: PrepareOptions | undefined = dtypeOrOpts as PrepareOptions | undefined;
     if (typeof dtypeOrOpts === "string") {
