@@ -1,187 +1,182 @@
-// The README's examples, run as written (with the elisions filled in), so they cannot rot.
-import { expect, test } from "bun:test";
-import { CaptureMode, Device, ExecMode, Graph, GraphExecutor, Program, Schedule, Step } from "../src";
+// The README's TypeScript runs as pasted, so it cannot rot. Every ```ts block of README.md is
+// extracted, written unchanged to a file of a scratch project whose node_modules/bungpu is this
+// checkout (so `from "bungpu"` resolves as it does for a user; no line is added or rewritten), and:
+//
+// - type-checked, all blocks together, under examples/starter/tsconfig.json (bun init's strict
+//   flags, as a new user project has them): zero errors;
+// - run in its own subprocess with a time limit: exit code 0, nothing on stderr. The only
+//   environment added is what the block's own text asks for with "run with NAME=value" (a
+//   BUNGPU_* variable), e.g. the several-devices block's BUNGPU_CPU_DEVICES=2;
+// - where its console.log lines end in a comment (`console.log(x); // 42`), every console.log of
+//   the block must have one, and the output must be those comments in order, one per call. A
+//   comment is the printed line, optionally followed by ": " and a note ("staged: no peer access
+//   yet"); "…" in it stands for any text (what differs by machine, such as a device's name). A
+//   value Bun prints over several lines (an object) is compared as one line, `{ a: 1, b: 2 }`.
+//
+// A block whose first line is "// needs a GPU" is type-checked everywhere and run only where a
+// CUDA or Metal device opens; here that is said in the test's name, never skipped silently.
+import { afterAll, describe, expect, test } from "bun:test";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { Device } from "../src";
 
-test("the quick start, the capture and schedule example, and the encoder example", async () => {
-  const dev = Device.open("cpu");
-  const n = 1 << 20;
-  using a = dev.alloc(n * 4).write(new Float32Array(n).fill(1));
-  using b = dev.alloc(n * 4).write(new Float32Array(n).fill(2));
-  using c = dev.alloc(n * 4);
-  const mod = Program.compile(dev, {
-    cpu: `#include "bungpu_cpu.h"
-        BG_KERNEL(vadd) {
-          const float* a = BG_ARG(0, const float*); const float* b = BG_ARG(1, const float*);
-          float* c = BG_ARG(2, float*); int n = BG_ARG(3, int);
-          BG_FOR_BLOCKS { BG_FOR_THREADS {
-            int i = blockIdx.x * blockDim.x + threadIdx.x;
-            if (i < n) c[i] = a[i] + b[i];
-          } }
-        }
-        BG_KERNEL(add_scalar) {
-          float* x = BG_ARG(0, float*); float v = BG_ARG(1, float); int n = BG_ARG(2, int);
-          BG_FOR_BLOCKS { BG_FOR_THREADS { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] += v; } }
-        }`,
+const root = resolve(import.meta.dir, "..");
+const tsc = join(root, "node_modules", "typescript", "bin", "tsc");
+const GPU_MARK = "// needs a GPU";
+
+interface Block {
+  index: number;
+  line: number; // the README line of the first line of code
+  code: string;
+}
+
+/** The ```ts blocks of a markdown text, in order. */
+function tsBlocks(md: string): Block[] {
+  const out: Block[] = [];
+  const re = /^```ts\n([\s\S]*?)^```$/gm;
+  for (let m = re.exec(md); m; m = re.exec(md)) {
+    out.push({ index: out.length, line: md.slice(0, m.index).split("\n").length + 1, code: m[1]! });
+  }
+  return out;
+}
+
+/** "run with BUNGPU_X=1 BUNGPU_Y=2" in the block's text: the environment it asks for. */
+function blockEnv(code: string): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const m of code.matchAll(/run with ((?:BUNGPU_[A-Z0-9_]+=[^\s,;)]+(?:\s+|(?=[,;)]|$)))+)/gm))
+    for (const kv of m[1]!.trim().split(/\s+/)) {
+      const [k, v] = kv.split("=") as [string, string];
+      env[k] = v;
+    }
+  return env;
+}
+
+/**
+ * What the block says it prints: for each console.log line, its trailing comment; null when no
+ * console.log has one. A block that comments some calls and not others is an error.
+ */
+function expectedOutput(code: string): string[] | null {
+  const calls = code.split("\n").filter((l) => /\bconsole\.log\(/.test(l));
+  const comments = calls.map((l) => /\bconsole\.log\(.*\);?\s*\/\/ (.+)$/.exec(l)?.[1]?.trim() ?? null);
+  if (comments.every((c) => c === null)) return null;
+  const missing = calls.filter((_, i) => comments[i] === null);
+  if (missing.length) throw new Error(`comment every console.log of the block or none; no comment on:\n${missing.join("\n")}`);
+  return comments as string[];
+}
+
+/** Output lines, a value Bun printed over several lines (indented lines, a closing bracket) joined into one. */
+function outputLines(stdout: string): string[] {
+  const lines: string[] = [];
+  for (const l of stdout.replace(/\n$/, "").split("\n")) {
+    if (lines.length && (/^\s/.test(l) || /^[}\]]/.test(l))) lines[lines.length - 1] += " " + l.trim();
+    else lines.push(l);
+  }
+  return lines.map((l) => l.replace(/\s+/g, " ").replace(/,\s*([}\]])/g, " $1"));
+}
+
+/** Whether a printed line is what a comment says: the whole comment, or the part before a ": " note. */
+function matchesComment(printed: string, comment: string): boolean {
+  const full = (e: string) => new RegExp(`^${e.split("…").map((p) => p.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")).join(".*")}$`, "s").test(printed);
+  if (full(comment)) return true;
+  for (let i = comment.indexOf(": "); i >= 0; i = comment.indexOf(": ", i + 1)) if (i > 0 && full(comment.slice(0, i))) return true;
+  return false;
+}
+
+const readme = readFileSync(join(root, "README.md"), "utf8");
+const blocks = tsBlocks(readme);
+const gpuHere = Device.backends().some((b) => b.backend !== "cpu" && b.devices > 0);
+
+const dir = mkdtempSync(join(tmpdir(), "bungpu-readme-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const nm = join(dir, "node_modules");
+mkdirSync(nm);
+symlinkSync(root, join(nm, "bungpu"), "dir");
+for (const dep of ["@types", "bun-types", "undici-types"]) symlinkSync(join(root, "node_modules", dep), join(nm, dep), "dir");
+writeFileSync(join(dir, "package.json"), JSON.stringify({ name: "readme-blocks", type: "module", private: true }));
+const starterConfig = JSON.parse(readFileSync(join(root, "examples", "starter", "tsconfig.json"), "utf8")) as { compilerOptions: object };
+writeFileSync(join(dir, "tsconfig.json"), JSON.stringify({ compilerOptions: starterConfig.compilerOptions, include: ["blocks/*.ts"] }, null, 2));
+const fileOf = (b: Block) => join(dir, "blocks", `block${String(b.index).padStart(2, "0")}_line${b.line}.ts`);
+mkdirSync(join(dir, "blocks"));
+for (const b of blocks) writeFileSync(fileOf(b), b.code);
+
+describe("the rules this test applies to README blocks", () => {
+  test("output comments: a wrong value fails, a note after ': ' and '…' are allowed", () => {
+    expect(matchesComment("3", "3")).toBe(true);
+    expect(matchesComment("3", "4")).toBe(false);
+    expect(matchesComment("staged", "staged: no peer access yet")).toBe(true);
+    expect(matchesComment("peer", "staged: no peer access yet")).toBe(false);
+    expect(matchesComment('Device(cpu, "Some CPU", backend cpu, index 0)', 'Device(cpu, "…", backend cpu, index 0)')).toBe(true);
+    expect(matchesComment('Device(cuda, "Some GPU", backend cuda, index 0)', 'Device(cpu, "…", backend cpu, index 0)')).toBe(false);
+    expect(outputLines("{\n  a: 1,\n  b: [ 2 ],\n}\nx\n")).toEqual(["{ a: 1, b: [ 2 ] }", "x"]);
+    expect(() => expectedOutput("console.log(1); // 1\nconsole.log(2);")).toThrow("comment every console.log");
+    expect(expectedOutput("console.log(1);\n")).toBeNull();
+    expect(blockEnv("// two CPU devices: run with BUNGPU_CPU_DEVICES=2 (on two GPUs)")).toEqual({ BUNGPU_CPU_DEVICES: "2" });
   });
-  const vadd = mod.kernel("vadd", ["buffer", "buffer", "buffer", "i32"]);
-  const s = dev.createStream();
-  vadd.launch(s, { grid: Math.ceil(n / 256), block: 256, args: [a, b, c, n] });
-  await s.done();
-  expect(c.read(Float32Array)[0]).toBe(3);
 
-  // capture and graphs
-  c.fill(0);
-  const graph = Graph.capture(s, () => {
-    vadd.launch(s, { grid: 64, block: 256, args: [a, b, c, n] });
-  }, { mode: CaptureMode.Global });
-  using exec = graph.instantiate();
-  exec.launch(s);
-  s.synchronize();
-  const first = c.read(Float32Array);
-  expect(first[64 * 256 - 1]).toBe(3);
-  expect(first[64 * 256]).toBe(0);
-  b.fill(5, { type: "f32" });
-  exec.setKernelArgs(0, vadd, [a, b, c, n / 2]);
-  exec.launch(s);
-  s.synchronize();
-  expect(c.read(Float32Array)[0]).toBe(6);
-
-  // schedules
-  c.fill(0);
-  const sched = new Schedule([Step.kernel(vadd, { grid: 4096, block: 256, args: [a, b, c, n], reads: [a, b], writes: [c] })]);
-  using run = sched.compile(dev, ExecMode.MultiStream(2));
-  run.run();
-  await run.done();
-  expect(c.read(Float32Array)[n - 1]).toBe(6);
-
-  // command encoders
-  const addScalar = mod.kernel("add_scalar", ["buffer", "f32", "i32"]);
-  using buf = dev.alloc(4).fill(0, { type: "f32" });
-  const gx = new GraphExecutor(dev);
-  using session = gx.begin();
-  for (let i = 0; i < 1000; i++) session.dispatch(addScalar, { grid: 1, block: 1, args: [buf, 1, 1] });
-  session.finish();
-  expect(session.stats).toMatchObject({ dispatches: 1000, commits: 1, ffiCrossings: 1 });
-  expect(buf.read(Float32Array)[0]).toBe(1000);
-  s.dispose();
-  mod.dispose();
+  test("the README has ts blocks, and the blocks are written unchanged", () => {
+    expect(blocks.length).toBeGreaterThanOrEqual(10);
+    for (const b of blocks) expect(readFileSync(fileOf(b), "utf8")).toBe(b.code);
+  });
 });
 
-test("the ring kernel and tensor examples", async () => {
-  const { KernelMode, RingKernel, ExecMode, Tensor, Variable } = await import("../src");
-  const dev = Device.open("cpu");
-  {
-    using rk = RingKernel.launch(dev, {
-      handler: `BG_RING_HANDLER(msg, resp, state) {      /* one handler, in the backend's language */
-    *(uint32_t*)resp = *(const uint32_t*)msg * 2;
-    *(uint64_t*)state += *(const uint32_t*)msg;      /* state persists across messages */
-  }`,
-      messageBytes: 4, responseBytes: 4, capacity: 1024, state: 8,
-      mode: KernelMode.Ring,
-    });
-    const answer = await rk.request(new Uint8Array(new Uint32Array([21]).buffer));
-    expect(new Uint32Array(answer.buffer, answer.byteOffset, 1)[0]).toBe(42);
-    await rk.stop();
-    expect(Number(new BigUint64Array(rk.stateAs(Uint8Array).slice().buffer)[0])).toBe(21);
-  }
-  const S = new Variable("S", 1, 128).bind(32);
-  const x = Tensor.randn([128, 64], { seed: 1 }).shrink([[0, S], null]);
-  const w = Tensor.randn([64, 64], { seed: 2 });
-  const y = x.matmul(w).gelu().softmax(-1);
-  using plan = y.prepare();
-  plan.execute({ mode: ExecMode.Graph });
-  plan.executeWithVars({ S: 100 });
-  const out = plan.readOutput(0);
-  expect(out.length).toBe(100 * 64);
-  for (let r = 0; r < 100; r++) {
-    let sum = 0;
-    for (let c = 0; c < 64; c++) sum += out[r * 64 + c]!;
-    expect(Math.abs(sum - 1)).toBeLessThan(1e-4); // each softmax row sums to 1
+test("every README ts block type-checks under the starter's strict tsconfig", () => {
+  const r = Bun.spawnSync([process.execPath, tsc, "-p", dir, "--pretty", "false"], { cwd: dir, timeout: 120_000, stdout: "pipe", stderr: "pipe" });
+  const out = (r.stdout.toString() + r.stderr.toString()).trim();
+  expect(out).toBe("");
+  expect(r.exitCode).toBe(0);
+}, 120_000);
+
+describe("every README ts block runs as pasted", () => {
+  for (const b of blocks) {
+    const first = b.code.split("\n")[0]!.trim();
+    const gpu = first.startsWith(GPU_MARK);
+    const env = blockEnv(b.code);
+    const envText = Object.entries(env).map(([k, v]) => ` with ${k}=${v}`).join("");
+    const name = `block ${b.index} (README line ${b.line}: ${first.slice(0, 60)})${envText}`;
+    if (gpu && !gpuHere) {
+      test(`${name}: type-checked only, no CUDA or Metal device here`, () => {
+        expect(readFileSync(fileOf(b), "utf8")).toBe(b.code); // checked by the type-check test above
+      });
+      continue;
+    }
+    test(name, async () => {
+      const want = expectedOutput(b.code);
+      const p = Bun.spawn([process.execPath, fileOf(b)], { cwd: dir, env: { ...process.env, ...env }, stdout: "pipe", stderr: "pipe", timeout: 60_000 });
+      const [stdout, stderr, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+      expect({ code, stderr }).toEqual({ code: 0, stderr: "" });
+      if (!want) return;
+      const got = outputLines(stdout);
+      expect(got.length).toBe(want.length);
+      const wrong = want.flatMap((c, i) => (matchesComment(got[i]!, c) ? [] : [`printed: ${got[i]}\ncomment: ${c}`]));
+      expect(wrong).toEqual([]);
+    }, 90_000);
   }
 });
 
-test("the trace example writes a timeline with the plan's kernels", async () => {
-  const { mkdtempSync, readFileSync, rmSync } = await import("node:fs");
-  const { join } = await import("node:path");
-  const { tmpdir } = await import("node:os");
-  const { Tensor, trace } = await import("../src");
-  const dir = mkdtempSync(join(tmpdir(), "bungpu-readme-trace-"));
-  try {
-    const y = Tensor.randn([256, 256], { seed: 1 }).matmul(Tensor.randn([256, 256], { seed: 2 })).relu();
-    using plan = y.prepare();
-    trace.start();
-    plan.execute();                       // any work, on any streams
-    const t = trace.stop();               // waits (up to 2 s) for the traced work to finish
-    trace.write(join(dir, "run.json"), t); // README: "run.json"
-    const back = JSON.parse(readFileSync(join(dir, "run.json"), "utf8")) as { traceEvents: { ph: string; name: string; dur?: number }[] };
-    const spans = back.traceEvents.filter((e) => e.ph === "X");
-    expect(spans.length).toBeGreaterThan(0);
-    expect(spans.every((e) => typeof e.dur === "number" && e.dur >= 0)).toBe(true);
-    const names = spans.map((e) => e.name).join(" ");
-    for (const k of plan.preparedKernels()) expect(names).toContain(k.entryPoint);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-});
-
-test("the memory pool example: same-stream reuse, stats, threshold and trim", async () => {
-  const { Device, MemoryPool } = await import("../src");
-  const dev = Device.open("cpu");
-  using s = dev.createStream();
-  using pool = new MemoryPool(dev, { releaseThreshold: 64 << 20 }); // keep up to 64 MiB warm
-  const a = s.alloc(1 << 20, { pool });
-  const where = a.address;
-  a.free(s);                                   // back to the pool at this point of s
-  const b = s.alloc(1 << 20, { pool });        // the same stream reuses it at once
-  expect(b.address === where).toBe(true);
-  expect({ ...pool.stats }).toEqual({ reserved: 1048576, used: 1048576, reservedPeak: 1048576, usedPeak: 1048576 });
-  b.free(s);
-  s.synchronize();                             // under the threshold: the memory stays warm
-  expect([pool.stats.reserved, pool.stats.used]).toEqual([1048576, 0]);
-  pool.trim(0);
-  expect(pool.stats.reserved).toBe(0);
-});
-
-test("the objects-explain-themselves example prints what README shows", async () => {
-  const { Device, Tensor } = await import("../src");
-  const dev = Device.open("cpu");
-  const buf = dev.alloc(65536);
-  const x = Tensor.from(new Float32Array(64 * 256), [64, 256], { name: "x" });
-  using plan = x.matmul(Tensor.randn([256, 16], { seed: 1 })).relu().prepare();
-  expect(String(dev)).toMatch(/^Device\(cpu, ".*", backend cpu, index 0\)$/); // the name is the machine's
-  expect(String(buf)).toBe("GpuBuffer(64 KiB on cpu)");
-  // the hash suffix is of the generated text, which may differ with the host's vector width
-  expect(String(plan).replace(/_[0-9a-f]{16}\b/, "_<hash>")).toBe("ExecutionPlan(cpu, 1 kernel: matmul_64x16_max_<hash>, peak 84 KiB; inputs x [64, 256] float32, input1 [256, 16] float32; outputs output0 [64, 16] float32)");
-  buf.dispose();
-  expect(String(buf)).toBe("GpuBuffer(64 KiB on cpu, disposed)");
-});
-
-test("the several-devices example, as pasted, with BUNGPU_CPU_DEVICES=2", async () => {
-  const { readFileSync, mkdtempSync, writeFileSync, rmSync } = await import("node:fs");
-  const { join } = await import("node:path");
-  const { tmpdir } = await import("node:os");
-  const readme = readFileSync(join(import.meta.dir, "..", "README.md"), "utf8");
-  const block = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!).find((b) => b.includes("s.copyPeer(y, x)"));
+test("the README's IPC block is examples/ipc.ts (which test/ipc.test.ts runs), line for line but the import", () => {
+  const block = blocks.find((b) => b.code.includes("openSharedBuffer"));
   expect(block).toBeDefined();
-  const dir = mkdtempSync(join(tmpdir(), "bungpu-readme-peer-"));
-  try {
-    const file = join(dir, "peer.ts");
-    writeFileSync(file, block!.replace(`from "bungpu"`, `from ${JSON.stringify(join(import.meta.dir, "..", "src"))}`));
-    const r = Bun.spawnSync([process.execPath, file], { env: { ...process.env, BUNGPU_CPU_DEVICES: "2" }, stdout: "pipe", stderr: "pipe", timeout: 60_000 });
-    expect(r.stderr.toString()).toBe("");
-    expect(r.stdout.toString()).toBe("staged\npeer\nFloat32Array(4) [ 1, 2, 3, 4 ]\n");
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-});
-
-test("the README's IPC block is examples/ipc.ts (which test/ipc.test.ts runs), line for line but the import", async () => {
-  const { readFileSync } = await import("node:fs");
-  const { join } = await import("node:path");
-  const readme = readFileSync(join(import.meta.dir, "..", "README.md"), "utf8");
-  const block = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!).find((b) => b.includes("openSharedBuffer"));
-  expect(block).toBeDefined();
-  const file = readFileSync(join(import.meta.dir, "..", "examples", "ipc.ts"), "utf8");
+  const file = readFileSync(join(root, "examples", "ipc.ts"), "utf8");
   const code = file.split("\n").filter((l) => !l.startsWith("//")).join("\n").replace(`from "../src/index"`, `from "bungpu"`);
-  expect(block!.trim()).toBe(code.trim());
+  expect(block!.code.trim()).toBe(code.trim());
+});
+
+test("the README's set-up commands are what .ci/run and package.json run", () => {
+  const sh = [...readme.matchAll(/^```sh\n([\s\S]*?)^```$/gm)].map((m) => m[1]!);
+  const setup = sh.find((b) => b.includes("npm install -g bun@"));
+  expect(setup).toBeDefined();
+  const commands = setup!.split("\n").filter((l) => l.trim() && !l.startsWith("#"));
+  const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { scripts: Record<string, string>; devDependencies: Record<string, string> };
+  const ci = readFileSync(join(root, ".ci", "run"), "utf8");
+  const bunVersion = /npm install -g bun@([\d.]+)/.exec(ci)![1]!;
+  expect(pkg.devDependencies["@types/bun"]).toBe(bunVersion);
+  expect(pkg.scripts["test"]).toBe("bun test --timeout 60000");
+  expect(ci).toContain("bun install");
+  expect(ci).toContain(`\n${pkg.scripts["test"]} 2>&1`);
+  expect(commands).toEqual([
+    `npm install -g bun@${bunVersion} && bun install && bun run demo`,
+    `npm install -g bun@${bunVersion} && bun install && ${pkg.scripts["test"]}`,
+  ]);
+  expect(pkg.scripts["demo"]).toBe("bun run examples/demo.ts");
 });

@@ -45,7 +45,7 @@ const TSCONFIG = {
 const PENDING: string[] = [];
 
 const OK = `
-import { CommandEncoder, ComputeGraph, Device, GpuBuffer, GpuEvent, Graph, Program, Schedule, Step } from "bungpu";
+import { CommandEncoder, ComputeGraph, Device, GpuBuffer, GpuEvent, Graph, Program, Schedule, Step, Tensor } from "bungpu";
 import type { ArgType, ArgsOf, Kernel, LaunchConfig, Signature } from "bungpu";
 
 const dev = Device.open("cpu");
@@ -88,14 +88,20 @@ b.fill(0).fill(3, { type: "i32", bytes: 8 });
 // Bun's own Buffer is still the global one
 const host: Buffer = Buffer.from("hello");
 console.log(host.toString("hex"), step.kind, GpuEvent.elapsed(ev, ev), a.elementType);
+// reads that name their dtype are typed as its array; the old signatures keep their types
+const tp = Tensor.from(new Float32Array(4), [4]).half().prepare();
+const h: Float16Array = tp.readOutput(0, "float16");
+const l: BigInt64Array = Tensor.arange(3).long().toArray("int64", {});
+const old: Float32Array | Int32Array = tp.readOutput(0);
+const named: Uint16Array = tp.readOutput<Uint16Array>(0);
+console.log(h[0], l[0], old[0], named[0]);
 dev.dispose();
 `;
 
 // Each line that ends in "// TSxxxx: text" must give that error, its message holding the text; no
-// other line may give one. (A float32 plan output read as an Int32Array joins this list once
-// ExecutionPlan.readOutput is typed by dtype.)
+// other line may give one.
 const BAD = `
-import { Buffer, CommandEncoder, ComputeGraph, Device, Graph, Program, Schedule, Step } from "bungpu";
+import { Buffer, CommandEncoder, ComputeGraph, Device, Graph, Program, Schedule, Step, Tensor } from "bungpu";
 
 const dev = Device.open("cpu");
 const s = dev.createStream();
@@ -118,6 +124,10 @@ a.fill(1); // TS2769: No overload matches this call
 s.fill(a, 1, { bytes: 8 }); // TS2769: No overload matches this call
 const host = Buffer.from("hello"); // TS2339: Property 'from' does not exist on type 'typeof GpuBuffer'
 console.log(host);
+const plan = Tensor.from(new Float32Array(4), [4]).add(1).prepare();
+const ids: Int32Array = plan.readOutput(0, "float32"); // TS2322: Type 'Float32Array<ArrayBufferLike>' is not assignable to type 'Int32Array
+const big64: BigInt64Array = Tensor.arange(4).toArray("int32"); // TS2322: is not assignable to type 'BigInt64Array
+console.log(ids, big64, plan.readOutput(0, "float64")); // TS2345: Argument of type '"float64"' is not assignable
 `;
 
 function expected(src: string): { at: string; text: string }[] {
@@ -164,7 +174,7 @@ describe("a strict user project (bun init's tsconfig, every stricter flag on)", 
 
   test("each deliberate mistake is an error on its line, and nothing else is", () => {
     const want = expected(BAD);
-    expect(want.length).toBe(14);
+    expect(want.length).toBe(17);
     const got = errors.filter((e) => e.file === "bad.ts");
     expect(got.map((e) => `${e.line}:${e.code}`).sort()).toEqual(want.map((w) => w.at).sort());
     for (const w of want) expect(got.find((e) => `${e.line}:${e.code}` === w.at)!.text).toContain(w.text);

@@ -167,6 +167,23 @@ export type HostArray = Float32Array | Int32Array | Float16Array | Uint16Array |
  */
 export type DefaultHostArray = Float32Array | Int32Array;
 
+/**
+ * The host array each dtype reads as, for reads that name their dtype (`plan.readOutput(0,
+ * "float16")`, `t.toArray("int64")`): the type follows the dtype and the read checks it at run time.
+ * float16 is Float16Array, which every Bun this package supports has.
+ */
+export interface HostArrayOfDType {
+  float32: Float32Array;
+  int32: Int32Array;
+  float16: Float16Array;
+  bfloat16: Uint16Array;
+  int8: Int8Array;
+  uint8: Uint8Array;
+  bool: Uint8Array;
+  int64: BigInt64Array;
+}
+export type HostArrayOf<D extends DType> = HostArrayOfDType[D];
+
 /** The name of the typed array class of `d` (for messages and docs). */
 export function hostArrayName(d: DType): string {
   switch (d) {

@@ -19,6 +19,7 @@ export {
   type RunOutput,
 } from "./plan";
 export type { DType, UnaryOp, BinaryOp, ReduceOp } from "./ast";
+export type { HostArray, HostArrayOf, HostArrayOfDType } from "./dtype";
 export { schedule } from "./prepare";
 export type { Scheduled, ScheduledKernel, ScheduleOptions } from "./scheduler";
 export { generate, type GeneratedKernel, type Lang } from "./codegen";

@@ -4,11 +4,20 @@
 import type { Buffer } from "../buffer";
 import { describeValue, invalid } from "../errors";
 import type { LazyNode } from "./ast";
-import { hostArrayName, isHostArrayOf, type HostArray } from "./dtype";
+import { DTYPES, hostArrayName, isDType, isHostArrayOf, type DType, type HostArray } from "./dtype";
 import { readValue } from "./memory";
 import type { PlanRunOptions, RunOutput } from "./options";
 import { dimValue } from "./variable";
 import { maxNumel } from "./view";
+
+/**
+ * A read that names its dtype (readOutput(0, "float16"), toArray("int64")): the name must be a
+ * dtype and the one `what` has, or the read is INVALID_VALUE (its result would be typed wrong).
+ */
+export function expectDType(call: string, what: string, actual: DType, named: unknown): void {
+  if (!isDType(named)) invalid(call, `dtype must be one of ${DTYPES.join(", ")}, got ${describeValue(named)}`);
+  if (named !== actual) invalid(call, `${what} is ${actual} (a ${hostArrayName(actual)}), not the ${named} it was read as`);
+}
 
 /** What ExecutionPlan.runSync takes besides the inputs. */
 export interface PlanRunSyncOptions extends PlanRunOptions {

@@ -7,7 +7,7 @@
 // It stays one class in one file (over 600 lines): the buffers, the run queue and the in-flight
 // state are private fields that every way of executing (execute, executeAsync, run, runSync, the
 // modes) reads and writes; the checks and helpers that need none of them live in the modules above.
-import { hostArrayName, hostCopy, type DefaultHostArray, type HostArray } from "./dtype";
+import { hostArrayName, hostCopy, type DType, type DefaultHostArray, type HostArray, type HostArrayOf } from "./dtype";
 import { Device } from "../device";
 import { describeValue, disposed, illegalState, invalid, options } from "../errors";
 import type { Kernel } from "../kernel";
@@ -24,7 +24,7 @@ import { prepare, type CachedKernel, type PreparedKernel } from "./prepare";
 import { inputCopy, runArgs, type ExecuteOptions, type PlanRunOptions, type PrepareOptions, type PreparedOp, type RunInput, type RunOutput } from "./options";
 import { dimValue, shapeStr, type Variable } from "./variable";
 import { asSchedule, launchEach, type BoundKernels, type KernelProfile } from "./issue";
-import { outputTargets, readOutputInto, type PlanRunSyncOptions } from "./io";
+import { expectDType, outputTargets, readOutputInto, type PlanRunSyncOptions } from "./io";
 
 export { inputNames } from "./ast";
 export { planCacheContext, tensorCompileStats } from "./cache";
@@ -594,13 +594,22 @@ export class ExecutionPlan {
     return n.shape.map((d) => dimValue(d, this.#vals));
   }
 
-  /** Read output `position` in its actual shape (the buffer holds the max layout). */
+  /**
+   * Read output `position` in its actual shape (the buffer holds the max layout): a fresh array of
+   * the output dtype's HostArray. Name the dtype (`readOutput(0, "float16")`) and the result is
+   * typed as that dtype's array, and the read checks that the output has that dtype
+   * (INVALID_VALUE otherwise); without it the result is typed as the float32 / int32 arrays, or T.
+   */
   readOutput(position?: number): DefaultHostArray;
   readOutput<T extends HostArray>(position?: number): T;
-  readOutput(position = 0): HostArray {
-    this.#live("ExecutionPlan.readOutput");
-    this.#index("ExecutionPlan.readOutput", "position", position);
-    if (!this.#outputNodes[position]) invalid("ExecutionPlan.readOutput", `no output ${position} (the plan has ${this.numOutputs})`);
+  readOutput<D extends DType>(position: number, dtype: D): HostArrayOf<D>;
+  readOutput(position = 0, dtype?: DType): HostArray {
+    const call = "ExecutionPlan.readOutput";
+    this.#live(call);
+    this.#index(call, "position", position);
+    const node = this.#outputNodes[position];
+    if (!node) invalid(call, `no output ${position} (the plan has ${this.numOutputs})`);
+    if (dtype !== undefined) expectDType(call, `output ${position}`, node.dtype, dtype);
     return this.#readOutputNow(position);
   }
 

@@ -12,9 +12,10 @@ import { describeValue, finiteNumber, invalid, options } from "../errors";
 import { INSPECT } from "../inspect";
 import { LazyNode, inputNames, type BinaryOp, type DType, type ReduceOp, type UnaryOp } from "./ast";
 import { seedMix } from "./ir";
-import { DTYPES, ITEMSIZE, hostGet as hostToNumber, dtypeOfArray, hostArrayName, hostCopy, hostFromNumbers, isDType, isFloat, isHostArrayOf, promoteScalar, promoteTypes, roundTo, type DefaultHostArray, type HostArray } from "./dtype";
+import { DTYPES, ITEMSIZE, hostGet as hostToNumber, dtypeOfArray, hostArrayName, hostCopy, hostFromNumbers, isDType, isFloat, isHostArrayOf, promoteScalar, promoteTypes, roundTo, type DefaultHostArray, type HostArray, type HostArrayOf } from "./dtype";
 import { Variable, type Dim, dimMax, dimValue, shapeStr } from "./variable";
 import { ShapeTracker, checkShapeDims, maxStrides } from "./view";
+import { expectDType } from "./io";
 import { ExecutionPlan, type PrepareOptions } from "./plan";
 import { readSafetensors, writeSafetensors, type SafetensorsEntry } from "./safetensors";
 import * as conv from "./ops_conv";
@@ -357,11 +358,18 @@ export class Tensor {
    * Realize and read this tensor (variables at their bound values), in its actual shape: a fresh
    * array of the dtype's HostArray (Float32Array, Int32Array, Float16Array or Uint16Array bits,
    * Uint16Array bfloat16 bits, Int8Array, Uint8Array, Uint8Array 0/1 for bool, BigInt64Array),
-   * typed as T (default: the float32 / int32 arrays).
+   * typed as T (default: the float32 / int32 arrays). `toArray("int64")` names the dtype: the
+   * result is typed as its array, and a tensor of another dtype is INVALID_VALUE.
    */
   toArray(opts?: PrepareOptions): DefaultHostArray;
   toArray<T extends HostArray>(opts?: PrepareOptions): T;
-  toArray(opts: PrepareOptions = {}): HostArray {
+  toArray<D extends DType>(dtype: D, opts?: PrepareOptions): HostArrayOf<D>;
+  toArray(dtypeOrOpts?: DType | PrepareOptions, maybeOpts?: PrepareOptions): HostArray {
+    let opts: PrepareOptions | undefined = dtypeOrOpts as PrepareOptions | undefined;
+    if (typeof dtypeOrOpts === "string") {
+      expectDType("Tensor.toArray", "the tensor", this.dtype, dtypeOrOpts);
+      opts = maybeOpts;
+    }
     opts = prepareOpts("Tensor.toArray", opts);
     if (this.#cache && !varsOf(this.shape).length && !opts.device) return hostCopy(this.#cache);
     const plan = this.prepare(opts);
