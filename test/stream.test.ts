@@ -55,8 +55,9 @@ describe("streams", () => {
     using a = dev.createStream();
     using b = dev.createStream();
     using buf = dev.alloc(4).fill(0, { type: "f32" }); // before: a sync fill waits for blocking streams
-    spin.launch(a, { grid: 1, block: 1, args: [40] });
-    spin.launch(b, { grid: 1, block: 1, args: [20] });
+    // long enough that a loaded machine pausing this thread cannot see both done before the query
+    spin.launch(a, { grid: 1, block: 1, args: [300] });
+    spin.launch(b, { grid: 1, block: 1, args: [150] });
     addScalar.launch(dev.defaultStream, { grid: 1, block: 1, args: [buf, 1, 1] });
     let fired = 0;
     const t = setInterval(() => fired++, 1);
