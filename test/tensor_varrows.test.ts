@@ -1,0 +1,102 @@
+// Products and reductions whose rows are a Variable (a prompt's length) on the CPU backend: values
+// at bound values around the 6-row tile and the 32-column panel (1, 5, 31, 32, 33, the maximum)
+// against the float64 reference, fusion on and off; the generated C keeps the vector tile for
+// them, and a transposed weight (x·Wᵀ) is gathered into the packed panel instead of gathered per
+// row tile; readOutput of an output short in an inner dimension.
+import { describe, expect, test } from "bun:test";
+import { Ref, seededRandom } from "../src/tensor/reference";
+import { Tensor, Variable, generate, schedule, type ExecutionPlan } from "../src/tensor";
+
+const MAX = 40, K = 48, N = 64;
+const VALUES = [1, 5, 31, 32, 33, MAX];
+
+function randRef(shape: number[], seed: number): Ref {
+  const r = seededRandom(seed);
+  return Ref.fill(shape, () => r() * 2 - 1);
+}
+const toTensor = (r: Ref) => Tensor.from(Float32Array.from(r.data), r.shape);
+
+function expectClose(got: ArrayLike<number>, want: Ref, tol: number, what: string): void {
+  expect({ what, n: got.length }).toEqual({ what, n: want.data.length });
+  let worst = 0, at = -1;
+  for (let i = 0; i < got.length; i++) {
+    const d = Math.abs(got[i]! - want.data[i]!) / (1 + Math.abs(want.data[i]!));
+    if (!(d <= worst)) [worst, at] = [d, i];
+  }
+  expect({ what, at, worst: worst <= tol ? "ok" : worst }).toEqual({ what, at, worst: "ok" });
+}
+
+const gelu = (v: number) => 0.5 * v * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (v + 0.044715 * v ** 3)));
+
+describe("variable-row products and reductions (CPU)", () => {
+  const xr = randRef([MAX, K], 1), wr = randRef([K, N], 2), wtr = randRef([N, K], 3), br = randRef([N], 4);
+  const gr = randRef([K], 5), hr = randRef([K], 6);
+
+  for (const fusion of [true, false]) {
+    test(`x·W + b (gelu), x·Wᵀ, layerNorm, row sums and an inner-variable output at T = ${VALUES.join(", ")}, fusion ${fusion ? "on" : "off"}`, () => {
+      const T = new Variable("T", 1, MAX).bind(MAX);
+      const x = toTensor(xr).shrink([[0, T], null]);
+      const outs = [
+        x.matmul(toTensor(wr)).add(toTensor(br)).gelu("tanh"),
+        x.matmul(toTensor(wtr).transpose(0, 1)),
+        x.layerNorm({ weight: toTensor(gr), bias: toTensor(hr), eps: 1e-5 }),
+        x.mul(x).sum(1),
+        x.matmul(toTensor(wtr).transpose(0, 1)).transpose(0, 1).contiguous(), // [N, T]: short in its last dimension
+      ];
+      const plan: ExecutionPlan = Tensor.prepareBatch(outs, { fusion, planCache: false });
+      try {
+        // with fusion, x·Wᵀ's weight is gathered into the packed panel (the path these values check)
+        expect(plan.kernels().some((k) => k.source.includes("for (int rb = 0; rb < R0; rb += 16)"))).toBe(fusion);
+        for (const t of VALUES) {
+          plan.executeWithVars({ T: t });
+          const xs = xr.shrink([[0, t], [0, K]]);
+          const wT = wtr.permute([1, 0]);
+          const ln = xs.layerNorm(1, 1e-5).zip(gr.broadcastTo([t, K]), (a, b) => a * b).zip(hr.broadcastTo([t, K]), (a, b) => a + b);
+          const want = [
+            xs.matmul(wr).zip(br.broadcastTo([t, N]), (a, b) => a + b).map(gelu),
+            xs.matmul(wT),
+            ln,
+            xs.zip(xs, (a, b) => a * b).sum([1]),
+            xs.matmul(wT).permute([1, 0]),
+          ];
+          want.forEach((w, i) => {
+            expect({ t, i, shape: plan.outputShape(i) }).toEqual({ t, i, shape: w.shape });
+            expectClose(plan.readOutput(i) as Float32Array, w, 2e-5, `T=${t} output ${i} fusion ${fusion}`);
+          });
+        }
+      } finally {
+        plan.dispose();
+      }
+    });
+  }
+
+  for (const fusion of [true, false]) {
+    test(`the vector tile serves a variable-row product, and a transposed weight is packed by a gather (fusion ${fusion ? "on" : "off"})`, () => {
+      const T = new Variable("T", 1, 256).bind(32);
+      const x = Tensor.from(new Float32Array(256 * 256), [256, 256]).shrink([[0, T], null]);
+      const w = Tensor.from(new Float32Array(256 * 1024), [256, 1024]);
+      const wt = Tensor.from(new Float32Array(2048 * 256), [2048, 256]).transpose(0, 1);
+      const gen = (t: Tensor) => {
+        const ks = schedule([t.node], { fusion }).kernels.filter((k) => k.ir.reduce);
+        expect(ks.length).toBe(1);
+        return generate(ks[0]!.ir, "c");
+      };
+      for (const g of [gen(x.matmul(w)), gen(x.matmul(wt))]) {
+        const b = g.body;
+        expect(g.geometry).toMatchObject({ TR: 6, TC: 32, L: 1 });
+        // the 6×32 register tile (16-lane accumulators where AVX-512 is there, else 8-lane), rows a Variable
+        const has = (s: string | RegExp) => (typeof s === "string" ? b.includes(s) : s.test(b));
+        expect({ var: has("const int D0 = v_T;"), vec16: has("#if BG_VEC16"), tile: has("bg_f16 a5_0 = bg_bc16(0.0f), a5_1 = bg_bc16(0.0f);") }).toEqual({ var: true, vec16: true, tile: true });
+        // with fusion, the product reads W from a packed panel; without, the sum reads the realized products
+        expect({ fusion, packed: has(/bg_ld16\(&bg_pk\[r0 \* 32 \+ 16\]\)/) }).toEqual({ fusion, packed: fusion });
+        // the launch covers the bound rows, not the maximum
+        expect(g.launch(new Map([["T", 32]])).grid).toBe(Math.ceil(32 / 6) * Math.ceil((g.geometry.dims.at(-1) as number) / 32));
+      }
+      if (fusion) {
+        const t = gen(x.matmul(wt)).body;
+        // Wᵀ's columns lie 256 floats apart: gathered once per panel, never 16 scalar loads per row and reduce index
+        expect({ gatherPack: t.includes("for (int rb = 0; rb < R0; rb += 16)"), laneGather: /\(bg_f16\)\{b2\[/.test(t) }).toEqual({ gatherPack: true, laneGather: false });
+      }
+    });
+  }
+});
