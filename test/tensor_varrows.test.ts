@@ -2,7 +2,7 @@
 // at bound values around the 6-row tile and the 32-column panel (1, 5, 31, 32, 33, the maximum)
 // against the float64 reference, fusion on and off; the generated C keeps the vector tile for
 // them, and a transposed weight (x·Wᵀ) is gathered into the packed panel instead of gathered per
-// row tile; readOutput of an output short in an inner dimension.
+// row tile; attention's tiles lie within one head; readOutput of an output short in an inner dimension.
 import { describe, expect, test } from "bun:test";
 import { Ref, seededRandom } from "../src/tensor/reference";
 import { Tensor, Variable, generate, schedule, type ExecutionPlan } from "../src/tensor";
@@ -63,6 +63,38 @@ describe("variable-row products and reductions (CPU)", () => {
             expect({ t, i, shape: plan.outputShape(i) }).toEqual({ t, i, shape: w.shape });
             expectClose(plan.readOutput(i) as Float32Array, w, 2e-5, `T=${t} output ${i} fusion ${fusion}`);
           });
+        }
+      } finally {
+        plan.dispose();
+      }
+    });
+  }
+
+  for (const fusion of [true, false]) {
+    test(`causal multi-head attention over T = ${VALUES.join(", ")} rows (tiles split per head), fusion ${fusion ? "on" : "off"}`, () => {
+      const H = 2, D = 32, C = H * D; // K = 48 inputs -> [T, 3C]
+      const wqkv = randRef([K, 3 * C], 7);
+      const T = new Variable("T", 1, MAX).bind(MAX);
+      const qkv = toTensor(xr).shrink([[0, T], null]).matmul(toTensor(wqkv)); // [T, 3C]
+      const part = (j: number) => qkv.shrink([null, [j * C, (j + 1) * C]]).reshape([T, H, D]).permute([1, 0, 2]); // [H, T, D]
+      const scores = part(0).matmul(part(1).transpose(1, 2)); // [H, T, T]: keys depend on the head and the column
+      const att = part(0).scaledDotProductAttention(part(1), part(2), { isCausal: true }); // [H, T, D]
+      const plan = Tensor.prepareBatch([scores, att], { fusion, planCache: false });
+      try {
+        if (fusion) expect(plan.kernels().some((k) => k.source.includes("const int NT1 = (D1 + 5) / 6;"))).toBe(true);
+        for (const t of VALUES) {
+          plan.executeWithVars({ T: t });
+          const q3 = xr.shrink([[0, t], [0, K]]).matmul(wqkv);
+          const head = (j: number, h: number) => q3.shrink([[0, t], [j * C + h * D, j * C + (h + 1) * D]]);
+          const sc: number[] = [], at: number[] = [];
+          for (let h = 0; h < H; h++) {
+            const s = head(0, h).matmul(head(1, h).permute([1, 0]));
+            sc.push(...s.data);
+            const masked = Ref.fill([t, t], ([i, j]) => (j! <= i! ? s.at([i!, j!]) / Math.sqrt(D) : -Infinity));
+            at.push(...masked.softmax(1).matmul(head(2, h)).data);
+          }
+          expectClose(plan.readOutput(0) as Float32Array, new Ref([H, t, t], sc), 2e-5, `T=${t} scores fusion ${fusion}`);
+          expectClose(plan.readOutput(1) as Float32Array, new Ref([H, t, D], at), 2e-5, `T=${t} attention fusion ${fusion}`);
         }
       } finally {
         plan.dispose();

@@ -48,6 +48,8 @@ export interface LaunchGeometry {
   readonly L: number;
   /** GPUs: threads per block of a block-tree reduction (one block per output); absent or 0: one thread per output. */
   readonly tree?: number;
+  /** CPU reduce tiles: row tiles lie within the innermost row dimension (each index of the outer ones has its own). */
+  readonly split?: boolean;
 }
 
 /** The launch function of a kernel with geometry `g` (generate() uses it; so does the plan cache). */
@@ -60,7 +62,9 @@ export function launcher(g: LaunchGeometry): (vals: ReadonlyMap<string, number>)
       let rows = 1;
       for (let i = 0; i < nd - 1; i++) rows *= kdimValue(dims[i]!, vals);
       const elements = rows * cols;
-      const grid = elements === 0 ? 0 : Math.ceil(rows / g.TR) * Math.ceil(cols / colTile);
+      const inner = g.split ? kdimValue(dims[nd - 2]!, vals) : 0;
+      const rowTiles = g.split ? (rows / inner) * Math.ceil(inner / g.TR) : Math.ceil(rows / g.TR);
+      const grid = elements === 0 ? 0 : rowTiles * Math.ceil(cols / colTile);
       return { grid, block: 1, elements };
     };
   }
@@ -759,7 +763,7 @@ interface VecTile {
  * [colOff, colOff + 2·W) of the tile: W = 8 (AVX2 ymm, NEON pairs), or W = 16 (AVX-512 zmm, one
  * pass over a 32-column tile). A 32-column tile without AVX-512 is two 16-column passes.
  */
-function vecTile(ir: KernelIR, rows: readonly number[], TC: number, last: number, reduceLoops: (inner: string[], W: number, rows: readonly number[]) => string[], W = 8, colOff = 0, usePack = true): VecTile | null {
+function vecTile(ir: KernelIR, rows: readonly number[], TC: number, last: number, reduceLoops: (inner: string[], W: number, rows: readonly number[]) => string[], W = 8, colOff = 0, usePack = true, shared = 0, panelKey = "c0"): VecTile | null {
   const H = 2;
   const red = ir.reduce!;
   if (red.body.dtype !== "float32" || last < 0) return null;
@@ -776,7 +780,8 @@ function vecTile(ir: KernelIR, rows: readonly number[], TC: number, last: number
   const rowDep = (e: Expr): boolean => {
     const m = rowMemo.get(e);
     if (m !== undefined) return m;
-    const r = (e.op === "gidx" && (e.arg as number) < last) || e.srcs.some(rowDep);
+    // the `shared` outer row dimensions hold one index for the whole tile (split row tiles)
+    const r = (e.op === "gidx" && (e.arg as number) < last && (e.arg as number) >= shared) || e.srcs.some(rowDep);
     rowMemo.set(e, r);
     return r;
   };
@@ -916,13 +921,13 @@ function vecTile(ir: KernelIR, rows: readonly number[], TC: number, last: number
   const init = red.fn === "sum" ? `bg_bc${W}(0.0f)` : red.fn === "prod" ? `bg_bc${W}(1.0f)` : `bg_bc${W}(${floatLit(red.fn === "min" ? Infinity : -Infinity, "c")})`;
   const pack: string[] = [];
   if (P) {
-    pack.push(`if (bg_pk_c0 != c0) { /* pack this column panel */`);
+    pack.push(`if (bg_pk_c0 != ${panelKey}) { /* pack this column panel */`);
     const rowsOpen = pack.length;
     pack.push(`  for (int r0 = 0; r0 < R0; ++r0) {`);
     for (const [e, slot] of packed) {
       if (gathered.has(e)) continue;
       for (let h = 0; h < TC / 8; h++) {
-        const em = new Emitter("c", { gidx: (i) => (i === last ? `(c0 + ${8 * h})` : "0"), ridx: (i) => `r${i}`, acc: "acc" }, new Map(), `p${slot}_${h}_`);
+        const em = new Emitter("c", { gidx: (i) => (i === last ? `(c0 + ${8 * h})` : `g${i}_[0]`), ridx: (i) => `r${i}`, acc: "acc" }, new Map(), `p${slot}_${h}_`);
         const idx = em.ref(e.srcs[0]!);
         pack.push(...em.lines.map((l) => `    ${l}`));
         pack.push(`    bg_st8(&bg_pk[r0 * ${P} + ${slot * TC + 8 * h}], bg_ld8(&b${e.arg as number}[${idx}]));`);
@@ -935,14 +940,14 @@ function vecTile(ir: KernelIR, rows: readonly number[], TC: number, last: number
     // µs; whole columns at a time 560, rows at a time 550)
     for (const e of gathered) {
       const slot = packed.get(e)!;
-      const em = new Emitter("c", { gidx: (i) => (i === last ? "(c0 + c)" : "0"), ridx: (i) => `r${i}`, acc: "acc" }, new Map(), `q${slot}_`);
+      const em = new Emitter("c", { gidx: (i) => (i === last ? "(c0 + c)" : `g${i}_[0]`), ridx: (i) => `r${i}`, acc: "acc" }, new Map(), `q${slot}_`);
       const idx = em.ref(e.srcs[0]!);
       pack.push(`  for (int rb = 0; rb < R0; rb += 16) for (int c = 0; c < ${TC}; ++c) for (int r0 = rb; r0 < (rb + 16 < R0 ? rb + 16 : R0); ++r0) {`);
       pack.push(...em.lines.map((l) => `    ${l}`));
       pack.push(`    bg_pk[r0 * ${P} + ${slot * TC} + c] = b${e.arg as number}[${idx}];`);
       pack.push(`  }`);
     }
-    pack.push(`  bg_pk_c0 = c0;`);
+    pack.push(`  bg_pk_c0 = ${panelKey};`);
     pack.push(`}`);
   }
   const out: string[] = [];
@@ -956,12 +961,12 @@ function vecTile(ir: KernelIR, rows: readonly number[], TC: number, last: number
  * The vector tile of a TR×TC reduce tile: for TC = 32, one 16-lane pass where AVX-512 is there
  * (BG_VEC16) and two 8-lane passes otherwise; for TC = 16, one 8-lane pass. Null: not vectorizable.
  */
-function vecTiles(ir: KernelIR, TR: number, TC: number, last: number, reduceLoops: (inner: string[], W: number, rows: readonly number[]) => string[], pack: boolean): VecTile | null {
+function vecTiles(ir: KernelIR, TR: number, TC: number, last: number, reduceLoops: (inner: string[], W: number, rows: readonly number[]) => string[], pack: boolean, shared: number, panelKey: string): VecTile | null {
   const rows = Array.from({ length: TR }, (_, r) => r);
-  const a = vecTile(ir, rows, TC, last, reduceLoops, 8, 0, pack);
+  const a = vecTile(ir, rows, TC, last, reduceLoops, 8, 0, pack, shared, panelKey);
   if (!a || TC === 16) return a;
-  const b = vecTile(ir, rows, TC, last, reduceLoops, 8, 16, pack)!;
-  const w = vecTile(ir, rows, TC, last, reduceLoops, 16, 0, pack)!;
+  const b = vecTile(ir, rows, TC, last, reduceLoops, 8, 16, pack, shared, panelKey)!;
+  const w = vecTile(ir, rows, TC, last, reduceLoops, 16, 0, pack, shared, panelKey)!;
   const block = (ls: string[]) => ["{", ...ls.map((l) => `  ${l}`), "}"];
   return { pack: a.pack, lines: ["#if BG_VEC16", ...block(w.lines), "#else", ...block(a.lines), ...block(b.lines), "#endif"], packFloats: a.packFloats };
 }
@@ -1013,7 +1018,38 @@ static inline bg_f16 bg_vmin16(bg_f16 a, bg_f16 b) { bg_i16 m = a < b; return (b
 #endif
 `;
 
-function genC(ir: KernelIR): { source: string; tiles: CpuTiles } {
+/**
+ * Whether a reduce tile's rows should lie within the innermost row dimension: when an operand
+ * depends on the column and on outer row dimensions only (the keys of one attention head: rows
+ * (head, query), columns the key positions), a tile inside one head reads it once for all its
+ * rows, and packs it once per (head, column panel), instead of once per row (a 6-lane gather each).
+ */
+function splitRows(ir: KernelIR, { TR, TC, L }: CpuTiles): boolean {
+  const red = ir.reduce, last = ir.dims.length - 1;
+  if (!red || L !== 1 || (TC !== 16 && TC !== 32) || last < 2 || red.body.dtype !== "float32" || kdimMax(ir.dims[last - 1]!) < TR) return false;
+  const memo = new Map<Expr, number>(); // bits: 1 column, 2 inner row, 4 outer row
+  const dep = (e: Expr): number => {
+    let m = memo.get(e);
+    if (m !== undefined) return m;
+    m = 0;
+    if (e.op === "gidx") m = (e.arg as number) === last ? 1 : (e.arg as number) === last - 1 ? 2 : 4;
+    for (const x of e.srcs) m |= dep(x);
+    memo.set(e, m);
+    return m;
+  };
+  let found = false;
+  const seen = new Set<Expr>();
+  const visit = (e: Expr) => {
+    if (seen.has(e) || found) return;
+    seen.add(e);
+    if (e.op === "load" && dep(e) === 5) found = true;
+    e.srcs.forEach(visit);
+  };
+  visit(red.body);
+  return found;
+}
+
+function genC(ir: KernelIR): { source: string; tiles: CpuTiles; split: boolean } {
   const tiles = cpuTiles(ir);
   const { TR, TC, L } = tiles;
   const nd = ir.dims.length;
@@ -1028,6 +1064,7 @@ function genC(ir: KernelIR): { source: string; tiles: CpuTiles } {
   o.push(`const int ROWS = ${rowDims.length ? rowDims.join(" * ") : "1"};`);
   o.push(`const int COLS = ${nd ? `D${nd - 1}` : "1"};`);
   const last = nd - 1;
+  const split = splitRows(ir, tiles);
   const decodeRow = (row: string, into: (i: number) => string): string[] => {
     const lines = [`int rem = ${row};`];
     for (let i = last - 1; i >= 0; i--) {
@@ -1067,12 +1104,24 @@ function genC(ir: KernelIR): { source: string; tiles: CpuTiles } {
     const t = ctype(red.body.dtype, "c");
     const nr = red.dims.length;
     red.dims.forEach((d, i) => o.push(`const int R${i} = ${dimExpr(d)};`));
-    o.push(`const int NRT = (ROWS + ${TR - 1}) / ${TR};`);
+    if (split) {
+      // row tiles within the innermost row dimension: the outer row indices are the tile's own
+      const inn = `D${last - 1}`;
+      o.push(`const int NT1 = (${inn} + ${TR - 1}) / ${TR};`);
+      o.push(`const int NRT = ${[...rowDims.slice(0, last - 1), "NT1"].join(" * ")};`);
+    } else o.push(`const int NRT = (ROWS + ${TR - 1}) / ${TR};`);
     o.push(`const int NBLK = NRT * ((COLS + ${TC - 1}) / ${TC});`);
     body.push(`const int bt = (int)blockIdx.x;`);
     body.push(`if (bt >= NBLK) continue; /* grids are sized for the variables' maxima */`);
-    body.push(`const int row0 = (bt % NRT) * ${TR}, c0 = (bt / NRT) * ${TC};`);
-    body.push(`const int rn = ROWS - row0 < ${TR} ? ROWS - row0 : ${TR};`);
+    if (split) {
+      const inn = `D${last - 1}`;
+      body.push(`const int rt = bt % NRT, c0 = (bt / NRT) * ${TC};`);
+      body.push(`const int i0 = (rt % NT1) * ${TR}, row0 = (rt / NT1) * ${inn} + i0;`);
+      body.push(`const int rn = ${inn} - i0 < ${TR} ? ${inn} - i0 : ${TR};`);
+    } else {
+      body.push(`const int row0 = (bt % NRT) * ${TR}, c0 = (bt / NRT) * ${TC};`);
+      body.push(`const int rn = ROWS - row0 < ${TR} ? ROWS - row0 : ${TR};`);
+    }
     body.push(`const int cn = COLS - c0 < ${TC} ? COLS - c0 : ${TC};`);
     for (let i = 0; i < last; i++) body.push(`int g${i}_[${TR}];`);
     if (last > 0) {
@@ -1153,7 +1202,7 @@ function genC(ir: KernelIR): { source: string; tiles: CpuTiles } {
       const vecBack = (rows: readonly number[]) => each(rows, (r, h) => `a${r}_${h} += s${r}_${h};`);
       const vt =
         TC === 16 || TC === 32
-          ? vecTiles(ir, TR, TC, last, (inner, W, rows) => (blocked ? [...vecDecl(rows, W), ...reduceNest(inner, vecFlush(rows, W)), ...vecBack(rows)] : reduceNest(inner, [])), rowsMaxOf(ir) > TR)
+          ? vecTiles(ir, TR, TC, last, (inner, W, rows) => (blocked ? [...vecDecl(rows, W), ...reduceNest(inner, vecFlush(rows, W)), ...vecBack(rows)] : reduceNest(inner, [])), split ? kdimMax(ir.dims[last - 1]!) > TR : rowsMaxOf(ir) > TR, split ? last - 1 : 0, split ? `(rt / NT1) * COLS + c0` : "c0")
           : null;
       if (vt?.packFloats) {
         // the panel scratch, per call (a worker's chunk of blocks); without it, the plain loops
@@ -1197,14 +1246,14 @@ function genC(ir: KernelIR): { source: string; tiles: CpuTiles } {
     dtypeHelpers(ir, "c") +
     `BG_KERNEL(${ir.name}) {\n${o.map((l) => (l.startsWith("#") ? l : `  ${l}`)).join("\n")}\n` +
     `  BG_FOR_BLOCKS {\n${body.map((l) => (l.startsWith("#") ? l : `    ${l}`)).join("\n")}\n  }\n${tail}}\n`;
-  return { source: src, tiles };
+  return { source: src, tiles, split };
 }
 
 export function generate(ir: KernelIR, lang: Lang): GeneratedKernel {
   const signature = signatureOf(ir);
   if (dialects[lang].shape === "tiles") {
-    const { source: body, tiles } = genC(ir);
-    const geometry: LaunchGeometry = { lang, dims: ir.dims, reduce: ir.reduce !== null, TR: tiles.TR, TC: tiles.TC, L: tiles.L };
+    const { source: body, tiles, split } = genC(ir);
+    const geometry: LaunchGeometry = { lang, dims: ir.dims, reduce: ir.reduce !== null, TR: tiles.TR, TC: tiles.TC, L: tiles.L, ...(split ? { split } : {}) };
     return { lang, name: ir.name, source: prelude(lang) + body, body, signature, geometry, launch: launcher(geometry) };
   }
   const { body, tree } = genGpu(ir, lang);
