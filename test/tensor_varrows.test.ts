@@ -7,8 +7,9 @@ import { describe, expect, test } from "bun:test";
 import { Ref, seededRandom } from "../src/tensor/reference";
 import { Tensor, Variable, generate, schedule, type ExecutionPlan } from "../src/tensor";
 
-const MAX = 40, K = 48, N = 64;
-const VALUES = [1, 5, 31, 32, 33, MAX];
+// 6-row tiles: up to 8 of them read the weight in place, from 9 (T >= 49) it is packed per panel
+const MAX = 64, K = 48, N = 64;
+const VALUES = [1, 5, 31, 32, 33, 49, MAX];
 
 function randRef(shape: number[], seed: number): Ref {
   const r = seededRandom(seed);
@@ -126,8 +127,14 @@ describe("variable-row products and reductions (CPU)", () => {
       }
       if (fusion) {
         const t = gen(x.matmul(wt)).body;
-        // Wᵀ's columns lie 256 floats apart: gathered once per panel, never 16 scalar loads per row and reduce index
-        expect({ gatherPack: t.includes("for (int rb = 0; rb < R0; rb += 16)"), laneGather: /\(bg_f16\)\{b2\[/.test(t) }).toEqual({ gatherPack: true, laneGather: false });
+        // Wᵀ's columns lie 256 floats apart: with more than 8 row tiles gathered once per panel,
+        // with fewer read in place (16 scalar loads a vector)
+        const packedAt = t.indexOf("if (NRT > 8) {"), inPlaceAt = t.indexOf("} else { /* few row tiles");
+        expect({ branch: packedAt >= 0, gatherPack: t.indexOf("for (int rb = 0; rb < R0; rb += 16)") > packedAt, laneGatherAfter: t.indexOf("(bg_f16){b2[", inPlaceAt) > inPlaceAt }).toEqual({
+          branch: true,
+          gatherPack: true,
+          laneGatherAfter: true,
+        });
       }
     });
   }

@@ -1200,10 +1200,16 @@ function genC(ir: KernelIR): { source: string; tiles: CpuTiles; split: boolean }
       const vecDecl = (rows: readonly number[], W: number) => each(rows, (r, h) => `bg_f${W} s${r}_${h} = bg_bc${W}(0.0f);`);
       const vecFlush = (rows: readonly number[], W: number) => each(rows, (r, h) => `s${r}_${h} += a${r}_${h}; a${r}_${h} = bg_bc${W}(0.0f);`);
       const vecBack = (rows: readonly number[]) => each(rows, (r, h) => `a${r}_${h} += s${r}_${h};`);
-      const vt =
-        TC === 16 || TC === 32
-          ? vecTiles(ir, TR, TC, last, (inner, W, rows) => (blocked ? [...vecDecl(rows, W), ...reduceNest(inner, vecFlush(rows, W)), ...vecBack(rows)] : reduceNest(inner, [])), split ? kdimMax(ir.dims[last - 1]!) > TR : rowsMaxOf(ir) > TR, split ? last - 1 : 0, split ? `(rt / NT1) * COLS + c0` : "c0")
-          : null;
+      const loops = (inner: string[], W: number, rows: readonly number[]) => (blocked ? [...vecDecl(rows, W), ...reduceNest(inner, vecFlush(rows, W)), ...vecBack(rows)] : reduceNest(inner, []));
+      const shared = split ? last - 1 : 0, panelKey = split ? `(rt / NT1) * COLS + c0` : "c0";
+      const vt = TC === 16 || TC === 32 ? vecTiles(ir, TR, TC, last, loops, split ? kdimMax(ir.dims[last - 1]!) > TR : rowsMaxOf(ir) > TR, shared, panelKey) : null;
+      // Variable rows whose bound value leaves few row tiles per panel: the packing costs more than
+      // it saves, so up to 8 row tiles read B in place (x[T,256]·W[256,1024], 2 threads, paired:
+      // T = 1..6: 67 µs packed, 35 in place; T = 12: 95 / 65; T = 32: 108 / 93; T = 48: 141 / 123;
+      // at T = 64..256 the two were within 5%). A fixed row count keeps its choice (one row tile:
+      // in place, else packed).
+      const rowsVary = ir.dims.slice(0, last).some((d) => typeof d !== "number");
+      const vtIn = vt?.packFloats && rowsVary ? vecTiles(ir, TR, TC, last, loops, false, shared, panelKey) : null;
       if (vt?.packFloats) {
         // the panel scratch, per call (a worker's chunk of blocks); without it, the plain loops
         packing = true;
@@ -1218,7 +1224,13 @@ function genC(ir: KernelIR): { source: string; tiles: CpuTiles; split: boolean }
       body.push(`if (cn == ${TC}${vt?.packFloats ? " && BG_PK_OK" : ""}) {`);
       if (vt) {
         body.push("#if BG_VEC");
-        body.push(...[...vt.pack, ...vt.lines].map((l) => (l.startsWith("#") ? l : `  ${l}`)));
+        if (vtIn) {
+          body.push(`  if (${split ? "NT1" : "NRT"} > 8) { /* enough row tiles share the packed panel */`);
+          body.push(...[...vt.pack, ...vt.lines].map((l) => (l.startsWith("#") ? l : `    ${l}`)));
+          body.push(`  } else { /* few row tiles: B read in place */`);
+          body.push(...vtIn.lines.map((l) => (l.startsWith("#") ? l : `    ${l}`)));
+          body.push(`  }`);
+        } else body.push(...[...vt.pack, ...vt.lines].map((l) => (l.startsWith("#") ? l : `  ${l}`)));
         body.push("#else");
       }
       body.push(...reduceNest(inner(String(TC), "(c0 + c)", (i) => `r${i}`, "acc[r][c]", ""), flushScalar).map((l) => `  ${l}`));
