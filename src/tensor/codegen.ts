@@ -1203,11 +1203,11 @@ function genC(ir: KernelIR): { source: string; tiles: CpuTiles; split: boolean }
       const loops = (inner: string[], W: number, rows: readonly number[]) => (blocked ? [...vecDecl(rows, W), ...reduceNest(inner, vecFlush(rows, W)), ...vecBack(rows)] : reduceNest(inner, []));
       const shared = split ? last - 1 : 0, panelKey = split ? `(rt / NT1) * COLS + c0` : "c0";
       const vt = TC === 16 || TC === 32 ? vecTiles(ir, TR, TC, last, loops, split ? kdimMax(ir.dims[last - 1]!) > TR : rowsMaxOf(ir) > TR, shared, panelKey) : null;
-      // Variable rows whose bound value leaves few row tiles per panel: the packing costs more than
-      // it saves, so up to 8 row tiles read B in place (x[T,256]·W[256,1024], 2 threads, paired:
-      // T = 1..6: 67 µs packed, 35 in place; T = 12: 95 / 65; T = 32: 108 / 93; T = 48: 141 / 123;
-      // at T = 64..256 the two were within 5%). A fixed row count keeps its choice (one row tile:
-      // in place, else packed).
+      // Variable rows whose bound value leaves one row tile per panel: nothing reuses a packed
+      // panel, so that case reads B in place, as a fixed row count that small does (x[T,256]·W
+      // [256,1024], T bound to 1..6, 2 threads: 67 µs packed, 35 in place). With more row tiles the
+      // panel pays (in place was faster in a lone product with B hot in cache, T = 12..48, but the
+      // GPT-2 prompt at T = 32 ran 8% slower: its weights come from farther away).
       const rowsVary = ir.dims.slice(0, last).some((d) => typeof d !== "number");
       const vtIn = vt?.packFloats && rowsVary ? vecTiles(ir, TR, TC, last, loops, false, shared, panelKey) : null;
       if (vt?.packFloats) {
@@ -1225,9 +1225,9 @@ function genC(ir: KernelIR): { source: string; tiles: CpuTiles; split: boolean }
       if (vt) {
         body.push("#if BG_VEC");
         if (vtIn) {
-          body.push(`  if (${split ? "NT1" : "NRT"} > 8) { /* enough row tiles share the packed panel */`);
+          body.push(`  if (${split ? "NT1" : "NRT"} > 1) { /* row tiles share the packed panel */`);
           body.push(...[...vt.pack, ...vt.lines].map((l) => (l.startsWith("#") ? l : `    ${l}`)));
-          body.push(`  } else { /* few row tiles: B read in place */`);
+          body.push(`  } else { /* one row tile: B read in place */`);
           body.push(...vtIn.lines.map((l) => (l.startsWith("#") ? l : `    ${l}`)));
           body.push(`  }`);
         } else body.push(...[...vt.pack, ...vt.lines].map((l) => (l.startsWith("#") ? l : `  ${l}`)));
