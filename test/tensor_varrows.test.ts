@@ -139,3 +139,56 @@ describe("variable-row products and reductions (CPU)", () => {
     });
   }
 });
+
+describe("CPU exp (softmax's exponentials)", () => {
+  test("elementwise exp is the vectorizable bg_expf: within 1 ulp of float64 over [-110, 95], subnormal results, 0 and inf past the ends, NaN kept", () => {
+    const n = 1 << 16;
+    const special = [Infinity, -Infinity, NaN, 0, -0, 88.72283, 88.7229, 89, 100, -87.33, -88, -100, -103.2, -103.98, -104, -110, 1e-8, -1e-8, 1e-30];
+    const xs = new Float32Array(n + special.length);
+    for (let i = 0; i < n; i++) xs[i] = -110 + (205 * i) / n;
+    xs.set(special, n);
+    const y = Tensor.from(xs, [xs.length]).exp();
+    const plan = y.prepare({ planCache: false });
+    try {
+      expect(plan.kernels()[0]!.source).toContain("bg_expf(");
+      plan.execute();
+      const got = plan.readOutput(0) as Float32Array;
+      const f32 = new Float32Array(1), u32 = new Uint32Array(f32.buffer);
+      const ulpOf = (w: number) => {
+        f32[0] = w;
+        u32[0]! += 1;
+        return f32[0]! - Math.fround(w) || 1.401298464324817e-45;
+      };
+      let worst = 0, at = NaN;
+      const bad: string[] = [];
+      for (let i = 0; i < xs.length; i++) {
+        const want = Math.exp(xs[i]!), w32 = Math.fround(want), g = got[i]!;
+        if (Number.isNaN(want) || !Number.isFinite(w32) || w32 === 0) {
+          // NaN stays NaN; past float32's range exactly inf or 0
+          if (!Object.is(g, w32)) bad.push(`exp(${xs[i]}) = ${g}, want ${w32}`);
+          continue;
+        }
+        const e = Math.abs(g - want) / ulpOf(want);
+        if (e > worst) [worst, at] = [e, xs[i]!];
+      }
+      expect(bad).toEqual([]);
+      expect({ worst: worst <= 1 ? "within 1 ulp" : worst, at: worst <= 1 ? null : at }).toEqual({ worst: "within 1 ulp", at: null });
+    } finally {
+      plan.dispose();
+    }
+  });
+
+  test("softmax: the reduce body keeps libm's expf, the elementwise part uses bg_expf; values against float64", () => {
+    const xr = randRef([24, 40], 9).map((v) => v * 30);
+    const plan = toTensor(xr).softmax(-1).prepare({ planCache: false });
+    try {
+      const srcs = plan.kernels().map((k) => k.source.slice(k.source.indexOf("BG_KERNEL")));
+      const sum = srcs.find((s) => s.startsWith("BG_KERNEL(sum_"))!, div = srcs.find((s) => s.includes("= bg_expf("))!;
+      expect({ sumLibm: sum.includes("= expf("), sumPoly: sum.includes("bg_expf("), elementwise: !!div }).toEqual({ sumLibm: true, sumPoly: false, elementwise: true });
+      plan.execute();
+      expectClose(plan.readOutput(0) as Float32Array, xr.softmax(1), 1e-6, "softmax");
+    } finally {
+      plan.dispose();
+    }
+  });
+});
