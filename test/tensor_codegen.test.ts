@@ -101,7 +101,12 @@ describe("codegen", () => {
     expect(src).toContain("bg_ld8(&b2[");
     expect(src).toMatch(/a5_1 = a5_1 \+ /);
     const srcT = generate(schedule([a.matmul(a.T).node]).kernels[0]!.ir, "c").source;
-    expect(srcT).toContain("(bg_f8){b1["); // a column-strided operand is gathered
+    // a column-strided operand is gathered: once per column panel into the packed panel where
+    // several row tiles share it, lane by lane where there is one row tile (a matrix-vector product)
+    expect(srcT).toContain("for (int rb = 0; rb < R0; rb += 16)");
+    expect(srcT).not.toContain("(bg_f8){b1[");
+    const srcV = generate(schedule([a.slice([[0, 1], null]).matmul(a.T).node]).kernels[0]!.ir, "c").source;
+    expect(srcV).toContain("(bg_f8){b1[");
     const ir2 = schedule([a.exp().sum(0).node]).kernels[0]!.ir;
     expect(generate(ir2, "c").body).not.toContain("BG_VEC"); // expf: the plain loop
   });

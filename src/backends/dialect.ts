@@ -131,8 +131,8 @@ export const cDialect = {
   bool: (x: string) => `(${x})`,
   fmax: "bg_fmaxf",
   fmin: "bg_fminf",
-  // tanh: the prelude's vectorizable bg_tanhf (libm's tanhf is a call per element)
-  math: { ...C_MATH, tanh: "bg_tanhf" },
+  // tanh, exp: the prelude's vectorizable bg_tanhf, bg_expf (libm's are a call per element)
+  math: { ...C_MATH, tanh: "bg_tanhf", exp: "bg_expf" },
   int64: "int64_t",
   index64: false,
   u32: "uint32_t",

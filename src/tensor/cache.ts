@@ -45,7 +45,7 @@ import type { Dim } from "./variable";
 // 2: dtypes (float16, bfloat16, int8, uint8, bool, int64; comparisons give bool); the key holds
 // every node's dtype (structureKey) and the kernels' buffer dtypes (their lowered text)
 // 3: kernels named after what they compute (names.ts), not k_<hash>
-export const PLAN_CACHE_VERSION = 3;
+export const PLAN_CACHE_VERSION = 4;
 
 // The modules whose behaviour a cached plan records. Their size and mtime are part of every key,
 // so an edited compiler (a forgotten version bump) misses instead of serving stale kernels.

@@ -7,7 +7,7 @@ import { hostArray } from "../errors";
 import type { DType, LazyNode } from "./ast";
 import { ITEMSIZE, hostArray as dtypeArray, type HostArray } from "./dtype";
 import type { Scheduled } from "./scheduler";
-import { dimValue } from "./variable";
+import { dimMax, dimValue } from "./variable";
 import { maxNumel, maxStrides } from "./view";
 
 export interface PlanBuffer {
@@ -140,18 +140,25 @@ export function readValue(call: string, buf: Buffer, node: LazyNode, vals: Reado
   const numel = shape.reduce((p, q) => p * q, 1);
   const max = maxNumel(node.shape);
   if (numel === max) return readInto(make(numel));
+  // The buffer is laid out for the maxima: below the innermost dimension short of its maximum
+  // (j), each index of the dimensions above it is one contiguous run. One run (only the leading
+  // dimension short, as a prompt's rows): read just that prefix; else read all and copy the runs.
+  const st = maxStrides(node.shape);
+  let j = shape.length - 1;
+  while (j > 0 && shape[j] === dimMax(node.shape[j]!)) j--;
+  const run = shape[j]! * st[j]!;
+  if (run === numel) return readInto(make(numel));
   const all = readInto(make(max)) as Int32Array;
   const out = make(numel) as Int32Array;
-  const st = maxStrides(node.shape);
-  const idx = new Array<number>(shape.length).fill(0);
-  for (let i = 0; i < numel; i++) {
-    let rem = i, off = 0;
-    for (let d = shape.length - 1; d >= 0; d--) {
-      idx[d] = rem % shape[d]!;
-      rem = Math.floor(rem / shape[d]!);
-      off += idx[d]! * st[d]!;
+  const idx = new Array<number>(j).fill(0);
+  for (let o = 0; o < numel; o += run) {
+    let off = 0;
+    for (let d = 0; d < j; d++) off += idx[d]! * st[d]!;
+    out.set(all.subarray(off, off + run), o);
+    for (let d = j - 1; d >= 0; d--) {
+      if (++idx[d]! < shape[d]!) break;
+      idx[d] = 0;
     }
-    out[i] = all[off]!;
   }
   return out;
 }
