@@ -131,7 +131,10 @@ describe("every README ts block runs as pasted", () => {
   for (const b of blocks) {
     const first = b.code.split("\n")[0]!.trim();
     const gpu = first.startsWith(GPU_MARK);
-    const env = blockEnv(b.code);
+    // Under the CUDA driver simulator (BUNGPU_LIBCUDA set: test/sim_suite.sh) device memory cannot
+    // leave its process, so the two-process IPC block runs on the CPU backend there, and says so.
+    const simIpc = !!process.env.BUNGPU_LIBCUDA && b.code.includes("openSharedBuffer");
+    const env = { ...blockEnv(b.code), ...(simIpc ? { BUNGPU_DEVICE: "cpu" } : {}) };
     const envText = Object.entries(env).map(([k, v]) => ` with ${k}=${v}`).join("");
     const name = `block ${b.index} (README line ${b.line}: ${first.slice(0, 60)})${envText}`;
     if (gpu && !gpuHere) {
