@@ -4,11 +4,14 @@
 // them, and a transposed weight (x·Wᵀ) is gathered into the packed panel instead of gathered per
 // row tile; attention's tiles lie within one head; readOutput of an output short in an inner dimension.
 import { describe, expect, test } from "bun:test";
+import { Device } from "../src";
 import { Ref, seededRandom } from "../src/tensor/reference";
 import { Tensor, Variable, generate, schedule, type ExecutionPlan } from "../src/tensor";
 
 // 6-row tiles: one of them (T <= 6) reads the weight in place, more share a packed panel
 const MAX = 64, K = 48, N = 64;
+// the CPU backend's kernels are what these tests look at, whatever the default device is
+const cpu = Device.open("cpu");
 const VALUES = [1, 5, 31, 32, 33, 49, MAX];
 
 function randRef(shape: number[], seed: number): Ref {
@@ -44,7 +47,7 @@ describe("variable-row products and reductions (CPU)", () => {
         x.mul(x).sum(1),
         x.matmul(toTensor(wtr).transpose(0, 1)).transpose(0, 1).contiguous(), // [N, T]: short in its last dimension
       ];
-      const plan: ExecutionPlan = Tensor.prepareBatch(outs, { fusion, planCache: false });
+      const plan: ExecutionPlan = Tensor.prepareBatch(outs, { fusion, planCache: false, device: cpu });
       try {
         // with fusion, x·Wᵀ's weight is gathered into the packed panel (the path these values check)
         expect(plan.kernels().some((k) => k.source.includes("for (int rb = 0; rb < R0; rb += 16)"))).toBe(fusion);
@@ -80,7 +83,7 @@ describe("variable-row products and reductions (CPU)", () => {
       const part = (j: number) => qkv.shrink([null, [j * C, (j + 1) * C]]).reshape([T, H, D]).permute([1, 0, 2]); // [H, T, D]
       const scores = part(0).matmul(part(1).transpose(1, 2)); // [H, T, T]: keys depend on the head and the column
       const att = part(0).scaledDotProductAttention(part(1), part(2), { isCausal: true }); // [H, T, D]
-      const plan = Tensor.prepareBatch([scores, att], { fusion, planCache: false });
+      const plan = Tensor.prepareBatch([scores, att], { fusion, planCache: false, device: cpu });
       try {
         if (fusion) expect(plan.kernels().some((k) => k.source.includes("const int NT1 = (D1 + 5) / 6;"))).toBe(true);
         for (const t of VALUES) {
@@ -148,7 +151,7 @@ describe("CPU exp (softmax's exponentials)", () => {
     for (let i = 0; i < n; i++) xs[i] = -110 + (205 * i) / n;
     xs.set(special, n);
     const y = Tensor.from(xs, [xs.length]).exp();
-    const plan = y.prepare({ planCache: false });
+    const plan = y.prepare({ planCache: false, device: cpu });
     try {
       expect(plan.kernels()[0]!.source).toContain("bg_expf(");
       plan.execute();
@@ -180,7 +183,7 @@ describe("CPU exp (softmax's exponentials)", () => {
 
   test("softmax: the reduce body keeps libm's expf, the elementwise part uses bg_expf; values against float64", () => {
     const xr = randRef([24, 40], 9).map((v) => v * 30);
-    const plan = toTensor(xr).softmax(-1).prepare({ planCache: false });
+    const plan = toTensor(xr).softmax(-1).prepare({ planCache: false, device: cpu });
     try {
       const srcs = plan.kernels().map((k) => k.source.slice(k.source.indexOf("BG_KERNEL")));
       const sum = srcs.find((s) => s.startsWith("BG_KERNEL(sum_"))!, div = srcs.find((s) => s.includes("= bg_expf("))!;
