@@ -1,9 +1,10 @@
 // Real NVRTC for the suite: found where the user pointed (BUNGPU_NVRTC), else installed once with
 // pip from the Python package registry (`nvidia-cuda-nvrtc`, CUDA 13) into a per-user test cache.
 // Where neither works, callers skip with the reason this returns: the suite never needs a GPU.
-import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
 import { homedir } from "node:os";
 import { dirname, join } from "node:path";
+import { pipInstallOnce } from "./pip_cache";
 
 export type Nvrtc =
   | { ok: true; lib: string; include: string | null; version: string; how: string }
@@ -64,54 +65,9 @@ export function nvrtc(): Nvrtc {
     return cached;
   }
   const root = cacheRoot();
-  let found = findLib(root);
-  if (!found) {
-    mkdirSync(dirname(root), { recursive: true });
-    // One installer at a time across processes: mkdir is atomic; a stale lock (>10 min) is broken.
-    const lock = `${root}.lock`;
-    const deadline = Date.now() + 300_000;
-    for (;;) {
-      try {
-        mkdirSync(lock);
-        break;
-      } catch {
-        try {
-          if (Date.now() - statSync(lock).mtimeMs > 600_000) rmSync(lock, { recursive: true, force: true });
-        } catch {}
-        if (Date.now() > deadline) return (cached = { ok: false, reason: "timed out waiting for another NVRTC install" });
-        Bun.sleepSync(250);
-      }
-    }
-    try {
-      found = findLib(root);
-      if (!found) {
-        const tmp = `${root}.tmp-${process.pid}`;
-        rmSync(tmp, { recursive: true, force: true });
-        let r: ReturnType<typeof Bun.spawnSync> | null = null;
-        for (const py of ["python3", "python"]) {
-          if (!Bun.which(py)) continue;
-          r = Bun.spawnSync([py, "-m", "pip", "install", "--quiet", "--no-deps", "--disable-pip-version-check", "--target", tmp, PACKAGE], {
-            stdout: "pipe",
-            stderr: "pipe",
-            timeout: 600_000,
-          });
-          break;
-        }
-        if (!r) return (cached = { ok: false, reason: "no python3 with pip to install nvidia-cuda-nvrtc" });
-        if (r.exitCode !== 0 || !findLib(tmp)) {
-          rmSync(tmp, { recursive: true, force: true });
-          const why = (r.stderr?.toString() || r.stdout?.toString() || "").trim().split("\n").slice(-2).join(" ");
-          return (cached = { ok: false, reason: `pip could not install ${PACKAGE}: ${why || `exit ${r.exitCode}`}` });
-        }
-        rmSync(root, { recursive: true, force: true });
-        // rename is atomic: a half-installed folder is never seen under the final name.
-        renameSync(tmp, root);
-        found = findLib(root);
-      }
-    } finally {
-      rmSync(lock, { recursive: true, force: true });
-    }
-  }
+  const why = pipInstallOnce(root, PACKAGE, (d) => findLib(d) !== null);
+  if (why) return (cached = { ok: false, reason: why });
+  const found = findLib(root);
   if (!found) return (cached = { ok: false, reason: `NVRTC missing under ${root} after install` });
   const m = /libnvrtc\.so\.(\d+)/.exec(found.lib);
   return (cached = { ok: true, lib: found.lib, include: found.include, version: m ? m[1]! : "?", how: `pip ${PACKAGE}` });
