@@ -107,6 +107,27 @@ export function allocateBuffers(device: Device, layout: BufferLayout, inputData:
   return allocateIntermediates(device, layout, mem, noPlanning);
 }
 
+/**
+ * A plan's arena comes from the device's default memory pool (stream-ordered on the default
+ * stream, then that stream is synchronised once so any stream may use it at once): a plan
+ * disposed and another prepared reuse the pool's memory without a driver allocation, and
+ * `device.defaultPool.stats` counts what plans hold. While a capture is open on the device an
+ * allocation could become graph memory, so the arena is then a plain allocation. Freed when the
+ * plan releases its buffers (idle by then), in the default stream's order.
+ */
+function arenaAlloc(device: Device, bytes: number): Buffer {
+  if (device.state.captures > 0) return device.alloc(bytes);
+  const s = device.defaultStream;
+  const arena = s.alloc(bytes);
+  try {
+    s.synchronize();
+  } catch (e) {
+    arena.dispose();
+    throw e;
+  }
+  return arena;
+}
+
 /** Allocate the intermediates into `mem`: views of one arena (returned), or one buffer each. */
 export function allocateIntermediates(device: Device, layout: BufferLayout, mem: (Buffer | null)[], noPlanning: boolean): Buffer | null {
   const inter = layout.bufs.filter((b) => b.kind === "intermediate");
@@ -115,7 +136,7 @@ export function allocateIntermediates(device: Device, layout: BufferLayout, mem:
     for (const b of inter) mem[b.index] = device.alloc(Math.max(b.bytes, 4));
     return null;
   }
-  const arena = device.alloc(Math.max(layout.arenaBytes, 4));
+  const arena = arenaAlloc(device, Math.max(layout.arenaBytes, 4));
   try {
     for (const b of inter) mem[b.index] = arena.view(b.offset, Math.max(b.bytes, 0));
   } catch (e) {
