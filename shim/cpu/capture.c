@@ -203,6 +203,16 @@ int32_t cpu_capture_guard(cpu_device* d, const char* fn) {
                       fn, mode, same ? "this" : "another");
 }
 
+/* The capture `s` records into, returned with the device's cap_mu held; NULL (the lock not held)
+ * when `s` is not capturing. */
+cpu_capture* cpu_capture_lock(cpu_stream* s) {
+  if (!atomic_load_explicit(&s->cap, memory_order_acquire)) return NULL;
+  pthread_mutex_lock(&s->dev->cap_mu);
+  cpu_capture* c = atomic_load(&s->cap);
+  if (!c) pthread_mutex_unlock(&s->dev->cap_mu);
+  return c;
+}
+
 int32_t cpu_capture_guard_stream(cpu_stream* s, const char* fn) {
   if (!atomic_load_explicit(&s->cap, memory_order_acquire)) return BG_OK;
   cpu_device* d = s->dev;
@@ -335,10 +345,8 @@ static int32_t add_node(cpu_capture* c, cpu_stream* s, cpu_op* op, int advance, 
 
 int32_t cpu_capture_add(cpu_stream* s, cpu_op* op, const char* fn, int* handled) {
   cpu_device* d = s->dev;
-  pthread_mutex_lock(&d->cap_mu);
-  cpu_capture* c = atomic_load(&s->cap);
+  cpu_capture* c = cpu_capture_lock(s);
   if (!c) {
-    pthread_mutex_unlock(&d->cap_mu);
     *handled = 0;
     return BG_OK;
   }
@@ -357,10 +365,8 @@ int32_t cpu_capture_add(cpu_stream* s, cpu_op* op, const char* fn, int* handled)
 
 int32_t cpu_capture_record(cpu_stream* s, cpu_event* e, int* handled) {
   cpu_device* d = s->dev;
-  pthread_mutex_lock(&d->cap_mu);
-  cpu_capture* c = atomic_load(&s->cap);
+  cpu_capture* c = cpu_capture_lock(s);
   if (!c) {
-    pthread_mutex_unlock(&d->cap_mu);
     *handled = 0;
     return BG_OK;
   }

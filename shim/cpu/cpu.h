@@ -487,6 +487,7 @@ void cpu_cmds_run(cpu_stream* s, cpu_op* op);
 
 /* capture.c */
 int32_t cpu_capture_guard(cpu_device* d, const char* fn);
+cpu_capture* cpu_capture_lock(cpu_stream* s); /* with cap_mu held, or NULL when not capturing */
 int32_t cpu_capture_guard_stream(cpu_stream* s, const char* fn);
 int32_t cpu_capture_guard_event(cpu_event* e, const char* fn);
 /* Default-stream use while a blocking stream captures: BG_ERR_STREAM_CAPTURE_IMPLICIT. */

@@ -276,13 +276,10 @@ void cpu_gmem_release(struct cpu_gmem* g) {
 /* An allocation on a capturing stream: graph memory. *handled = 0 when `s` is not capturing. */
 static int32_t capture_alloc(cpu_stream* s, uint64_t bytes, bg_devptr* out, int* handled) {
   cpu_device* d = s->dev;
-  *handled = 0;
-  if (!atomic_load_explicit(&s->cap, memory_order_acquire)) return BG_OK;
-  pthread_mutex_lock(&d->cap_mu);
-  cpu_capture* c = atomic_load(&s->cap);
+  cpu_capture* c = cpu_capture_lock(s);
+  *handled = c != NULL;
+  if (!c) return BG_OK;
   int32_t rc = BG_OK;
-  if (!c) goto out;
-  *handled = 1;
   if (!c->gmem) {
     c->gmem = calloc(1, sizeof *c->gmem);
     if (!c->gmem) goto oom;
@@ -314,13 +311,10 @@ out:
 
 static int32_t capture_free(cpu_stream* s, bg_devptr a, int* handled) {
   cpu_device* d = s->dev;
-  *handled = 0;
-  if (!atomic_load_explicit(&s->cap, memory_order_acquire)) return BG_OK;
-  pthread_mutex_lock(&d->cap_mu);
-  cpu_capture* c = atomic_load(&s->cap);
+  cpu_capture* c = cpu_capture_lock(s);
+  *handled = c != NULL;
+  if (!c) return BG_OK;
   int32_t rc = BG_OK;
-  if (!c) goto out;
-  *handled = 1;
   struct cpu_gmem* g = c->gmem;
   for (uint32_t i = 0; g && i < g->n; i++) {
     if ((bg_devptr)(uintptr_t)g->v[i].p != a) continue;
