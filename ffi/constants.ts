@@ -6,6 +6,7 @@ export const MEMPOOL_GRANULE = 256;
 export const IPC_HANDLE_BYTES = 96;
 export const COMM_ID_BYTES = 128;
 export const SUBMIT_WAIT = 1;
+export const SUBMIT_SERIAL = 2;
 export const RING_HEAD_OFFSET = 0;
 export const RING_TAIL_OFFSET = 128;
 export const RING_META_OFFSET = 256;

@@ -119,6 +119,7 @@ export const symbols = {
     returns: i32,
   },
   bg_launch_host_func: { args: [ptr /* stream */, ptr /* bg_host_fn */, ptr /* user */], returns: i32 },
+  bg_stream_notify: { args: [ptr /* stream */, ptr /* bg_host_fn */, ptr /* user */], returns: i32 },
 
   // ---- signals
   bg_signal_create: { args: [ptr /* void** out */], returns: i32, out: ["ptr"] },

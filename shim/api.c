@@ -1021,6 +1021,13 @@ BG_API int32_t bg_launch_host_func(void* s, bg_host_fn fn, void* user) {
   return OPS(s)->launch_host_func(s, fn, user);
 }
 
+BG_API int32_t bg_stream_notify(void* s, bg_host_fn fn, void* user) {
+  CHECK(s, BG_KIND_STREAM, "bg_stream_notify");
+  NONNULL(fn, "bg_stream_notify", "fn");
+  BG_HOOK(DEV(s));
+  return OPS(s)->stream_notify ? OPS(s)->stream_notify(s, fn, user) : OPS(s)->launch_host_func(s, fn, user);
+}
+
 /* ---- signals ------------------------------------------------------------------------------- */
 struct bg_signal {
   bg_obj h;

@@ -340,6 +340,12 @@ BG_API int32_t bg_memset_async(void* stream, bg_devptr dst, uint32_t pattern, ui
 /* A C callback run in stream order (on a shim thread). */
 typedef void (*bg_host_fn)(void* user);
 BG_API int32_t bg_launch_host_func(void* stream, bg_host_fn fn, void* user);
+/* fn(user) once the work queued on `stream` before this call has finished, for waking a waiter
+ * (a thread-safe callback into a runtime's event loop): the work counts as finished for
+ * bg_stream_query and bg_stream_synchronize before fn is called, and fn holds nothing up. Where
+ * a backend cannot call back after completion it is a host function (bg_launch_host_func, which
+ * the stream waits for: keep fn short). Not on a capturing stream. */
+BG_API int32_t bg_stream_notify(void* stream, bg_host_fn fn, void* user);
 
 /* ---- signals: stream-order hand-off to a polling host thread (TypeScript host functions) ---
  * A signal is a 32-bit state word in shim memory. bg_stream_host_signal enqueues an operation
@@ -492,9 +498,12 @@ BG_API int32_t bg_submit(void* stream, const void* bytes, uint64_t len);
 BG_API int32_t bg_submit_checked(void* stream, const void* bytes, uint64_t len,
                                  uint64_t* out_bad_offset);
 /* bg_submit_checked, then with BG_SUBMIT_WAIT a bg_stream_synchronize of the same stream: a
- * whole plan submitted and waited for in one crossing. flags other than BG_SUBMIT_WAIT are
- * BG_ERR_INVALID_VALUE. */
+ * whole plan submitted and waited for in one crossing. BG_SUBMIT_SERIAL (a hint, with
+ * BG_SUBMIT_WAIT): a backend whose device work runs on host threads (CPU) runs the list's
+ * launches on the calling thread alone, without waking its pool, for lists too small to repay
+ * the pool's hand-off; other backends ignore it. Other flags are BG_ERR_INVALID_VALUE. */
 #define BG_SUBMIT_WAIT 1u
+#define BG_SUBMIT_SERIAL 2u
 BG_API int32_t bg_submit_ex(void* stream, const void* bytes, uint64_t len, uint32_t flags,
                             uint64_t* out_bad_offset);
 /* A graph from a command list, validated as bg_submit validates it (a refused list returns

@@ -239,7 +239,7 @@ static int32_t aligned(const void* bytes, uint64_t len, const char* fn, const ui
 }
 
 /* bg_submit_checked's work; with `wait`, through the backend's submit_wait (which waits too). */
-static int32_t submit_list(void* s, const void* bytes, uint64_t len, uint64_t* bad, int wait) {
+static int32_t submit_list(void* s, const void* bytes, uint64_t len, uint64_t* bad, int wait, uint32_t flags) {
   if (!bg_obj_is(s, BG_KIND_STREAM))
     return bg_set_error(BG_ERR_INVALID_HANDLE, "bg_submit: not a live stream handle");
   if (!len) return BG_OK;
@@ -251,22 +251,22 @@ static int32_t submit_list(void* s, const void* bytes, uint64_t len, uint64_t* b
   if ((rc = aligned(bytes, len, "bg_submit", &p, &owned))) return rc;
   {
     BG_HOOK(((bg_obj*)s)->dev);
-    rc = wait ? ((bg_obj*)s)->dev->ops->submit_wait(s, p, len) : run_cmds(s, p, len);
+    rc = wait ? ((bg_obj*)s)->dev->ops->submit_wait(s, p, len, flags) : run_cmds(s, p, len);
   }
   free(owned);
   return rc;
 }
 
 BG_API int32_t bg_submit_checked(void* s, const void* bytes, uint64_t len, uint64_t* bad) {
-  return submit_list(s, bytes, len, bad, 0);
+  return submit_list(s, bytes, len, bad, 0, 0);
 }
 
 BG_API int32_t bg_submit_ex(void* s, const void* bytes, uint64_t len, uint32_t flags,
                             uint64_t* bad) {
-  if (flags & ~BG_SUBMIT_WAIT)
+  if (flags & ~(BG_SUBMIT_WAIT | BG_SUBMIT_SERIAL))
     return bg_set_error(BG_ERR_INVALID_VALUE, "bg_submit_ex: unknown flags 0x%x", flags);
   if ((flags & BG_SUBMIT_WAIT) && len && bg_obj_is(s, BG_KIND_STREAM) && ((bg_obj*)s)->dev->ops->submit_wait)
-    return submit_list(s, bytes, len, bad, 1);
+    return submit_list(s, bytes, len, bad, 1, flags);
   int32_t rc = bg_submit_checked(s, bytes, len, bad);
   if (rc != BG_OK || !(flags & BG_SUBMIT_WAIT)) return rc;
   /* `s` is a live stream: bg_submit_checked said so. */

@@ -121,6 +121,8 @@ struct bg_ops {
   int32_t (*memcpy_dtod_async)(void* s, bg_devptr dst, bg_devptr src, uint64_t n);
   int32_t (*memset_async)(void* s, bg_devptr dst, uint32_t pattern, uint32_t esz, uint64_t count);
   int32_t (*launch_host_func)(void* s, bg_host_fn fn, void* user);
+  /* NULL: bg_stream_notify is launch_host_func. */
+  int32_t (*stream_notify)(void* s, bg_host_fn fn, void* user);
   /* NULL where streams cannot wait on / write memory (then BG_ERR_NOT_SUPPORTED). */
   int32_t (*stream_wait_value32)(void* s, bg_devptr addr, uint32_t value);
   int32_t (*stream_write_value32)(void* s, bg_devptr addr, uint32_t value);
@@ -161,7 +163,7 @@ struct bg_ops {
   int32_t (*submit)(void* s, const uint8_t* bytes, uint64_t len);
   /* Optional: submit validated commands and wait for the stream (bg_submit_ex with
    * BG_SUBMIT_WAIT). NULL: submit, then stream_synchronize. */
-  int32_t (*submit_wait)(void* s, const uint8_t* bytes, uint64_t len);
+  int32_t (*submit_wait)(void* s, const uint8_t* bytes, uint64_t len, uint32_t flags);
 
   /* A graph of the backend's own kind from a validated command list (bg_graph_from_commands);
    * its handle must answer the graph_* entries above. NULL: the core's generic command-list

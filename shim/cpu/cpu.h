@@ -101,6 +101,7 @@ enum {
   OP_GRAPH,
   OP_CMDS,
   OP_RELEASE,   /* drops a reference on a cpu_deferred when the stream reaches it */
+  OP_NOTIFY,    /* calls u.hf.fn after counting itself completed (bg_stream_notify) */
   OP_WAIT_STREAM /* legacy implicit sync: waits until another stream has completed `target` ops */
 };
 
@@ -524,6 +525,7 @@ int32_t cpu_memcpy_peer_async(void* s, bg_devptr dst, bg_device* dst_dev, bg_dev
                               bg_device* src_dev, uint64_t n, int peer);
 int32_t cpu_memset_async(void* s, bg_devptr dst, uint32_t pattern, uint32_t esz, uint64_t count);
 int32_t cpu_launch_host_func(void* s, bg_host_fn fn, void* user);
+int32_t cpu_stream_notify(void* s, bg_host_fn fn, void* user);
 int32_t cpu_event_create(bg_device* dev, uint32_t flags, void** out);
 int32_t cpu_event_destroy(void* e);
 int32_t cpu_event_record(void* e, void* s);
@@ -558,7 +560,9 @@ int32_t cpu_graph_launch(void* x, void* s);
 int32_t cpu_graph_exec_set_kernel_args(void* x, uint32_t index, const uint64_t* args,
                                        uint32_t nargs);
 int32_t cpu_submit(void* s, const uint8_t* bytes, uint64_t len);
-int32_t cpu_submit_wait(void* s, const uint8_t* bytes, uint64_t len);
+int32_t cpu_submit_wait(void* s, const uint8_t* bytes, uint64_t len, uint32_t flags);
+/* Set on a thread while it runs a list submitted with BG_SUBMIT_SERIAL: its launches skip the pool. */
+extern _Thread_local int cpu_t_serial;
 /* cmdgraph.c: a native graph from a validated command list (bg_graph_from_commands). */
 int32_t cpu_graph_from_commands(bg_device* dev, const uint8_t* p, uint64_t len, void** out);
 

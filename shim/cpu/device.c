@@ -596,6 +596,7 @@ const bg_ops cpu_ops = {
     .memcpy_dtod_async = cpu_memcpy_dtod_async,
     .memset_async = cpu_memset_async,
     .launch_host_func = cpu_launch_host_func,
+    .stream_notify = cpu_stream_notify,
     .event_create = cpu_event_create,
     .event_destroy = cpu_event_destroy,
     .event_record = cpu_event_record,

@@ -251,9 +251,10 @@ int32_t cpu_submit(void* sv, const uint8_t* p, uint64_t len) {
  * no hand-over and no wake-up, and no third thread (the waiter spinning) competing with the
  * worker and the pool for the cores. The stream's lock is held meanwhile, so an op enqueued by
  * another thread runs after the list, and the list counts as one op (enqueued, then completed) for
- * those that synchronize or query. Anything else (checked mode included: its wrappers have no
- * submit_wait) is a submit and a synchronize. */
-int32_t cpu_submit_wait(void* sv, const uint8_t* p, uint64_t len) {
+ * those that synchronize or query. With BG_SUBMIT_SERIAL its launches run on this thread alone
+ * (cpu_t_serial: the pool is not woken). Anything else (checked mode included: its wrappers have
+ * no submit_wait) is a submit and a synchronize. */
+int32_t cpu_submit_wait(void* sv, const uint8_t* p, uint64_t len, uint32_t flags) {
   cpu_stream* s = sv;
   int inl = (s->flags & BG_STREAM_NON_BLOCKING) && !cpu_stream_is_default(s) && !s->dev->checked &&
             !atomic_load_explicit(&s->cap, memory_order_acquire);
@@ -288,7 +289,9 @@ int32_t cpu_submit_wait(void* sv, const uint8_t* p, uint64_t len) {
   cpu_op op = {.kind = OP_CMDS};
   op.u.cmd.bytes = (uint8_t*)p;
   op.u.cmd.len = len;
+  cpu_t_serial = (flags & BG_SUBMIT_SERIAL) != 0;
   cpu_cmds_run(s, &op);
+  cpu_t_serial = 0;
   atomic_fetch_add(&s->completed, 1);
   if (atomic_load(&s->waiters) > 0) pthread_cond_broadcast(&s->cv_done);
   pthread_mutex_unlock(&s->mu);

@@ -20,6 +20,7 @@
  * (the runtime's crash handler, or the default action): it is not ours to swallow. Without
  * BUNGPU_CHECK nothing is installed and a fault in a kernel is a crash, as a bad pointer in any
  * native code is. */
+_Thread_local int cpu_t_serial;
 static _Thread_local sigjmp_buf* t_kjmp;
 static _Thread_local void* t_faddr;
 static _Thread_local int t_fsig;
@@ -229,7 +230,7 @@ void cpu_pool_destroy(cpu_pool* p) {
   p->scratch = NULL;
 }
 
-/* One-block launches, and launches that find the pool busy (another stream's launch, maybe a
+/* One-block launches, launches of a list submitted with BG_SUBMIT_SERIAL, and launches that find the pool busy (another stream's launch, maybe a
  * persistent kernel), run entirely on the stream worker with its own scratch, as worker 0:
  * every stream always makes progress. */
 void cpu_kernel_run(cpu_stream* s, cpu_kernel* k, const uint32_t g[3], const uint32_t b[3],
@@ -249,7 +250,7 @@ void cpu_kernel_run(cpu_stream* s, cpu_kernel* k, const uint32_t g[3], const uin
   cpu_kfn fn = k->fn;
   cpu_device* d = s->dev;
   if (d->checked && atomic_load_explicit(&d->sticky, memory_order_acquire)) return; /* dead */
-  int pooled = total > 1 && p->nslots > 1 && pthread_mutex_trylock(&p->launch_mu) == 0;
+  int pooled = total > 1 && !cpu_t_serial && p->nslots > 1 && pthread_mutex_trylock(&p->launch_mu) == 0;
   if (pooled && !p->started) pool_start(p);
   if (pooled && p->nthreads == 0) {
     pthread_mutex_unlock(&p->launch_mu);

@@ -127,7 +127,8 @@ void cpu_op_run(cpu_stream* s, cpu_op* op) {
       break;
     case OP_COPY: cpu_copy(op->u.cp.dst, op->u.cp.src, op->u.cp.n, op->u.cp.staged); break;
     case OP_MEMSET: cpu_fill(op->u.ms.dst, op->u.ms.pattern, op->u.ms.esz, op->u.ms.count); break;
-    case OP_HOST: op->u.hf.fn(op->u.hf.user); break;
+    case OP_HOST:
+    case OP_NOTIFY: op->u.hf.fn(op->u.hf.user); break;
     case OP_RECORD: cpu_event_complete(op->u.ev.e, op->u.ev.seq); break;
     case OP_WAIT: cpu_event_wait_seq(op->u.ev.e, op->u.ev.seq); break;
     case OP_GRAPH: cpu_exec_run(s, op->u.g.x, op->u.g.a, op->u.g.seqs, op->u.g.ticket); break;

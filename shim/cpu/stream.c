@@ -56,7 +56,8 @@ static void* worker_main(void* arg) {
     if (s->space_waiters) pthread_cond_broadcast(&s->cv_space); /* a full queue has room */
     pthread_mutex_unlock(&s->mu);
     for (uint32_t i = 0; i < nb; i++) {
-      cpu_op_run(s, &batch[i]);
+      int notify = batch[i].kind == OP_NOTIFY; /* counted first, called after */
+      if (!notify) cpu_op_run(s, &batch[i]);
       cpu_op_release(&batch[i]);
       atomic_fetch_add(&s->completed, 1); /* per op: query and events see each one finish */
       if (atomic_load(&s->waiters) > 0) {
@@ -64,6 +65,7 @@ static void* worker_main(void* arg) {
         pthread_cond_broadcast(&s->cv_done);
         pthread_mutex_unlock(&s->mu);
       }
+      if (notify) batch[i].u.hf.fn(batch[i].u.hf.user);
     }
     pthread_mutex_lock(&s->mu);
   }
@@ -323,6 +325,19 @@ int32_t cpu_launch_host_func(void* s, bg_host_fn fn, void* user) {
   op.u.hf.fn = fn;
   op.u.hf.user = user;
   return cpu_submit_op(s, &op, "bg_launch_host_func");
+}
+
+/* The worker counts it completed, then calls fn (worker_main): a waiter woken by fn finds the
+ * stream idle when nothing was queued after it. A capture could only record it as a host node that
+ * every replay calls, which is not what a wait means: refused there. */
+int32_t cpu_stream_notify(void* sv, bg_host_fn fn, void* user) {
+  cpu_stream* s = sv;
+  int32_t rc = cpu_capture_guard_stream(s, "bg_stream_notify");
+  if (rc) return rc;
+  cpu_op op = {.kind = OP_NOTIFY};
+  op.u.hf.fn = fn;
+  op.u.hf.user = user;
+  return cpu_enqueue(s, &op, "bg_stream_notify");
 }
 
 /* ---- events ---------------------------------------------------------------------------------- */
