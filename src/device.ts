@@ -12,6 +12,7 @@ import { Event, type EventOptions } from "./event";
 import { beforeBlockingWait, raiseDeviceFailures } from "./hostfn";
 import { INSPECT, plural } from "./inspect";
 import { settled } from "./poll";
+import { closeWakeStreams } from "./wake";
 import { ADOPT_DEFAULT, MemoryPool } from "./memory_pool";
 import { Stream, type StreamOptions } from "./stream";
 
@@ -417,6 +418,7 @@ export class Device {
     this.state.open = false;
     if (shared && --shared.opened <= 0) sharedByHandle.delete(this.state.handle);
     if (this === defaultDevice) defaultDevice = undefined;
+    closeWakeStreams(this.state);
     try {
       this.state.api.device_close(this.state.handle);
     } catch {

@@ -43,6 +43,11 @@ export interface DeviceState {
    * its memory goes with it and their device does not know to wait.
    */
   peerStreams: Set<{ drain(): void }>;
+  /**
+   * Native streams of the shim's own, not in use, on which an Event.done() waits for its event and
+   * asks to be called back (wake.ts): destroyed when the device closes.
+   */
+  wakeStreams: number[];
 }
 
 /** What the work captured while captures were open uses; see DeviceState.captureLog. */
@@ -78,6 +83,7 @@ export function newDeviceState(
     deferredReleases: [],
     captureLog: null,
     peerStreams: new Set(),
+    wakeStreams: [],
   };
 }
 

@@ -7,6 +7,7 @@ import { describeGot, invalid, options } from "./errors";
 import { decodeHandle, encodeHandle, handleBytes } from "./ipc";
 import { beforeBlockingWait } from "./hostfn";
 import { pollUntil, settled } from "./poll";
+import { afterEvent } from "./wake";
 import { RELEASE, Resource } from "./resource";
 
 export interface EventOptions {
@@ -83,8 +84,21 @@ export class GpuEvent extends Resource {
     api.event_synchronize(h);
   }
 
-  /** Resolves when the recorded work has finished; never blocks the event loop. */
+  /**
+   * Resolves when the recorded work has finished; never blocks the event loop. A stream of the
+   * device's own waits on the event and wakes the loop (wake.ts); while a capture is open on the
+   * device, or where no callback can be made, the event is polled.
+   */
   done(): Promise<void> {
+    if (this.#recordedOn !== 0 && this.dev.captures === 0 && !this.query()) {
+      const api = this.dev.api;
+      const h = this.handle;
+      const woken = afterEvent(this.dev, h, () => settled(() => api.event_query(h)));
+      if (woken)
+        return woken.then(() => {
+          api.event_query(h); // a failure of the recorded work throws, as the poll's query did
+        });
+    }
     return pollUntil(() => this.query());
   }
 

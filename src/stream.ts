@@ -1,5 +1,5 @@
 // Stream: an in-order queue of device work. Enqueueing returns at once; synchronize() blocks,
-// done() is its awaitable twin that polls and never blocks the event loop.
+// done() is its awaitable twin: the stream wakes the event loop when it gets there (wake.ts).
 import { CaptureStatusId, CopyPath, StreamFlag } from "../ffi/constants";
 import { Buffer, HostBuffer, checkSize, fillPattern, fillTypeOf, type FillRange, type FillType, type GpuBufferOf } from "./buffer";
 import { captureEnded, isDevice, noteCaptured, type DeviceRef, type DeviceState } from "./device_state";
@@ -10,6 +10,7 @@ import { abandonFailures, beforeBlockingWait, enqueueHostFn, raiseFailures, reco
 import { CaptureMode, beginCapture as beginCaptureOn, endCapture as endCaptureOn, type CaptureStatus, type Graph } from "./capture";
 import { MemoryPool } from "./memory_pool";
 import { pollUntil, settled } from "./poll";
+import { afterStream } from "./wake";
 import { RELEASE, Resource } from "./resource";
 
 export interface StreamOptions {
@@ -140,8 +141,30 @@ export class Stream extends Resource {
   /** Events for done(), reused: creating one per wait would cost a native allocation each time. */
   #spare: Event[] = [];
 
-  /** Resolves when the work queued before this call has finished; never blocks the event loop. */
+  /**
+   * Resolves when the work queued before this call has finished; never blocks the event loop. The
+   * stream itself wakes the loop when it gets there (a host function calling back, wake.ts); while
+   * a capture is open on the device, or where no callback can be made, an event is recorded and
+   * polled instead.
+   */
   async done(): Promise<void> {
+    if (this.dev.captures === 0) {
+      const h = this.handle;
+      const api = this.dev.api;
+      if (api.stream_query(h)) {
+        this.#idle(); // nothing left to wait for: no host function, no turn
+        this.#raise("Stream.done");
+        return;
+      }
+      const woken = afterStream(api, h, () => settled(() => api.stream_query(h)));
+      if (woken) {
+        await woken;
+        // A failure of the work (CUDA's sticky errors) is the query's to throw, as the event's was.
+        if (!this.disposed && api.stream_query(h)) this.#idle();
+        this.#raise("Stream.done");
+        return;
+      }
+    }
     const ev = this.#spare.pop() ?? Event.create(this.device, { timing: false });
     try {
       ev.record(this);
