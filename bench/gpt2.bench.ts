@@ -1,8 +1,9 @@
 // Issue 13: the GPT-2-style decoder of examples/gpt2.ts against onnxruntime-node on the same
 // weights. One random model (4 layers, width 256, 4 heads, vocabulary 2048, context 256) is
 // written to a temp dir as safetensors; bench/onnx/export_gpt2.py turns it into an ONNX model of
-// the same computation (if python3 or its onnx package is missing, the reason is printed and
-// bungpu is measured alone). Both run on the CPU with the same thread count: onnxruntime's
+// the same computation (Python's onnx package is installed once into the tests' pip cache where
+// python3 lacks it; if python3 or pip is missing, the reason is printed and bungpu is measured
+// alone). Both run on the CPU with the same thread count: onnxruntime's
 // intraOpNumThreads = the CPU backend's pool (one thread per online core, the device's
 // computeUnits), one inter-op thread. Measured side by side in one mitata run, each INCLUDING
 // writing its inputs and reading its outputs back (what a user pays):
@@ -17,12 +18,13 @@
 // Run: bun run bench/gpt2.bench.ts   (TENSOR_BENCH_QUICK=1 for a short run; PYTHON=… names the
 //      interpreter, python3 by default)
 import { bench, do_not_optimize, group, run, summary } from "mitata";
-import { mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Device } from "../src";
 import { GPT2, writeRandomGPT2, type GPT2Config } from "../examples/gpt2";
 import { OrtGPT2 } from "./onnx/ort_gpt2";
+import { pipCacheRoot, pipInstallOnce } from "../test/pip_cache";
 
 const quick = !!process.env.TENSOR_BENCH_QUICK;
 const note = (s: string) => process.stderr.write(`${s}\n`);
@@ -50,9 +52,20 @@ let ort: OrtGPT2 | null = null;
 let ortWhyNot = "";
 t0 = performance.now();
 const python = process.env.PYTHON ?? "python3";
+// The exporter needs Python's onnx package: where python3 lacks it, it is installed once (with
+// what it needs) into the per-user cache the tests' NVRTC and NCCL come from, and put on PYTHONPATH.
+const pyPath: string[] = [];
+if (Bun.spawnSync([python, "-c", "import onnx, numpy"], { stdout: "ignore", stderr: "ignore" }).exitCode !== 0) {
+  const root = pipCacheRoot("onnx");
+  note(`python3 has no onnx package: installing it into ${root} (once)…`);
+  const why = pipInstallOnce(root, "onnx", (d) => existsSync(join(d, "onnx", "__init__.py")), true);
+  if (why) note(why);
+  else pyPath.push(root);
+}
 let pyErr = "";
 try {
-  const py = Bun.spawnSync([python, join(import.meta.dir, "onnx", "export_gpt2.py"), weightsPath, onnxPath], { stdout: "pipe", stderr: "pipe" });
+  const env = pyPath.length ? { ...process.env, PYTHONPATH: [...pyPath, process.env.PYTHONPATH].filter(Boolean).join(":") } : process.env;
+  const py = Bun.spawnSync([python, join(import.meta.dir, "onnx", "export_gpt2.py"), weightsPath, onnxPath], { stdout: "pipe", stderr: "pipe", env });
   if (py.exitCode !== 0) pyErr = new TextDecoder().decode(py.stderr).trim().split("\n").pop() || `exit ${py.exitCode}`;
 } catch (e) {
   pyErr = `cannot run ${python}: ${e instanceof Error ? e.message : String(e)}`;

@@ -18,7 +18,7 @@
 // Over 600 lines on purpose: the format, its one encoder and its one launch validation are kept
 // in one file so that nothing else writes command bytes.
 import { SubmitError, addressOf, submit } from "../ffi/result";
-import { Cmd, SUBMIT_WAIT as BG_SUBMIT_WAIT, bg_cmd_copy_rec, bg_cmd_event_rec, bg_cmd_header, bg_cmd_launch_rec, bg_cmd_memset_rec } from "../ffi/constants";
+import { Cmd, SUBMIT_SERIAL, SUBMIT_WAIT as BG_SUBMIT_WAIT, bg_cmd_copy_rec, bg_cmd_event_rec, bg_cmd_header, bg_cmd_launch_rec, bg_cmd_memset_rec } from "../ffi/constants";
 import { backends, type BackendRecord } from "./backends";
 import { Buffer, HostBuffer, checkSize, fillPattern, fillTypeOf, type FillType } from "./buffer";
 import { noteCaptured, type Device, type DeviceState } from "./device";
@@ -471,15 +471,16 @@ export class CommandList {
   /**
    * Submit every command to `stream` in one crossing (bg_submit_ex; with `wait`, the stream is
    * synchronized in the same crossing), then empty the list unless `keep`. An empty list crosses
-   * nothing (unless `wait`). Returns true when a crossing was made.
+   * nothing (unless `wait`). Returns true when a crossing was made. `serial` (with `wait`): a hint
+   * that the list is too small to repay a host backend's thread pool (BG_SUBMIT_SERIAL).
    */
-  submit(stream: Stream, opts: { keep?: boolean; wait?: boolean } = {}, call = "CommandList.submit"): boolean {
+  submit(stream: Stream, opts: { keep?: boolean; wait?: boolean; serial?: boolean } = {}, call = "CommandList.submit"): boolean {
     opts = options(call, opts);
     const s = this.#stream(call, stream);
     this.checkRefs(call);
     const wait = opts.wait === true;
     const crossed = this.#len > 0 || wait;
-    if (crossed) this.#cross(s, 0, this.#len, wait ? SUBMIT_WAIT : 0);
+    if (crossed) this.#cross(s, 0, this.#len, wait ? SUBMIT_WAIT | (opts.serial ? SUBMIT_SERIAL : 0) : 0);
     if (!opts.keep) this.reset();
     return crossed;
   }

@@ -101,6 +101,8 @@ export {
   type PlanRunOptions,
   type RunInput,
   type RunOutput,
+  RunBatcher,
+  type BatchOptions,
   type DType,
   type HostArray,
   type HostArrayOf,

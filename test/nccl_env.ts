@@ -3,17 +3,15 @@
 // BUNGPU_NCCL_HOME points at an installed NCCL instead (its include/ and lib/). Where neither
 // works, callers skip with the reason this returns: the suite never needs a GPU.
 import { existsSync } from "node:fs";
-import { homedir } from "node:os";
 import { join } from "node:path";
-import { pipInstallOnce } from "./pip_cache";
+import { pipCacheRoot, pipInstallOnce } from "./pip_cache";
 
 export type Nccl = { ok: true; include: string; lib: string | null; how: string } | { ok: false; reason: string };
 
 const PACKAGE = "nvidia-nccl-cu13";
 
 function cacheRoot(): string {
-  const base = process.env.BUNGPU_TEST_CACHE ?? join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "bungpu-test");
-  return join(base, "nccl-cu13");
+  return pipCacheRoot("nccl-cu13");
 }
 
 function findIn(root: string): { include: string; lib: string | null } | null {

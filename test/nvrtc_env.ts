@@ -2,9 +2,8 @@
 // pip from the Python package registry (`nvidia-cuda-nvrtc`, CUDA 13) into a per-user test cache.
 // Where neither works, callers skip with the reason this returns: the suite never needs a GPU.
 import { existsSync, readdirSync } from "node:fs";
-import { homedir } from "node:os";
 import { dirname, join } from "node:path";
-import { pipInstallOnce } from "./pip_cache";
+import { pipCacheRoot, pipInstallOnce } from "./pip_cache";
 
 export type Nvrtc =
   | { ok: true; lib: string; include: string | null; version: string; how: string }
@@ -13,9 +12,7 @@ export type Nvrtc =
 const PACKAGE = "nvidia-cuda-nvrtc~=13.0";
 
 function cacheRoot(): string {
-  const base = process.env.BUNGPU_TEST_CACHE
-    ?? join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "bungpu-test");
-  return join(base, "nvrtc13");
+  return pipCacheRoot("nvrtc13");
 }
 
 /** The libnvrtc.so.N (not the .alt variant) under a pip --target folder, if any. */

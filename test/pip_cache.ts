@@ -3,13 +3,21 @@
 // NCCL (nccl_env.ts). One installer at a time across processes; a half-installed folder is never
 // seen under its final name.
 import { existsSync, mkdirSync, renameSync, rmSync, statSync } from "node:fs";
-import { dirname } from "node:path";
+import { homedir } from "node:os";
+import { dirname, join } from "node:path";
+
+/** The per-user cache folder `name` of Python packages for tests and benches (BUNGPU_TEST_CACHE overrides the base). */
+export function pipCacheRoot(name: string): string {
+  const base = process.env.BUNGPU_TEST_CACHE ?? join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "bungpu-test");
+  return join(base, name);
+}
 
 /**
- * Make sure `root` holds `pkg` (as `present(root)` tells), installing it with pip if not.
- * Returns null when it is there, else why it could not be installed.
+ * Make sure `root` holds `pkg` (as `present(root)` tells), installing it with pip if not (with
+ * `deps`, the packages it needs too; else it alone). Returns null when it is there, else why it
+ * could not be installed.
  */
-export function pipInstallOnce(root: string, pkg: string, present: (dir: string) => boolean): string | null {
+export function pipInstallOnce(root: string, pkg: string, present: (dir: string) => boolean, deps = false): string | null {
   if (existsSync(root) && present(root)) return null;
   mkdirSync(dirname(root), { recursive: true });
   // mkdir is atomic: the lock; a stale one (over 10 minutes old) is broken
@@ -33,7 +41,7 @@ export function pipInstallOnce(root: string, pkg: string, present: (dir: string)
     rmSync(tmp, { recursive: true, force: true });
     const py = ["python3", "python"].find((p) => Bun.which(p));
     if (!py) return `no python3 with pip to install ${pkg}`;
-    const r = Bun.spawnSync([py, "-m", "pip", "install", "--quiet", "--no-deps", "--disable-pip-version-check", "--target", tmp, pkg], {
+    const r = Bun.spawnSync([py, "-m", "pip", "install", "--quiet", ...(deps ? [] : ["--no-deps"]), "--disable-pip-version-check", "--target", tmp, pkg], {
       stdout: "pipe",
       stderr: "pipe",
       timeout: 600_000,

@@ -115,6 +115,7 @@ export const cpu = {
   launchLimits: { block: [1024, 1024, 64], gridYZ: 65535, blocks: 4294967295 },
   legacyDefaultStream: true,
   streamWaitValue: false,
+  computesOnHost: true,
   ring: {
     source: cpuRingSource,
     persistent: true,

@@ -95,6 +95,7 @@ export const cuda = {
   launchLimits: { block: [1024, 1024, 64], gridYZ: 65535, blocks: null },
   legacyDefaultStream: true,
   streamWaitValue: true,
+  computesOnHost: false,
   ring: {
     source: cudaRingSource,
     persistent: true,

@@ -40,6 +40,7 @@ export const metal = {
   launchLimits: { block: null, gridYZ: null, blocks: null },
   legacyDefaultStream: false,
   streamWaitValue: false,
+  computesOnHost: false,
   ring: {
     source: metalRingSource,
     // Metal cannot keep a kernel resident: Ring mode relaunches per batch

@@ -36,6 +36,12 @@ export interface BackendRecord {
   readonly legacyDefaultStream: boolean;
   /** Whether its streams can wait on a word in memory (stream memory operations), for host functions. */
   readonly streamWaitValue: boolean;
+  /**
+   * Whether its device work runs on the host's own cores: a short plan.run then runs in a turn of
+   * the event loop on the calling thread (with the backend's pool), as onnxruntime-node's
+   * session.run does, rather than being handed to a stream's thread and woken back.
+   */
+  readonly computesOnHost: boolean;
   readonly ring: {
     /** The ring kernels' source around a handler, in its language (the shared loops: ./ring). */
     source(handler: string, entry: string, shape: RingShape): string;

@@ -17,6 +17,8 @@ export {
   type PlanRunOptions,
   type RunInput,
   type RunOutput,
+  RunBatcher,
+  type BatchOptions,
 } from "./plan";
 export type { DType, UnaryOp, BinaryOp, ReduceOp } from "./ast";
 export type { HostArray, HostArrayOf, HostArrayOfDType } from "./dtype";

@@ -63,10 +63,18 @@ export function outputTargets(
   return at;
 }
 
-/** The value of `node` held in `buf` under `vals`, read into `into` (checked by outputTargets) or a fresh array. */
-export function readOutputInto(call: string, buf: Buffer, node: LazyNode, vals: ReadonlyMap<string, number>, into: RunOutput | undefined): RunOutput {
+/**
+ * The value of `node` held in `buf` (or in `buf`'s bytes, a view of host memory) under `vals`,
+ * read into `into` (checked by outputTargets) or a fresh array.
+ */
+export function readOutputInto(call: string, buf: Buffer | Uint8Array, node: LazyNode, vals: ReadonlyMap<string, number>, into: RunOutput | undefined): RunOutput {
   if (!into) return readValue(call, buf, node, vals) as RunOutput; // typed as the default arrays, as readOutput is
-  if (into.length === maxNumel(node.shape)) return buf.read(into); // the buffer's layout is the value's
+  if (into.length === maxNumel(node.shape)) {
+    // the buffer's layout is the value's
+    if (!(buf instanceof Uint8Array)) return buf.read(into);
+    new Uint8Array(into.buffer, into.byteOffset, into.byteLength).set(buf.subarray(0, into.byteLength));
+    return into;
+  }
   into.set(readValue(call, buf, node, vals) as never);
   return into;
 }

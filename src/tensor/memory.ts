@@ -147,14 +147,32 @@ export function allocateIntermediates(device: Device, layout: BufferLayout, mem:
 }
 
 /**
- * The value of `node` held in `buf`, in its shape under the variable values `vals` (the buffer
- * holds the layout of the variables' maxima: a smaller value is gathered out of it).
+ * The leading bytes of `node`'s buffer that hold its value under `vals`: the whole value when it is
+ * one contiguous run from the start (every dimension at its maximum, or only the leading one
+ * short, as a prompt's rows), else the whole buffer (laid out for the maxima).
  */
-export function readValue(call: string, buf: Buffer, node: LazyNode, vals: ReadonlyMap<string, number>): HostArray {
+export function valueBytes(node: LazyNode, vals: ReadonlyMap<string, number>): number {
+  const shape = node.shape.map((d) => dimValue(d, vals));
+  const numel = shape.reduce((p, q) => p * q, 1);
+  const max = maxNumel(node.shape);
+  if (numel === max) return numel * ITEMSIZE[node.dtype];
+  const st = maxStrides(node.shape);
+  let j = shape.length - 1;
+  while (j > 0 && shape[j] === dimMax(node.shape[j]!)) j--;
+  return (shape[j]! * st[j]! === numel ? numel : max) * ITEMSIZE[node.dtype];
+}
+
+/**
+ * Read `node`'s value in its actual shape under `vals` from its buffer, or from `src` bytes that
+ * hold the buffer's leading valueBytes() (a run's staged copy): a fresh array of its dtype.
+ */
+export function readValue(call: string, src: Buffer | Uint8Array, node: LazyNode, vals: ReadonlyMap<string, number>): HostArray {
   const size = ITEMSIZE[node.dtype];
   const make = (n: number): HostArray => hostArray(call, n * size, () => dtypeArray(node.dtype, n));
   const readInto = (a: HostArray): HostArray => {
-    buf.read(new Uint8Array(a.buffer, 0, a.byteLength));
+    const dst = new Uint8Array(a.buffer, 0, a.byteLength);
+    if (src instanceof Uint8Array) dst.set(src.subarray(0, a.byteLength));
+    else src.read(dst);
     return a;
   };
   const shape = node.shape.map((d) => dimValue(d, vals));

@@ -76,6 +76,15 @@ export interface RunPlan {
   readonly bufs: readonly PlanBuffer[];
   readonly inputNames: readonly string[];
   readonly vars: ReadonlyMap<string, Variable>;
+  /** Each input name's position, -1 for a name several inputs share (inputIndex builds it). */
+  readonly inputIndex?: ReadonlyMap<string, number>;
+}
+
+/** RunPlan.inputIndex for these input names. */
+export function inputIndex(names: readonly string[]): Map<string, number> {
+  const m = new Map<string, number>();
+  names.forEach((n, i) => m.set(n, m.has(n) ? -1 : i));
+  return m;
 }
 
 /** A copy of `data` for input buffer `b` (`data` itself unless `copy`), refused unless it is a typed array of the input's dtype and size. */
@@ -119,11 +128,16 @@ export function runArgs(
         setVar(name, d);
         continue;
       }
-      const at = plan.inputNames.flatMap((n, i) => (n === name ? [i] : []));
-      if (at.length === 0)
+      const at = plan.inputIndex ? plan.inputIndex.get(name) : undefined;
+      if (at !== undefined && at >= 0) {
+        setInput(at, `input ${JSON.stringify(name)}`, d);
+        continue;
+      }
+      const all = plan.inputNames.flatMap((n, i) => (n === name ? [i] : []));
+      if (all.length === 0)
         invalid(call, `no input or variable named ${JSON.stringify(name)} (inputs: ${plan.inputNames.join(", ") || "none"}; variables: ${[...plan.vars.keys()].join(", ") || "none"})`);
-      if (at.length > 1) invalid(call, `${at.length} inputs are named ${JSON.stringify(name)}; give them by position`);
-      setInput(at[0]!, `input ${JSON.stringify(name)}`, d);
+      if (all.length > 1) invalid(call, `${all.length} inputs are named ${JSON.stringify(name)}; give them by position`);
+      setInput(all[0]!, `input ${JSON.stringify(name)}`, d);
     }
   } else invalid(call, `inputs must be an array or an object, got ${describeValue(feeds)}`);
   if (o.vars !== undefined) {

@@ -15,14 +15,21 @@ import { ExecMode, type Executable, type Schedule } from "../schedule";
 import type { Buffer } from "../buffer";
 import { Stream } from "../stream";
 import { hostFnsPending } from "../hostfn";
+import { CommandList } from "../commands";
+import { pollUntil, settled } from "../poll";
+import { afterStream } from "../wake";
+import { RunSlot, slotLimit } from "./staging";
+import { RunBatcher, type BatchOptions } from "./batcher";
+import { backends } from "../backends";
+import { nativeView } from "../../ffi/result";
 import { INSPECT, bytesText, plural } from "../inspect";
 import { inputNames, type HasNode, type LazyNode } from "./ast";
 import { PlanCommands } from "./cmdlist";
 import type { GeneratedKernel } from "./codegen";
-import { allocateIntermediates, readValue, type BufferLayout, type PlanBuffer } from "./memory";
+import { allocateIntermediates, readValue, valueBytes, type BufferLayout, type PlanBuffer } from "./memory";
 import { prepare, type CachedKernel, type PreparedKernel } from "./prepare";
-import { inputCopy, runArgs, type ExecuteOptions, type PlanRunOptions, type PrepareOptions, type PreparedOp, type RunInput, type RunOutput } from "./options";
-import { dimValue, shapeStr, type Variable } from "./variable";
+import { inputCopy, inputIndex, runArgs, type ExecuteOptions, type RunPlan, type PlanRunOptions, type PrepareOptions, type PreparedOp, type RunInput, type RunOutput } from "./options";
+import { Variable, dimValue, shapeStr } from "./variable";
 import { asSchedule, launchEach, type BoundKernels, type KernelProfile } from "./issue";
 import { expectDType, outputTargets, readOutputInto, type PlanRunSyncOptions } from "./io";
 
@@ -33,6 +40,24 @@ export type { KernelProfile } from "./issue";
 export { langOf, type CachedKernel, type PreparedKernel } from "./prepare";
 export type { ExecuteOptions, PlanRunOptions, PrepareOptions, PreparedOp, RunInput, RunOutput } from "./options";
 export type { PlanRunSyncOptions } from "./io";
+export { RunBatcher, type BatchOptions } from "./batcher";
+
+/** Runs that lately took at most this long run inline where the backend computes on the host. */
+const INLINE_MS = 0.5;
+/** An inline turn runs queued runs for at most this long before yielding to the event loop. */
+const TURN_MS = 2;
+/** Inline runs this short run on the calling thread alone, without waking the backend's pool. */
+const SERIAL_MS = 0.05;
+
+/** A run() call waiting to be issued. */
+interface RunJob {
+  inputs: Map<number, RunInput>;
+  vals: Map<string, number>;
+  mode: ExecMode | undefined;
+  byName: boolean;
+  resolve(v: RunOutput[] | Record<string, RunOutput>): void;
+  reject(e: unknown): void;
+}
 
 export class ExecutionPlan {
   readonly #device: Device;
@@ -58,10 +83,26 @@ export class ExecutionPlan {
   readonly #inputChanged: boolean[];
   readonly #inputShapes: (readonly number[])[];
   readonly #outputNames: string[];
+  /** What runArgs checks a run's feeds against. */
+  readonly #runPlan: RunPlan;
   /** Variable values at prepare time: what run() uses for variables it is not given. */
   readonly #defaultVals: Map<string, number>;
-  /** run() calls, one after another: the tail of the queue. */
-  #queue: Promise<unknown> = Promise.resolve();
+  /** run() calls not yet issued, in order (waiting for a slot, a mode run or an executeAsync). */
+  readonly #jobs: RunJob[] = [];
+  /** Runs issued to the stream and not yet finished; each holds a slot. */
+  #running = 0;
+  /** Staging slots not in use, and how many exist and may exist. */
+  readonly #freeSlots: RunSlot[] = [];
+  #slots = 0;
+  #slotMax = 0;
+  /** The copies of a run into and out of its slot (reused, emptied by each submit). */
+  #io: CommandList | null = null;
+  /** Resolved each time the run queue empties (asyncDispose waits on them). */
+  #drainWaiters: (() => void)[] = [];
+  /** A turn is booked to run queued runs on this thread (backends that compute on the host). */
+  #turnBooked = false;
+  /** How long a run took lately (ms; NaN before the first): short runs go inline on such backends. */
+  #runMs = NaN;
   /** The execution in flight (executeAsync or run), if any: others refuse or wait for it. */
   #flight: Promise<unknown> | null = null;
   #flightCall = "";
@@ -101,6 +142,7 @@ export class ExecutionPlan {
     this.#inputChanged = sched.inputs.map(() => false);
     this.#inputShapes = sched.inputs.map((n) => n.shape.map((d) => dimValue(d)));
     this.#outputNames = sched.outputs.map((_, i) => outNames?.[i] ?? `output${i}`);
+    this.#runPlan = { bufs: p.layout.bufs, inputNames: this.#inputNames, vars: this.#vars, inputIndex: inputIndex(this.#inputNames) };
     this.#layout = p.layout;
     this.#bufs = p.layout.bufs;
     for (const [n, i] of p.layout.nodeToBuf) this.#astToBuf.set(n.id, i);
@@ -136,10 +178,10 @@ export class ExecutionPlan {
 
   /** Refuse while an execution of this plan is in flight: its inputs and outputs are in use. */
   #idle(call: string): void {
-    if (this.#flight)
+    if (this.#flight || this.#running > 0 || this.#jobs.length > 0)
       illegalState(
         call,
-        `plan busy: ${this.#flightCall} is in flight. Concurrent callers use plan.run(inputs), which queues; ` +
+        `plan busy: ${this.#flight ? this.#flightCall : "ExecutionPlan.run"} is in flight. Concurrent callers use plan.run(inputs), which queues; ` +
           "execute/executeAsync never overlap on one plan",
       );
   }
@@ -309,14 +351,14 @@ export class ExecutionPlan {
    * otherwise the wait is Stream.synchronize (which runs pending host functions while it waits, and
    * reports their failures).
    */
-  #submit(call: string, stream: Stream | undefined, wait: boolean): Stream {
+  #submit(call: string, stream: Stream | undefined, wait: boolean, serial = false): Stream {
     if (!this.#device.state.open) disposed(call, "device of this plan");
     const list = this.#list.get(call, this.#vals, this.#valsKey(), (i) => this.#argsOf(i));
     const s = stream ?? this.#ownStream();
     // The list checks that what it uses is still there (buffers, modules: GpuError naming `call`);
     // a refusal of the shim is the list's CommandError, naming the command at fault.
     if (wait && !stream && hostFnsPending() === 0) {
-      list.submit(s, { keep: true, wait: true }, call);
+      list.submit(s, { keep: true, wait: true, serial }, call);
       return s;
     }
     list.submit(s, { keep: true }, call);
@@ -380,11 +422,8 @@ export class ExecutionPlan {
       return await done;
     } finally {
       this.#flight = null;
-      if (this.#releasePending) {
-        this.#releasePending = false;
-        this.releaseAllBuffers();
-        this.#disposed = true;
-      }
+      if (this.#jobs.length) this.#pump();
+      else this.#maybeDrained();
     }
   }
 
@@ -411,16 +450,315 @@ export class ExecutionPlan {
   run(feeds: Readonly<Record<string, RunInput | number>>, opts?: PlanRunOptions): Promise<Record<string, RunOutput>>;
   run(feeds?: readonly RunInput[] | Readonly<Record<string, RunInput | number>>, opts?: PlanRunOptions): Promise<RunOutput[] | Record<string, RunOutput>> {
     const call = "ExecutionPlan.run";
-    let job: Promise<RunOutput[] | Record<string, RunOutput>>;
     try {
       this.#live(call);
-      const { inputs, vals, mode, byName } = runArgs(call, feeds, opts, { bufs: this.#bufs, inputNames: this.#inputNames, vars: this.#vars });
-      job = this.#queue.then(() => this.#runNow(call, inputs, vals, mode, byName));
+      const { inputs, vals, mode, byName } = runArgs(call, feeds, opts, this.#runPlan);
+      return new Promise((resolve, reject) => {
+        this.#jobs.push({ inputs, vals, mode, byName, resolve, reject });
+        this.#pump();
+      });
     } catch (e) {
       return Promise.reject(e);
     }
-    this.#queue = job.catch(() => undefined);
-    return job;
+  }
+
+  /**
+   * Merge concurrent requests into runs of this plan (dynamic batching): the plan is prepared over
+   * a batch Variable (`opts.variable`), the leading dimension of its batched inputs (at its
+   * maximum: the rows a run may hold) and of every output. `batcher.run({ x })` takes a request's
+   * rows and resolves with its rows of each output. Each row's result must depend on that row's
+   * inputs only (a per-row model: an MLP, a per-row softmax); a plan that mixes rows (a norm over
+   * the batch) gives requests each other's data. See RunBatcher.
+   */
+  batched(opts: BatchOptions): RunBatcher {
+    const call = "ExecutionPlan.batched";
+    this.#live(call);
+    const o = options(call, opts);
+    if (typeof o.variable !== "string") invalid(call, `variable must be the name of the plan's batch Variable, got ${describeValue(o.variable)}`);
+    const v = this.#vars.get(o.variable);
+    if (!v) invalid(call, `the plan has no variable ${o.variable} (it has ${[...this.#vars.keys()].join(", ") || "none"})`);
+    const outputs = this.#outputNodes.map((n, j) => {
+      const name = this.#outputNames[j]!;
+      const [lead, ...rest] = n.shape;
+      if (!(lead instanceof Variable) || lead.name !== v.name)
+        invalid(call, `output ${JSON.stringify(name)} has shape ${shapeStr(n.shape)}: its leading dimension must be ${v.name}`);
+      if (rest.some((d) => typeof d !== "number")) invalid(call, `output ${JSON.stringify(name)} has shape ${shapeStr(n.shape)}: only its leading dimension may vary`);
+      return { name, rowElements: (rest as number[]).reduce((p, q) => p * q, 1) };
+    });
+    return new RunBatcher(
+      {
+        variable: v.name,
+        min: v.min,
+        max: v.max,
+        inputs: this.#inputNames.map((name, i) => ({ name, dtype: this.#bufs[i]!.dtype, shape: this.#inputShapes[i]! })),
+        outputs,
+        run: (feeds) => this.run(feeds),
+      },
+      o,
+    );
+  }
+
+  // ---- the run queue: every queued run that has a slot is issued at once -------------------------
+
+  /**
+   * Issue queued runs in order while they can go: a run without `mode` needs a free staging slot
+   * (its inputs are staged, and its copies in, the plan's command list and its copies out are
+   * queued on the plan's stream behind the runs before it); a run with `mode` waits until nothing
+   * else is in flight; an executeAsync in flight goes first. Called by run() and whenever a run
+   * finishes, so a turn of the event loop issues every run that was queued during it.
+   */
+  #pump(): void {
+    const jobs = this.#jobs;
+    while (jobs.length > 0) {
+      if (this.#disposed || this.#releasePending || this.#released) {
+        const why = this.#released && !this.#disposed && !this.#releasePending ? "the plan's buffers were released (releaseAllBuffers)" : "the plan was disposed";
+        for (const j of jobs.splice(0)) {
+          try {
+            illegalState("ExecutionPlan.run", why);
+          } catch (e) {
+            j.reject(e);
+          }
+        }
+        break;
+      }
+      if (this.#flight) return; // #inFlight pumps when it settles
+      const job = jobs[0]!;
+      if (job.mode !== undefined) {
+        if (this.#running > 0) return; // issued when the pipeline has drained
+        jobs.shift();
+        this.#runMode(job);
+        return; // #flight is set: the next pump waits for it
+      }
+      if (this.#inline()) {
+        // short runs on a host backend: inline once the runs handed to the stream have finished
+        if (this.#running === 0) this.#bookTurn();
+        return;
+      }
+      const slot = this.#takeSlot(job);
+      if (!slot) return; // a finishing run frees one and pumps again
+      jobs.shift();
+      this.#issue(job, slot);
+    }
+    this.#maybeDrained();
+  }
+
+  /**
+   * Whether runs go inline: the backend computes on the host (the CPU), no host function waits to
+   * be serviced, and runs have lately been short (INLINE_MS), so a turn of the event loop is not
+   * held long. The first run goes to the stream, which times it (a pair of events).
+   */
+  #inline(): boolean {
+    return backends[this.#device.backend].computesOnHost && this.#runMs <= INLINE_MS && hostFnsPending() === 0;
+  }
+
+  /** Run the queued runs in the next turn (setImmediate, as onnxruntime-node's session.run does). */
+  #bookTurn(): void {
+    if (this.#turnBooked) return;
+    this.#turnBooked = true;
+    setImmediate(() => {
+      this.#turnBooked = false;
+      this.#runInline();
+    });
+  }
+
+  /**
+   * Run the runs queued before this turn began, one after another on this thread: inputs written
+   * into the plan's buffers, the command list submitted and waited for in one crossing (the
+   * calling thread computes with the backend's pool), outputs read. Runs queued meanwhile (a
+   * caller's next run) wait for the next turn, and a turn stops after TURN_MS, so other work of
+   * the event loop (I/O, timers) gets its turns.
+   */
+  #runInline(): void {
+    const call = "ExecutionPlan.run";
+    const start = performance.now();
+    let n = this.#jobs.length;
+    while (n-- > 0 && this.#jobs.length > 0) {
+      const job = this.#jobs[0]!;
+      if (job.mode !== undefined || this.#flight || this.#disposed || this.#releasePending || this.#released || this.#running > 0 || !this.#inline()) break;
+      this.#jobs.shift();
+      let result: RunOutput[] | Record<string, RunOutput>;
+      try {
+        result = this.#outputsOf(job.byName, this.#runHere(call, job.inputs, job.vals, undefined));
+      } catch (e) {
+        job.reject(e);
+        continue;
+      }
+      job.resolve(result);
+      if (performance.now() - start > TURN_MS) break;
+    }
+    this.#pump();
+  }
+
+  /**
+   * Note how long a run's device work took: the median of the last five, so one slow run (the OS
+   * took the core away) does not decide alone. Runs of at most SERIAL_MS go serial (the calling
+   * thread alone: waking the pool costs more than it saves), and back to the pool above twice that.
+   */
+  #timeRun(ms: number): void {
+    const t = this.#runTimes;
+    if (this.#runTimeAt === 0) t.fill(ms); // the first run stands for all five until others come
+    t[this.#runTimeAt++ % 5] = ms;
+    // the median of five: an insertion sort into scratch (no allocation on this path)
+    const s = this.#runSorted;
+    for (let i = 0; i < 5; i++) {
+      let j = i;
+      const v = t[i]!;
+      while (j > 0 && s[j - 1]! > v) {
+        s[j] = s[j - 1]!;
+        j--;
+      }
+      s[j] = v;
+    }
+    this.#runMs = s[2]!;
+    if (this.#runMs <= SERIAL_MS) this.#serial = true;
+    else if (this.#runMs > 2 * SERIAL_MS) this.#serial = false;
+  }
+  #serial = false;
+  readonly #runTimes = new Float64Array(5);
+  readonly #runSorted = new Float64Array(5);
+  #runTimeAt = 0;
+
+  /** The outputs as run() gives them: an array by position, or an object by output name. */
+  #outputsOf(byName: boolean, read: (j: number) => RunOutput): RunOutput[] | Record<string, RunOutput> {
+    const outs = this.#outputNames.map((_, j) => read(j));
+    if (!byName) return outs;
+    const rec: Record<string, RunOutput> = {};
+    this.#outputNames.forEach((n, j) => (rec[n] = outs[j]!));
+    return rec;
+  }
+
+  #maybeDrained(): void {
+    if (this.#jobs.length > 0 || this.#running > 0 || this.#flight) return;
+    if (this.#releasePending) {
+      this.#releasePending = false;
+      this.releaseAllBuffers();
+      this.#disposed = true;
+    }
+    const w = this.#drainWaiters;
+    if (w.length) {
+      this.#drainWaiters = [];
+      for (const r of w) r();
+    }
+  }
+
+  /** A free staging slot (made on demand, up to the plan's limit), or null. A failure rejects `job`. */
+  #takeSlot(job: RunJob): RunSlot | null {
+    const free = this.#freeSlots.pop();
+    if (free) return free;
+    const inBytes = this.#inputData.map((_, i) => this.#bufs[i]!.bytes);
+    const outBytes = this.#outputs.map((b) => this.#bufs[b]!.bytes);
+    if (this.#slotMax === 0) this.#slotMax = slotLimit(inBytes, outBytes);
+    if (this.#slots >= this.#slotMax) return null;
+    try {
+      const slot = new RunSlot(this.#device, inBytes, outBytes, backends[this.#device.backend].computesOnHost);
+      this.#slots++;
+      return slot;
+    } catch (e) {
+      if (this.#slots > 0) return null; // out of pinned memory with runs in flight: wait for one
+      this.#jobs.shift();
+      job.reject(e);
+      return this.#jobs.length ? this.#takeSlot(this.#jobs[0]!) : null;
+    }
+  }
+
+  #dropSlots(): void {
+    for (const s of this.#freeSlots.splice(0)) s.dispose();
+    this.#slots = 0;
+    this.#io?.reset();
+  }
+
+  /**
+   * Stage `job`'s inputs in `slot` and queue the run on the plan's stream: copies in (the inputs
+   * given, and the prepared data of inputs an earlier run overwrote), the plan's command list at
+   * the run's variable values, copies out, the slot's event; then a host function wakes the event
+   * loop when the stream gets there (wake.ts; polling the event where that is unavailable).
+   */
+  #issue(job: RunJob, slot: RunSlot): void {
+    const call = "ExecutionPlan.run";
+    let vals: ReadonlyMap<string, number>;
+    try {
+      this.#ensureBuffers(call);
+      if (!this.#device.state.open) disposed(call, "device of this plan");
+      const s = this.#ownStream();
+      const io = (this.#io ??= new CommandList(this.#device, {}, call));
+      io.reset();
+      if (slot.start) io.eventRecord(slot.start, call);
+      for (let i = 0; i < this.#inputData.length; i++) {
+        const given = job.inputs.get(i);
+        const d = given ?? (this.#inputChanged[i] ? this.#inputData[i]! : null);
+        if (!d) continue;
+        if (d.byteLength > 0) {
+          slot.stage(i, d);
+          io.copyHtoD(this.#mem[i]!, slot.inHost!, { srcOffset: slot.inAt[i]!, bytes: d.byteLength }, call);
+        }
+        this.#inputChanged[i] = given !== undefined;
+      }
+      for (const [name, v] of this.#defaultVals) this.#vals.set(name, job.vals.get(name) ?? v);
+      vals = this.#vals.size === 0 ? this.#vals : new Map(this.#vals);
+      if (io.counts.commands > 0) io.submit(s, {}, call);
+      this.#list.get(call, this.#vals, this.#valsKey(), (i) => this.#argsOf(i)).submit(s, { keep: true }, call);
+      this.#outputs.forEach((b, j) => {
+        const bytes = valueBytes(this.#outputNodes[j]!, vals);
+        if (bytes > 0) io.copyDtoH(slot.outHost!, this.#mem[b]!, { dstOffset: slot.outAt[j]!, bytes }, call);
+      });
+      io.eventRecord(slot.done, call);
+      io.submit(s, {}, call);
+    } catch (e) {
+      this.#freeSlots.push(slot);
+      job.reject(e);
+      return;
+    }
+    this.#running++;
+    const api = this.#device.state.api;
+    const ev = slot.done;
+    const evh = ev.handle;
+    const finished = afterStream(api, this.#stream!.handle, () => settled(() => api.event_query(evh))) ?? pollUntil(() => ev.query());
+    // The slot and the plan are free again before the caller's continuation runs: a caller that
+    // awaited its run may execute() at once.
+    const settle = (ok: boolean, v: unknown) => {
+      this.#running--;
+      this.#freeSlots.push(slot);
+      if (ok) job.resolve(v as RunOutput[]);
+      else job.reject(v);
+      this.#pump();
+    };
+    finished.then(
+      () => {
+        let result: RunOutput[] | Record<string, RunOutput>;
+        try {
+          ev.query(); // a failure of the run's work (CUDA's sticky errors) rejects this run
+          const ms = slot.elapsedMs();
+          if (!Number.isNaN(ms)) this.#timeRun(ms);
+          const nodes = this.#outputNodes;
+          result = this.#outputsOf(job.byName, (j) => readValue(call, slot.output(j, valueBytes(nodes[j]!, vals)), nodes[j]!, vals) as RunOutput);
+        } catch (e) {
+          return settle(false, e);
+        }
+        settle(true, result);
+      },
+      (e: unknown) => settle(false, e),
+    );
+  }
+
+  /** A run with an explicit mode: alone on the plan, the way execute() runs that mode. */
+  #runMode(job: RunJob): void {
+    const call = "ExecutionPlan.run";
+    let done: Promise<RunOutput[]>;
+    try {
+      this.#ensureBuffers(call);
+      this.#writeInputs(job.inputs, job.vals);
+      const exec = this.#execFor(call, job.mode!);
+      exec.run();
+      done = exec.done().then(() => this.#outputNames.map((_, i) => this.#readOutputNow(i) as RunOutput));
+    } catch (e) {
+      job.reject(e);
+      queueMicrotask(() => this.#pump());
+      return;
+    }
+    this.#inFlight(call, done).then(
+      (outs) => job.resolve(this.#outputsOf(job.byName, (j) => outs[j]!)),
+      (e: unknown) => job.reject(e),
+    );
   }
 
   /**
@@ -488,58 +826,60 @@ export class ExecutionPlan {
     this.#live(call);
     this.#idle(call);
     const o = options(call, opts);
-    const { inputs, vals, mode, byName } = runArgs(call, feeds, { vars: o.vars, mode: o.mode }, { bufs: this.#bufs, inputNames: this.#inputNames, vars: this.#vars }, false);
+    const { inputs, vals, mode, byName } = runArgs(call, feeds, { vars: o.vars, mode: o.mode }, this.#runPlan, false);
     const runVals = new Map(this.#defaultVals);
     for (const [name, v] of vals) runVals.set(name, v);
     const into = outputTargets(call, o.outputs, this.#outputNames, this.#outputNodes, runVals);
+    return this.#outputsOf(byName, this.#runHere(call, inputs, vals, mode, into));
+  }
+
+  /**
+   * Write the inputs, run and wait, read the outputs (into `into[i]` where given): runSync's body
+   * and an inline run's. Only while nothing of the plan is in flight. Times the device's part
+   * (no collection runs inside a native call) for the inline and serial decisions.
+   */
+  #runHere(call: string, inputs: ReadonlyMap<number, RunInput>, vals: ReadonlyMap<string, number>, mode: ExecMode | undefined, into?: readonly (RunOutput | undefined)[]): (j: number) => RunOutput {
     this.#ensureBuffers(call);
     this.#writeInputs(inputs, vals);
-    if (mode === undefined) this.#submit(call, undefined, true);
-    else {
+    if (mode === undefined) {
+      const t0 = performance.now();
+      this.#submit(call, undefined, true, this.#serial);
+      this.#timeRun(performance.now() - t0);
+    } else {
       const exec = this.#execFor(call, mode);
       exec.run();
       exec.synchronize();
     }
-    const outs = this.#outputNames.map((_, i) => readOutputInto(call, this.#mem[this.#outputs[i]!]!, this.#outputNodes[i]!, this.#vals, into[i]));
-    if (!byName) return outs;
-    const rec: Record<string, RunOutput> = {};
-    this.#outputNames.forEach((n, i) => (rec[n] = outs[i]!));
-    return rec;
+    const outs = this.#outputNames.map((_, i) => readOutputInto(call, this.#hostView(this.#outputs[i]!) ?? this.#mem[this.#outputs[i]!]!, this.#outputNodes[i]!, this.#vals, into?.[i]));
+    return (j) => outs[j]!;
   }
+
+  /**
+   * Where device memory is host memory (a backend that computes on the host): a view of buffer
+   * `i` (an input or an output), so runs write and read it without a crossing. Used only while
+   * nothing of the plan is in flight; dropped with the buffers. Null elsewhere.
+   */
+  #hostView(i: number): Uint8Array | null {
+    if (this.#views === undefined) this.#views = backends[this.#device.backend].computesOnHost ? [] : null;
+    if (this.#views === null) return null;
+    const bytes = this.#bufs[i]!.bytes;
+    if (bytes === 0) return null;
+    return (this.#views[i] ??= new Uint8Array(nativeView(this.#mem[i]!.address, bytes)));
+  }
+  #views: (Uint8Array | undefined)[] | null | undefined;
 
   /** Write a run's inputs (those not given get their prepared data back) and set its variable values. */
   #writeInputs(inputs: ReadonlyMap<number, RunInput>, vals: ReadonlyMap<string, number>): void {
     for (let i = 0; i < this.#inputData.length; i++) {
-      const d = inputs.get(i);
-      if (d) {
-        this.#mem[i]!.write(d);
-        this.#inputChanged[i] = true;
-      } else if (this.#inputChanged[i]) {
-        this.#mem[i]!.write(this.#inputData[i]!);
-        this.#inputChanged[i] = false;
-      }
+      const given = inputs.get(i);
+      const d = given ?? (this.#inputChanged[i] ? this.#inputData[i]! : null);
+      if (!d) continue;
+      const v = this.#hostView(i);
+      if (v && d.byteLength <= v.byteLength) v.set(new Uint8Array(d.buffer, d.byteOffset, d.byteLength));
+      else this.#mem[i]!.write(d);
+      this.#inputChanged[i] = given !== undefined;
     }
     for (const [name, v] of this.#defaultVals) this.#vals.set(name, vals.get(name) ?? v);
-  }
-
-  async #runNow(call: string, inputs: Map<number, RunInput>, vals: Map<string, number>, mode: ExecMode | undefined, byName: boolean): Promise<RunOutput[] | Record<string, RunOutput>> {
-    // An executeAsync begun outside the queue finishes first.
-    while (this.#flight) await this.#flight.catch(() => undefined);
-    this.#ensureBuffers(call);
-    this.#writeInputs(inputs, vals);
-    let done: Promise<void>;
-    if (mode === undefined) done = this.#submit(call, undefined, false).done();
-    else {
-      const exec = this.#execFor(call, mode);
-      exec.run();
-      done = exec.done();
-    }
-    // typed as RunOutput (the float32 / int32 arrays); each is its output dtype's host array
-    const outs = await this.#inFlight(call, done.then(() => this.#outputNames.map((_, i) => this.#readOutputNow(i) as RunOutput)));
-    if (!byName) return outs;
-    const rec: Record<string, RunOutput> = {};
-    this.#outputNames.forEach((n, i) => (rec[n] = outs[i]!));
-    return rec;
   }
 
   /** Run with a timing pair of events around each kernel; one KernelProfile per kernel. */
@@ -640,6 +980,8 @@ export class ExecutionPlan {
     if (this.#released) return;
     this.#idle("ExecutionPlan.releaseAllBuffers");
     this.releaseIntermediateBuffers();
+    this.#dropSlots();
+    this.#views = undefined;
     for (let i = 0; i < this.#mem.length; i++) {
       const m = this.#mem[i];
       if (m && !m.isView) m.dispose();
@@ -656,9 +998,12 @@ export class ExecutionPlan {
 
   dispose(): void {
     if (this.#disposed || this.#releasePending) return;
-    // Kernels in flight still use the buffers: release them when that execution ends.
-    if (this.#flight) this.#releasePending = true;
-    else {
+    // Kernels in flight still use the buffers: release them when that execution ends. Runs still
+    // queued reject (ILLEGAL_STATE); those issued finish.
+    if (this.#flight || this.#running > 0) {
+      this.#releasePending = true;
+      this.#pump();
+    } else {
       this.releaseAllBuffers();
       this.#disposed = true;
     }
@@ -673,11 +1018,7 @@ export class ExecutionPlan {
    * execution in flight (their failures are their own callers'), then dispose.
    */
   async [Symbol.asyncDispose](): Promise<void> {
-    for (;;) {
-      const queued = this.#queue;
-      await Promise.allSettled([queued, this.#flight]);
-      if (this.#queue === queued && !this.#flight) break;
-    }
+    while (this.#jobs.length > 0 || this.#running > 0 || this.#flight) await new Promise<void>((r) => this.#drainWaiters.push(r));
     this.dispose();
   }
 
