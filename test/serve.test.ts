@@ -199,6 +199,25 @@ describe("plan.run", () => {
   });
 });
 
+describe("on the default device (CUDA under test/sim_suite.sh: staged runs woken by a host function)", () => {
+  test("concurrent plan.run and plan.batched answers match the reference", async () => {
+    const d = Device.default();
+    const w = mlpWeights(11);
+    using plan = prepareMlp(w, { device: d });
+    const outs = await Promise.all(Array.from({ length: 40 }, (_, k) => plan.run({ x: rowOf(k) })));
+    outs.forEach((o, k) => expectClose(o.y!, mlpReference(w, rowOf(k)), 1e-4));
+    using bplan = prepareMlp(w, { device: d, maxBatch: 16 });
+    const b = bplan.batched({ variable: "B", inputs: ["x"] });
+    const bouts = await Promise.all(Array.from({ length: 40 }, (_, k) => b.run({ x: rowOf(k) })));
+    bouts.forEach((o, k) => expectClose(o.y!, mlpReference(w, rowOf(k)), 1e-4));
+    using s = d.createStream({ nonBlocking: true });
+    using buf = d.alloc(16);
+    s.fill(buf, 3, { type: "u32" });
+    await s.done();
+    expect([...buf.read(Uint32Array)]).toEqual([3, 3, 3, 3]);
+  }, 120_000);
+});
+
 // ---- dynamic batching -------------------------------------------------------------------------------
 
 describe("plan.batched", () => {

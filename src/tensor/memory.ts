@@ -168,6 +168,12 @@ export function valueBytes(node: LazyNode, vals: ReadonlyMap<string, number>): n
  */
 export function readValue(call: string, src: Buffer | Uint8Array, node: LazyNode, vals: ReadonlyMap<string, number>): HostArray {
   const size = ITEMSIZE[node.dtype];
+  if (src instanceof Uint8Array && node.shape.every((d) => typeof d === "number")) {
+    // a fixed shape from host memory (a run's hot path): one array, one copy
+    const a = hostArray(call, maxNumel(node.shape) * size, () => dtypeArray(node.dtype, maxNumel(node.shape)));
+    new Uint8Array(a.buffer, a.byteOffset, a.byteLength).set(src.subarray(0, a.byteLength));
+    return a;
+  }
   const make = (n: number): HostArray => hostArray(call, n * size, () => dtypeArray(node.dtype, n));
   const readInto = (a: HostArray): HostArray => {
     const dst = new Uint8Array(a.buffer, 0, a.byteLength);

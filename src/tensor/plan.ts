@@ -619,11 +619,11 @@ export class ExecutionPlan {
   #runTimeAt = 0;
 
   /** The outputs as run() gives them: an array by position, or an object by output name. */
-  #outputsOf(byName: boolean, read: (j: number) => RunOutput): RunOutput[] | Record<string, RunOutput> {
-    const outs = this.#outputNames.map((_, j) => read(j));
+  #outputsOf(byName: boolean, outs: RunOutput[]): RunOutput[] | Record<string, RunOutput> {
     if (!byName) return outs;
     const rec: Record<string, RunOutput> = {};
-    this.#outputNames.forEach((n, j) => (rec[n] = outs[j]!));
+    const names = this.#outputNames;
+    for (let j = 0; j < names.length; j++) rec[names[j]!] = outs[j]!;
     return rec;
   }
 
@@ -730,7 +730,10 @@ export class ExecutionPlan {
           const ms = slot.elapsedMs();
           if (!Number.isNaN(ms)) this.#timeRun(ms);
           const nodes = this.#outputNodes;
-          result = this.#outputsOf(job.byName, (j) => readValue(call, slot.output(j, valueBytes(nodes[j]!, vals)), nodes[j]!, vals) as RunOutput);
+          result = this.#outputsOf(
+            job.byName,
+            nodes.map((node, j) => readValue(call, slot.output(j, valueBytes(node, vals)), node, vals) as RunOutput),
+          );
         } catch (e) {
           return settle(false, e);
         }
@@ -756,7 +759,7 @@ export class ExecutionPlan {
       return;
     }
     this.#inFlight(call, done).then(
-      (outs) => job.resolve(this.#outputsOf(job.byName, (j) => outs[j]!)),
+      (outs) => job.resolve(this.#outputsOf(job.byName, outs)),
       (e: unknown) => job.reject(e),
     );
   }
@@ -838,7 +841,7 @@ export class ExecutionPlan {
    * and an inline run's. Only while nothing of the plan is in flight. Times the device's part
    * (no collection runs inside a native call) for the inline and serial decisions.
    */
-  #runHere(call: string, inputs: ReadonlyMap<number, RunInput>, vals: ReadonlyMap<string, number>, mode: ExecMode | undefined, into?: readonly (RunOutput | undefined)[]): (j: number) => RunOutput {
+  #runHere(call: string, inputs: ReadonlyMap<number, RunInput>, vals: ReadonlyMap<string, number>, mode: ExecMode | undefined, into?: readonly (RunOutput | undefined)[]): RunOutput[] {
     this.#ensureBuffers(call);
     this.#writeInputs(inputs, vals);
     if (mode === undefined) {
@@ -850,8 +853,12 @@ export class ExecutionPlan {
       exec.run();
       exec.synchronize();
     }
-    const outs = this.#outputNames.map((_, i) => readOutputInto(call, this.#hostView(this.#outputs[i]!) ?? this.#mem[this.#outputs[i]!]!, this.#outputNodes[i]!, this.#vals, into?.[i]));
-    return (j) => outs[j]!;
+    const outs: RunOutput[] = [];
+    for (let i = 0; i < this.#outputs.length; i++) {
+      const b = this.#outputs[i]!;
+      outs.push(readOutputInto(call, this.#hostView(b) ?? this.#mem[b]!, this.#outputNodes[i]!, this.#vals, into?.[i]));
+    }
+    return outs;
   }
 
   /**
