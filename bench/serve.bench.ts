@@ -15,7 +15,7 @@ import { bench, do_not_optimize, run, summary } from "mitata";
 import { join } from "node:path";
 import { Device, loadInfo } from "../src";
 import type { ExecutionPlan } from "../src/tensor";
-import { HIDDEN, IN, OUT, mlpWeights, prepareMlp } from "../examples/server";
+import { IN, OUT, mlpReference, mlpWeights, prepareMlp } from "../examples/server";
 import { mlpOnnx } from "./onnx/serve_mlp";
 
 const quick = !!process.env.SERVE_BENCH_QUICK;
@@ -38,25 +38,8 @@ const refs: Float64Array[] = [];
   const rnd = () => ((s = (Math.imul(s, 1103515245) + 12345) >>> 0) / 4294967296) * 2 - 1;
   for (let k = 0; k < POOL; k++) {
     const x = Float32Array.from({ length: IN }, rnd);
-    const h = new Float64Array(HIDDEN);
-    for (let j = 0; j < HIDDEN; j++) {
-      let a = w.b1[j]!;
-      for (let i = 0; i < IN; i++) a += x[i]! * w.w1[i * HIDDEN + j]!;
-      h[j] = Math.max(a, 0);
-    }
-    const y = new Float64Array(OUT);
-    let m = -Infinity;
-    for (let j = 0; j < OUT; j++) {
-      let a = w.b2[j]!;
-      for (let i = 0; i < HIDDEN; i++) a += h[i]! * w.w2[i * OUT + j]!;
-      y[j] = a;
-      m = Math.max(m, a);
-    }
-    let z = 0;
-    for (let j = 0; j < OUT; j++) z += y[j] = Math.exp(y[j]! - m);
-    for (let j = 0; j < OUT; j++) y[j]! /= z;
     inputs.push(x);
-    refs.push(y);
+    refs.push(mlpReference(w, x));
   }
 }
 function checkAnswer(who: string, k: number, y: ArrayLike<number>): void {
@@ -88,8 +71,30 @@ interface Row {
   p99: number;
   n: number;
 }
-async function load(fn: (k: number) => Promise<Float32Array>, who: string, conc: number, busyMs = 0): Promise<Row> {
+/**
+ * `conc` callers, each calling `once(k)` (k counts calls across callers) until `ms` have passed;
+ * throughput and latency percentiles. `once` checks its own answer, or leaves it to the caller.
+ */
+async function measure(conc: number, ms: number, once: (k: number) => Promise<void>): Promise<Row> {
   const lat: number[] = [];
+  let next = 0;
+  const t0 = performance.now();
+  const end = t0 + ms;
+  await Promise.all(
+    Array.from({ length: conc }, async () => {
+      while (performance.now() < end) {
+        const k = next++;
+        const a = performance.now();
+        await once(k);
+        lat.push(performance.now() - a);
+      }
+    }),
+  );
+  const secs = (performance.now() - t0) / 1e3;
+  lat.sort((a, b) => a - b);
+  return { rps: lat.length / secs, p50: lat[Math.floor(lat.length * 0.5)]!, p99: lat[Math.floor(lat.length * 0.99)]!, n: lat.length };
+}
+async function load(fn: (k: number) => Promise<Float32Array>, who: string, conc: number, busyMs = 0): Promise<Row> {
   const answers: [number, Float32Array][] = [];
   let busy = busyMs > 0;
   if (busy) {
@@ -101,25 +106,12 @@ async function load(fn: (k: number) => Promise<Float32Array>, who: string, conc:
     };
     setImmediate(burn);
   }
-  let next = 0;
-  const t0 = performance.now();
-  const end = t0 + WINDOW_MS;
-  await Promise.all(
-    Array.from({ length: conc }, async () => {
-      while (performance.now() < end) {
-        const k = next++;
-        const a = performance.now();
-        const y = await fn(k);
-        lat.push(performance.now() - a);
-        answers.push([k, y]);
-      }
-    }),
-  );
-  const secs = (performance.now() - t0) / 1e3;
+  const row = await measure(conc, WINDOW_MS, async (k) => {
+    answers.push([k, await fn(k)]);
+  });
   busy = false;
-  for (const [k, y] of answers) checkAnswer(who, k, y);
-  lat.sort((a, b) => a - b);
-  return { rps: lat.length / secs, p50: lat[Math.floor(lat.length * 0.5)]!, p99: lat[Math.floor(lat.length * 0.99)]!, n: lat.length };
+  for (const [k, y] of answers) checkAnswer(who, k, y); // after the window: the check is not timed
+  return row;
 }
 /** The better of several passes: the highest throughput, the lowest p50 and p99. */
 function bestOf(runs: Row[]): Row {
@@ -200,25 +192,10 @@ async function startServer(argv: string[]): Promise<{ url: string; stop(): Promi
   };
 }
 async function httpLoad(url: string, who: string, conns: number, ms = WINDOW_MS * 2): Promise<Row> {
-  const lat: number[] = [];
-  let next = 0;
-  const t0 = performance.now();
-  const end = t0 + ms;
-  await Promise.all(
-    Array.from({ length: conns }, async () => {
-      while (performance.now() < end) {
-        const k = next++;
-        const a = performance.now();
-        const res = await fetch(url, { method: "POST", body: JSON.stringify({ x: Array.from(inputs[k % POOL]!) }), headers: { "content-type": "application/json" } });
-        const body = (await res.json()) as { y: number[] };
-        lat.push(performance.now() - a);
-        checkAnswer(who, k, body.y);
-      }
-    }),
-  );
-  const secs = (performance.now() - t0) / 1e3;
-  lat.sort((a, b) => a - b);
-  return { rps: lat.length / secs, p50: lat[Math.floor(lat.length * 0.5)]!, p99: lat[Math.floor(lat.length * 0.99)]!, n: lat.length };
+  return measure(conns, ms, async (k) => {
+    const res = await fetch(url, { method: "POST", body: JSON.stringify({ x: Array.from(inputs[k % POOL]!) }), headers: { "content-type": "application/json" } });
+    checkAnswer(who, k, ((await res.json()) as { y: number[] }).y);
+  });
 }
 console.log(`\nover HTTP (Bun.serve in a subprocess, JSON, load from this process on 127.0.0.1; ${WINDOW_MS * 2} ms windows, best of ${PASSES})`);
 const servers = {

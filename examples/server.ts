@@ -28,6 +28,26 @@ export function mlpWeights(seed = 1): { w1: Float32Array; b1: Float32Array; w2: 
   return { w1: fill(IN * HIDDEN, 0.25), b1: fill(HIDDEN, 0.1), w2: fill(HIDDEN * OUT, 0.125), b2: fill(OUT, 0.1) };
 }
 
+/** The answer for one row in float64 (what the bench and the tests check every answer against). */
+export function mlpReference(w: ReturnType<typeof mlpWeights>, x: ArrayLike<number>): Float64Array {
+  const h = new Float64Array(HIDDEN);
+  for (let j = 0; j < HIDDEN; j++) {
+    let a = w.b1[j]!;
+    for (let i = 0; i < IN; i++) a += x[i]! * w.w1[i * HIDDEN + j]!;
+    h[j] = Math.max(a, 0);
+  }
+  const y = new Float64Array(OUT);
+  let m = -Infinity;
+  for (let j = 0; j < OUT; j++) {
+    let a = w.b2[j]!;
+    for (let i = 0; i < HIDDEN; i++) a += h[i]! * w.w2[i * OUT + j]!;
+    m = Math.max(m, (y[j] = a));
+  }
+  let z = 0;
+  for (let j = 0; j < OUT; j++) z += y[j] = Math.exp(y[j]! - m);
+  return y.map((v) => v / z);
+}
+
 /**
  * softmax(relu(x·W1 + b1)·W2 + b2) over rows of x. With `maxBatch`, x holds up to that many rows
  * and a Variable "B" says how many a run has (the shape plan.batched() merges requests into);

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { Device, ExecMode, GpuError, Program, Status, Tensor, Variable } from "../src";
 import { wakeStats } from "../src/wake";
 import { wakeCallback } from "../ffi/wake";
-import { mlpWeights, prepareMlp, IN, HIDDEN, OUT } from "../examples/server";
+import { mlpReference, mlpWeights, prepareMlp, IN, HIDDEN, OUT } from "../examples/server";
 import { expectGpuError, expectGpuErrorAsync } from "./helpers";
 
 const dev = Device.open("cpu");
@@ -113,24 +113,6 @@ describe("completion wakes the event loop", () => {
 
 // ---- plan.run -------------------------------------------------------------------------------------
 
-function mlpReference(w: ReturnType<typeof mlpWeights>, x: Float32Array): Float64Array {
-  const h = new Float64Array(HIDDEN);
-  for (let j = 0; j < HIDDEN; j++) {
-    let a = w.b1[j]!;
-    for (let i = 0; i < IN; i++) a += x[i]! * w.w1[i * HIDDEN + j]!;
-    h[j] = Math.max(a, 0);
-  }
-  const y = new Float64Array(OUT);
-  let m = -Infinity;
-  for (let j = 0; j < OUT; j++) {
-    let a = w.b2[j]!;
-    for (let i = 0; i < HIDDEN; i++) a += h[i]! * w.w2[i * OUT + j]!;
-    m = Math.max(m, (y[j] = a));
-  }
-  let z = 0;
-  for (let j = 0; j < OUT; j++) z += y[j] = Math.exp(y[j]! - m);
-  return y.map((v) => v / z);
-}
 function rowOf(k: number): Float32Array {
   return Float32Array.from({ length: IN }, (_, i) => Math.sin(k * 7.1 + i * 0.37));
 }
