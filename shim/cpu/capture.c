@@ -205,14 +205,6 @@ int32_t cpu_capture_guard(cpu_device* d, const char* fn) {
 
 /* The capture `s` records into, returned with the device's cap_mu held; NULL (the lock not held)
  * when `s` is not capturing. */
-cpu_capture* cpu_capture_lock(cpu_stream* s) {
-  if (!atomic_load_explicit(&s->cap, memory_order_acquire)) return NULL;
-  pthread_mutex_lock(&s->dev->cap_mu);
-  cpu_capture* c = atomic_load(&s->cap);
-  if (!c) pthread_mutex_unlock(&s->dev->cap_mu);
-  return c;
-}
-
 int32_t cpu_capture_guard_stream(cpu_stream* s, const char* fn) {
   if (!atomic_load_explicit(&s->cap, memory_order_acquire)) return BG_OK;
   cpu_device* d = s->dev;

@@ -425,6 +425,15 @@ static inline int cpu_stream_is_default(const cpu_stream* s) {
 static inline int cpu_stream_blocking(const cpu_stream* s) {
   return !cpu_stream_is_default(s) && !(s->flags & BG_STREAM_NON_BLOCKING);
 }
+/* The capture `s` records into, with the device's cap_mu held; NULL (nothing held) when it is not
+ * capturing. Here, not in capture.c: pool_mem.c, below capture.c, takes it too. */
+static inline struct cpu_capture* cpu_capture_lock(cpu_stream* s) {
+  if (!atomic_load_explicit(&s->cap, memory_order_acquire)) return NULL;
+  pthread_mutex_lock(&s->dev->cap_mu);
+  struct cpu_capture* c = atomic_load(&s->cap);
+  if (!c) pthread_mutex_unlock(&s->dev->cap_mu);
+  return c;
+}
 /* A snapshot of streams and the enqueued count of each, taken at one moment; each referenced. */
 typedef struct cpu_snap {
   cpu_stream* s;
@@ -488,7 +497,6 @@ void cpu_cmds_run(cpu_stream* s, cpu_op* op);
 
 /* capture.c */
 int32_t cpu_capture_guard(cpu_device* d, const char* fn);
-cpu_capture* cpu_capture_lock(cpu_stream* s); /* with cap_mu held, or NULL when not capturing */
 int32_t cpu_capture_guard_stream(cpu_stream* s, const char* fn);
 int32_t cpu_capture_guard_event(cpu_event* e, const char* fn);
 /* Default-stream use while a blocking stream captures: BG_ERR_STREAM_CAPTURE_IMPLICIT. */
