@@ -8,7 +8,8 @@
 //  3. dynamic batching: plan.batched() at concurrency 64 against the unbatched plan;
 //  4. over HTTP: examples/server.ts (and the same server on onnxruntime-node,
 //     bench/onnx/serve_mlp.ts) in a subprocess, JSON in and out, a bounded load generator on
-//     127.0.0.1 at 1, 16 and 256 connections.
+//     127.0.0.1 at 1, 16 and 256 connections; beside them the same server answering from a cache
+//     without a model (--memo): what HTTP and JSON alone allow on this machine.
 // Every answer is checked against a float64 reference (after the timed window).
 // Run: bun run bench/serve.bench.ts   (SERVE_BENCH_QUICK=1: shorter windows, one pass)
 import { bench, do_not_optimize, run, summary } from "mitata";
@@ -199,6 +200,7 @@ async function httpLoad(url: string, who: string, conns: number, ms = WINDOW_MS 
 }
 console.log(`\nover HTTP (Bun.serve in a subprocess, JSON, load from this process on 127.0.0.1; ${WINDOW_MS * 2} ms windows, best of ${PASSES})`);
 const servers = {
+  memo: ["no model (answers remembered)", [process.execPath, join(import.meta.dir, "onnx", "serve_mlp.ts"), "--port", "0", "--memo"]],
   ort: ["onnxruntime-node", [process.execPath, join(import.meta.dir, "onnx", "serve_mlp.ts"), "--port", "0"]],
   gpu: ["bungpu plan.run", [process.execPath, join(import.meta.dir, "..", "examples", "server.ts"), "--port", "0"]],
   batched: ["bungpu batched", [process.execPath, join(import.meta.dir, "..", "examples", "server.ts"), "--port", "0", "--batch", "64"]],

@@ -1,6 +1,8 @@
 // examples/server.ts's MLP as an ONNX model with the same weights, and the same JSON server on
 // onnxruntime-node (run as a script: bun bench/onnx/serve_mlp.ts --port 0 prints its URL), the
-// peer bench/serve.bench.ts measures examples/server.ts against.
+// peer bench/serve.bench.ts measures examples/server.ts against. With --memo it answers an input
+// seen before from a cache (keyed by its first value) without running any model: the HTTP and
+// JSON work alone, the ceiling of both servers.
 import { HIDDEN, IN, OUT, mlpWeights, serve } from "../../examples/server";
 import { initializer, node, Pb, valueInfo } from "./writer";
 
@@ -29,7 +31,14 @@ if (import.meta.main) {
     graphOptimizationLevel: "all",
   });
   const i = process.argv.indexOf("--port");
-  const server = serve(i > 0 ? Number(process.argv[i + 1]) : 3001, async (x) => (await session.run({ x: new ort.Tensor("float32", x, [1, IN]) })).y!.data as Float32Array);
+  const run = async (x: Float32Array) => (await session.run({ x: new ort.Tensor("float32", x, [1, IN]) })).y!.data as Float32Array;
+  const memo = new Map<number, Float32Array>();
+  const remembered = async (x: Float32Array) => {
+    let y = memo.get(x[0]!);
+    if (!y) memo.set(x[0]!, (y = await run(x)));
+    return y;
+  };
+  const server = serve(i > 0 ? Number(process.argv[i + 1]) : 3001, process.argv.includes("--memo") ? remembered : run);
   console.log(`${server.url}predict`);
   process.on("SIGTERM", () => process.exit(0));
 }
