@@ -149,7 +149,7 @@ export function bf16Value(b: number): number {
 
 /** Whether this runtime has Float16Array (Bun 1.4.5 does): float16 data is one when it exists. */
 export const HAS_FLOAT16_ARRAY = typeof (globalThis as { Float16Array?: unknown }).Float16Array === "function";
-type F16Ctor = new (n: number | ArrayBufferLike) => ArrayLike<number> & { buffer: ArrayBufferLike; length: number };
+type F16Ctor = new (n: number | ArrayBufferLike, byteOffset?: number, length?: number) => ArrayLike<number> & { buffer: ArrayBufferLike; length: number };
 const Float16Ctor = (globalThis as unknown as { Float16Array?: F16Ctor }).Float16Array;
 
 /**
@@ -208,6 +208,23 @@ export function hostArray(d: DType, n: number | ArrayBuffer): HostArray {
     case "int8": return new Int8Array(n as number);
     case "uint8": case "bool": return new Uint8Array(n as number);
     case "int64": return new BigInt64Array(n as number);
+  }
+}
+
+/**
+ * A host array of `d` over `length` elements of `ab` from `byteOffset` (no copy): for copying
+ * between memory and a caller's array of the same type without asking the caller's array for its
+ * `.buffer` (which makes the engine give a small array a buffer of its own, a slow path).
+ */
+export function hostView(d: DType, ab: ArrayBuffer, byteOffset: number, length: number): HostArray {
+  switch (d) {
+    case "float32": return new Float32Array(ab, byteOffset, length);
+    case "int32": return new Int32Array(ab, byteOffset, length);
+    case "float16": return Float16Ctor ? (new Float16Ctor(ab, byteOffset, length) as unknown as HostArray) : new Uint16Array(ab, byteOffset, length);
+    case "bfloat16": return new Uint16Array(ab, byteOffset, length);
+    case "int8": return new Int8Array(ab, byteOffset, length);
+    case "uint8": case "bool": return new Uint8Array(ab, byteOffset, length);
+    case "int64": return new BigInt64Array(ab, byteOffset, length);
   }
 }
 

@@ -4,7 +4,7 @@
 import type { Buffer } from "../buffer";
 import { describeValue, invalid } from "../errors";
 import type { LazyNode } from "./ast";
-import { DTYPES, hostArrayName, isDType, isHostArrayOf, type DType, type HostArray } from "./dtype";
+import { DTYPES, hostArrayName, hostView, isDType, isHostArrayOf, type DType, type HostArray } from "./dtype";
 import { readValue } from "./memory";
 import type { PlanRunOptions, RunOutput } from "./options";
 import { dimValue } from "./variable";
@@ -72,7 +72,7 @@ export function readOutputInto(call: string, buf: Buffer | Uint8Array, node: Laz
   if (into.length === maxNumel(node.shape)) {
     // the buffer's layout is the value's
     if (!(buf instanceof Uint8Array)) return buf.read(into);
-    new Uint8Array(into.buffer, into.byteOffset, into.byteLength).set(buf.subarray(0, into.byteLength));
+    (into as Float32Array).set(hostView(node.dtype, buf.buffer as ArrayBuffer, buf.byteOffset, into.length) as Float32Array);
     return into;
   }
   into.set(readValue(call, buf, node, vals) as never);

@@ -5,7 +5,7 @@ import type { Buffer } from "../buffer";
 import type { Device } from "../device";
 import { hostArray } from "../errors";
 import type { DType, LazyNode } from "./ast";
-import { ITEMSIZE, hostArray as dtypeArray, type HostArray } from "./dtype";
+import { ITEMSIZE, hostArray as dtypeArray, hostView, type HostArray } from "./dtype";
 import type { Scheduled } from "./scheduler";
 import { dimMax, dimValue } from "./variable";
 import { maxNumel, maxStrides } from "./view";
@@ -169,10 +169,9 @@ export function valueBytes(node: LazyNode, vals: ReadonlyMap<string, number>): n
 export function readValue(call: string, src: Buffer | Uint8Array, node: LazyNode, vals: ReadonlyMap<string, number>): HostArray {
   const size = ITEMSIZE[node.dtype];
   if (src instanceof Uint8Array && node.shape.every((d) => typeof d === "number")) {
-    // a fixed shape from host memory (a run's hot path): one array, one copy
-    const a = hostArray(call, maxNumel(node.shape) * size, () => dtypeArray(node.dtype, maxNumel(node.shape)));
-    new Uint8Array(a.buffer, a.byteOffset, a.byteLength).set(src.subarray(0, a.byteLength));
-    return a;
+    // a fixed shape from host memory (a run's hot path): one fresh array, one copy
+    const n = maxNumel(node.shape);
+    return hostArray(call, n * size, () => (hostView(node.dtype, src.buffer as ArrayBuffer, src.byteOffset, n) as Float32Array).slice() as HostArray);
   }
   const make = (n: number): HostArray => hostArray(call, n * size, () => dtypeArray(node.dtype, n));
   const readInto = (a: HostArray): HostArray => {

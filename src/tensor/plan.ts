@@ -7,7 +7,7 @@
 // It stays one class in one file (over 600 lines): the buffers, the run queue and the in-flight
 // state are private fields that every way of executing (execute, executeAsync, run, runSync, the
 // modes) reads and writes; the checks and helpers that need none of them live in the modules above.
-import { hostArrayName, hostCopy, type DType, type DefaultHostArray, type HostArray, type HostArrayOf } from "./dtype";
+import { hostArrayName, hostCopy, hostView, type DType, type DefaultHostArray, type HostArray, type HostArrayOf } from "./dtype";
 import { Device } from "../device";
 import { describeValue, disposed, illegalState, invalid, options } from "../errors";
 import type { Kernel } from "../kernel";
@@ -882,7 +882,8 @@ export class ExecutionPlan {
       const d = given ?? (this.#inputChanged[i] ? this.#inputData[i]! : null);
       if (!d) continue;
       const v = this.#hostView(i);
-      if (v && d.byteLength <= v.byteLength) v.set(new Uint8Array(d.buffer, d.byteOffset, d.byteLength));
+      // a view of the buffer's own type: set() copies without asking d for its .buffer
+      if (v && d.byteLength <= v.byteLength) (hostView(this.#bufs[i]!.dtype, v.buffer as ArrayBuffer, v.byteOffset, d.length) as Float32Array).set(d as Float32Array);
       else this.#mem[i]!.write(d);
       this.#inputChanged[i] = given !== undefined;
     }
