@@ -22,7 +22,7 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Device } from "../src";
-import { GPT2, writeRandomGPT2, type GPT2Config } from "../examples/gpt2";
+import { GPT2, writeRandomGPT2, type GPT2Config } from "../src/models";
 import { OrtGPT2 } from "./onnx/ort_gpt2";
 import { pipCacheRoot, pipInstallOnce } from "../test/pip_cache";
 

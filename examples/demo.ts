@@ -22,7 +22,7 @@ import { Ref, seededRandom } from "../src/tensor/reference";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { GPT2, writeRandomGPT2 } from "./gpt2";
+import { GPT2, writeRandomGPT2 } from "../src/models";
 
 const cpuSource = `
 #include "bungpu_cpu.h"

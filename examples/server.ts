@@ -99,10 +99,17 @@ if (import.meta.main) {
   const maxBatch = arg("--batch") === undefined ? undefined : Number(arg("--batch"));
   const plan = prepareMlp(mlpWeights(), maxBatch === undefined ? {} : { maxBatch });
   let runRow: (x: Float32Array) => Promise<Float32Array>;
-  if (maxBatch === undefined) runRow = async (x) => (await plan.run({ x })).y as Float32Array;
+  if (maxBatch === undefined)
+    runRow = async (x) => {
+      const { y } = await plan.run({ x });
+      return y as Float32Array;
+    };
   else {
     const batcher = plan.batched({ variable: "B", inputs: ["x"], maxBatch, maxDelayMs: 2 });
-    runRow = async (x) => (await batcher.run({ x })).y as Float32Array;
+    runRow = async (x) => {
+      const { y } = await batcher.run({ x });
+      return y as Float32Array;
+    };
   }
   const server = serve(port, runRow);
   console.log(`${server.url}predict`);

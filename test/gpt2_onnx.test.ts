@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Device } from "../src";
 import { Tensor } from "../src/tensor";
-import { GPT2, gpt2Shapes, writeRandomGPT2, type GPT2Config } from "../examples/gpt2";
+import { GPT2, gpt2Shapes, writeRandomGPT2, type GPT2Config } from "../src/models";
 import { OrtGPT2, TINY_CONFIG, TINY_SEED } from "../bench/onnx/ort_gpt2";
 import { refGenerate } from "./gpt2_reference";
 

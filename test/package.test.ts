@@ -10,7 +10,7 @@ import { TARGETS, hostTarget } from "../ffi/shimsrc";
 const root = join(import.meta.dir, "..");
 const hasPrebuilt = (TARGETS as string[]).includes(hostTarget());
 
-test.skipIf(!hasPrebuilt)("bun add <packed tarball> then import: the prebuilt library loads and kernels run", () => {
+test.skipIf(!hasPrebuilt)("bun add <packed tarball> then import: the prebuilt library loads, kernels run, bungpu/models generates", () => {
   const dir = mkdtempSync(join(tmpdir(), "bungpu-consumer-"));
   try {
     const pack = Bun.spawnSync(["bun", "pm", "pack", "--destination", dir], { cwd: root, stdout: "pipe", stderr: "pipe" });
@@ -29,18 +29,23 @@ test.skipIf(!hasPrebuilt)("bun add <packed tarball> then import: the prebuilt li
     writeFileSync(
       join(app, "app.ts"),
       `import { Device, Program, loadInfo } from "bungpu";
+import { GPT2, randomGPT2Weights } from "bungpu/models";
 const dev = Device.open("cpu");
+const cfg = { nLayer: 1, nEmbd: 8, nHead: 2, vocabSize: 16, nCtx: 8 };
+const gpt = GPT2.fromTensors(cfg, randomGPT2Weights(cfg, 1), { device: dev });
+const tokens = gpt.generate([1, 2], { maxNewTokens: 3 }).tokens.length;
+gpt.dispose();
 const mod = Program.compile(dev, '#include "bungpu_cpu.h"\\nBG_KERNEL(twice) { float* x = BG_ARG(0, float*); BG_FOR_BLOCKS { BG_FOR_THREADS { x[threadIdx.x] *= 2.0f; } } }');
 const b = dev.alloc(16).write(new Float32Array([1, 2, 3, 4]));
 const s = dev.createStream();
 mod.kernel("twice", ["buffer"]).launch(s, { grid: 1, block: 4, args: [b] });
 await s.done();
-console.log(JSON.stringify({ source: loadInfo.source, out: [...b.read(Float32Array)] }));
+console.log(JSON.stringify({ source: loadInfo.source, out: [...b.read(Float32Array)], tokens }));
 `,
     );
     const run = Bun.spawnSync(["bun", "run", "app.ts"], { cwd: app, stdout: "pipe", stderr: "pipe" });
     expect(run.stderr.toString()).toBe("");
-    expect(JSON.parse(run.stdout.toString())).toEqual({ source: "prebuilt", out: [2, 4, 6, 8] });
+    expect(JSON.parse(run.stdout.toString())).toEqual({ source: "prebuilt", out: [2, 4, 6, 8], tokens: 3 }); // bungpu/models resolves from the tarball
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -4,7 +4,7 @@
 // Run: bun run bench/onnx/make_fixture.ts
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { writeRandomGPT2 } from "../../examples/gpt2";
+import { writeRandomGPT2 } from "../../src/models";
 import { TINY_CONFIG, TINY_SEED } from "./ort_gpt2";
 
 const dir = join(import.meta.dir, "..", "..", "test", "fixtures", "gpt2_tiny");

@@ -2,7 +2,7 @@
 // same loop as GPT2.generate in examples/gpt2.ts (prompt once, then one decode step per token,
 // the present keys and values fed back as the next step's past), timed the same way (inputs
 // written and logits read back inside the timings).
-import type { GPT2Config, Generation } from "../../examples/gpt2";
+import type { GPT2Config, Generation } from "../../src/models";
 
 type Ort = typeof import("onnxruntime-node");
 type Session = import("onnxruntime-node").InferenceSession;

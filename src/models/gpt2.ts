@@ -1,0 +1,571 @@
+// GPT-2 in the package (`import { GPT2 } from "bungpu/models"`): a decoder on the Tensor API that
+// loads the checkpoints users have. GPT2.fromPretrained reads a folder written by transformers'
+// save_pretrained (config.json and model.safetensors, or the shards model.safetensors.index.json
+// lists) or a single .safetensors file (transformers' names or the hub's older ones without the
+// "transformer." prefix, attn.bias mask buffers skipped); GPT2.fromTensors takes weights in
+// memory. Every config field the forward pass depends on is honoured (layer_norm_epsilon,
+// n_inner, activation_function, tie_word_embeddings, scale_attn_weights,
+// scale_attn_by_inverse_layer_idx), and one that would make it another model is refused
+// (add_cross_attention, another model_type, an activation not implemented), so a checkpoint that
+// differs never gives silently wrong numbers. Half-precision checkpoints load upcast to float32
+// (computing in half is not done yet).
+//
+// Inside, the names are GPT-2's without prefixes: wte, wpe, h.{i}.ln_1, h.{i}.attn.c_attn / c_proj
+// in Conv1D layout [in, out], h.{i}.ln_2, h.{i}.mlp.c_fc / c_proj, ln_f, and lm_head [vocab, embd]
+// when the head is not tied; pre-norm blocks; logits = h · lm_headᵀ (wteᵀ when tied).
+//
+// Two plans, each prepared ONCE when the model loads:
+//  - the prompt plan runs the whole prompt (its length a Variable T), causal attention, and
+//    returns every position's logits and each layer's keys and values [T, heads, headDim];
+//  - the decode plan runs one token at position P (a Variable: the tokens already cached). Its KV
+//    cache is a pair of plan-owned input buffers per layer, laid out [nCtx, heads, headDim] so a
+//    token's keys are one contiguous row: the step reads the cache shrunk to [0, P] plus the new
+//    token's own key and value (a softmax over both, so the step never writes what it reads), and
+//    returns the logits and the new key and value, which are then copied into the cache at row P.
+// Every token runs the same decode plan through executeWithVars({ P }): no recompile per token.
+// The cache is filled on the device: after the prompt, and after each step, one command list of
+// device-to-device copies (the plan's key/value output buffers into the cache buffers' rows)
+// crosses once and is waited for; no key or value goes through the host.
+import { existsSync, readFileSync, statSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { CommandEncoder } from "../encoder";
+import { GpuError, Status, describeValue, invalid } from "../errors";
+import { Tensor, Variable, type ExecutionPlan, type PrepareOptions } from "../tensor";
+import { seededRandom } from "../tensor/reference";
+
+export interface GPT2Config {
+  nLayer: number;
+  nEmbd: number;
+  nHead: number;
+  vocabSize: number;
+  /** The context: the positions the model has (transformers' n_positions). */
+  nCtx: number;
+  /** The MLP's inner width (transformers' n_inner; default 4 × nEmbd). */
+  nInner?: number;
+  /** The layer norms' epsilon (default 1e-5). */
+  layerNormEpsilon?: number;
+  /** The MLP's activation (transformers' activation_function; default "gelu_new", the tanh GELU). */
+  activation?: GPT2Activation;
+  /** Whether the head is the token embedding (default true); if not, the weights hold lm_head [vocab, embd]. */
+  tieWordEmbeddings?: boolean;
+  /** Attention scores divided by √headDim (default true). */
+  scaleAttnWeights?: boolean;
+  /** Layer i's attention scores also divided by i + 1 (default false). */
+  scaleAttnByInverseLayerIdx?: boolean;
+  /** The end-of-text token: generate() stops after it unless told otherwise. */
+  eosTokenId?: number;
+}
+
+/** transformers' activation_function values this model computes. */
+export type GPT2Activation = "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" | "gelu" | "relu" | "silu" | "swish";
+const ACTIVATIONS: readonly GPT2Activation[] = ["gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu", "relu", "silu", "swish"];
+
+const CONFIG_KEYS = ["nLayer", "nEmbd", "nHead", "vocabSize", "nCtx"] as const;
+
+/**
+ * A GPT2Config from transformers' config.json: the fields the forward pass reads, each checked;
+ * a field that would make it another model is refused (INVALID_VALUE naming it). A config.json
+ * holding this package's own GPT2Config (nLayer, nEmbd, ...) is taken as it is, then checked.
+ */
+export function configFromTransformers(json: unknown, where = "config.json"): GPT2Config {
+  const call = "GPT2.fromPretrained";
+  if (json === null || typeof json !== "object" || Array.isArray(json)) invalid(call, `${where}: not a JSON object`);
+  const j = json as Record<string, unknown>;
+  if (j["nLayer"] !== undefined && j["n_layer"] === undefined) return j as unknown as GPT2Config;
+  if (j["model_type"] !== undefined && j["model_type"] !== "gpt2") invalid(call, `${where}: model_type ${JSON.stringify(j["model_type"])} is not gpt2`);
+  if (j["add_cross_attention"] === true) invalid(call, `${where}: add_cross_attention is not supported (a decoder with cross-attention)`);
+  const int = (k: string, alt?: string): number => {
+    const v = j[k] ?? (alt ? j[alt] : undefined);
+    if (typeof v !== "number" || !Number.isInteger(v) || v < 1) invalid(call, `${where}: ${k} must be a positive integer, got ${describeValue(v)}`);
+    return v;
+  };
+  const bool = (k: string, dflt: boolean): boolean => {
+    const v = j[k];
+    if (v === undefined || v === null) return dflt;
+    if (typeof v !== "boolean") invalid(call, `${where}: ${k} must be true or false, got ${describeValue(v)}`);
+    return v;
+  };
+  const act = j["activation_function"] ?? "gelu_new";
+  if (!ACTIVATIONS.includes(act as GPT2Activation)) invalid(call, `${where}: activation_function ${JSON.stringify(act)} is not supported (${ACTIVATIONS.join(", ")})`);
+  const eps = j["layer_norm_epsilon"] ?? 1e-5;
+  if (typeof eps !== "number" || !(eps > 0)) invalid(call, `${where}: layer_norm_epsilon must be a positive number, got ${describeValue(eps)}`);
+  const cfg: GPT2Config = {
+    nLayer: int("n_layer"),
+    nEmbd: int("n_embd"),
+    nHead: int("n_head"),
+    vocabSize: int("vocab_size"),
+    nCtx: int("n_positions", "n_ctx"),
+    layerNormEpsilon: eps,
+    activation: act as GPT2Activation,
+    tieWordEmbeddings: bool("tie_word_embeddings", true),
+    scaleAttnWeights: bool("scale_attn_weights", true),
+    scaleAttnByInverseLayerIdx: bool("scale_attn_by_inverse_layer_idx", false),
+  };
+  if (j["n_inner"] !== undefined && j["n_inner"] !== null) cfg.nInner = int("n_inner");
+  const eos = j["eos_token_id"];
+  if (typeof eos === "number" && Number.isInteger(eos) && eos >= 0 && eos < cfg.vocabSize) cfg.eosTokenId = eos;
+  return cfg;
+}
+
+/** The tensor names and shapes a model of `cfg` holds (GPT-2's names, Conv1D layout). */
+export function gpt2Shapes(cfg: GPT2Config): Record<string, number[]> {
+  const C = cfg.nEmbd;
+  const F = cfg.nInner ?? 4 * C;
+  const s: Record<string, number[]> = { wte: [cfg.vocabSize, C], wpe: [cfg.nCtx, C] };
+  for (let i = 0; i < cfg.nLayer; i++) {
+    const p = `h.${i}.`;
+    Object.assign(s, {
+      [`${p}ln_1.weight`]: [C], [`${p}ln_1.bias`]: [C],
+      [`${p}attn.c_attn.weight`]: [C, 3 * C], [`${p}attn.c_attn.bias`]: [3 * C],
+      [`${p}attn.c_proj.weight`]: [C, C], [`${p}attn.c_proj.bias`]: [C],
+      [`${p}ln_2.weight`]: [C], [`${p}ln_2.bias`]: [C],
+      [`${p}mlp.c_fc.weight`]: [C, F], [`${p}mlp.c_fc.bias`]: [F],
+      [`${p}mlp.c_proj.weight`]: [F, C], [`${p}mlp.c_proj.bias`]: [C],
+    });
+  }
+  s["ln_f.weight"] = [C];
+  s["ln_f.bias"] = [C];
+  if (cfg.tieWordEmbeddings === false) s["lm_head"] = [cfg.vocabSize, C];
+  return s;
+}
+
+/**
+ * The model's name for a checkpoint's tensor, or null for one it does not use: transformers'
+ * "transformer." prefix and the ".weight" of the embeddings and the head are dropped, and the
+ * causal-mask buffers older checkpoints carry (attn.bias, attn.masked_bias) are skipped.
+ */
+export function gpt2Name(name: string): string | null {
+  let n = name.startsWith("transformer.") ? name.slice("transformer.".length) : name;
+  if (/^h\.\d+\.attn\.(bias|masked_bias)$/.test(n)) return null;
+  if (n === "wte.weight" || n === "wpe.weight" || n === "lm_head.weight") n = n.slice(0, -".weight".length);
+  return n;
+}
+
+function checkConfig(call: string, cfg: GPT2Config): void {
+  if (cfg === null || typeof cfg !== "object") invalid(call, `config must be an object, got ${describeValue(cfg)}`);
+  for (const k of CONFIG_KEYS)
+    if (!Number.isInteger(cfg[k]) || cfg[k] < 1) invalid(call, `config ${k} must be a positive integer, got ${String(cfg[k])}`);
+  if (cfg.nEmbd % cfg.nHead !== 0) invalid(call, `nEmbd ${cfg.nEmbd} is not a multiple of nHead ${cfg.nHead}`);
+  if (cfg.nCtx < 2) invalid(call, `nCtx must be at least 2, got ${cfg.nCtx}`);
+  if (cfg.nInner !== undefined && (!Number.isInteger(cfg.nInner) || cfg.nInner < 1)) invalid(call, `nInner must be a positive integer, got ${String(cfg.nInner)}`);
+  if (cfg.layerNormEpsilon !== undefined && !(typeof cfg.layerNormEpsilon === "number" && cfg.layerNormEpsilon > 0))
+    invalid(call, `layerNormEpsilon must be a positive number, got ${String(cfg.layerNormEpsilon)}`);
+  if (cfg.activation !== undefined && !ACTIVATIONS.includes(cfg.activation)) invalid(call, `activation ${JSON.stringify(cfg.activation)} is not one of ${ACTIVATIONS.join(", ")}`);
+  if (cfg.eosTokenId !== undefined && (!Number.isInteger(cfg.eosTokenId) || cfg.eosTokenId < 0 || cfg.eosTokenId >= cfg.vocabSize))
+    invalid(call, `eosTokenId ${String(cfg.eosTokenId)} is outside [0, ${cfg.vocabSize})`);
+}
+
+/**
+ * Random weights for a model of `cfg` (seeded; non-unit norms and non-zero biases), as plain
+ * arrays by the model's names.
+ */
+export function randomGPT2Weights(cfg: GPT2Config, seed = 1): Record<string, Float32Array> {
+  checkConfig("randomGPT2Weights", cfg);
+  const rnd = seededRandom(seed);
+  const out: Record<string, Float32Array> = {};
+  for (const [name, shape] of Object.entries(gpt2Shapes(cfg))) {
+    const n = shape.reduce((a, b) => a * b, 1);
+    const a = new Float32Array(n);
+    const isNormW = /ln_\w+\.weight$/.test(name), isBias = name.endsWith(".bias");
+    for (let i = 0; i < n; i++) {
+      const r = rnd() * 2 - 1;
+      a[i] = isNormW ? 1 + 0.1 * r : isBias ? 0.05 * r : name === "wte" || name === "wpe" || name === "lm_head" ? 0.5 * r : (r * 1.5) / Math.sqrt(shape[0]!);
+    }
+    out[name] = a;
+  }
+  return out;
+}
+
+/**
+ * Write a random model of `cfg` (seeded) to `path` as safetensors, the config in its metadata.
+ * Returns the weights as plain arrays (for references).
+ */
+export function writeRandomGPT2(path: string, cfg: GPT2Config, seed = 1): Record<string, Float32Array> {
+  const out = randomGPT2Weights(cfg, seed);
+  const tensors: Record<string, Tensor> = {};
+  const shapes = gpt2Shapes(cfg);
+  for (const [name, a] of Object.entries(out)) tensors[name] = Tensor.from(a, shapes[name]!);
+  const metadata: Record<string, string> = {};
+  for (const k of CONFIG_KEYS) metadata[k] = String(cfg[k]);
+  Tensor.toSafetensors(path, tensors, metadata);
+  return out;
+}
+
+export interface Generation {
+  /** The generated token ids (the prompt not included). */
+  tokens: number[];
+  /** The logits each generated token was chosen from. */
+  logits: Float32Array[];
+  /** Milliseconds spent in the prompt plan and, per generated token after the first, in a decode step. */
+  promptMs: number;
+  stepMs: number[];
+}
+
+export interface GenerateOptions {
+  /** Tokens to generate at most. */
+  maxNewTokens: number;
+  /** Sampling temperature; 0 or absent: greedy (argmax). */
+  temperature?: number | undefined;
+  /** Sample among the k most likely tokens only. */
+  topK?: number | undefined;
+  /** Sample among the most likely tokens whose probabilities add up to p (nucleus sampling). */
+  topP?: number | undefined;
+  /** Seed of the sampler (default 0): the same seed, prompt and options give the same tokens. */
+  seed?: number | undefined;
+  /** Token ids that end the generation (included in it); default the config's eosTokenId. [] for none. */
+  stop?: number | readonly number[] | undefined;
+}
+
+export interface FromPretrainedOptions extends PrepareOptions {
+  /** The config, where the checkpoint has none (no config.json beside it, no metadata). */
+  config?: GPT2Config;
+}
+
+function argmax(a: Float32Array, from = 0, n = a.length): number {
+  let best = 0;
+  for (let i = 1; i < n; i++) if (a[from + i]! > a[from + best]!) best = i;
+  return best;
+}
+
+/** A sampler: mulberry32 from `seed`, uniform in [0, 1). */
+function sampler(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = Math.imul(s ^ (s >>> 15), 1 | s);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Pick a token from `logits` as `o` says (greedy without a temperature). */
+function pick(logits: Float32Array, o: GenerateOptions, rnd: () => number): number {
+  const temp = o.temperature ?? 0;
+  if (!(temp > 0)) return argmax(logits);
+  const V = logits.length;
+  let idx = Array.from({ length: V }, (_, i) => i).sort((a, b) => logits[b]! - logits[a]! || a - b);
+  if (o.topK !== undefined && o.topK < V) idx = idx.slice(0, Math.max(1, o.topK));
+  const m = logits[idx[0]!]!;
+  let p = idx.map((i) => Math.exp((logits[i]! - m) / temp));
+  let z = p.reduce((a, b) => a + b, 0);
+  if (o.topP !== undefined && o.topP < 1) {
+    let acc = 0, keep = 0;
+    while (keep < p.length && acc < o.topP * z) acc += p[keep++]!;
+    idx = idx.slice(0, Math.max(1, keep));
+    p = p.slice(0, idx.length);
+    z = p.reduce((a, b) => a + b, 0);
+  }
+  let r = rnd() * z;
+  for (let i = 0; i < p.length; i++) {
+    r -= p[i]!;
+    if (r < 0) return idx[i]!;
+  }
+  return idx[idx.length - 1]!;
+}
+
+/** Read the JSON file at `path` (INVALID_VALUE naming it when it is not JSON). */
+function readJson(call: string, path: string): unknown {
+  try {
+    return JSON.parse(readFileSync(path, "utf8"));
+  } catch (e) {
+    invalid(call, `${path}: not readable JSON (${e instanceof Error ? e.message : String(e)})`);
+  }
+}
+
+/** A checkpoint's files: the config (or null) and the safetensors files holding its weights. */
+function checkpointFiles(call: string, path: string): { config: unknown; files: string[] } {
+  if (typeof path !== "string" || !path) invalid(call, `path must be a folder or a .safetensors file, got ${describeValue(path)}`);
+  if (!existsSync(path)) throw new GpuError(Status.FILE_NOT_FOUND, `${call}: ${path}: no such file or folder`, { backend: "typescript", call });
+  if (statSync(path).isDirectory()) {
+    const cfg = join(path, "config.json");
+    const config = existsSync(cfg) ? readJson(call, cfg) : null;
+    const index = join(path, "model.safetensors.index.json");
+    if (existsSync(index)) {
+      const j = readJson(call, index) as { weight_map?: Record<string, unknown> };
+      if (!j || typeof j !== "object" || !j.weight_map || typeof j.weight_map !== "object") invalid(call, `${index}: no weight_map`);
+      const files = [...new Set(Object.values(j.weight_map))];
+      if (files.some((f) => typeof f !== "string" || f.includes("/") || f.includes("\\"))) invalid(call, `${index}: weight_map must name files of the folder`);
+      return { config, files: (files as string[]).map((f) => join(path, f)) };
+    }
+    const single = join(path, "model.safetensors");
+    if (!existsSync(single)) invalid(call, `${path}: no model.safetensors or model.safetensors.index.json (PyTorch .bin checkpoints are not read: save with safe_serialization)`);
+    return { config, files: [single] };
+  }
+  const beside = join(dirname(path), "config.json");
+  return { config: existsSync(beside) ? readJson(call, beside) : null, files: [path] };
+}
+
+export class GPT2 {
+  readonly config: GPT2Config;
+  /** How many plans this model prepared (two: the prompt plan and the decode plan). */
+  readonly prepares: number;
+  readonly promptPlan: ExecutionPlan;
+  readonly decodePlan: ExecutionPlan;
+  readonly #tokens: Tensor;
+  readonly #token: Tensor;
+  readonly #kCache: Tensor[] = [];
+  readonly #vCache: Tensor[] = [];
+  readonly #copies: CommandEncoder;
+  readonly #one = new Int32Array(1);
+  /** Positions the decode cache holds (after prompt(): its length; after step(t, P): P + 1). */
+  #cached = 0;
+
+  /**
+   * A model from the checkpoint at `path`: a folder as transformers' save_pretrained writes it
+   * (config.json with model.safetensors, or with model.safetensors.index.json and its shards), or
+   * one .safetensors file whose config is a config.json beside it, or its metadata (this
+   * package's writeRandomGPT2), or `opts.config`. `opts` (device, ...) go to both plans' prepare.
+   * A config field not supported, a tensor missing, of the wrong shape or not part of GPT-2, is a
+   * GpuError INVALID_VALUE naming it.
+   */
+  static fromPretrained(path: string, opts: FromPretrainedOptions = {}): GPT2 {
+    const call = "GPT2.fromPretrained";
+    const { config: given, ...prep } = opts ?? {};
+    const { config, files } = checkpointFiles(call, path);
+    let cfg = given;
+    if (!cfg && config !== null) cfg = configFromTransformers(config, join(statSync(path).isDirectory() ? path : dirname(path), "config.json"));
+    if (!cfg) {
+      const meta = Tensor.safetensorsMetadata(files[0]!);
+      const c: Partial<Record<(typeof CONFIG_KEYS)[number], number>> = {};
+      for (const k of CONFIG_KEYS) {
+        if (!(k in meta)) invalid(call, `${path}: no config.json beside it and no ${k} in its metadata; pass { config }`);
+        c[k] = Number(meta[k]);
+      }
+      cfg = c as GPT2Config;
+    }
+    const tensors: Record<string, Tensor> = {};
+    for (const f of files) Object.assign(tensors, Tensor.fromSafetensors(f));
+    return GPT2.fromTensors(cfg, tensors, prep, path);
+  }
+
+  /**
+   * A model from weights in memory: `tensors` by name (the model's names or transformers', see
+   * gpt2Name), each a Tensor or a Float32Array of the right size. Float16 and bfloat16 tensors are
+   * upcast to float32.
+   */
+  static fromTensors(config: GPT2Config, tensors: Readonly<Record<string, Tensor | Float32Array>>, opts: PrepareOptions = {}, where = "tensors"): GPT2 {
+    const call = "GPT2.fromTensors";
+    checkConfig(call, config);
+    if (tensors === null || typeof tensors !== "object") invalid(call, `tensors must be an object of Tensors by name, got ${describeValue(tensors)}`);
+    const shapes = gpt2Shapes(config);
+    const w: Record<string, Tensor> = {};
+    for (const [name, t] of Object.entries(tensors)) {
+      const n = gpt2Name(name);
+      if (n === null) continue;
+      if (n === "lm_head" && config.tieWordEmbeddings !== false) continue; // tied: the head is wte (transformers writes both sometimes)
+      const shape = shapes[n];
+      if (!shape) invalid(call, `${where}: ${JSON.stringify(name)} is not a tensor of this GPT-2 (a different architecture, or a config that does not match)`);
+      if (w[n]) invalid(call, `${where}: two tensors are ${n} (${JSON.stringify(name)} and another)`);
+      let x: Tensor;
+      if (t instanceof Float32Array) {
+        if (t.length !== shape.reduce((p, q) => p * q, 1)) invalid(call, `${where}: ${name} has ${t.length} values, expected [${shape.join(", ")}]`);
+        x = Tensor.from(t, shape);
+      } else if (t instanceof Tensor) {
+        if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) invalid(call, `${where}: ${name} is [${t.shape.join(", ")}], expected [${shape.join(", ")}]`);
+        if (t.dtype === "float16" || t.dtype === "bfloat16") x = t.float();
+        else if (t.dtype === "float32") x = t;
+        else invalid(call, `${where}: ${name} is ${t.dtype}; weights must be float32, float16 or bfloat16`);
+      } else invalid(call, `${where}: ${name} must be a Tensor or a Float32Array, got ${describeValue(t)}`);
+      w[n] = x;
+    }
+    for (const n of Object.keys(shapes)) if (!w[n]) invalid(call, `${where}: no tensor ${JSON.stringify(n)} (transformers: ${JSON.stringify(n === "wte" || n === "wpe" ? `transformer.${n}.weight` : n === "lm_head" ? "lm_head.weight" : `transformer.${n}`)})`);
+    return new GPT2(config, w, opts);
+  }
+
+  /**
+   * Load a model from a safetensors file; the config comes from its metadata unless given. `opts`
+   * (device, fusion, ...) go to both plans' prepare. (fromPretrained reads the same files, and
+   * transformers' checkpoints.)
+   */
+  static load(path: string, config?: GPT2Config, opts: PrepareOptions = {}): GPT2 {
+    return GPT2.fromPretrained(path, config ? { ...opts, config } : opts);
+  }
+
+  private constructor(cfg: GPT2Config, w: Record<string, Tensor>, opts: PrepareOptions) {
+    this.config = cfg;
+    const { nLayer: L, nEmbd: C, nHead: H, nCtx } = cfg;
+    const D = C / H;
+    // Each LayerNorm's output gets its own buffer: left fused into the matmul that reads it, the
+    // normalisation is recomputed for every column block of that matmul (the prompt ran ~25%
+    // slower that way on a 2-core CPU; the decode step about the same).
+    const eps = cfg.layerNormEpsilon ?? 1e-5;
+    const ln = (x: Tensor, p: string) => x.layerNorm({ weight: w[`${p}.weight`]!, bias: w[`${p}.bias`]!, eps }).contiguous();
+    const lin = (x: Tensor, p: string) => x.matmul(w[`${p}.weight`]!).add(w[`${p}.bias`]!);
+    const act = (x: Tensor): Tensor => {
+      switch (cfg.activation ?? "gelu_new") {
+        case "gelu_new": case "gelu_pytorch_tanh": case "gelu_fast": return x.gelu("tanh");
+        case "gelu": return x.gelu("none");
+        case "relu": return x.relu();
+        case "silu": case "swish": return x.silu();
+      }
+    };
+    const mlp = (x: Tensor, i: number) => lin(act(lin(ln(x, `h.${i}.ln_2`), `h.${i}.mlp.c_fc`)), `h.${i}.mlp.c_proj`);
+    const headW = cfg.tieWordEmbeddings === false ? w["lm_head"]! : w["wte"]!;
+    const head = (x: Tensor) => ln(x, "ln_f").matmul(headW.transpose(0, 1));
+    // Attention scores' scale per layer: 1/√D unless scale_attn_weights is off, and 1/(i + 1) more
+    // with scale_attn_by_inverse_layer_idx.
+    const scaleOf = (i: number) => (cfg.scaleAttnWeights === false ? 1 : 1 / Math.sqrt(D)) / (cfg.scaleAttnByInverseLayerIdx ? i + 1 : 1);
+
+    // The prompt: tokens[0, T), causal self-attention.
+    const T = new Variable("T", 1, nCtx).bind(1);
+    this.#tokens = Tensor.from(new Int32Array(nCtx), [nCtx], { name: "tokens" });
+    let x = w["wte"]!.indexSelect(0, this.#tokens.shrink([[0, T]])).add(w["wpe"]!.shrink([[0, T], null])); // [T, C]
+    const promptOuts: Tensor[] = [];
+    for (let i = 0; i < L; i++) {
+      const qkv = lin(ln(x, `h.${i}.ln_1`), `h.${i}.attn.c_attn`); // [T, 3C]
+      const part = (j: number) => qkv.shrink([null, [j * C, (j + 1) * C]]).reshape([T, H, D]);
+      const [q, k, v] = [part(0), part(1), part(2)];
+      const heads = (t: Tensor) => t.permute([1, 0, 2]); // [H, T, D]
+      const a = heads(q).scaledDotProductAttention(heads(k), heads(v), { isCausal: true, scale: scaleOf(i) }).permute([1, 0, 2]).reshape([T, C]);
+      x = x.add(lin(a, `h.${i}.attn.c_proj`));
+      x = x.add(mlp(x, i));
+      promptOuts.push(k, v);
+    }
+    this.promptPlan = Tensor.prepareBatch([head(x), ...promptOuts], opts);
+
+    // One decode step: the token at position P, the cache holding positions [0, P).
+    const P = new Variable("P", 1, nCtx - 1).bind(1);
+    this.#token = Tensor.from(new Int32Array(1), [1], { name: "token" });
+    const pos = Tensor.fromDims([P]).reshape([1]);
+    let y = w["wte"]!.indexSelect(0, this.#token).add(w["wpe"]!.indexSelect(0, pos)); // [1, C]
+    const stepOuts: Tensor[] = [];
+    for (let i = 0; i < L; i++) {
+      const kc = Tensor.from(new Float32Array(nCtx * C), [nCtx, H, D], { name: `cache.${i}.k` });
+      const vc = Tensor.from(new Float32Array(nCtx * C), [nCtx, H, D], { name: `cache.${i}.v` });
+      this.#kCache.push(kc);
+      this.#vCache.push(vc);
+      const qkv = lin(ln(y, `h.${i}.ln_1`), `h.${i}.attn.c_attn`); // [1, 3C]
+      const part = (j: number) => qkv.shrink([null, [j * C, (j + 1) * C]]);
+      const [q, kn, vn] = [part(0).reshape([H, 1, D]), part(1), part(2)];
+      const K = kc.shrink([[0, P], null, null]).permute([1, 2, 0]); // [H, D, P]
+      const V = vc.shrink([[0, P], null, null]).permute([1, 0, 2]); // [H, P, D]
+      const sc = q.matmul(K).mul(scaleOf(i)); // [H, 1, P]: the cached positions
+      const sn = q.mul(kn.reshape([H, 1, D])).sum(-1, true).mul(scaleOf(i)); // [H, 1, 1]: the token itself
+      const m = sc.max(-1, true).maximum(sn);
+      const ec = sc.sub(m).exp(), en = sn.sub(m).exp();
+      const o = ec.matmul(V).add(en.mul(vn.reshape([H, 1, D]))).div(ec.sum(-1, true).add(en)); // [H, 1, D]
+      y = y.add(lin(o.reshape([1, C]), `h.${i}.attn.c_proj`));
+      y = y.add(mlp(y, i));
+      stepOuts.push(kn, vn);
+    }
+    this.decodePlan = Tensor.prepareBatch([head(y), ...stepOuts], opts);
+    this.prepares = 2;
+    this.#copies = new CommandEncoder(this.decodePlan.device);
+  }
+
+  /**
+   * Copy each layer's key and value rows [0, rows) from `plan`'s outputs 1 + 2i, 2 + 2i into the
+   * decode cache at row `at`, on the device, in one crossing, and wait for it.
+   */
+  #fillCache(plan: ExecutionPlan, rows: number, at: number): void {
+    const dp = this.decodePlan, rowBytes = this.config.nEmbd * 4, enc = this.#copies;
+    for (let i = 0; i < this.config.nLayer; i++) {
+      enc.copy(dp.buffer(this.#kCache[i]!.node.id)!, plan.outputBufferAt(1 + 2 * i)!, { dstOffset: at * rowBytes, bytes: rows * rowBytes });
+      enc.copy(dp.buffer(this.#vCache[i]!.node.id)!, plan.outputBufferAt(2 + 2 * i)!, { dstOffset: at * rowBytes, bytes: rows * rowBytes });
+    }
+    enc.submit(dp.device.defaultStream, { wait: true });
+  }
+
+  #checkToken(call: string, t: unknown): void {
+    if (!Number.isInteger(t) || (t as number) < 0 || (t as number) >= this.config.vocabSize)
+      invalid(call, `token ${String(t)} is outside [0, ${this.config.vocabSize})`);
+  }
+
+  /**
+   * Run the prompt plan over `tokens` (1 to nCtx of them) and fill the decode cache with their
+   * keys and values. Returns every position's logits, [tokens.length, vocabSize] row-major.
+   */
+  prompt(tokens: readonly number[]): Float32Array {
+    const call = "GPT2.prompt";
+    const { nCtx } = this.config;
+    if (!Array.isArray(tokens) || tokens.length < 1 || tokens.length > nCtx) invalid(call, `the prompt must be an array of 1 to ${nCtx} token ids`);
+    for (const t of tokens) this.#checkToken(call, t);
+    const pp = this.promptPlan;
+    const toks = new Int32Array(nCtx);
+    toks.set(tokens);
+    pp.bufferMutById(this.#tokens.node.id)!.write(toks);
+    pp.executeWithVars({ T: tokens.length });
+    const all = pp.readOutput(0) as Float32Array;
+    this.#fillCache(pp, tokens.length, 0);
+    this.#cached = tokens.length;
+    return all;
+  }
+
+  /**
+   * One decode step: `token` at position `P` (1 ≤ P < nCtx), the cache holding positions [0, P)
+   * (a prompt of P tokens, or steps up to P - 1). Returns its logits [vocabSize] and caches its
+   * key and value at row P.
+   */
+  step(token: number, P: number): Float32Array {
+    const call = "GPT2.step";
+    this.#checkToken(call, token);
+    if (!Number.isInteger(P) || P < 1 || P >= this.config.nCtx) invalid(call, `position ${String(P)} is outside [1, ${this.config.nCtx})`);
+    if (P > this.#cached) invalid(call, `position ${P} needs positions [0, ${P}) cached; the cache holds [0, ${this.#cached})`);
+    const dp = this.decodePlan;
+    this.#one[0] = token;
+    dp.bufferMutById(this.#token.node.id)!.write(this.#one);
+    dp.executeWithVars({ P });
+    const logits = dp.readOutput(0) as Float32Array;
+    this.#fillCache(dp, 1, P);
+    this.#cached = P + 1;
+    return logits;
+  }
+
+  /** Every position's logits for `tokens`, [tokens.length, vocabSize] row-major (the prompt plan; fills the cache too). */
+  logits(tokens: readonly number[]): Float32Array {
+    return this.prompt(tokens);
+  }
+
+  /**
+   * Generate after `prompt`: `generate(prompt, n)` takes n greedy tokens; `generate(prompt, {
+   * maxNewTokens, temperature, topK, topP, seed, stop })` samples (greedy without a temperature)
+   * and stops after a stop token (default the config's eosTokenId) or at maxNewTokens. The same
+   * seed, prompt and options give the same tokens. prompt + tokens must fit nCtx.
+   */
+  generate(prompt: readonly number[], opts: number | GenerateOptions): Generation {
+    const call = "GPT2.generate";
+    const { nCtx, vocabSize: V } = this.config;
+    const o: GenerateOptions = typeof opts === "number" ? { maxNewTokens: opts, stop: [] } : opts;
+    if (o === null || typeof o !== "object") invalid(call, `options must be a token count or an object, got ${describeValue(opts)}`);
+    if (!Array.isArray(prompt) || prompt.length < 1) invalid(call, "prompt must be a non-empty array of token ids");
+    for (const t of prompt) if (!Number.isInteger(t) || t < 0 || t >= V) invalid(call, `token ${String(t)} is outside [0, ${V})`);
+    const n = o.maxNewTokens;
+    if (!Number.isInteger(n) || n < 1) invalid(call, `maxNewTokens must be a positive integer, got ${String(n)}`);
+    if (prompt.length + n - 1 > nCtx) invalid(call, `prompt ${prompt.length} + ${n} tokens exceed the context ${nCtx}`);
+    if (o.temperature !== undefined && !(typeof o.temperature === "number" && o.temperature >= 0 && Number.isFinite(o.temperature)))
+      invalid(call, `temperature must be a number ≥ 0, got ${describeValue(o.temperature)}`);
+    if (o.topK !== undefined && !(Number.isInteger(o.topK) && o.topK >= 1)) invalid(call, `topK must be a positive integer, got ${describeValue(o.topK)}`);
+    if (o.topP !== undefined && !(typeof o.topP === "number" && o.topP > 0 && o.topP <= 1)) invalid(call, `topP must be in (0, 1], got ${describeValue(o.topP)}`);
+    if (o.seed !== undefined && !Number.isSafeInteger(o.seed)) invalid(call, `seed must be an integer, got ${describeValue(o.seed)}`);
+    const stopList = o.stop === undefined ? (this.config.eosTokenId === undefined ? [] : [this.config.eosTokenId]) : typeof o.stop === "number" ? [o.stop] : o.stop;
+    if (!Array.isArray(stopList) || stopList.some((t) => !Number.isInteger(t))) invalid(call, `stop must be a token id or an array of them, got ${describeValue(o.stop)}`);
+    const stop = new Set(stopList);
+    const rnd = sampler(o.seed ?? 0);
+
+    const T = prompt.length;
+    const t0 = performance.now();
+    let logits: Float32Array = this.prompt(prompt).slice((T - 1) * V, T * V);
+    const promptMs = performance.now() - t0;
+    const tokens = [pick(logits, o, rnd)];
+    const out = [logits];
+    const stepMs: number[] = [];
+    for (let P = T; tokens.length < n && !stop.has(tokens[tokens.length - 1]!); P++) {
+      const s0 = performance.now();
+      logits = this.step(tokens[tokens.length - 1]!, P);
+      stepMs.push(performance.now() - s0);
+      tokens.push(pick(logits, o, rnd));
+      out.push(logits);
+    }
+    return { tokens, logits: out, promptMs, stepMs };
+  }
+
+  dispose(): void {
+    this.#copies.reset();
+    this.promptPlan.dispose();
+    this.decodePlan.dispose();
+  }
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+
+}

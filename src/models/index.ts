@@ -1,0 +1,14 @@
+// bungpu/models: models built on the Tensor API, loaded from the checkpoints users have.
+export {
+  GPT2,
+  configFromTransformers,
+  gpt2Name,
+  gpt2Shapes,
+  randomGPT2Weights,
+  writeRandomGPT2,
+  type FromPretrainedOptions,
+  type GenerateOptions,
+  type Generation,
+  type GPT2Activation,
+  type GPT2Config,
+} from "./gpt2";

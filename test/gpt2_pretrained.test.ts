@@ -1,0 +1,198 @@
+// GPT2.fromPretrained / fromTensors (issue 21 item 1): the checkpoints users have. The config.json
+// of test/fixtures/gpt2_hf was written by transformers 5.18 (GPT2Config.save_pretrained: n_inner
+// 48, layer_norm_epsilon 1e-3, an untied head, scale_attn_by_inverse_layer_idx). The weights are
+// made here (non-unit norms, non-zero biases) and written as transformers names them: its folder
+// layout (transformer.* and lm_head.weight, one file or shards with an index), and the hub's older
+// single-file layout (no prefix, attn.bias mask buffers). Logits are compared with the float64
+// reference of test/gpt2_reference.ts, which reads the same config fields.
+import { afterAll, describe, expect, test } from "bun:test";
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Device, Status, Tensor } from "../src";
+import { GPT2, configFromTransformers, gpt2Shapes, randomGPT2Weights, type GPT2Config } from "../src/models";
+import { refGenerate, refLogits } from "./gpt2_reference";
+import { expectGpuError } from "./helpers";
+
+const dev = Device.open("cpu");
+const dir = mkdtempSync(join(tmpdir(), "bungpu-gpt2-hf-"));
+afterAll(() => {
+  rmSync(dir, { recursive: true, force: true });
+  dev.dispose();
+});
+
+const FIX = join(import.meta.dir, "fixtures", "gpt2_hf", "config.json");
+const hfJson = JSON.parse(readFileSync(FIX, "utf8")) as Record<string, unknown>;
+const cfg = configFromTransformers(hfJson);
+const w = randomGPT2Weights(cfg, 3);
+const PROMPT = [5, 17, 2, 40, 33, 9];
+
+/** transformers' name for a model name (GPT2LMHeadModel's state dict). */
+function hfName(n: string, prefix = "transformer."): string {
+  if (n === "lm_head") return "lm_head.weight";
+  if (n === "wte" || n === "wpe") return `${prefix}${n}.weight`;
+  return `${prefix}${n}`;
+}
+function writeFolder(path: string, json: Record<string, unknown>, weights: Record<string, Float32Array>, shards = 1): void {
+  mkdirSync(path, { recursive: true });
+  writeFileSync(join(path, "config.json"), JSON.stringify(json, null, 2));
+  const c = configFromTransformers(json);
+  const shapes = gpt2Shapes(c);
+  const names = Object.keys(weights);
+  const map: Record<string, string> = {};
+  for (let k = 0; k < shards; k++) {
+    const file = shards === 1 ? "model.safetensors" : `model-0000${k + 1}-of-0000${shards}.safetensors`;
+    const part: Record<string, Tensor> = {};
+    names.forEach((n, i) => {
+      if (i % shards !== k) return;
+      part[hfName(n)] = Tensor.from(weights[n]!, shapes[n]!);
+      map[hfName(n)] = file;
+    });
+    Tensor.toSafetensors(join(path, file), part, { format: "pt" });
+  }
+  if (shards > 1) writeFileSync(join(path, "model.safetensors.index.json"), JSON.stringify({ metadata: {}, weight_map: map }));
+}
+function expectClose(got: ArrayLike<number>, want: ArrayLike<number>, tol: number): void {
+  expect(got.length).toBe(want.length);
+  let worst = 0;
+  for (let i = 0; i < want.length; i++) worst = Math.max(worst, Math.abs(got[i]! - want[i]!));
+  expect(worst).toBeLessThanOrEqual(tol);
+}
+function lastLogits(m: GPT2, tokens: number[]): Float32Array {
+  const V = m.config.vocabSize;
+  return m.logits(tokens).slice((tokens.length - 1) * V, tokens.length * V);
+}
+
+describe("GPT2.fromPretrained", () => {
+  test("the config transformers wrote is read field by field", () => {
+    expect(cfg).toEqual({
+      nLayer: 2, nEmbd: 32, nHead: 4, vocabSize: 96, nCtx: 64, nInner: 48, layerNormEpsilon: 1e-3, activation: "gelu_new",
+      tieWordEmbeddings: false, scaleAttnWeights: true, scaleAttnByInverseLayerIdx: true, eosTokenId: 1,
+    });
+  });
+
+  test("a transformers folder (untied head, n_inner, epsilon, inverse-layer scaling): logits and greedy tokens match float64", () => {
+    const path = join(dir, "hf");
+    writeFolder(path, hfJson, w);
+    using m = GPT2.fromPretrained(path, { device: dev });
+    expect(m.config.tieWordEmbeddings).toBe(false);
+    expectClose(lastLogits(m, PROMPT), refLogits(w, cfg, PROMPT), 1e-4);
+    const ref = refGenerate(w, cfg, PROMPT, 6);
+    expect(m.generate(PROMPT, 6).tokens).toEqual(ref.tokens);
+  });
+
+  test("sharded with model.safetensors.index.json: the same logits", () => {
+    const one = join(dir, "hf1"), two = join(dir, "hf2");
+    writeFolder(one, hfJson, w, 1);
+    writeFolder(two, hfJson, w, 2);
+    using a = GPT2.fromPretrained(one, { device: dev });
+    using b = GPT2.fromPretrained(two, { device: dev });
+    expect([...lastLogits(b, PROMPT)]).toEqual([...lastLogits(a, PROMPT)]);
+  });
+
+  test("the hub's single file (no prefix, attn.bias buffers, tied head) with its config.json beside it", () => {
+    const json = { ...hfJson, tie_word_embeddings: true, scale_attn_by_inverse_layer_idx: false, n_inner: null };
+    const c = configFromTransformers(json);
+    const wt = randomGPT2Weights(c, 4);
+    const path = join(dir, "hub");
+    mkdirSync(path, { recursive: true });
+    writeFileSync(join(path, "config.json"), JSON.stringify(json));
+    const shapes = gpt2Shapes(c);
+    const tensors: Record<string, Tensor> = {};
+    for (const [n, a] of Object.entries(wt)) tensors[hfName(n, "")] = Tensor.from(a, shapes[n]!);
+    const mask = new Float32Array(c.nCtx * c.nCtx);
+    for (let i = 0; i < c.nCtx; i++) for (let j = 0; j <= i; j++) mask[i * c.nCtx + j] = 1;
+    for (let i = 0; i < c.nLayer; i++) tensors[`h.${i}.attn.bias`] = Tensor.from(mask, [1, 1, c.nCtx, c.nCtx]);
+    Tensor.toSafetensors(join(path, "gpt2.safetensors"), tensors);
+    using m = GPT2.fromPretrained(join(path, "gpt2.safetensors"), { device: dev });
+    expect(m.config.nInner).toBeUndefined();
+    expectClose(lastLogits(m, PROMPT), refLogits(wt, c, PROMPT), 1e-4);
+  });
+
+  test("float16 and bfloat16 checkpoints load (upcast to float32): logits of the rounded weights", () => {
+    for (const dtype of ["float16", "bfloat16"] as const) {
+      const path = join(dir, `half-${dtype}`);
+      mkdirSync(path, { recursive: true });
+      writeFileSync(join(path, "config.json"), JSON.stringify({ ...hfJson, torch_dtype: dtype }));
+      const shapes = gpt2Shapes(cfg);
+      const tensors: Record<string, Tensor> = {};
+      for (const [n, a] of Object.entries(w)) tensors[hfName(n)] = Tensor.from(a, shapes[n]!).cast(dtype);
+      Tensor.toSafetensors(join(path, "model.safetensors"), tensors);
+      // the reference reads the rounded values back (float16 as numbers; bfloat16 bits are a float32's top half)
+      const back = Tensor.fromSafetensors(join(path, "model.safetensors"));
+      const rounded: Record<string, Float32Array> = {};
+      for (const n of Object.keys(w)) {
+        const t = back[hfName(n)]!;
+        expect(t.dtype).toBe(dtype);
+        if (dtype === "float16") rounded[n] = Float32Array.from(t.toArray("float16") as ArrayLike<number>);
+        else rounded[n] = new Float32Array(Uint32Array.from(t.toArray("bfloat16"), (b) => b << 16).buffer);
+      }
+      using m = GPT2.fromPretrained(path, { device: dev });
+      expectClose(lastLogits(m, PROMPT), refLogits(rounded, cfg, PROMPT), 1e-4);
+    }
+  });
+
+  test("other activations and unscaled attention follow the config", () => {
+    for (const [act, scale] of [["gelu", true], ["relu", false], ["silu", true]] as const) {
+      const json = { ...hfJson, activation_function: act, scale_attn_weights: scale };
+      const c = configFromTransformers(json);
+      const path = join(dir, `act-${act}`);
+      writeFolder(path, json, w);
+      using m = GPT2.fromPretrained(path, { device: dev });
+      expectClose(lastLogits(m, PROMPT), refLogits(w, c, PROMPT), 1e-4);
+    }
+  });
+
+  test("a checkpoint it cannot compute correctly is refused with INVALID_VALUE naming why", () => {
+    const bad = (name: string, json: Record<string, unknown>) => {
+      const path = join(dir, `bad-${name}`);
+      mkdirSync(path, { recursive: true });
+      writeFileSync(join(path, "config.json"), JSON.stringify(json));
+      copyFileSync(join(dir, "hf", "model.safetensors"), join(path, "model.safetensors"));
+      return path;
+    };
+    expectGpuError(() => GPT2.fromPretrained(bad("type", { ...hfJson, model_type: "gpt_neo" })), Status.INVALID_VALUE, "model_type");
+    expectGpuError(() => GPT2.fromPretrained(bad("cross", { ...hfJson, add_cross_attention: true })), Status.INVALID_VALUE, "add_cross_attention");
+    expectGpuError(() => GPT2.fromPretrained(bad("act", { ...hfJson, activation_function: "quick_gelu" })), Status.INVALID_VALUE, "quick_gelu");
+    expectGpuError(() => GPT2.fromPretrained(bad("inner", { ...hfJson, n_inner: 128 })), Status.INVALID_VALUE, "expected [32, 128]");
+    expectGpuError(() => GPT2.fromPretrained(join(dir, "nowhere")), Status.FILE_NOT_FOUND, "nowhere");
+    mkdirSync(join(dir, "empty"), { recursive: true });
+    expectGpuError(() => GPT2.fromPretrained(join(dir, "empty")), Status.INVALID_VALUE, "no model.safetensors");
+    // tensors: one missing, one of another architecture, one of the wrong shape
+    const shapes = gpt2Shapes(cfg);
+    const all = Object.fromEntries(Object.entries(w).map(([n, a]) => [hfName(n), a]));
+    const { ["transformer.ln_f.bias"]: _gone, ...missing } = all;
+    expectGpuError(() => GPT2.fromTensors(cfg, missing), Status.INVALID_VALUE, "transformer.ln_f.bias");
+    expectGpuError(() => GPT2.fromTensors(cfg, { ...all, "transformer.h.0.crossattention.c_attn.weight": new Float32Array(4) }), Status.INVALID_VALUE, "crossattention");
+    expectGpuError(() => GPT2.fromTensors(cfg, { ...all, "transformer.wpe.weight": new Float32Array(5) }), Status.INVALID_VALUE, "wpe");
+    expect(shapes["lm_head"]).toEqual([96, 32]);
+  });
+
+  test("the untied head counts: dropping lm_head for wte changes the answer", () => {
+    // a config that says tied, given the same weights, uses wte as the head and ignores lm_head
+    const tied: GPT2Config = { ...cfg, tieWordEmbeddings: true };
+    using m = GPT2.fromTensors(tied, Object.fromEntries(Object.entries(w).map(([n, a]) => [hfName(n), a])), { device: dev });
+    expectClose(lastLogits(m, PROMPT), refLogits(w, tied, PROMPT), 1e-4);
+    const untied = refLogits(w, cfg, PROMPT);
+    expect(Math.abs(lastLogits(m, PROMPT)[0]! - untied[0]!)).toBeGreaterThan(1e-3);
+  });
+});
+
+describe("GPT2.generate", () => {
+  test("sampling is reproducible by seed; topK 1 is greedy; a stop token ends it", () => {
+    using m = GPT2.fromTensors(cfg, w, { device: dev });
+    const greedy = m.generate(PROMPT, { maxNewTokens: 8, stop: [] }).tokens;
+    expect(greedy).toEqual(refGenerate(w, cfg, PROMPT, 8).tokens);
+    const a = m.generate(PROMPT, { maxNewTokens: 8, temperature: 1.5, topP: 0.95, seed: 7, stop: [] }).tokens;
+    const b = m.generate(PROMPT, { maxNewTokens: 8, temperature: 1.5, topP: 0.95, seed: 7, stop: [] }).tokens;
+    expect(b).toEqual(a);
+    const seeds = [1, 2, 3, 4, 5].map((seed) => m.generate(PROMPT, { maxNewTokens: 8, temperature: 1.5, seed, stop: [] }).tokens.join(","));
+    expect(new Set(seeds).size).toBeGreaterThan(1); // different seeds, different samples
+    expect(m.generate(PROMPT, { maxNewTokens: 8, temperature: 1, topK: 1, seed: 3, stop: [] }).tokens).toEqual(greedy);
+    const stopped = m.generate(PROMPT, { maxNewTokens: 8, stop: greedy[2]! }).tokens;
+    expect(stopped).toEqual(greedy.slice(0, greedy.indexOf(greedy[2]!) + 1));
+    expectGpuError(() => m.generate(PROMPT, { maxNewTokens: 2, temperature: -1 }), Status.INVALID_VALUE, "temperature");
+    expectGpuError(() => m.generate(PROMPT, { maxNewTokens: 2, topP: 0 }), Status.INVALID_VALUE, "topP");
+    expectGpuError(() => m.generate(PROMPT, { maxNewTokens: 2, topK: 0 }), Status.INVALID_VALUE, "topK");
+  });
+});
