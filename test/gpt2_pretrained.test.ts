@@ -10,7 +10,7 @@ import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSy
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Device, Status, Tensor } from "../src";
-import { GPT2, configFromTransformers, gpt2Shapes, randomGPT2Weights, type GPT2Config } from "../src/models";
+import { GPT2, configFromTransformers, gpt2Shapes, loadTokenizer, randomGPT2Weights, type GPT2Config } from "../src/models";
 import { refGenerate, refLogits } from "./gpt2_reference";
 import { expectGpuError } from "./helpers";
 
@@ -194,5 +194,39 @@ describe("GPT2.generate", () => {
     expectGpuError(() => m.generate(PROMPT, { maxNewTokens: 2, temperature: -1 }), Status.INVALID_VALUE, "temperature");
     expectGpuError(() => m.generate(PROMPT, { maxNewTokens: 2, topP: 0 }), Status.INVALID_VALUE, "topP");
     expectGpuError(() => m.generate(PROMPT, { maxNewTokens: 2, topK: 0 }), Status.INVALID_VALUE, "topK");
+  });
+});
+
+describe("loadTokenizer", () => {
+  const EXPECTED = JSON.parse(readFileSync(join(import.meta.dir, "fixtures", "gpt2_hf", "tokenizer_expected.json"), "utf8")) as {
+    tokenizers_version: string;
+    vocab_size: number;
+    samples: { text: string; ids: number[]; decoded: string }[];
+  };
+
+  test("byte-level BPE: the ids and text of Hugging Face's Rust tokenizers, for the tokenizer.json it wrote", async () => {
+    // tokenizer.json and the expected ids were written by the Python tokenizers package (see tokenizer_expected.json)
+    const tok = await loadTokenizer(join(import.meta.dir, "fixtures", "gpt2_hf"));
+    expect(tok.vocabSize).toBe(EXPECTED.vocab_size);
+    for (const s of EXPECTED.samples) {
+      expect(tok.encode(s.text)).toEqual(s.ids);
+      expect(tok.decode(s.ids)).toBe(s.decoded);
+    }
+    expect(tok.decode(EXPECTED.samples[4]!.ids, { skipSpecial: true })).toBe("A stream");
+    expectGpuError(() => tok.decode([EXPECTED.vocab_size]), Status.INVALID_VALUE, "token ids");
+  });
+
+  test("text in, text out through the model; a missing or broken tokenizer is a GpuError", async () => {
+    const tok = await loadTokenizer(join(import.meta.dir, "fixtures", "gpt2_hf", "tokenizer.json"));
+    const c: GPT2Config = { ...cfg, vocabSize: tok.vocabSize, tieWordEmbeddings: true };
+    using m = GPT2.fromTensors(c, randomGPT2Weights(c, 9), { device: dev });
+    const ids = tok.encode("Hello, world!");
+    const out = m.generate(ids, { maxNewTokens: 5, stop: [] });
+    expect(out.tokens).toEqual(refGenerate(randomGPT2Weights(c, 9), c, ids, 5).tokens);
+    expect(typeof tok.decode(out.tokens)).toBe("string");
+    await expect(loadTokenizer(join(dir, "no-such"))).rejects.toMatchObject({ code: Status.FILE_NOT_FOUND });
+    mkdirSync(join(dir, "badtok"), { recursive: true });
+    writeFileSync(join(dir, "badtok", "tokenizer.json"), "{ not json");
+    await expect(loadTokenizer(join(dir, "badtok"))).rejects.toMatchObject({ code: Status.INVALID_VALUE });
   });
 });

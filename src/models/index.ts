@@ -1,4 +1,5 @@
-// bungpu/models: models built on the Tensor API, loaded from the checkpoints users have.
+// bungpu/models: models built on the Tensor API, loaded from the checkpoints users have, and their
+// tokenizers (text in and out).
 export {
   GPT2,
   configFromTransformers,
@@ -12,3 +13,4 @@ export {
   type GPT2Activation,
   type GPT2Config,
 } from "./gpt2";
+export { loadTokenizer, type TextTokenizer } from "./tokenizer";
