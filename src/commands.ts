@@ -324,6 +324,15 @@ export class CommandList {
   }
 
   /** Append a kernel launch: the same checks as Kernel.launch, no FFI crossing. */
+  /**
+   * @internal launch() for a kernel typed only as Signature, its arguments a plain array (the
+   * package's plans and schedules build them). TypeScript 7 (`bun check`) maps
+   * ArgsOf<NoInfer<Signature>> as an object that no array satisfies, so they come through here.
+   */
+  launchArgs(kernel: Kernel, cfg: Omit<LaunchOptions, "args"> & { args: readonly ArgValue[] }, call = "CommandList.launch"): this {
+    return this.launch(kernel, cfg as LaunchOptions, call);
+  }
+
   launch<S extends Signature>(kernel: Kernel<S>, cfg: LaunchOptions<NoInfer<S>>, call = "CommandList.launch"): this {
     const dev = this.#dev;
     if (kernel !== this.#kernel || this.#kernel === null) this.#useKernel(call, kernel);

@@ -80,6 +80,11 @@ export class Step {
   }
 
   /** A kernel launch. Its ranges are `reads`/`writes`, or, when neither is given, every buffer argument read and written. */
+  /** @internal Step.kernel for a kernel typed only as Signature, its arguments a plain array (see CommandList.launchArgs). */
+  static kernelArgs(kernel: Kernel, cfg: Omit<KernelStepConfig, "args"> & { args: readonly ArgValue[] }): Step {
+    return Step.kernel(kernel, cfg as KernelStepConfig);
+  }
+
   static kernel<S extends Signature>(kernel: Kernel<S>, cfg: KernelStepConfig<NoInfer<S>>): Step {
     const call = "Step.kernel";
     const { grid, block, sharedBytes } = checkLaunch(call, kernel, cfg);
@@ -198,7 +203,7 @@ export class Step {
   lower(list: CommandList, call: string): number {
     const op = this.op;
     if (op.kind === "kernel") {
-      list.launch(op.kernel, { grid: op.grid, block: op.block, args: op.args, sharedBytes: op.sharedBytes }, call);
+      list.launchArgs(op.kernel, { grid: op.grid, block: op.block, args: op.args, sharedBytes: op.sharedBytes }, call);
       return list.lastArgOffset;
     }
     if (op.kind === "peer") invalid(call, "a copy between devices is not a command of one device's list (the executable issues it)");

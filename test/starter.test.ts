@@ -79,4 +79,14 @@ describe("examples/starter, copied, installed from the packed tarball offline, r
     expect((r.stdout.toString() + r.stderr.toString()).trim()).toBe("");
     expect(r.exitCode).toBe(0);
   }, 120_000);
+
+  test("bun check (TypeScript 7, what bun init's typecheck script runs) passes on it, the package's sources and bungpu/models included", () => {
+    // the starter imports bungpu only; a second file reaches bungpu/models too
+    writeFileSync(join(app, "models.ts"), `import { GPT2, loadTokenizer, type GPT2Config } from "bungpu/models";\nconst c: GPT2Config = { nLayer: 1, nEmbd: 8, nHead: 2, vocabSize: 16, nCtx: 8 };\nexport const kinds = [typeof GPT2, typeof loadTokenizer, c.nLayer];\n`);
+    const r = Bun.spawnSync([process.execPath, "check", "--no-pretty"], { cwd: app, stdout: "pipe", stderr: "pipe", timeout: 120_000 });
+    const out = r.stdout.toString() + r.stderr.toString();
+    expect(out).not.toContain("error TS");
+    expect(out).toMatch(/No type errors in \d+ files/);
+    expect(r.exitCode).toBe(0);
+  }, 120_000);
 });

@@ -78,7 +78,7 @@ export class PlanCommands {
     const argsAt: number[] = [];
     try {
       for (const i of kis) {
-        list.launch(this.#compiled[i]!, { grid: geo[i]!.grid, block: geo[i]!.block, args: argsOf(i) }, call);
+        list.launchArgs(this.#compiled[i]!, { grid: geo[i]!.grid, block: geo[i]!.block, args: argsOf(i) }, call);
         argsAt.push(list.lastArgOffset);
       }
     } catch (e) {

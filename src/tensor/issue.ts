@@ -71,7 +71,7 @@ export function asSchedule(b: BoundKernels, maxVals: ReadonlyMap<string, number>
     if (grid === 0) return;
     const bufs = pk.bufferIndices.map(mem);
     sched.add(
-      Step.kernel(b.compiled[i]!, {
+      Step.kernelArgs(b.compiled[i]!, {
         grid: [grid],
         block: [block],
         args: b.argsOf(i, vals),
