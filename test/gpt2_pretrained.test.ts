@@ -13,6 +13,7 @@ import { Device, Status, Tensor } from "../src";
 import { GPT2, configFromTransformers, gpt2Shapes, loadTokenizer, randomGPT2Weights, type GPT2Config } from "../src/models";
 import { refGenerate, refLogits } from "./gpt2_reference";
 import { expectGpuError } from "./helpers";
+import { constantHolders } from "../src/tensor/constants";
 
 const dev = Device.open("cpu");
 const dir = mkdtempSync(join(tmpdir(), "bungpu-gpt2-hf-"));
@@ -228,5 +229,29 @@ describe("loadTokenizer", () => {
     mkdirSync(join(dir, "badtok"), { recursive: true });
     writeFileSync(join(dir, "badtok", "tokenizer.json"), "{ not json");
     await expect(loadTokenizer(join(dir, "badtok"))).rejects.toMatchObject({ code: Status.INVALID_VALUE });
+  });
+});
+
+describe("constant weights (PrepareOptions.constants)", () => {
+  test("two plans prepared with the same constant share one device buffer; runs and setWeights cannot change it", async () => {
+    const wdata = Float32Array.from({ length: 64 }, (_, i) => i / 8);
+    const W = Tensor.from(wdata, [8, 8], { name: "W" });
+    const x = Tensor.from(new Float32Array(8), [1, 8], { name: "x" });
+    const a = x.matmul(W).prepare({ device: dev, constants: [W] });
+    const b = x.matmul(W).relu().prepare({ device: dev, constants: [W] });
+    const wa = a.bufferAt(a.inputNames.indexOf("W"))!, wb = b.bufferAt(b.inputNames.indexOf("W"))!;
+    expect(wa.address).toBe(wb.address);
+    expect(constantHolders(wa)).toBe(2);
+    const xs = Float32Array.from({ length: 8 }, (_, i) => i - 3);
+    const want = Array.from({ length: 8 }, (_, j) => xs.reduce((s, v, i) => s + v * wdata[i * 8 + j]!, 0));
+    expect([...(await a.run({ x: xs })).output0!]).toEqual(want);
+    await expect(a.run({ x: xs, W: wdata })).rejects.toMatchObject({ code: Status.INVALID_VALUE });
+    expectGpuError(() => a.setWeights({ W: wdata }), Status.INVALID_VALUE, "constant");
+    a.dispose();
+    expect(constantHolders(wb)).toBe(1);
+    expect([...(await b.run({ x: xs })).output0!]).toEqual(want.map((v) => Math.max(v, 0))); // still there for b
+    b.dispose();
+    expect(constantHolders(wb)).toBe(0);
+    expectGpuError(() => x.matmul(W).prepare({ device: dev, constants: [x.mul(2)] }), Status.INVALID_VALUE, "tensor of data");
   });
 });

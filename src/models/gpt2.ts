@@ -333,9 +333,14 @@ export class GPT2 {
       }
       cfg = c as GPT2Config;
     }
-    const tensors: Record<string, Tensor> = {};
+    let tensors: Record<string, Tensor> | null = {};
     for (const f of files) Object.assign(tensors, Tensor.fromSafetensors(f));
-    return GPT2.fromTensors(cfg, tensors, prep, path);
+    const model = GPT2.fromTensors(cfg, tensors, prep, path);
+    // The weights are on the device now, shared by both plans, which keep no host copy: one
+    // collection gives the checkpoint's host arrays back at once instead of whenever.
+    tensors = null;
+    Bun.gc(true);
+    return model;
   }
 
   /**
@@ -362,7 +367,7 @@ export class GPT2 {
         x = Tensor.from(t, shape);
       } else if (t instanceof Tensor) {
         if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) invalid(call, `${where}: ${name} is [${t.shape.join(", ")}], expected [${shape.join(", ")}]`);
-        if (t.dtype === "float16" || t.dtype === "bfloat16") x = t.float();
+        if (t.dtype === "float16" || t.dtype === "bfloat16") x = t.float().realize(opts.device ? { device: opts.device } : {}); // upcast once, here
         else if (t.dtype === "float32") x = t;
         else invalid(call, `${where}: ${name} is ${t.dtype}; weights must be float32, float16 or bfloat16`);
       } else invalid(call, `${where}: ${name} must be a Tensor or a Float32Array, got ${describeValue(t)}`);
@@ -421,7 +426,9 @@ export class GPT2 {
       x = x.add(mlp(x, i));
       promptOuts.push(k, v);
     }
-    this.promptPlan = Tensor.prepareBatch([head(x), ...promptOuts], opts);
+    // The weights are constants: both plans share one device copy of them.
+    const shared: PrepareOptions = { ...opts, constants: Object.values(w) };
+    this.promptPlan = Tensor.prepareBatch([head(x), ...promptOuts], shared);
 
     // One decode step: the token at position P, the cache holding positions [0, P).
     const P = new Variable("P", 1, nCtx - 1).bind(1);
@@ -448,7 +455,7 @@ export class GPT2 {
       y = y.add(mlp(y, i));
       stepOuts.push(kn, vn);
     }
-    this.decodePlan = Tensor.prepareBatch([head(y), ...stepOuts], opts);
+    this.decodePlan = Tensor.prepareBatch([head(y), ...stepOuts], shared);
     this.prepares = 2;
     this.#copies = new CommandEncoder(this.decodePlan.device);
   }

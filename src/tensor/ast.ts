@@ -42,6 +42,9 @@ export type Op = NodeArg["op"];
 
 let nextId = 1;
 
+/** What reading a value needs of its node: its shape and dtype (a plan keeps only these of its outputs). */
+export type ValueShape = Pick<LazyNode, "shape" | "dtype">;
+
 export class LazyNode {
   readonly id: number;
   readonly dtype: DType;

@@ -3,7 +3,7 @@
 // named twice) or into fresh ones.
 import type { Buffer } from "../buffer";
 import { describeValue, invalid } from "../errors";
-import type { LazyNode } from "./ast";
+import type { ValueShape } from "./ast";
 import { DTYPES, hostArrayName, hostView, isDType, isHostArrayOf, type DType, type HostArray } from "./dtype";
 import { readValue } from "./memory";
 import type { PlanRunOptions, RunOutput } from "./options";
@@ -33,7 +33,7 @@ export function outputTargets(
   call: string,
   outputs: unknown,
   names: readonly string[],
-  nodes: readonly LazyNode[],
+  nodes: readonly ValueShape[],
   vals: ReadonlyMap<string, number>,
 ): (RunOutput | undefined)[] {
   const at: (RunOutput | undefined)[] = names.map(() => undefined);
@@ -67,7 +67,7 @@ export function outputTargets(
  * The value of `node` held in `buf` (or in `buf`'s bytes, a view of host memory) under `vals`,
  * read into `into` (checked by outputTargets) or a fresh array.
  */
-export function readOutputInto(call: string, buf: Buffer | Uint8Array, node: LazyNode, vals: ReadonlyMap<string, number>, into: RunOutput | undefined): RunOutput {
+export function readOutputInto(call: string, buf: Buffer | Uint8Array, node: ValueShape, vals: ReadonlyMap<string, number>, into: RunOutput | undefined): RunOutput {
   if (!into) return readValue(call, buf, node, vals) as RunOutput; // typed as the default arrays, as readOutput is
   if (into.length === maxNumel(node.shape)) {
     // the buffer's layout is the value's

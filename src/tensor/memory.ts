@@ -4,11 +4,12 @@
 import type { Buffer } from "../buffer";
 import type { Device } from "../device";
 import { hostArray } from "../errors";
-import type { DType, LazyNode } from "./ast";
+import type { DType, LazyNode, ValueShape } from "./ast";
 import { ITEMSIZE, hostArray as dtypeArray, hostView, type HostArray } from "./dtype";
 import type { Scheduled } from "./scheduler";
 import { dimMax, dimValue } from "./variable";
 import { maxNumel, maxStrides } from "./view";
+import { acquireConstant, releaseConstant } from "./constants";
 
 export interface PlanBuffer {
   readonly index: number;
@@ -97,14 +98,34 @@ export function layoutBuffers(sched: Scheduled, noPlanning: boolean): BufferLayo
  * Allocate the inputs (uploading `inputData`, by input index) and outputs into `mem`, then the
  * intermediates. On failure whatever was allocated is left in `mem` for the caller to free.
  */
-export function allocateBuffers(device: Device, layout: BufferLayout, inputData: readonly HostArray[], mem: (Buffer | null)[], noPlanning: boolean): Buffer | null {
+export function allocateBuffers(
+  device: Device,
+  layout: BufferLayout,
+  inputData: readonly HostArray[],
+  mem: (Buffer | null)[],
+  noPlanning: boolean,
+  constant: readonly boolean[] = [],
+): Buffer | null {
   for (const b of layout.bufs) {
     if (b.kind === "intermediate") continue;
+    if (b.kind === "input" && constant[b.index]) {
+      mem[b.index] = acquireConstant(device, inputData[b.index]!, b.bytes); // shared with other plans
+      continue;
+    }
     const buf = device.alloc(Math.max(b.bytes, 4));
     mem[b.index] = buf;
     if (b.kind === "input") buf.write(inputData[b.index]!);
   }
   return allocateIntermediates(device, layout, mem, noPlanning);
+}
+
+/** Free a plan's buffer `i` (a constant is given back to the plans that share it). */
+export function releaseBuffer(mem: (Buffer | null)[], i: number, constant: readonly boolean[]): void {
+  const m = mem[i];
+  mem[i] = null;
+  if (!m || m.isView) return;
+  if (constant[i]) releaseConstant(m);
+  else m.dispose();
 }
 
 /**
@@ -151,7 +172,7 @@ export function allocateIntermediates(device: Device, layout: BufferLayout, mem:
  * one contiguous run from the start (every dimension at its maximum, or only the leading one
  * short, as a prompt's rows), else the whole buffer (laid out for the maxima).
  */
-export function valueBytes(node: LazyNode, vals: ReadonlyMap<string, number>): number {
+export function valueBytes(node: ValueShape, vals: ReadonlyMap<string, number>): number {
   const shape = node.shape.map((d) => dimValue(d, vals));
   const numel = shape.reduce((p, q) => p * q, 1);
   const max = maxNumel(node.shape);
@@ -166,7 +187,7 @@ export function valueBytes(node: LazyNode, vals: ReadonlyMap<string, number>): n
  * Read `node`'s value in its actual shape under `vals` from its buffer, or from `src` bytes that
  * hold the buffer's leading valueBytes() (a run's staged copy): a fresh array of its dtype.
  */
-export function readValue(call: string, src: Buffer | Uint8Array, node: LazyNode, vals: ReadonlyMap<string, number>): HostArray {
+export function readValue(call: string, src: Buffer | Uint8Array, node: ValueShape, vals: ReadonlyMap<string, number>): HostArray {
   const size = ITEMSIZE[node.dtype];
   if (src instanceof Uint8Array && node.shape.every((d) => typeof d === "number")) {
     // a fixed shape from host memory (a run's hot path): one fresh array, one copy

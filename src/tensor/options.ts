@@ -18,6 +18,12 @@ export interface PrepareOptions extends ScheduleOptions {
   /** Disable the memory planner: every intermediate gets its own allocation. */
   noMemoryPlanning?: boolean;
   /**
+   * Data tensors (weights) whose values never change: uploaded once per device and shared by every
+   * plan prepared with the same data (a model's plans hold one copy); not inputs a run or
+   * setWeights can change (INVALID_VALUE).
+   */
+  constants?: readonly { readonly node: object }[];
+  /**
    * Use the plan cache (default true): a program whose structure was prepared before (in this
    * process or an earlier one) skips scheduling, lowering and code generation.
    */
@@ -78,6 +84,8 @@ export interface RunPlan {
   readonly vars: ReadonlyMap<string, Variable>;
   /** Each input name's position, -1 for a name several inputs share (inputIndex builds it). */
   readonly inputIndex?: ReadonlyMap<string, number>;
+  /** Per input: a constant, which a run cannot give. */
+  readonly constant?: readonly boolean[];
 }
 
 /** RunPlan.inputIndex for these input names. */
@@ -112,7 +120,10 @@ export function runArgs(
     if (!vr) invalid(call, `the plan has no variable ${name} (it has ${[...plan.vars.keys()].join(", ") || "none"})`);
     vals.set(name, vr.check(v, call));
   };
-  const setInput = (i: number, what: string, data: unknown) => inputs.set(i, inputCopy(call, what, plan.bufs[i]!, data, copy));
+  const setInput = (i: number, what: string, data: unknown) => {
+    if (plan.constant?.[i]) invalid(call, `${what} was prepared as a constant: a run cannot change it`);
+    inputs.set(i, inputCopy(call, what, plan.bufs[i]!, data, copy));
+  };
   let byName = false;
   if (feeds === undefined || feeds === null) {
     if (feeds === null) invalid(call, "inputs must be an array or an object, got null");

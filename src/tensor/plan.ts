@@ -7,7 +7,7 @@
 // It stays one class in one file (over 600 lines): the buffers, the run queue and the in-flight
 // state are private fields that every way of executing (execute, executeAsync, run, runSync, the
 // modes) reads and writes; the checks and helpers that need none of them live in the modules above.
-import { hostArrayName, hostCopy, hostView, type DType, type DefaultHostArray, type HostArray, type HostArrayOf } from "./dtype";
+import { hostArray, hostArrayName, hostCopy, hostView, type DType, type DefaultHostArray, type HostArray, type HostArrayOf } from "./dtype";
 import { Device } from "../device";
 import { describeValue, disposed, illegalState, invalid, options } from "../errors";
 import type { Kernel } from "../kernel";
@@ -23,10 +23,10 @@ import { RunBatcher, type BatchOptions } from "./batcher";
 import { backends } from "../backends";
 import { nativeView } from "../../ffi/result";
 import { INSPECT, bytesText, plural } from "../inspect";
-import { inputNames, type HasNode, type LazyNode } from "./ast";
+import { inputNames, type HasNode, type LazyNode, type ValueShape } from "./ast";
 import { PlanCommands } from "./cmdlist";
 import type { GeneratedKernel } from "./codegen";
-import { allocateIntermediates, readValue, valueBytes, type BufferLayout, type PlanBuffer } from "./memory";
+import { allocateIntermediates, readValue, releaseBuffer, valueBytes, type BufferLayout, type PlanBuffer } from "./memory";
 import { prepare, type CachedKernel, type PreparedKernel } from "./prepare";
 import { inputCopy, inputIndex, runArgs, type ExecuteOptions, type RunPlan, type PlanRunOptions, type PrepareOptions, type PreparedOp, type RunInput, type RunOutput } from "./options";
 import { Variable, dimValue, shapeStr } from "./variable";
@@ -68,7 +68,8 @@ export class ExecutionPlan {
   readonly #mem: (Buffer | null)[];
   readonly #astToBuf = new Map<number, number>();
   readonly #outputs: number[];
-  readonly #outputNodes: LazyNode[];
+  /** The outputs' shapes and dtypes (not their nodes: those reach every input's data). */
+  readonly #outputNodes: ValueShape[];
   readonly #vars = new Map<string, Variable>();
   readonly #vals = new Map<string, number>();
   #arena: Buffer | null = null;
@@ -85,6 +86,8 @@ export class ExecutionPlan {
   readonly #outputNames: string[];
   /** What runArgs checks a run's feeds against. */
   readonly #runPlan: RunPlan;
+  /** Per input: a constant (PrepareOptions.constants): shared with other plans, never written. */
+  readonly #constant: boolean[];
   /** Variable values at prepare time: what run() uses for variables it is not given. */
   readonly #defaultVals: Map<string, number>;
   /** run() calls not yet issued, in order (waiting for a slot, a mode run or an executeAsync). */
@@ -130,7 +133,18 @@ export class ExecutionPlan {
         invalid(call, `outputNames must be ${tensors.length} distinct non-empty strings, one per tensor`);
     }
     const outNodes = tensors.map((t) => t.node);
-    const p = prepare(outNodes, this.#device, opts, call);
+    let constantNodes: Set<LazyNode> | undefined;
+    if (opts.constants !== undefined) {
+      if (!Array.isArray(opts.constants)) invalid(call, `constants must be an array of Tensors, got ${describeValue(opts.constants)}`);
+      constantNodes = new Set();
+      for (const c of opts.constants as readonly unknown[]) {
+        const node = (c as HasNode | null)?.node;
+        if (!(node instanceof Object) || !("op" in node)) invalid(call, `constants must hold Tensors, got ${describeValue(c)}`);
+        if (node.op !== "buffer") invalid(call, "a constant must be a tensor of data (Tensor.from, fromSafetensors, or realize() first)");
+        constantNodes.add(node);
+      }
+    }
+    const p = prepare(outNodes, this.#device, constantNodes ? { ...opts, constantNodes } : opts, call);
     const sched = p.sched;
     for (const [name, v] of sched.vars) {
       this.#vars.set(name, v);
@@ -142,12 +156,16 @@ export class ExecutionPlan {
     this.#inputChanged = sched.inputs.map(() => false);
     this.#inputShapes = sched.inputs.map((n) => n.shape.map((d) => dimValue(d)));
     this.#outputNames = sched.outputs.map((_, i) => outNames?.[i] ?? `output${i}`);
-    this.#runPlan = { bufs: p.layout.bufs, inputNames: this.#inputNames, vars: this.#vars, inputIndex: inputIndex(this.#inputNames) };
-    this.#layout = p.layout;
+    this.#constant = p.constant;
+    // A constant's data is on the device and shared; the plan keeps no host copy of it, so the
+    // caller's arrays (a checkpoint's weights) can be collected once the plans are made.
+    for (let i = 0; i < this.#inputData.length; i++) if (p.constant[i]) this.#inputData[i] = hostArray(p.layout.bufs[i]!.dtype, 0);
+    this.#runPlan = { bufs: p.layout.bufs, inputNames: this.#inputNames, vars: this.#vars, inputIndex: inputIndex(this.#inputNames), constant: p.constant };
     this.#bufs = p.layout.bufs;
     for (const [n, i] of p.layout.nodeToBuf) this.#astToBuf.set(n.id, i);
+    this.#layout = { ...p.layout, nodeToBuf: new Map() }; // by id from here on (#astToBuf): the nodes hold data
     this.#arenaBytes = p.layout.arenaBytes;
-    this.#outputNodes = [...sched.outputs];
+    this.#outputNodes = sched.outputs.map((n) => ({ shape: n.shape, dtype: n.dtype }));
     this.#outputs = sched.outputs.map((n) => p.layout.nodeToBuf.get(n)!);
     this.#gens = p.gens;
     this.#compiled = p.compiled;
@@ -787,6 +805,7 @@ export class ExecutionPlan {
       if (at.length === 0) invalid(call, `the plan has no input named ${JSON.stringify(name)} (inputs: ${this.#inputNames.join(", ") || "none"})`);
       if (at.length > 1) invalid(call, `${at.length} inputs are named ${JSON.stringify(name)}`);
       const i = at[0]!;
+      if (this.#constant[i]) invalid(call, `${JSON.stringify(name)} was prepared as a constant (shared with other plans): prepare again to change it`);
       const b = this.#bufs[i]!;
       const shape = this.#inputShapes[i]!;
       let data: RunInput;
@@ -990,11 +1009,7 @@ export class ExecutionPlan {
     this.releaseIntermediateBuffers();
     this.#dropSlots();
     this.#views = undefined;
-    for (let i = 0; i < this.#mem.length; i++) {
-      const m = this.#mem[i];
-      if (m && !m.isView) m.dispose();
-      this.#mem[i] = null;
-    }
+    for (let i = 0; i < this.#mem.length; i++) releaseBuffer(this.#mem, i, this.#constant);
     try {
       this.#stream?.dispose();
     } catch {

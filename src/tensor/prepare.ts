@@ -33,7 +33,7 @@ import {
 import { prelude, type GeneratedKernel, type Lang } from "./codegen";
 import type { KernelIR } from "./ir";
 import { lowerAll } from "./lower";
-import { allocateBuffers, layoutBuffers, type BufferLayout } from "./memory";
+import { allocateBuffers, layoutBuffers, releaseBuffer, type BufferLayout } from "./memory";
 import { collectVars, scheduleTargets, type Scheduled, type ScheduleOptions } from "./scheduler";
 
 /** A compiled kernel: the generated source and its entry point. */
@@ -180,6 +180,8 @@ export interface PipelineOptions extends ScheduleOptions {
   planCache?: boolean;
   /** Disable the memory planner: every intermediate gets its own allocation. */
   noMemoryPlanning?: boolean;
+  /** Nodes of data tensors whose values never change: shared between plans (constants.ts). */
+  constantNodes?: ReadonlySet<LazyNode>;
 }
 
 /** Everything prepare() makes: the schedule, the kernels, the buffers (allocated, inputs uploaded). */
@@ -194,6 +196,8 @@ export interface Prepared {
   readonly arena: Buffer | null;
   /** Prepare-time data of each input (buffers 0..n-1). */
   readonly inputData: HostArray[];
+  /** Per input: a constant (its buffer shared between plans, never written by a run). */
+  readonly constant: boolean[];
 }
 
 /**
@@ -246,9 +250,7 @@ export function prepare(outputs: readonly LazyNode[], device: Device, opts: Pipe
       source: g.source,
       lang,
       device: devName,
-      get ir(): KernelIR {
-        return k.ir;
-      },
+      ir: k.ir, // not the scheduled kernel: its input nodes hold their data, which constants may let go
       signature: g.signature,
       bufferIndices: [layout.nodeToBuf.get(k.target)!, ...k.inputs.map((n) => layout.nodeToBuf.get(n)!)],
       vars: kvars[i]!,
@@ -256,12 +258,13 @@ export function prepare(outputs: readonly LazyNode[], device: Device, opts: Pipe
     };
   });
   const mem: (Buffer | null)[] = layout.bufs.map(() => null);
+  const constant = sched.inputs.map((n) => opts.constantNodes?.has(n) ?? false);
   let arena: Buffer | null = null;
   try {
-    arena = allocateBuffers(device, layout, inputData, mem, noPlanning);
+    arena = allocateBuffers(device, layout, inputData, mem, noPlanning, constant);
   } catch (e) {
-    for (const m of mem) if (m && !m.isView) m.dispose();
+    for (let i = 0; i < mem.length; i++) releaseBuffer(mem, i, constant);
     throw e;
   }
-  return { sched: s, gens, compiled, kernels, layout, mem, arena, inputData };
+  return { sched: s, gens, compiled, kernels, layout, mem, arena, inputData, constant };
 }
