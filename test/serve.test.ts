@@ -4,7 +4,7 @@
 // reference computed here; anything that could hang runs in a subprocess with a time limit.
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { Device, ExecMode, GpuError, Program, Status, Tensor, Variable } from "../src";
+import { Device, ExecMode, GpuError, KernelMode, Program, RingKernel, Status, Tensor, Variable } from "../src";
 import { wakeStats } from "../src/wake";
 import { wakeCallback } from "../ffi/wake";
 import { mlpReference, mlpWeights, prepareMlp, IN, HIDDEN, OUT } from "../examples/server";
@@ -95,6 +95,22 @@ describe("completion wakes the event loop", () => {
     expect(r.err).toBe("");
     expect(r.code).toBe(0);
   }, 60_000);
+
+  test("a ring kernel in Batch mode is woken by its batch's end, not only by its poller", async () => {
+    const before = wakeStats.woken;
+    using rk = RingKernel.launch(dev, {
+      handler: `BG_RING_HANDLER(msg, resp, state) {
+        for (volatile long i = 0; i < 3000000L; i++) {}  /* a slow handler: the reply comes after the request's spin */
+        *(uint32_t*)resp = *(const uint32_t*)msg + 1;
+      }`,
+      messageBytes: 4, responseBytes: 4, capacity: 16, state: 8,
+      mode: KernelMode.Batch,
+    });
+    const answers = await Promise.all([1, 2, 3].map((v) => rk.request(new Uint32Array([v]))));
+    expect(answers.map((a) => new Uint32Array(a.buffer, a.byteOffset, 1)[0])).toEqual([2, 3, 4]);
+    expect(wakeStats.woken).toBeGreaterThan(before);
+    await rk.stop();
+  });
 
   test("bg_stream_notify refuses a capturing stream (CUDA would record a host node every replay calls)", () => {
     const cb = wakeCallback(() => {})!;

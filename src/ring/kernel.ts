@@ -216,14 +216,18 @@ export class RingKernel {
       stateBuf.fill(0);
       if (init && init.byteLength) stateBuf.write(init);
       let t: Transport;
+      // A batch's end wakes the kernel's tick at once (the stream calls back), set once it exists.
+      let tick = (): void => {};
       if (persistent) {
         const k = module.kernel(RING_KERNEL, ["i64", "i64", "buffer"]);
         t = new RingTransport(device, k, stream, stateBuf, shape.messageBytes, shape.responseBytes, opts.capacity);
       } else {
         const k = module.kernel(BATCH_KERNEL, ["buffer", "buffer", "u32", "buffer"]);
-        t = new BatchTransport(device, k, stream, stateBuf, shape.messageBytes, shape.responseBytes, opts.capacity);
+        t = new BatchTransport(device, k, stream, stateBuf, shape.messageBytes, shape.responseBytes, opts.capacity, () => tick());
       }
-      return new RingKernel(device, kernelMode, mode, shape, opts.capacity, source, module, stream, stateBuf, t, stateCtor);
+      const rk = new RingKernel(device, kernelMode, mode, shape, opts.capacity, source, module, stream, stateBuf, t, stateCtor);
+      tick = () => rk.#tick();
+      return rk;
     } catch (e) {
       for (const c of cleanup.reverse()) {
         try {

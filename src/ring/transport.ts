@@ -8,6 +8,8 @@ import { Event } from "../event";
 import type { Kernel } from "../kernel";
 import type { Stream } from "../stream";
 import { CLOSED_W, Ring, popChecked, pushChecked } from "./ring";
+import { afterStream } from "../wake";
+import { settled } from "../poll";
 
 /** Where responses come from, and where messages go. */
 export interface Transport {
@@ -137,8 +139,11 @@ export class BatchTransport implements Transport {
   #readyOff = 0;
   #readyCount = 0;
   #closed = false;
+  /** Called when a batch's launch has finished (the stream's callback, wake.ts), so responses move without the poller's timers. */
+  readonly #onDone: (() => void) | undefined;
 
-  constructor(device: Device, kernel: Kernel, stream: Stream, state: Buffer, mb: number, rb: number, cap: number) {
+  constructor(device: Device, kernel: Kernel, stream: Stream, state: Buffer, mb: number, rb: number, cap: number, onDone?: () => void) {
+    this.#onDone = onDone;
     this.#kernel = kernel;
     this.#stream = stream;
     this.#state = state;
@@ -211,6 +216,13 @@ export class BatchTransport implements Transport {
     this.#event.record(this.#stream);
     this.#inFlight = n;
     this.#staged = 0;
+    const onDone = this.#onDone;
+    if (onDone) {
+      const api = this.#stream.device.state.api;
+      const ev = this.#event;
+      const h = ev.handle;
+      afterStream(api, this.#stream.handle, () => settled(() => api.event_query(h)))?.then(onDone, onDone);
+    }
   }
 
   progress(urgent: boolean): void {
