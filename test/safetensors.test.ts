@@ -313,3 +313,41 @@ describe("ExecutionPlan.setWeights: new weights without preparing again", () => 
     expectGpuError(() => plan.setWeights({ w: Float32Array.from([1, 2, 3, 4]) }), Status.ILLEGAL_STATE, "disposed");
   });
 });
+
+describe("files that change under the loader, and names that are only data (issue 23 items 4 and 5)", () => {
+  test("a file that shrinks while it loads is a GpuError naming where it ended, not a SIGBUS (in a subprocess)", () => {
+    const big = join(dir, "shrinking.safetensors");
+    const t: Record<string, Tensor> = {};
+    for (let i = 0; i < 8; i++) t[`w${i}`] = Tensor.from(new Float32Array(1 << 18).fill(i), [1 << 18]);
+    Tensor.toSafetensors(big, t);
+    // The child truncates the file after the header and the first tensors have been read (when the
+    // loader allocates the third tensor's array), then reports what the load said.
+    const src = `
+      import { truncateSync } from "node:fs";
+      import { Tensor } from "./src";
+      let n = 0;
+      const Real = ArrayBuffer;
+      globalThis.ArrayBuffer = class extends Real { constructor(len, o) { super(len, o); if (len === ${4 << 18} && ++n === 3) truncateSync(${JSON.stringify(big)}, 4096); } };
+      try { Tensor.fromSafetensors(${JSON.stringify(big)}); console.log("loaded"); }
+      catch (e) { console.log(e.codeName, e.message.includes("ended at byte") ? "names where" : e.message); }`;
+    const r = Bun.spawnSync([process.execPath, "-e", src], { cwd: join(import.meta.dir, ".."), stdout: "pipe", stderr: "pipe", timeout: 60_000 });
+    expect(r.stderr.toString()).toBe("");
+    expect(r.stdout.toString().trim()).toBe("BG_ERR_INVALID_VALUE names where");
+    expect(r.exitCode).toBe(0);
+  });
+
+  test("a tensor or a metadata key named __proto__ survives a round trip as data", () => {
+    const p = join(dir, "proto.safetensors");
+    const named: Record<string, Tensor> = {};
+    Object.defineProperty(named, "__proto__", { value: Tensor.from(new Float32Array([1, 2]), [2]), enumerable: true });
+    named["constructor"] = Tensor.from(new Float32Array([3]), [1]);
+    const meta: Record<string, string> = {};
+    Object.defineProperty(meta, "__proto__", { value: "p", enumerable: true });
+    Tensor.toSafetensors(p, named, meta);
+    const back = Tensor.fromSafetensors(p);
+    expect(Object.keys(back).sort()).toEqual(["__proto__", "constructor"]);
+    expect(Object.getPrototypeOf(back)).toBe(Object.prototype);
+    expect([...(Object.getOwnPropertyDescriptor(back, "__proto__")!.value as Tensor).toArray({ device: dev })]).toEqual([1, 2]);
+    expect(Object.getOwnPropertyDescriptor(Tensor.safetensorsMetadata(p), "__proto__")!.value).toBe("p");
+  });
+});

@@ -8,16 +8,17 @@
 // section; the tensors tile it exactly (no overlap, no hole, nothing after the last one), and each
 // tensor's bytes are its element count times its dtype size. Values are little endian.
 //
-// Reading memory-maps the file (Bun.mmap) and copies each tensor once out of the mapping into its
-// own array (the tensors never alias the file, so a later rewrite of it does not change them); where
-// the file cannot be mapped it is read once instead.
+// Reading reads the header, then each tensor once into its own array (the tensors never alias the
+// file, so a later rewrite of it does not change them). The file is never mapped: a file that
+// shrinks while it loads is a GpuError, not a SIGBUS, and no mapping's pages stay resident beside
+// the arrays.
 //
 // dtypes: F32, I32, F16, BF16, I8, U8, BOOL and I64 load as their own dtypes (float32, int32,
 // float16, bfloat16, int8, uint8, bool, int64; BOOL bytes other than 0 become 1) and are written
 // under those names. The format's other dtypes are converted where exact: I16 and U16 become int32,
 // U32 int64, U64 int64 when every value fits, F64 float32 when every value is a float32; anything
 // else (F8_*, a value that does not fit) is a GpuError naming the dtype.
-import { readFileSync, statSync, writeFileSync } from "node:fs";
+import { closeSync, fstatSync, openSync, readSync, writeFileSync } from "node:fs";
 import { GpuError, Status, describeValue, invalid } from "../errors";
 import { hostArray, isHostArrayOf, type DType, type HostArray } from "./dtype";
 
@@ -52,34 +53,47 @@ function fileError(call: string, code: number, path: string, reason: string): ne
   throw new GpuError(code, `${call}: ${path}: ${reason}`, { backend: "typescript", call });
 }
 
-/** The file's bytes: mapped where possible, else read once. */
-function fileBytes(call: string, path: string): Uint8Array {
-  let size: number;
+/** The file opened for reading, and its size; GpuError FILE_NOT_FOUND / INVALID_VALUE otherwise. */
+function openFile(call: string, path: string): { fd: number; size: number } {
+  let fd: number;
   try {
-    const st = statSync(path);
-    if (!st.isFile()) fileError(call, Status.INVALID_VALUE, path, "not a regular file");
-    size = st.size;
+    fd = openSync(path, "r");
   } catch (e) {
-    if (e instanceof GpuError) throw e;
     const code = (e as { code?: string }).code;
     if (code === "ENOENT" || code === "ENOTDIR") fileError(call, Status.FILE_NOT_FOUND, path, "no such file");
     fileError(call, Status.INVALID_VALUE, path, `cannot open (${(e as Error).message})`);
   }
-  if (size < 8) fileError(call, Status.INVALID_VALUE, path, `the file has ${size} bytes, fewer than the 8-byte header length`);
   try {
-    return Bun.mmap(path, { shared: false });
-  } catch {
-    try {
-      return readFileSync(path);
-    } catch (e) {
-      fileError(call, Status.INVALID_VALUE, path, `cannot read (${(e as Error).message})`);
-    }
+    const st = fstatSync(fd);
+    if (!st.isFile()) fileError(call, Status.INVALID_VALUE, path, "not a regular file");
+    if (st.size < 8) fileError(call, Status.INVALID_VALUE, path, `the file has ${st.size} bytes, fewer than the 8-byte header length`);
+    return { fd, size: st.size };
+  } catch (e) {
+    closeSync(fd);
+    throw e;
   }
 }
 
-/** One tensor's bytes (a fresh, aligned copy) as its dtype's host array, or a GpuError. */
-function convert(call: string, path: string, name: string, dtype: string, bytes: Uint8Array): { dtype: SafetensorsDType; data: HostArray } {
-  const buf = bytes.slice().buffer;
+/**
+ * `into.length` bytes of the file from `at`, read (not mapped: a file that shrinks or is replaced
+ * while it loads is a GpuError here, not a fault on a mapping's missing pages).
+ */
+function readAt(call: string, path: string, fd: number, into: Uint8Array, at: number): void {
+  let got = 0;
+  while (got < into.length) {
+    let n: number;
+    try {
+      n = readSync(fd, into, got, into.length - got, at + got);
+    } catch (e) {
+      fileError(call, Status.INVALID_VALUE, path, `cannot read (${(e as Error).message})`);
+    }
+    if (n === 0) fileError(call, Status.INVALID_VALUE, path, `the file ended at byte ${at + got} while being read (it changed under the loader; ${into.length - got} bytes missing)`);
+    got += n;
+  }
+}
+
+/** One tensor's bytes (`buf`, its own and aligned) as its dtype's host array, or a GpuError. */
+function convert(call: string, path: string, name: string, dtype: string, buf: ArrayBuffer): { dtype: SafetensorsDType; data: HostArray } {
   const refuse = (why: string): never =>
     fileError(call, Status.INVALID_VALUE, path, `tensor ${JSON.stringify(name)} has dtype ${dtype}: ${why}`);
   const own = (d: DType) => ({ dtype: d, data: hostArray(d, buf) });
@@ -124,19 +138,25 @@ interface HeaderEntry {
   readonly end: number;
 }
 
-/** Parse and check the header of `bytes`; the data section starts at the returned `dataStart`. */
-function parseHeader(call: string, path: string, bytes: Uint8Array): { entries: HeaderEntry[]; metadata: Record<string, string>; dataStart: number } {
+/**
+ * Parse and check the header of a file of `total` bytes whose first bytes are read by `read`; the
+ * data section starts at the returned `dataStart`.
+ */
+function parseHeader(call: string, path: string, total: number, read: (into: Uint8Array, at: number) => void): { entries: HeaderEntry[]; metadata: Record<string, string>; dataStart: number } {
   const bad = (reason: string): never => fileError(call, Status.INVALID_VALUE, path, reason);
-  const total = bytes.length;
-  const n = new DataView(bytes.buffer, bytes.byteOffset, 8).getBigUint64(0, true);
+  const lenBytes = new Uint8Array(8);
+  read(lenBytes, 0);
+  const n = new DataView(lenBytes.buffer).getBigUint64(0, true);
   if (n > BigInt(total - 8)) bad(`the header length ${n} runs past the end of the file (${total} bytes, ${total - 8} after the length)`);
   if (n > BigInt(MAX_HEADER)) bad(`the header length ${n} is over ${MAX_HEADER} bytes`);
   const hlen = Number(n);
   if (hlen < 2) bad(`the header length ${hlen} is too short for a JSON object`);
   const dataStart = 8 + hlen;
+  const head = new Uint8Array(hlen);
+  read(head, 8);
   let text: string;
   try {
-    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes.subarray(8, dataStart));
+    text = new TextDecoder("utf-8", { fatal: true }).decode(head);
   } catch {
     return bad("the header is not UTF-8");
   }
@@ -156,7 +176,7 @@ function parseHeader(call: string, path: string, bytes: Uint8Array): { entries: 
       if (v === null || typeof v !== "object" || Array.isArray(v)) bad("__metadata__ is not an object");
       for (const [k, s] of Object.entries(v as Record<string, unknown>)) {
         if (typeof s !== "string") bad(`__metadata__ ${JSON.stringify(k)} is not a string (${describeValue(s)})`);
-        metadata[k] = s as string;
+        own(metadata, k, s as string); // a key such as __proto__ is data
       }
       continue;
     }
@@ -193,17 +213,34 @@ function parseHeader(call: string, path: string, bytes: Uint8Array): { entries: 
   return { entries: sorted, metadata, dataStart };
 }
 
-/** Read and check a safetensors file. Throws GpuError (FILE_NOT_FOUND, INVALID_VALUE) naming the path and the reason. */
-export function readSafetensors(path: unknown, call = "Tensor.fromSafetensors"): SafetensorsFile {
+/**
+ * Read and check a safetensors file: the header, then each tensor read into its own array (never
+ * a mapping of the file). Throws GpuError (FILE_NOT_FOUND, INVALID_VALUE) naming the path and the
+ * reason, a file that changes while it is read included.
+ */
+export function readSafetensors(path: unknown, call = "Tensor.fromSafetensors", headerOnly = false): SafetensorsFile {
   if (typeof path !== "string" || !path) invalid(call, `path must be a non-empty string, got ${describeValue(path)}`);
-  const bytes = fileBytes(call, path);
-  const { entries, metadata, dataStart } = parseHeader(call, path, bytes);
-  const tensors = new Map<string, SafetensorsEntry>();
-  for (const e of entries) {
-    const { dtype, data } = convert(call, path, e.name, e.dtype, bytes.subarray(dataStart + e.begin, dataStart + e.end));
-    tensors.set(e.name, { dtype, shape: e.shape, data });
+  const { fd, size } = openFile(call, path);
+  try {
+    const read = (into: Uint8Array, at: number) => readAt(call, path, fd, into, at);
+    const { entries, metadata, dataStart } = parseHeader(call, path, size, read);
+    const tensors = new Map<string, SafetensorsEntry>();
+    if (headerOnly) return { tensors, metadata }; // checked, not read
+    for (const e of entries) {
+      const buf = new ArrayBuffer(e.end - e.begin);
+      read(new Uint8Array(buf), dataStart + e.begin);
+      const { dtype, data } = convert(call, path, e.name, e.dtype, buf);
+      tensors.set(e.name, { dtype, shape: e.shape, data });
+    }
+    return { tensors, metadata };
+  } finally {
+    closeSync(fd);
   }
-  return { tensors, metadata };
+}
+
+/** Set `key` of `rec` as an own property, whatever the key (__proto__ included). */
+export function own<T>(rec: Record<string, T>, key: string, value: T): void {
+  Object.defineProperty(rec, key, { value, enumerable: true, writable: true, configurable: true });
 }
 
 /** The format's name of each dtype. */
@@ -215,7 +252,11 @@ export function encodeSafetensors(tensors: ReadonlyMap<string, SafetensorsEntry>
   if (metadata !== undefined) {
     if (metadata === null || typeof metadata !== "object" || Array.isArray(metadata)) invalid(call, `metadata must be an object of strings, got ${describeValue(metadata)}`);
     for (const [k, v] of Object.entries(metadata)) if (typeof v !== "string") invalid(call, `metadata ${JSON.stringify(k)} must be a string, got ${describeValue(v)}`);
-    if (Object.keys(metadata).length) header["__metadata__"] = { ...metadata };
+    if (Object.keys(metadata).length) {
+      const m: Record<string, string> = {};
+      for (const [k, v] of Object.entries(metadata)) own(m, k, v);
+      header["__metadata__"] = m;
+    }
   }
   let at = 0;
   for (const [name, t] of tensors) {
@@ -223,7 +264,7 @@ export function encodeSafetensors(tensors: ReadonlyMap<string, SafetensorsEntry>
     const fmt = FORMAT_NAME[t.dtype];
     if (!fmt || !isHostArrayOf(t.dtype, t.data)) invalid(call, `tensor ${JSON.stringify(name)}: dtype ${describeValue(t.dtype)} with ${describeValue(t.data)} is no dtype and array pair of this project`);
     const bytes = t.data.byteLength;
-    header[name] = { dtype: fmt, shape: [...t.shape], data_offsets: [at, at + bytes] };
+    own(header, name, { dtype: fmt, shape: [...t.shape], data_offsets: [at, at + bytes] });
     at += bytes;
   }
   let json = JSON.stringify(header);

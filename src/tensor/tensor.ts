@@ -17,7 +17,7 @@ import { Variable, type Dim, dimMax, dimValue, shapeStr } from "./variable";
 import { ShapeTracker, checkShapeDims, maxStrides } from "./view";
 import { expectDType } from "./io";
 import { ExecutionPlan, type PrepareOptions } from "./plan";
-import { readSafetensors, writeSafetensors, type SafetensorsEntry } from "./safetensors";
+import { own, readSafetensors, writeSafetensors, type SafetensorsEntry } from "./safetensors";
 import * as conv from "./ops_conv";
 import type { AvgPoolOptions, Conv2dOptions, ConvTranspose2dOptions, InterpolateMode, PoolOptions } from "./ops_conv";
 import * as attention from "./ops_attention";
@@ -281,14 +281,14 @@ export class Tensor {
     for (const [name, e] of file.tensors) {
       const node = new LazyNode({ op: "buffer", data: e.data }, e.dtype, [...e.shape]);
       inputNames.set(node, name);
-      out[name] = new Tensor(node);
+      own(out, name, new Tensor(node)); // a tensor named __proto__ is a tensor, not the record's prototype
     }
     return out;
   }
 
   /** The `__metadata__` strings of a safetensors file (the header checked as fromSafetensors does). */
   static safetensorsMetadata(path: string): Record<string, string> {
-    return readSafetensors(path, "Tensor.safetensorsMetadata").metadata;
+    return readSafetensors(path, "Tensor.safetensorsMetadata", true).metadata;
   }
 
   /**
