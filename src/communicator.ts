@@ -59,14 +59,14 @@ export interface InitOptions {
 
 function dtypeOf(call: string, d: unknown): { id: number; size: number; name: string } {
   const name = d ?? "float32";
-  if (typeof name !== "string" || !(name in DTYPES))
+  if (typeof name !== "string" || !Object.hasOwn(DTYPES, name))
     invalid(call, `dtype must be one of ${Object.keys(DTYPES).join(", ")}, got ${describeGot(d)}`);
   return { ...DTYPES[name as CollectiveDtype], name: name as string };
 }
 
 function opOf(call: string, o: unknown): number {
   const name = o ?? "sum";
-  if (typeof name !== "string" || !(name in OPS)) invalid(call, `op must be one of ${Object.keys(OPS).join(", ")}, got ${describeGot(o)}`);
+  if (typeof name !== "string" || !Object.hasOwn(OPS, name)) invalid(call, `op must be one of ${Object.keys(OPS).join(", ")}, got ${describeGot(o)}`);
   return OPS[name as ReduceOp];
 }
 

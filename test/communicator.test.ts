@@ -108,6 +108,9 @@ describe("collectives on CPU devices of one process", () => {
     const ts = (s: string, call: string, f: RegExp) => expectError(s, Status.INVALID_VALUE, "typescript", call, f);
     ts(o.dtype, "Communicator.allReduce", /dtype must be one of .*float32.*got the string "float8"/);
     ts(o.op, "Communicator.allReduce", /op must be one of sum, prod, max, min, avg, got the string "mean"/);
+    ts(o.protoOp, "Communicator.allReduce", /op must be one of .*got the string "constructor"/);
+    ts(o.protoOp2, "Communicator.allReduce", /op must be one of .*got the string "__proto__"/);
+    ts(o.protoDtype, "Communicator.allReduce", /dtype must be one of .*got the string "toString"/);
     ts(o.recvSmall, "Communicator.allReduce", /recv holds 8 bytes; the collective needs 40/);
     ts(o.gatherSmall, "Communicator.allGather", /recv holds 40 bytes; the collective needs 80 \(2 ranks × 10 elements\)/);
     ts(o.scatterSmall, "Communicator.reduceScatter", /send holds 40 bytes; the collective needs 80/);
