@@ -318,3 +318,23 @@ describe("ExecMode", () => {
     }
   });
 });
+
+describe("names from users are bounded where they become file names (issue 23 item 5)", () => {
+  test("a 240-character Variable name and a rank-120 tensor compile and run (no ENAMETOOLONG)", () => {
+    const dev = Device.open("cpu");
+    try {
+      const V = new Variable(`n${"x".repeat(239)}`, 1, 8).bind(5);
+      const x = Tensor.from(Float32Array.from({ length: 8 }, (_, i) => i), [8]).shrink([[0, V]]);
+      using plan = x.mul(2).prepare({ device: dev });
+      plan.execute();
+      expect([...plan.readOutput(0)]).toEqual([0, 2, 4, 6, 8]);
+      const shape = new Array<number>(120).fill(1);
+      shape[119] = 3;
+      using deep = Tensor.from(new Float32Array([1, 2, 3]), shape).add(1).sum().prepare({ device: dev });
+      deep.execute();
+      expect([...deep.readOutput(0)]).toEqual([9]);
+    } finally {
+      dev.dispose();
+    }
+  }, 120_000);
+});

@@ -98,12 +98,22 @@ function kernelNames(source: string): string[] {
   return [...new Set([...source.matchAll(/BG_KERNEL\s*\(\s*([A-Za-z_]\w*)\s*\)/g)].map((m) => m[1]!))];
 }
 
+/**
+ * The C file a kernel named `name` is compiled from: its name made safe for a file system and
+ * bounded (a kernel named after a rank-120 tensor, or a long Variable name, was ENAMETOOLONG):
+ * past 80 characters, the first 64 and a hash of the whole.
+ */
+export function sourceFileName(name: string | undefined): string {
+  const safe = (name ?? "kernel").replace(/[^\w.-]/g, "_");
+  return `${safe.length <= 80 ? safe : `${safe.slice(0, 64)}_${sha256(safe).slice(0, 12)}`}.c`;
+}
+
 /** Last resort: compile in memory with Bun's TinyCC; the image is a symbol table for the shim. */
 function tinyccImage(source: string, opts: CompileOptions): LoadableImage {
   const names = kernelNames(source);
   if (names.length === 0) invalid("Program.compile", "no BG_KERNEL(name) in the source (TinyCC needs to know the kernels)");
   const work = mkdtempSync(join(tmpdir(), "bungpu-tcc-"));
-  const file = join(work, `${(opts.name ?? "kernel").replace(/[^\w.-]/g, "_")}.c`);
+  const file = join(work, sourceFileName(opts.name));
   let fns: Map<string, number>;
   try {
     writeFileSync(file, source);
@@ -146,7 +156,7 @@ function sharedLibrary(cc: CCompiler, version: string, source: string, opts: Com
     return hit;
   }
   const work = mkdtempSync(join(tmpdir(), "bungpu-cc-"));
-  const file = `${(opts.name ?? "kernel").replace(/[^\w.-]/g, "_")}.c`;
+  const file = sourceFileName(opts.name);
   try {
     writeFileSync(join(work, file), source);
     const tmpOut = join(dir, `${key}.${process.pid}.${Date.now()}.tmp`);
