@@ -9,7 +9,7 @@ import { Buffer, HostBuffer, releaseDeviceMemory, type FillType, type GpuBufferO
 import { DEVICE, newDeviceState, type DeviceState } from "./device_state";
 import { GpuError, Status, invalid, disposed, options, reword, describeValue } from "./errors";
 import { Event, type EventOptions } from "./event";
-import { beforeBlockingWait, raiseDeviceFailures } from "./hostfn";
+import { beforeBlockingWait, insideHostFnOf, raiseDeviceFailures } from "./hostfn";
 import { INSPECT, plural } from "./inspect";
 import { settled } from "./poll";
 import { closeWakeStreams } from "./wake";
@@ -389,7 +389,17 @@ export class Device {
     // Closing the device drains its streams: queued host functions must run first. A running
     // ring kernel's stream is left out (it never idles; its RingKernel is stopped just below).
     const all = this.#waitedHandles();
-    beforeBlockingWait("Device.dispose", (s) => all.includes(s), () => this.#idle(all));
+    // Inside a host function of one of its streams: that stream is held until the function
+    // returns, so the device closes in a later turn (dispose() never throws).
+    if (insideHostFnOf((s) => all.includes(s))) {
+      setImmediate(() => this.dispose());
+      return;
+    }
+    try {
+      beforeBlockingWait("Device.dispose", (s) => all.includes(s), () => this.#idle(all));
+    } catch {
+      /* dispose() never throws */
+    }
     for (const ref of [...this.state.dependents]) {
       try {
         ref.deref()?.dispose();

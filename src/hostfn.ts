@@ -44,6 +44,14 @@ export function refuseSelfWait(call: string, waitsOn: (stream: number) => boolea
     );
 }
 
+/**
+ * Whether this runs inside a host function whose stream `waitsOn` names: such a stream is held
+ * until the function returns, so a dispose() that must wait for it is deferred instead.
+ */
+export function insideHostFnOf(waitsOn: (stream: number) => boolean): boolean {
+  return runningOn !== 0 && waitsOn(runningOn);
+}
+
 /** The calls that belong to no device (signals). */
 const shim = api();
 

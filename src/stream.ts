@@ -6,7 +6,7 @@ import { captureEnded, isDevice, noteCaptured, type DeviceRef, type DeviceState 
 import { GpuError, Status, describeGot, describeValue, invalid, disposed, options } from "./errors";
 import { HOLD } from "./lifetime";
 import { Event } from "./event";
-import { abandonFailures, beforeBlockingWait, enqueueHostFn, raiseFailures, recordFailure, type FailureSink } from "./hostfn";
+import { abandonFailures, beforeBlockingWait, enqueueHostFn, insideHostFnOf, raiseFailures, recordFailure, type FailureSink } from "./hostfn";
 import { CaptureMode, beginCapture as beginCaptureOn, endCapture as endCaptureOn, type CaptureStatus, type Graph } from "./capture";
 import { MemoryPool } from "./memory_pool";
 import { pollUntil, settled } from "./poll";
@@ -410,7 +410,18 @@ export class Stream extends Resource {
     if (!this.disposed && !this.isDefault) {
       const h = this.rawHandle;
       const api = this.dev.api;
-      beforeBlockingWait("Stream.dispose", (s) => s === h, () => settled(() => api.stream_query(h)));
+      // Inside one of this stream's own host functions the stream is held until the function
+      // returns, so waiting for it here could never end: the dispose happens in a later turn
+      // (dispose() never throws).
+      if (insideHostFnOf((s) => s === h)) {
+        setImmediate(() => this.dispose());
+        return;
+      }
+      try {
+        beforeBlockingWait("Stream.dispose", (s) => s === h, () => settled(() => api.stream_query(h)));
+      } catch {
+        /* dispose() never throws: what the host functions reported stays for no one */
+      }
     }
     super.dispose();
   }

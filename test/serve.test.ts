@@ -309,3 +309,28 @@ describe("examples/server.ts", () => {
     }, 90_000);
   }
 });
+
+describe("dispose() never throws, inside a host function included (issue 23 item 9)", () => {
+  test("a stream and a device disposed from their own host function are disposed once it returns", () => {
+    const r = script(`
+      import { Device } from "./src";
+      const dev = Device.open("cpu");
+      const s = dev.createStream({ nonBlocking: true });
+      const seen = [];
+      s.hostFn(() => {
+        try { s.dispose(); seen.push("stream: no throw"); } catch (e) { seen.push("stream threw " + e.codeName); }
+        seen.push("inside, still live: " + !s.disposed);
+      });
+      const s2 = dev.createStream({ nonBlocking: true });
+      s2.hostFn(() => {
+        try { dev.dispose(); seen.push("device: no throw"); } catch (e) { seen.push("device threw " + e.codeName); }
+      });
+      await s2.done();
+      await new Promise((r) => setTimeout(r, 50));
+      seen.push("after: stream disposed " + s.disposed + ", device open " + dev.state.open);
+      console.log(seen.join("; "));`);
+    expect(r.err).toBe("");
+    expect(r.out.trim()).toBe("stream: no throw; inside, still live: true; device: no throw; after: stream disposed true, device open false");
+    expect(r.code).toBe(0);
+  }, 60_000);
+});
