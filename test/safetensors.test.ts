@@ -351,3 +351,17 @@ describe("files that change under the loader, and names that are only data (issu
     expect(Object.getOwnPropertyDescriptor(Tensor.safetensorsMetadata(p), "__proto__")!.value).toBe("p");
   });
 });
+
+describe("stated limits on what a header may declare (issue 23 item 4)", () => {
+  test("more than 1,024 dimensions or 1,000,000 tensors is INVALID_VALUE naming the limit; reading stays linear below", () => {
+    const deep = fileFrom({ t: { dtype: "F32", shape: new Array(1025).fill(1), data_offsets: [0, 4] } }, bytesOf(Float32Array.from([1])));
+    expectGpuError(() => Tensor.fromSafetensors(deep), Status.INVALID_VALUE, "1025 dimensions", "1024");
+    const ok = fileFrom({ t: { dtype: "F32", shape: new Array(1024).fill(1), data_offsets: [0, 4] } }, bytesOf(Float32Array.from([1])));
+    expect(Tensor.fromSafetensors(ok).t!.shape.length).toBe(1024);
+    const many: Record<string, unknown> = {};
+    for (let i = 0; i <= 1_000_000; i++) many[`t${i}`] = { dtype: "F32", shape: [0], data_offsets: [0, 0] };
+    many["__metadata__"] = { a: "b" };
+    const p = fileFrom(many, []);
+    expectGpuError(() => Tensor.fromSafetensors(p), Status.INVALID_VALUE, "1000002 entries", "1000000 tensors");
+  }, 60_000);
+});

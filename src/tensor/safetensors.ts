@@ -48,6 +48,9 @@ const DTYPE_SIZE: Readonly<Record<string, number>> = {
 
 /** The largest header accepted (the reference implementation's limit). */
 const MAX_HEADER = 100_000_000;
+/** The most tensors and dimensions a file may declare (each past it a GpuError; reading stays linear below). */
+export const MAX_TENSORS = 1_000_000;
+export const MAX_RANK = 1024;
 
 function fileError(call: string, code: number, path: string, reason: string): never {
   throw new GpuError(code, `${call}: ${path}: ${reason}`, { backend: "typescript", call });
@@ -170,6 +173,8 @@ function parseHeader(call: string, path: string, total: number, read: (into: Uin
   if (json === null || typeof json !== "object" || Array.isArray(json)) bad("the header is not a JSON object");
   const metadata: Record<string, string> = {};
   const entries: HeaderEntry[] = [];
+  const declared = Object.keys(json as object).length;
+  if (declared > MAX_TENSORS + 1) bad(`the header declares ${declared} entries, more than the ${MAX_TENSORS} tensors a file may hold here`);
   for (const [name, v] of Object.entries(json as Record<string, unknown>)) {
     const what = `tensor ${JSON.stringify(name)}`;
     if (name === "__metadata__") {
@@ -187,6 +192,7 @@ function parseHeader(call: string, path: string, total: number, read: (into: Uin
     const dtype = e.dtype as string;
     const size = DTYPE_SIZE[dtype] ?? 0;
     if (!size) bad(`${what} has an unknown dtype ${JSON.stringify(e.dtype)}`);
+    if (Array.isArray(e.shape) && e.shape.length > MAX_RANK) bad(`${what} has ${e.shape.length} dimensions, more than the ${MAX_RANK} a tensor may have here`);
     if (!Array.isArray(e.shape) || e.shape.some((d) => typeof d !== "number" || !Number.isSafeInteger(d) || d < 0))
       bad(`${what} has a shape that is not an array of non-negative integers (${describeValue(e.shape)})`);
     const shape = e.shape as number[];
