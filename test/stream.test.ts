@@ -232,7 +232,7 @@ describe("host functions in stream order", () => {
       eventAfter: "401 true", // so is waiting for an event recorded on it after the function…
       disposeSelf: "returned", // disposing it, or its device, never throws: it happens once the function has returned
       disposeDevice: "returned",
-      stillLive: false, // (by the time its done() settled)
+      stillLive: false, // (a few turns later)
     });
     expect(r.exitCode).toBe(0);
   }, 30_000);
