@@ -163,3 +163,16 @@ describe("real NVRTC", () => {
     },
   );
 });
+
+describe("the package's CUDA sources need no header (a machine with only the driver and NVRTC has none)", () => {
+  test("no generated or shipped CUDA source includes a toolkit header: half and bfloat16 are bits converted in place, not cuda_fp16.h / cuda_bf16.h", () => {
+    // NVRTC carries <stdint.h> itself (the ring kernels use it; checked with NVRTC 13 alone, no include path)
+    const builtIn = new Set(["#include <stdint.h>"]);
+    const sources = cudaSources();
+    expect(sources.some((s) => s.name.startsWith("dtypes"))).toBe(true);
+    for (const s of sources) {
+      const includes = (s.source.match(/^\s*#\s*include.*$/gm) ?? []).map((l) => l.trim()).filter((l) => !builtIn.has(l));
+      expect({ name: s.name, includes }).toEqual({ name: s.name, includes: [] });
+    }
+  });
+});

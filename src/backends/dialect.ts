@@ -121,6 +121,28 @@ const C_BF16 = `static inline float bg_ld_bf16(uint16_t b) { uint32_t u = (uint3
 static inline uint16_t bg_st_bf16(float f) { uint32_t u; memcpy(&u, &f, 4); if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
 static inline float bg_rnd_bf16(float x) { return bg_ld_bf16(bg_st_bf16(x)); }`;
 
+// CUDA: the same bits, converted by the GPU's cvt instructions on the device (to nearest even,
+// as __half2float / __float2half_rn are) and by the C dialect's integer code elsewhere (the
+// driver simulator's host twins); bfloat16 by integer code everywhere (cvt to bf16 needs sm_80).
+const CUDA_HALF = `static __device__ __forceinline__ float bg_ld_f16(unsigned short h) {
+#ifdef __CUDA_ARCH__
+  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
+#else
+  unsigned int s = (unsigned int)(h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 1023u; if (e == 31u) return __uint_as_float(s | 0x7f800000u | (m << 13)); if (e) return __uint_as_float(s | ((e + 112u) << 23) | (m << 13)); { float f = (float)m * 5.9604644775390625e-8f; return (h & 0x8000u) ? -f : f; }
+#endif
+}
+static __device__ __forceinline__ unsigned short bg_st_f16(float f) {
+#ifdef __CUDA_ARCH__
+  unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
+#else
+  unsigned int u = __float_as_uint(f), s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu; if (a > 0x7f800000u) return (unsigned short)(s | 0x7e00u | ((a >> 13) & 0x3ffu)); if (a >= 0x477ff000u) return (unsigned short)(s | 0x7c00u); if (a >= 0x38800000u) return (unsigned short)(s | ((a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13)); { float v = (__uint_as_float(a) * 16777216.0f + 8388608.0f) - 8388608.0f; return (unsigned short)(s | (unsigned int)v); }
+#endif
+}
+static __device__ __forceinline__ float bg_rnd_f16(float x) { return bg_ld_f16(bg_st_f16(x)); }`;
+const CUDA_BF16 = `static __device__ __forceinline__ float bg_ld_bf16(unsigned short b) { return __uint_as_float((unsigned int)b << 16); }
+static __device__ __forceinline__ unsigned short bg_st_bf16(float f) { unsigned int u = __float_as_uint(f); if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u); return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
+static __device__ __forceinline__ float bg_rnd_bf16(float x) { return bg_ld_bf16(bg_st_bf16(x)); }`;
+
 /** C11 for the CPU backend, with shim/bungpu_cpu.h. */
 export const cDialect = {
   lang: "c",
@@ -184,19 +206,21 @@ export const cudaDialect = {
     shared: (t, name, n) => `__shared__ ${t} ${name}[${n}];`,
     barrier: "__syncthreads();",
   },
-  // __half and __nv_bfloat16 from NVRTC's built-in cuda_fp16.h / cuda_bf16.h; arithmetic in float
+  // float16 and bfloat16 stored as their bits (unsigned short, the layout of __half and
+  // __nv_bfloat16), arithmetic in float: no cuda_fp16.h / cuda_bf16.h, which NVRTC does not carry
+  // (a machine with only the driver and NVRTC has no toolkit headers to include)
   types: {
     float32: { store: "float", compute: "float" }, int32: { store: "int", compute: "int" },
-    float16: { store: "__half", compute: "float" }, bfloat16: { store: "__nv_bfloat16", compute: "float" },
+    float16: { store: "unsigned short", compute: "float" }, bfloat16: { store: "unsigned short", compute: "float" },
     int8: { store: "signed char", compute: "signed char" }, uint8: { store: "unsigned char", compute: "unsigned char" },
     bool: { store: "unsigned char", compute: "unsigned char" }, int64: { store: "long long", compute: "long long" },
   },
   dtypeHelpers: {
-    f16: `#include <cuda_fp16.h>\nstatic __device__ __forceinline__ float bg_ld_f16(__half x) { return __half2float(x); }\nstatic __device__ __forceinline__ __half bg_st_f16(float x) { return __float2half_rn(x); }\nstatic __device__ __forceinline__ float bg_rnd_f16(float x) { return __half2float(__float2half_rn(x)); }`,
-    bf16: `#include <cuda_bf16.h>\nstatic __device__ __forceinline__ float bg_ld_bf16(__nv_bfloat16 x) { return __bfloat162float(x); }\nstatic __device__ __forceinline__ __nv_bfloat16 bg_st_bf16(float x) { return __float2bfloat16_rn(x); }\nstatic __device__ __forceinline__ float bg_rnd_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }`,
+    f16: CUDA_HALF,
+    bf16: CUDA_BF16,
     i64: i64Helpers("static __device__ __forceinline__", "long long"),
     bc32: `static __device__ __forceinline__ int bg_bc_f32_i32(float x) { return __float_as_int(x); }\nstatic __device__ __forceinline__ float bg_bc_i32_f32(int x) { return __int_as_float(x); }`,
-    bc16: `static __device__ __forceinline__ float bg_bc_f16_bf16(float x) { return __bfloat162float(__ushort_as_bfloat16(__half_as_ushort(__float2half_rn(x)))); }\nstatic __device__ __forceinline__ float bg_bc_bf16_f16(float x) { return __half2float(__ushort_as_half(__bfloat16_as_ushort(__float2bfloat16_rn(x)))); }`,
+    bc16: `static __device__ __forceinline__ float bg_bc_f16_bf16(float x) { return bg_ld_bf16(bg_st_f16(x)); }\nstatic __device__ __forceinline__ float bg_bc_bf16_f16(float x) { return bg_ld_f16(bg_st_bf16(x)); }`,
   },
 } as const satisfies Dialect;
 
