@@ -60,6 +60,13 @@ enum {
   BG_ERR_LAUNCH_TIMEOUT = 702,
   BG_ERR_PEER_ACCESS_ALREADY_ENABLED = 704, /* bg_device_enable_peer_access twice */
   BG_ERR_PEER_ACCESS_NOT_ENABLED = 705,     /* bg_device_disable_peer_access without an enable */
+  /* Sticky kernel faults: the context is unusable afterwards, as with 700 and 719. */
+  BG_ERR_ASSERT = 710,                /* a device-side assert() failed */
+  BG_ERR_HARDWARE_STACK_ERROR = 714,  /* the call stack overflowed (deep recursion) */
+  BG_ERR_ILLEGAL_INSTRUCTION = 715,
+  BG_ERR_MISALIGNED_ADDRESS = 716,
+  BG_ERR_INVALID_ADDRESS_SPACE = 717, /* an address of the wrong space (shared, local, global) */
+  BG_ERR_INVALID_PC = 718,
   BG_ERR_LAUNCH_FAILED = 719,
   BG_ERR_NOT_PERMITTED = 800,
   BG_ERR_NOT_SUPPORTED = 801,

@@ -16,6 +16,7 @@ import {
   Program,
   Schedule,
   Status,
+  StatusName,
   Step,
   Tensor,
   Variable,
@@ -389,3 +390,9 @@ test("a sweep of every public method with bad values in each argument position t
   expect({ exitCode: r.exitCode, stderr: r.stderr.toString() }).toEqual({ exitCode: 0, stderr: "" });
   expect(JSON.parse(r.stdout.toString().trim().split("\n").pop()!)).toEqual([]);
 }, 60_000);
+
+test("CUDA's sticky kernel faults keep their own codes and names (710, 714-718), not UNKNOWN", () => {
+  const names = [710, 714, 715, 716, 717, 718].map((c) => StatusName[c]);
+  expect(names).toEqual(["BG_ERR_ASSERT", "BG_ERR_HARDWARE_STACK_ERROR", "BG_ERR_ILLEGAL_INSTRUCTION", "BG_ERR_MISALIGNED_ADDRESS", "BG_ERR_INVALID_ADDRESS_SPACE", "BG_ERR_INVALID_PC"]);
+  expect(new GpuError(716, "x", { backend: "cuda", call: "bg_stream_synchronize" }).codeName).toBe("BG_ERR_MISALIGNED_ADDRESS");
+});
