@@ -82,6 +82,9 @@ typedef struct bg_signal bg_signal;
  *    ring_free: BG_ERR_NOT_SUPPORTED.
  *  - mempool_* and mem_alloc_async / mem_free_async: the core's plain pool (api.c): mem_alloc
  *    per allocation, stream_synchronize then mem_free per free, stats counted in the core.
+ *  - stream_notify: launch_host_func (the stream waits for the callback, which only queues a
+ *    wake-up, so it returns at once). The CPU backend counts the work finished first.
+ *  - submit_wait's BG_SUBMIT_SERIAL flag may be ignored (only a host backend has a pool to spare).
  *  - enter, leave: no per-call setup. With them the core wraps every call that reaches the
  *    backend (Metal: an autorelease pool). CUDA keeps its context push/pop in its entries: it
  *    can fail, and the backend's own threads and internal paths need it too. */
