@@ -24,15 +24,19 @@ function script(source: string, env: Record<string, string> = {}, timeout = 60_0
 }
 
 describe("completion wakes the event loop", () => {
-  test("stream.done() settles through the stream's callback, not a poll, and the stream is idle then", async () => {
+  test("stream.done() settles through the stream's callback, not a poll, once the work before it has finished", async () => {
     const spin = Program.compile(dev, { cpu: spinSrc }).kernel("spin_ms", ["i32"]);
     using s = dev.createStream({ nonBlocking: true });
+    using buf = dev.alloc(4).fill(0, { type: "u32" });
     const before = { ...wakeStats };
-    spin.launch(s, { grid: 1, block: 1, args: [30] });
+    spin.launch(s, { grid: 1, block: 1, args: [600] });
+    s.fill(buf, 9, { type: "u32" }); // after the spin, in stream order
     expect(s.query()).toBe(false);
     await s.done();
-    expect(s.query()).toBe(true); // counted finished before the callback ran
-    expect(wakeStats.woken).toBe(before.woken + 1);
+    expect(buf.read(Uint32Array)[0]).toBe(9);
+    // (s.query() may still be false here: a buffer another test left to the collector can queue its
+    // deferred free on every busy stream, s included, after the callback)
+    expect(wakeStats.woken).toBeGreaterThanOrEqual(before.woken + 1);
     expect(wakeStats.polled).toBe(before.polled);
     expect(wakeStats.rescued).toBe(before.rescued);
   });
@@ -42,10 +46,10 @@ describe("completion wakes the event loop", () => {
     using s = dev.createStream({ nonBlocking: true });
     using buf = dev.alloc(4);
     using ev = dev.createEvent({ timing: false });
-    spin.launch(s, { grid: 1, block: 1, args: [20] });
+    spin.launch(s, { grid: 1, block: 1, args: [300] });
     s.fill(buf, 7, { type: "u32" });
     ev.record(s);
-    spin.launch(s, { grid: 1, block: 1, args: [300] }); // queued after the record: not waited for
+    spin.launch(s, { grid: 1, block: 1, args: [3000] }); // queued after the record: not waited for
     const before = { ...wakeStats };
     await ev.done();
     expect(ev.query()).toBe(true);
