@@ -530,6 +530,9 @@ BG_API int32_t bg_graph_from_commands(void* dev, const void* bytes, uint64_t len
  *   offset   0: u64 head   (consumer's next index; written by the consumer only)
  *   offset 128: u64 tail   (producer's next index; written by the producer only)
  *   offset 256: u32 msg_bytes, u32 capacity (power of two), u32 closed, u32 reserved
+ *   offset 272: u32 bell (a consumer waiting: 1), u32 reserved, u64 bell_fn, u64 bell_user: a
+ *               doorbell a producer that can call host code (the CPU ring kernel) rings after it
+ *               publishes: it swaps bell to 0 and, if it was 1, calls bell_fn(bell_user)
  *   offset 384: capacity * msg_bytes of messages; slot i lives at (i & (capacity - 1))
  * head == tail is empty; tail - head == capacity is full. Producer writes the slot, then stores
  * tail with release; consumer loads tail with acquire, reads, then stores head with release. */

@@ -153,3 +153,24 @@ export function closeWakeStreams(state: DeviceState): void {
     }
   }
 }
+
+/**
+ * A wait that something other than a stream wakes: the thread-safe callback's address and the
+ * token to give it (a ring kernel's doorbell, bungpu.h), and the promise it settles. `check()`
+ * answers the safety net as for afterStream. Null where the callback is not available.
+ */
+export function wakeWaiter(check: () => boolean): { ptr: number; token: number; done: Promise<void>; cancel(): void } | null {
+  if (!wakeAvailable()) return null;
+  const token = nextToken++;
+  if (nextToken > 0x7fffffff) nextToken = 1;
+  let resolve!: () => void;
+  const done = new Promise<void>((r) => (resolve = r));
+  const w: Waiter = { resolve, check, since: performance.now() };
+  waiters.set(token, w);
+  keepAlive();
+  // No longer wanted (its owner woke otherwise): forget it; a late call of its token does nothing.
+  const cancel = () => {
+    if (waiters.get(token) === w) settle(token, w);
+  };
+  return { ptr: callback!.ptr, token, done, cancel };
+}

@@ -120,6 +120,29 @@ describe("completion wakes the event loop", () => {
     await rk.stop();
   });
 
+  test("a resident Ring-mode kernel on the CPU rings its doorbell: an idle ring's reply wakes the loop; a receive's deadline still holds", async () => {
+    using rk = RingKernel.launch(dev, {
+      handler: `BG_RING_HANDLER(msg, resp, state) {
+        uint32_t v = *(const uint32_t*)msg;
+        if (v == 7) for (volatile long i = 0; i < 20000000L; i++) {}  /* slow: the poller goes idle meanwhile */
+        *(uint32_t*)resp = v * 3;
+      }`,
+      messageBytes: 4, responseBytes: 4, capacity: 16, state: 8,
+      mode: KernelMode.Ring,
+    });
+    expect(rk.mode).toBe("ring");
+    const u32 = (a: Uint8Array) => new Uint32Array(a.buffer, a.byteOffset, 1)[0];
+    expect(u32(await rk.request(new Uint32Array([1])))).toBe(3);
+    const before = wakeStats.woken;
+    expect(u32(await rk.request(new Uint32Array([7])))).toBe(21); // tens of ms: the reply rings the bell
+    expect(wakeStats.woken).toBeGreaterThan(before);
+    const t0 = performance.now();
+    await expectGpuErrorAsync(() => rk.receive({ timeoutMs: 30 }), Status.LAUNCH_TIMEOUT, "no response");
+    expect(performance.now() - t0).toBeLessThan(5_000); // the deadline ends the wait, bell or not
+    await rk.stop();
+    expect(rk.stopped).toBe(true);
+  });
+
   test("bg_stream_notify refuses a capturing stream (CUDA would record a host node every replay calls)", () => {
     const cb = wakeCallback(() => {})!;
     try {

@@ -63,6 +63,16 @@ static inline void bg_idle(uint32_t* iters, uint64_t* since) {
   bg_relax();
 }
 
+/* The outbound ring's doorbell (bungpu.h): a host waiting for responses set bell to 1 and left a
+ * function and its argument; take the bell and call it (a thread-safe callback that wakes the
+ * JavaScript event loop), so replies need no polling while they are awaited. */
+static inline void bg_bell(uint32_t* meta) {
+  if (!__atomic_load_n(&meta[4], __ATOMIC_ACQUIRE)) return;
+  if (!__atomic_exchange_n(&meta[4], 0u, __ATOMIC_ACQ_REL)) return;
+  uint64_t fn = ((uint64_t)meta[7] << 32) | meta[6], user = ((uint64_t)meta[9] << 32) | meta[8];
+  if (fn) ((void (*)(void*))(uintptr_t)fn)((void*)(uintptr_t)user);
+}
+
 /* args: inbound ring, outbound ring (base addresses, layout of bungpu.h), state. */
 BG_KERNEL(${RING_KERNEL}) {
   uint8_t* in = (uint8_t*)(uintptr_t)BG_ARG(0, uint64_t);

@@ -54,6 +54,9 @@ __device__ __forceinline__ void bg_idle(bg_u32* iters, bg_u64* since) {
 #endif
 }
 __device__ __forceinline__ void bg_zero(bg_u8* p, bg_u32 n) { for (bg_u32 i = 0; i < n; i++) p[i] = 0; }
+/* The doorbell of bungpu.h needs a producer that can call host code: a GPU kernel cannot, so the
+ * host polls a CUDA ring's responses. */
+__device__ __forceinline__ void bg_bell(volatile bg_u32* meta) { (void)meta; }
 
 /* One block of one thread: always resident, so the loop can wait for the host. */
 extern "C" __global__ void ${RING_KERNEL}(bg_u64 in_addr, bg_u64 out_addr, void* state) {

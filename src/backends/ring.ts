@@ -25,7 +25,8 @@ export function defines(o: RingShape): string {
 /**
  * The persistent loop, one text for the C and CUDA sources, so the CUDA kernel that cannot run
  * here is the very loop the CPU tests exercise. Each language declares before it the helpers
- * (bg_u64/bg_u32/bg_u8, bg_ld_acq, bg_ld_acq32, bg_st_rel, bg_st_rel32, bg_idle, bg_zero) and the
+ * (bg_u64/bg_u32/bg_u8, bg_ld_acq, bg_ld_acq32, bg_st_rel, bg_st_rel32, bg_idle, bg_zero, and bg_bell,
+ * which rings the outbound ring's doorbell where the language can call host code) and the
  * ring pointers (in_head, in_tail, in_meta, out_head, out_tail, out_meta, in_data, out_data),
  * masks and cursors (h, ot, oh, idle, since).
  */
@@ -53,6 +54,7 @@ export const RING_LOOP = `  for (;;) {
       h += k;
       ot += k;
       bg_st_rel(out_tail, ot);
+      bg_bell(out_meta);
       bg_st_rel(in_head, h);
       idle = 0;
       continue;
@@ -63,7 +65,8 @@ export const RING_LOOP = `  for (;;) {
     if (c == 1u) continue;
     bg_idle(&idle, &since);
   }
-  bg_st_rel32(&out_meta[2], 1u); /* the producer of responses has finished */`;
+  bg_st_rel32(&out_meta[2], 1u); /* the producer of responses has finished */
+  bg_bell(out_meta);`;
 
 /** The batch kernel's body: the handler on each message in order (in, out, n, state declared). */
 export const BATCH_LOOP = `  for (bg_u32 i = 0; i < n; i++) {

@@ -34,6 +34,7 @@ import { KernelMode, type KernelModeName } from "./mode";
 import { bytesView } from "./ring";
 import { BATCH_KERNEL, RING_KERNEL, checkRingShape, ringKernelSource, sourceShape, type RingSourceOptions } from "./source";
 import { BatchTransport, RingTransport, abandoned, type Transport } from "./transport";
+import { wakeWaiter } from "../wake";
 
 export interface RingKernelOptions extends RingSourceOptions {
   /** Ring capacity in messages (power of two); in Batch mode, the most messages per launch. */
@@ -70,6 +71,8 @@ const SPIN_NS = 80_000; // request(): busy-poll this long before falling back to
 /** The poller turns with setImmediate while work moves and this long after; then timers. */
 const IMMEDIATE_MS = 2;
 const SYNC_TIMEOUT_NS = 10_000_000_000; // requestSync(): give up after 10 s
+/** Asleep on the doorbell, a turn comes at least this often anyway (ms). */
+const BELL_MS = 50;
 
 function timeoutError(call: string, ms: number): GpuError {
   return new GpuError(Status.LAUNCH_TIMEOUT, `${call}: no response within ${ms} ms`, { backend: "typescript", call });
@@ -702,12 +705,41 @@ export class RingKernel {
         delay = 0;
       }
       if (now - activeAt < IMMEDIATE_MS) setImmediate(turn);
-      else {
+      else if (!this.#sleepOnBell(turn, now)) {
         delay = Math.min(4, delay + 0.5);
         setTimeout(turn, delay);
       }
     };
     setImmediate(turn);
+  }
+
+  /**
+   * Idle with work outstanding, on a backend whose resident kernel can call host code (the CPU):
+   * ring the outbound ring's doorbell instead of polling on timers. The kernel calls back when it
+   * next publishes responses (or exits), which wakes the event loop (wake.ts); a receive's
+   * deadline, or BELL_MS, wakes it anyway. Returns false where there is no doorbell.
+   */
+  #sleepOnBell(turn: () => void, now: number): boolean {
+    const t = this.#t;
+    if (!(t instanceof RingTransport) || !backends[this.device.backend].computesOnHost) return false;
+    const w = wakeWaiter(() => t.available() > 0 || !this.#busy());
+    if (!w) return false;
+    t.outRing.armBell(w.ptr, w.token);
+    let gone = false;
+    const go = () => {
+      if (gone) return;
+      gone = true;
+      clearTimeout(timer);
+      w.cancel(); // woken by the timer or a response seen first: the bell's waiter is done too
+      turn();
+    };
+    let wait = BELL_MS;
+    for (const r of this.#receivers) wait = Math.min(wait, Math.max(0, r.deadline - now));
+    const timer = setTimeout(go, wait);
+    void w.done.then(go);
+    // responses published between the last tick and the bell: the kernel may not have seen it
+    if (t.available() > 0) setImmediate(go);
+    return true;
   }
 
   #failAll(e: unknown): void {

@@ -63,7 +63,7 @@ export class Ring {
     this.messageBytes = messageBytes;
     this.capacity = capacity;
     [this.#host, this.#devAddr] = device.state.api.ring_address(handle);
-    this.#hdrAb = nativeView(this.#host, RING_META_OFFSET + 16);
+    this.#hdrAb = nativeView(this.#host, RING_META_OFFSET + 48); // meta words 0..11: sizes, closed, the doorbell
     this.#hdr = new Uint32Array(this.#hdrAb);
   }
 
@@ -101,6 +101,20 @@ export class Ring {
   count(): number {
     this.handle;
     return (this.#hdr[TAIL_W]! - this.#hdr[HEAD_W]!) >>> 0;
+  }
+
+  /**
+   * @internal Ask the producer to call `fn(user)` (a C function pointer, bungpu.h's doorbell) after
+   * it next publishes: the function and its argument first, then the bell (a sequentially
+   * consistent store, which the producer's exchange reads).
+   */
+  armBell(fn: number, user: number): void {
+    const m = META_W, h = this.#hdr;
+    h[m + 6] = fn >>> 0;
+    h[m + 7] = Math.floor(fn / 4294967296) >>> 0;
+    h[m + 8] = user >>> 0;
+    h[m + 9] = Math.floor(user / 4294967296) >>> 0;
+    Atomics.store(h, m + 4, 1);
   }
 
   /** @internal Unchecked count for hot polling loops of an owner that keeps the ring alive. */
