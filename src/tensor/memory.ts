@@ -173,14 +173,24 @@ export function allocateIntermediates(device: Device, layout: BufferLayout, mem:
  * short, as a prompt's rows), else the whole buffer (laid out for the maxima).
  */
 export function valueBytes(node: ValueShape, vals: ReadonlyMap<string, number>): number {
+  const v = valueRuns(node, vals);
+  return (v.run === v.numel ? v.numel : v.max) * ITEMSIZE[node.dtype];
+}
+
+/**
+ * How `node`'s value under `vals` lies in its buffer, which is laid out for the maxima: below the
+ * innermost dimension short of its maximum (j), each index of the dimensions above it is one
+ * contiguous run of `run` elements at strides `st`. run === numel: the value is one prefix.
+ */
+function valueRuns(node: ValueShape, vals: ReadonlyMap<string, number>): { shape: number[]; numel: number; max: number; st: number[]; j: number; run: number } {
   const shape = node.shape.map((d) => dimValue(d, vals));
   const numel = shape.reduce((p, q) => p * q, 1);
   const max = maxNumel(node.shape);
-  if (numel === max) return numel * ITEMSIZE[node.dtype];
+  if (numel === max) return { shape, numel, max, st: [], j: 0, run: numel };
   const st = maxStrides(node.shape);
   let j = shape.length - 1;
   while (j > 0 && shape[j] === dimMax(node.shape[j]!)) j--;
-  return (shape[j]! * st[j]! === numel ? numel : max) * ITEMSIZE[node.dtype];
+  return { shape, numel, max, st, j, run: shape[j]! * st[j]! };
 }
 
 /**
@@ -201,17 +211,9 @@ export function readValue(call: string, src: Buffer | Uint8Array, node: ValueSha
     else src.read(dst);
     return a;
   };
-  const shape = node.shape.map((d) => dimValue(d, vals));
-  const numel = shape.reduce((p, q) => p * q, 1);
-  const max = maxNumel(node.shape);
-  if (numel === max) return readInto(make(numel));
-  // The buffer is laid out for the maxima: below the innermost dimension short of its maximum
-  // (j), each index of the dimensions above it is one contiguous run. One run (only the leading
-  // dimension short, as a prompt's rows): read just that prefix; else read all and copy the runs.
-  const st = maxStrides(node.shape);
-  let j = shape.length - 1;
-  while (j > 0 && shape[j] === dimMax(node.shape[j]!)) j--;
-  const run = shape[j]! * st[j]!;
+  // One run (the whole value, or only the leading dimension short, as a prompt's rows): read just
+  // that prefix; else read the whole buffer and copy the runs out of it.
+  const { shape, numel, max, st, j, run } = valueRuns(node, vals);
   if (run === numel) return readInto(make(numel));
   const all = readInto(make(max)) as Int32Array;
   const out = make(numel) as Int32Array;

@@ -694,6 +694,7 @@ export class ExecutionPlan {
   #issue(job: RunJob, slot: RunSlot): void {
     const call = "ExecutionPlan.run";
     let vals: ReadonlyMap<string, number>;
+    let outBytes: number[];
     try {
       this.#ensureBuffers(call);
       if (!this.#device.state.open) disposed(call, "device of this plan");
@@ -701,23 +702,17 @@ export class ExecutionPlan {
       const io = (this.#io ??= new CommandList(this.#device, {}, call));
       io.reset();
       if (slot.start) io.eventRecord(slot.start, call);
-      for (let i = 0; i < this.#inputData.length; i++) {
-        const given = job.inputs.get(i);
-        const d = given ?? (this.#inputChanged[i] ? this.#inputData[i]! : null);
-        if (!d) continue;
-        if (d.byteLength > 0) {
-          slot.stage(i, d);
-          io.copyHtoD(this.#mem[i]!, slot.inHost!, { srcOffset: slot.inAt[i]!, bytes: d.byteLength }, call);
-        }
-        this.#inputChanged[i] = given !== undefined;
-      }
-      for (const [name, v] of this.#defaultVals) this.#vals.set(name, job.vals.get(name) ?? v);
+      this.#setInputs(job.inputs, job.vals, (i, d) => {
+        if (d.byteLength === 0) return;
+        slot.stage(i, d);
+        io.copyHtoD(this.#mem[i]!, slot.inHost!, { srcOffset: slot.inAt[i]!, bytes: d.byteLength }, call);
+      });
       vals = this.#vals.size === 0 ? this.#vals : new Map(this.#vals);
       if (io.counts.commands > 0) io.submit(s, {}, call);
       this.#list.get(call, this.#vals, this.#valsKey(), (i) => this.#argsOf(i)).submit(s, { keep: true }, call);
+      outBytes = this.#outputNodes.map((node) => valueBytes(node, vals));
       this.#outputs.forEach((b, j) => {
-        const bytes = valueBytes(this.#outputNodes[j]!, vals);
-        if (bytes > 0) io.copyDtoH(slot.outHost!, this.#mem[b]!, { dstOffset: slot.outAt[j]!, bytes }, call);
+        if (outBytes[j]! > 0) io.copyDtoH(slot.outHost!, this.#mem[b]!, { dstOffset: slot.outAt[j]!, bytes: outBytes[j]! }, call);
       });
       io.eventRecord(slot.done, call);
       io.submit(s, {}, call);
@@ -750,7 +745,7 @@ export class ExecutionPlan {
           const nodes = this.#outputNodes;
           result = this.#outputsOf(
             job.byName,
-            nodes.map((node, j) => readValue(call, slot.output(j, valueBytes(node, vals)), node, vals) as RunOutput),
+            nodes.map((node, j) => readValue(call, slot.output(j, outBytes[j]!), node, vals) as RunOutput),
           );
         } catch (e) {
           return settle(false, e);
@@ -894,19 +889,30 @@ export class ExecutionPlan {
   }
   #views: (Uint8Array | undefined)[] | null | undefined;
 
-  /** Write a run's inputs (those not given get their prepared data back) and set its variable values. */
-  #writeInputs(inputs: ReadonlyMap<number, RunInput>, vals: ReadonlyMap<string, number>): void {
+  /**
+   * A run's inputs and variables: `write(i, data)` for each input the run gives and each an earlier
+   * run overwrote (its prepared data back), in the order they reach the device; then the run's
+   * variable values (unlisted ones at their prepare-time values).
+   */
+  #setInputs(inputs: ReadonlyMap<number, RunInput>, vals: ReadonlyMap<string, number>, write: (i: number, d: RunInput) => void): void {
     for (let i = 0; i < this.#inputData.length; i++) {
       const given = inputs.get(i);
       const d = given ?? (this.#inputChanged[i] ? this.#inputData[i]! : null);
       if (!d) continue;
+      write(i, d);
+      this.#inputChanged[i] = given !== undefined;
+    }
+    for (const [name, v] of this.#defaultVals) this.#vals.set(name, vals.get(name) ?? v);
+  }
+
+  /** Write a run's inputs into the plan's buffers now (nothing of the plan in flight), and set its variable values. */
+  #writeInputs(inputs: ReadonlyMap<number, RunInput>, vals: ReadonlyMap<string, number>): void {
+    this.#setInputs(inputs, vals, (i, d) => {
       const v = this.#hostView(i);
       // a view of the buffer's own type: set() copies without asking d for its .buffer
       if (v && d.byteLength <= v.byteLength) (hostView(this.#bufs[i]!.dtype, v.buffer as ArrayBuffer, v.byteOffset, d.length) as Float32Array).set(d as Float32Array);
       else this.#mem[i]!.write(d);
-      this.#inputChanged[i] = given !== undefined;
-    }
-    for (const [name, v] of this.#defaultVals) this.#vals.set(name, vals.get(name) ?? v);
+    });
   }
 
   /** Run with a timing pair of events around each kernel; one KernelProfile per kernel. */
