@@ -9,7 +9,8 @@
 //    interval timer is ref'd while anything waits, unref'd when nothing does.
 //  - Lost wake-ups. CUDA does not call a host function once its context has failed
 //    (cuLaunchHostFunc), so the same interval asks each wait older than WATCH_MS whether its work
-//    is finished or failed (the query the polling path uses) and settles it if so.
+//    is finished or failed (the query the polling path uses) and settles it if the next pass
+//    still finds it waiting (the callback may be queued behind the timer).
 // Where no callback can be made, or BUNGPU_COMPLETION=poll asks for it, or the stream is capturing
 // (a host function would become a graph node), waits poll as before (poll.ts).
 import { wakeCallback, type WakeCallback } from "../ffi/wake";
@@ -22,6 +23,8 @@ interface Waiter {
   /** True once the waited-for work has finished or failed (the safety net's query). */
   check(): boolean;
   since: number;
+  /** The safety net found the work done but the callback not yet run: it settles the wait on its next pass. */
+  doneSeen: boolean;
 }
 
 const WATCH_MS = 20;
@@ -61,10 +64,12 @@ function watch(): void {
     } catch {
       done = true; // a failed query: the wait's owner reports the failure
     }
-    if (done) {
+    // Work found done is given one more pass for its callback, which may be queued behind this
+    // very timer: only a callback still missing then (CUDA skips them after a context error) is lost.
+    if (done && w.doneSeen) {
       wakeStats.rescued++;
       settle(token, w);
-    }
+    } else if (done) w.doneSeen = true;
   }
 }
 
@@ -77,7 +82,7 @@ function keepAlive(): void {
 }
 
 /** Whether waits use the callback (false: they poll). */
-export function wakeAvailable(): boolean {
+function wakeAvailable(): boolean {
   if (callback === undefined) callback = process.env["BUNGPU_COMPLETION"] === "poll" ? null : wakeCallback(onWake);
   return callback !== null;
 }
@@ -88,29 +93,17 @@ export function wakeAvailable(): boolean {
  * available or the backend refused the host function; the caller then polls.
  */
 export function afterStream(api: Api, stream: number, check: () => boolean): Promise<void> | null {
-  if (!wakeAvailable()) {
-    wakeStats.polled++;
-    return null;
+  const w = wakeWaiter(check);
+  if (w) {
+    try {
+      api.stream_notify(stream, w.ptr, w.token);
+      return w.done;
+    } catch {
+      w.cancel();
+    }
   }
-  const token = nextToken++;
-  if (nextToken > 0x7fffffff) nextToken = 1;
-  let resolve!: () => void;
-  const p = new Promise<void>((r) => (resolve = r));
-  waiters.set(token, { resolve, check, since: performance.now() });
-  try {
-    api.stream_notify(stream, callback!.ptr, token);
-  } catch {
-    waiters.delete(token);
-    wakeStats.polled++;
-    return null;
-  }
-  keepAlive();
-  return p;
-}
-
-/** Waits registered and not yet settled (tests check that none leaks). */
-export function pendingWakes(): number {
-  return waiters.size;
+  wakeStats.polled++;
+  return null;
 }
 
 /**
@@ -165,7 +158,7 @@ export function wakeWaiter(check: () => boolean): { ptr: number; token: number; 
   if (nextToken > 0x7fffffff) nextToken = 1;
   let resolve!: () => void;
   const done = new Promise<void>((r) => (resolve = r));
-  const w: Waiter = { resolve, check, since: performance.now() };
+  const w: Waiter = { resolve, check, since: performance.now(), doneSeen: false };
   waiters.set(token, w);
   keepAlive();
   // No longer wanted (its owner woke otherwise): forget it; a late call of its token does nothing.
