@@ -26,10 +26,11 @@
 // The cache is filled on the device: after the prompt, and after each step, one command list of
 // device-to-device copies (the plan's key/value output buffers into the cache buffers' rows)
 // crosses once and is waited for; no key or value goes through the host.
-import { existsSync, readFileSync, statSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { CommandEncoder } from "../encoder";
-import { GpuError, Status, describeValue, invalid } from "../errors";
+import { describeValue, invalid } from "../errors";
+import { mustExist, readJson } from "./files";
 import { Tensor, Variable, type ExecutionPlan, type PrepareOptions } from "../tensor";
 import { seededRandom } from "../tensor/reference";
 
@@ -263,19 +264,10 @@ function pick(logits: Float32Array, o: GenerateOptions, rnd: () => number): numb
   return idx[idx.length - 1]!;
 }
 
-/** Read the JSON file at `path` (INVALID_VALUE naming it when it is not JSON). */
-function readJson(call: string, path: string): unknown {
-  try {
-    return JSON.parse(readFileSync(path, "utf8"));
-  } catch (e) {
-    invalid(call, `${path}: not readable JSON (${e instanceof Error ? e.message : String(e)})`);
-  }
-}
-
 /** A checkpoint's files: the config (or null) and the safetensors files holding its weights. */
 function checkpointFiles(call: string, path: string): { config: unknown; files: string[] } {
   if (typeof path !== "string" || !path) invalid(call, `path must be a folder or a .safetensors file, got ${describeValue(path)}`);
-  if (!existsSync(path)) throw new GpuError(Status.FILE_NOT_FOUND, `${call}: ${path}: no such file or folder`, { backend: "typescript", call });
+  mustExist(call, path);
   if (statSync(path).isDirectory()) {
     const cfg = join(path, "config.json");
     const config = existsSync(cfg) ? readJson(call, cfg) : null;

@@ -2,9 +2,10 @@
 // BPE among them) through @huggingface/tokenizers, Hugging Face's own pure-JavaScript
 // implementation. It is an optional peer dependency (`bun add @huggingface/tokenizers`): loaded
 // when a tokenizer is asked for, so a program that only passes token ids needs nothing more.
-import { existsSync, readFileSync, statSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { GpuError, Status, describeValue, invalid } from "../errors";
+import { mustExist, readJson } from "./files";
 
 /** Text to token ids and back, as the model's own tokenizer does it. */
 export interface TextTokenizer {
@@ -21,14 +22,6 @@ interface HfTokenizer {
   decode(ids: number[], opts?: { skip_special_tokens?: boolean; clean_up_tokenization_spaces?: boolean | null }): string;
 }
 
-function readJson(call: string, path: string): unknown {
-  try {
-    return JSON.parse(readFileSync(path, "utf8"));
-  } catch (e) {
-    invalid(call, `${path}: not readable JSON (${e instanceof Error ? e.message : String(e)})`);
-  }
-}
-
 /**
  * The tokenizer at `path`: a folder holding tokenizer.json (and tokenizer_config.json, if there),
  * as transformers' save_pretrained writes it, or a tokenizer.json file. Needs the optional peer
@@ -37,7 +30,7 @@ function readJson(call: string, path: string): unknown {
 export async function loadTokenizer(path: string): Promise<TextTokenizer> {
   const call = "loadTokenizer";
   if (typeof path !== "string" || !path) invalid(call, `path must be a folder or a tokenizer.json file, got ${describeValue(path)}`);
-  if (!existsSync(path)) throw new GpuError(Status.FILE_NOT_FOUND, `${call}: ${path}: no such file or folder`, { backend: "typescript", call });
+  mustExist(call, path);
   const dir = statSync(path).isDirectory();
   const file = dir ? join(path, "tokenizer.json") : path;
   if (!existsSync(file)) invalid(call, `${path}: no tokenizer.json`);
