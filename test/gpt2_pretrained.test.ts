@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { Device, Status, Tensor } from "../src";
 import { GPT2, configFromTransformers, gpt2Shapes, loadTokenizer, randomGPT2Weights, type GPT2Config } from "../src/models";
 import { refGenerate, refLogits } from "./gpt2_reference";
-import { expectGpuError } from "./helpers";
+import { expectGpuError, expectWithin } from "./helpers";
 import { constantHolders } from "../src/tensor/constants";
 
 const dev = Device.open("cpu");
@@ -53,12 +53,6 @@ function writeFolder(path: string, json: Record<string, unknown>, weights: Recor
   }
   if (shards > 1) writeFileSync(join(path, "model.safetensors.index.json"), JSON.stringify({ metadata: {}, weight_map: map }));
 }
-function expectClose(got: ArrayLike<number>, want: ArrayLike<number>, tol: number): void {
-  expect(got.length).toBe(want.length);
-  let worst = 0;
-  for (let i = 0; i < want.length; i++) worst = Math.max(worst, Math.abs(got[i]! - want[i]!));
-  expect(worst).toBeLessThanOrEqual(tol);
-}
 function lastLogits(m: GPT2, tokens: number[]): Float32Array {
   const V = m.config.vocabSize;
   return m.logits(tokens).slice((tokens.length - 1) * V, tokens.length * V);
@@ -77,7 +71,7 @@ describe("GPT2.fromPretrained", () => {
     writeFolder(path, hfJson, w);
     using m = GPT2.fromPretrained(path, { device: dev });
     expect(m.config.tieWordEmbeddings).toBe(false);
-    expectClose(lastLogits(m, PROMPT), refLogits(w, cfg, PROMPT), 1e-4);
+    expectWithin(lastLogits(m, PROMPT), refLogits(w, cfg, PROMPT), 1e-4);
     const ref = refGenerate(w, cfg, PROMPT, 6);
     expect(m.generate(PROMPT, 6).tokens).toEqual(ref.tokens);
   });
@@ -107,7 +101,7 @@ describe("GPT2.fromPretrained", () => {
     Tensor.toSafetensors(join(path, "gpt2.safetensors"), tensors);
     using m = GPT2.fromPretrained(join(path, "gpt2.safetensors"), { device: dev });
     expect(m.config.nInner).toBeUndefined();
-    expectClose(lastLogits(m, PROMPT), refLogits(wt, c, PROMPT), 1e-4);
+    expectWithin(lastLogits(m, PROMPT), refLogits(wt, c, PROMPT), 1e-4);
   });
 
   test("float16 and bfloat16 checkpoints load (upcast to float32): logits of the rounded weights", () => {
@@ -129,7 +123,7 @@ describe("GPT2.fromPretrained", () => {
         else rounded[n] = new Float32Array(Uint32Array.from(t.toArray("bfloat16"), (b) => b << 16).buffer);
       }
       using m = GPT2.fromPretrained(path, { device: dev });
-      expectClose(lastLogits(m, PROMPT), refLogits(rounded, cfg, PROMPT), 1e-4);
+      expectWithin(lastLogits(m, PROMPT), refLogits(rounded, cfg, PROMPT), 1e-4);
     }
   });
 
@@ -140,7 +134,7 @@ describe("GPT2.fromPretrained", () => {
       const path = join(dir, `act-${act}`);
       writeFolder(path, json, w);
       using m = GPT2.fromPretrained(path, { device: dev });
-      expectClose(lastLogits(m, PROMPT), refLogits(w, c, PROMPT), 1e-4);
+      expectWithin(lastLogits(m, PROMPT), refLogits(w, c, PROMPT), 1e-4);
     }
   });
 
@@ -173,7 +167,7 @@ describe("GPT2.fromPretrained", () => {
     // a config that says tied, given the same weights, uses wte as the head and ignores lm_head
     const tied: GPT2Config = { ...cfg, tieWordEmbeddings: true };
     using m = GPT2.fromTensors(tied, Object.fromEntries(Object.entries(w).map(([n, a]) => [hfName(n), a])), { device: dev });
-    expectClose(lastLogits(m, PROMPT), refLogits(w, tied, PROMPT), 1e-4);
+    expectWithin(lastLogits(m, PROMPT), refLogits(w, tied, PROMPT), 1e-4);
     const untied = refLogits(w, cfg, PROMPT);
     expect(Math.abs(lastLogits(m, PROMPT)[0]! - untied[0]!)).toBeGreaterThan(1e-3);
   });

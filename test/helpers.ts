@@ -64,3 +64,11 @@ export function equalBytes(a: Uint8Array, b: Uint8Array): boolean {
   if (a.byteLength !== b.byteLength) return false;
   return Buffer.compare(a, b) === 0;
 }
+
+/** Same length, and no element further than `tol` from the reference (an absolute tolerance). */
+export function expectWithin(got: ArrayLike<number>, want: ArrayLike<number>, tol: number): void {
+  expect(got.length).toBe(want.length);
+  let worst = 0;
+  for (let i = 0; i < want.length; i++) worst = Math.max(worst, Math.abs(got[i]! - want[i]!));
+  expect(worst).toBeLessThanOrEqual(tol);
+}

@@ -8,7 +8,7 @@ import { Device, ExecMode, GpuError, KernelMode, Program, RingKernel, Status, Te
 import { wakeStats } from "../src/wake";
 import { wakeCallback } from "../ffi/wake";
 import { mlpReference, mlpWeights, prepareMlp, IN, HIDDEN, OUT } from "../examples/server";
-import { expectGpuError, expectGpuErrorAsync } from "./helpers";
+import { expectGpuError, expectGpuErrorAsync, expectWithin } from "./helpers";
 
 const dev = Device.open("cpu");
 afterAll(() => dev.dispose());
@@ -163,22 +163,16 @@ describe("completion wakes the event loop", () => {
 function rowOf(k: number): Float32Array {
   return Float32Array.from({ length: IN }, (_, i) => Math.sin(k * 7.1 + i * 0.37));
 }
-function expectClose(got: ArrayLike<number>, want: ArrayLike<number>, tol = 1e-5): void {
-  expect(got.length).toBe(want.length);
-  let worst = 0;
-  for (let i = 0; i < want.length; i++) worst = Math.max(worst, Math.abs(got[i]! - want[i]!));
-  expect(worst).toBeLessThanOrEqual(tol);
-}
 
 describe("plan.run", () => {
   test("short runs on the CPU run inline: 512 concurrent callers, each its own answer, none handed to the worker once timed", async () => {
     const w = mlpWeights(3);
     using plan = prepareMlp(w, { device: dev });
     // the first runs go to the stream, which times them (the median of five decides)
-    for (let k = 0; k < 8; k++) expectClose((await plan.run({ x: rowOf(k) })).y!, mlpReference(w, rowOf(k)));
+    for (let k = 0; k < 8; k++) expectWithin((await plan.run({ x: rowOf(k) })).y!, mlpReference(w, rowOf(k)), 1e-5);
     const woken = wakeStats.woken;
     const outs = await Promise.all(Array.from({ length: 512 }, (_, k) => plan.run({ x: rowOf(k) })));
-    outs.forEach((o, k) => expectClose(o.y!, mlpReference(w, rowOf(k))));
+    outs.forEach((o, k) => expectWithin(o.y!, mlpReference(w, rowOf(k)), 1e-5));
     // ran in turns of the loop, not handed to the worker (some may be, where a loaded machine
     // stalls enough runs to move the median of five past 0.5 ms)
     expect(wakeStats.woken - woken).toBeLessThan(256);
@@ -222,10 +216,10 @@ describe("plan.run", () => {
     const b = plan.run({ x: rowOf(2) }, { mode: ExecMode.Graph });
     const bad = expectGpuErrorAsync(() => plan.run({ x: new Float32Array(3) }), Status.INVALID_VALUE, "elements");
     const c = plan.run({ x: rowOf(3) });
-    expectClose((await a).y!, mlpReference(w, rowOf(1)));
-    expectClose((await b).y!, mlpReference(w, rowOf(2)));
+    expectWithin((await a).y!, mlpReference(w, rowOf(1)), 1e-5);
+    expectWithin((await b).y!, mlpReference(w, rowOf(2)), 1e-5);
     await bad;
-    expectClose((await c).y!, mlpReference(w, rowOf(3)));
+    expectWithin((await c).y!, mlpReference(w, rowOf(3)), 1e-5);
   });
 });
 
@@ -235,11 +229,11 @@ describe("on the default device (CUDA under test/sim_suite.sh: staged runs woken
     const w = mlpWeights(11);
     using plan = prepareMlp(w, { device: d });
     const outs = await Promise.all(Array.from({ length: 40 }, (_, k) => plan.run({ x: rowOf(k) })));
-    outs.forEach((o, k) => expectClose(o.y!, mlpReference(w, rowOf(k)), 1e-4));
+    outs.forEach((o, k) => expectWithin(o.y!, mlpReference(w, rowOf(k)), 1e-4));
     using bplan = prepareMlp(w, { device: d, maxBatch: 16 });
     const b = bplan.batched({ variable: "B", inputs: ["x"] });
     const bouts = await Promise.all(Array.from({ length: 40 }, (_, k) => b.run({ x: rowOf(k) })));
-    bouts.forEach((o, k) => expectClose(o.y!, mlpReference(w, rowOf(k)), 1e-4));
+    bouts.forEach((o, k) => expectWithin(o.y!, mlpReference(w, rowOf(k)), 1e-4));
     using s = d.createStream({ nonBlocking: true });
     using buf = d.alloc(16);
     s.fill(buf, 3, { type: "u32" });
@@ -264,7 +258,7 @@ describe("plan.batched", () => {
     for (const { k, n, p } of reqs) {
       const { y } = await p;
       expect(y!.length).toBe(n * OUT);
-      for (let r = 0; r < n; r++) expectClose(y!.subarray(r * OUT, (r + 1) * OUT), mlpReference(w, rowOf(k * 10 + r)));
+      for (let r = 0; r < n; r++) expectWithin(y!.subarray(r * OUT, (r + 1) * OUT), mlpReference(w, rowOf(k * 10 + r)), 1e-5);
     }
     const st = b.stats;
     expect(st.requests).toBe(64);
@@ -281,9 +275,9 @@ describe("plan.batched", () => {
     await expectGpuErrorAsync(() => b.run({ x: new Float32Array(9 * IN) }), Status.INVALID_VALUE, "maxBatch");
     await expectGpuErrorAsync(() => b.run({ x: new Int32Array(IN) as never }), Status.INVALID_VALUE, "Float32Array");
     await expectGpuErrorAsync(() => b.run({ input1: new Float32Array(IN * HIDDEN) } as never), Status.INVALID_VALUE, "not a batched input");
-    expectClose((await good).y!, mlpReference(w, rowOf(4)));
+    expectWithin((await good).y!, mlpReference(w, rowOf(4)), 1e-5);
     expectGpuError(() => plan.batched({ variable: "T" }), Status.INVALID_VALUE, "no variable T");
-    expectClose((await plan.batched({ variable: "B" }).run({ x: rowOf(6) })).y!, mlpReference(w, rowOf(6))); // x: the one input leading with 8
+    expectWithin((await plan.batched({ variable: "B" }).run({ x: rowOf(6) })).y!, mlpReference(w, rowOf(6)), 1e-5); // x: the one input leading with 8
     using wide = prepareMlp(w, { device: dev, maxBatch: IN }); // x [64, 64] and W1 [64, 256] both lead with 64
     expectGpuError(() => wide.batched({ variable: "B" }), Status.INVALID_VALUE, "name the batched ones");
     expectGpuError(() => plan.batched({ variable: "B", inputs: ["x"], maxBatch: 9 }), Status.INVALID_VALUE, "maxBatch");
@@ -325,7 +319,7 @@ describe("examples/server.ts", () => {
         );
         answers.forEach((a, k) => {
           const ref = mlpReference(w, rowOf(k));
-          expectClose(a.y, ref);
+          expectWithin(a.y, ref, 1e-5);
           expect(a.label).toBe(ref.indexOf(Math.max(...ref)));
         });
         const bad = await fetch(url, { method: "POST", body: JSON.stringify({ x: [1, 2] }) });
