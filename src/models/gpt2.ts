@@ -28,6 +28,7 @@
 // crosses once and is waited for; no key or value goes through the host.
 import { existsSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
+import type { Buffer } from "../buffer";
 import { CommandEncoder } from "../encoder";
 import { describeValue, invalid } from "../errors";
 import { mustExist, readJson } from "./files";
@@ -217,7 +218,17 @@ export interface GenerateOptions {
   stop?: number | readonly number[] | undefined;
 }
 
-export interface FromPretrainedOptions extends PrepareOptions {
+/** Options of a model's load: prepare()'s (device, fusion, ...) and the batched decode plan's. */
+export interface GPT2Options extends PrepareOptions {
+  /**
+   * Also prepare the batched decode plan model.batch() runs (continuous batching): `slots`
+   * sequences at most decoded together, each with a KV cache of `context` positions (default
+   * nCtx; the cache is slots × context × nEmbd × 2 × nLayer floats).
+   */
+  batch?: { slots: number; context?: number } | undefined;
+}
+
+export interface FromPretrainedOptions extends GPT2Options {
   /** The config, where the checkpoint has none (no config.json beside it, no metadata). */
   config?: GPT2Config;
 }
@@ -264,6 +275,35 @@ function pick(logits: Float32Array, o: GenerateOptions, rnd: () => number): numb
   return idx[idx.length - 1]!;
 }
 
+/** A generation's checked options, its stop tokens and its sampler (generate() and GPT2Batch.join share them). */
+function generationSetup(call: string, cfg: GPT2Config, prompt: readonly number[], opts: number | GenerateOptions, ctx: number): { o: GenerateOptions; n: number; stop: Set<number>; rnd: () => number } {
+  const V = cfg.vocabSize;
+  if (opts === null || (typeof opts !== "object" && typeof opts !== "number")) invalid(call, `options must be a token count or an object, got ${describeValue(opts)}`);
+  const o: GenerateOptions = typeof opts === "number" ? { maxNewTokens: opts, stop: [] } : opts;
+  if (!Array.isArray(prompt) || prompt.length < 1) invalid(call, "prompt must be a non-empty array of token ids");
+  for (const t of prompt) if (!Number.isInteger(t) || t < 0 || t >= V) invalid(call, `token ${String(t)} is outside [0, ${V})`);
+  const n = o.maxNewTokens;
+  if (!Number.isInteger(n) || n < 1) invalid(call, `maxNewTokens must be a positive integer, got ${String(n)}`);
+  if (prompt.length + n - 1 > ctx) invalid(call, `prompt ${prompt.length} + ${n} tokens exceed the context ${ctx}`);
+  if (o.temperature !== undefined && !(typeof o.temperature === "number" && o.temperature >= 0 && Number.isFinite(o.temperature)))
+    invalid(call, `temperature must be a number ≥ 0, got ${describeValue(o.temperature)}`);
+  if (o.topK !== undefined && !(Number.isInteger(o.topK) && o.topK >= 1)) invalid(call, `topK must be a positive integer, got ${describeValue(o.topK)}`);
+  if (o.topP !== undefined && !(typeof o.topP === "number" && o.topP > 0 && o.topP <= 1)) invalid(call, `topP must be in (0, 1], got ${describeValue(o.topP)}`);
+  if (o.seed !== undefined && !Number.isSafeInteger(o.seed)) invalid(call, `seed must be an integer, got ${describeValue(o.seed)}`);
+  const stopList = o.stop === undefined ? (cfg.eosTokenId === undefined ? [] : [cfg.eosTokenId]) : typeof o.stop === "number" ? [o.stop] : o.stop;
+  if (!Array.isArray(stopList) || stopList.some((t) => !Number.isInteger(t))) invalid(call, `stop must be a token id or an array of them, got ${describeValue(o.stop)}`);
+  return { o, n, stop: new Set(stopList), rnd: sampler(o.seed ?? 0) };
+}
+
+function checkBatch(call: string, cfg: GPT2Config, b: unknown): void {
+  if (b === undefined) return;
+  if (b === null || typeof b !== "object") invalid(call, `batch must be { slots, context? }, got ${describeValue(b)}`);
+  const { slots, context } = b as { slots?: unknown; context?: unknown };
+  if (!Number.isInteger(slots) || (slots as number) < 1 || (slots as number) > 4096) invalid(call, `batch.slots must be an integer in [1, 4096], got ${describeValue(slots)}`);
+  if (context !== undefined && (!Number.isInteger(context) || (context as number) < 2 || (context as number) > cfg.nCtx))
+    invalid(call, `batch.context must be an integer in [2, ${cfg.nCtx}] (the model's nCtx), got ${describeValue(context)}`);
+}
+
 /** A checkpoint's files: the config (or null) and the safetensors files holding its weights. */
 function checkpointFiles(call: string, path: string): { config: unknown; files: string[] } {
   if (typeof path !== "string" || !path) invalid(call, `path must be a folder or a .safetensors file, got ${describeValue(path)}`);
@@ -289,7 +329,7 @@ function checkpointFiles(call: string, path: string): { config: unknown; files: 
 
 export class GPT2 {
   readonly config: GPT2Config;
-  /** How many plans this model prepared (two: the prompt plan and the decode plan). */
+  /** How many plans this model prepared (the prompt plan, the decode plan, and the batched decode plan if asked for). */
   readonly prepares: number;
   readonly promptPlan: ExecutionPlan;
   readonly decodePlan: ExecutionPlan;
@@ -301,6 +341,16 @@ export class GPT2 {
   readonly #one = new Int32Array(1);
   /** Positions the decode cache holds (after prompt(): its length; after step(t, P): P + 1). */
   #cached = 0;
+  /** The batched decode plan (load with `{ batch: { slots } }`), else null; model.batch() runs it. */
+  readonly batchPlan: ExecutionPlan | null = null;
+  /** Its rows (sequences decoded together at most) and each row's cache positions; 0 without one. */
+  readonly batchSlots: number = 0;
+  readonly batchContext: number = 0;
+  #bTokens: Tensor | null = null;
+  #bPos: Tensor | null = null;
+  readonly #bK: Tensor[] = [];
+  readonly #bV: Tensor[] = [];
+  #openBatch: GPT2Batch | null = null;
 
   /**
    * A model from the checkpoint at `path`: a folder as transformers' save_pretrained writes it
@@ -340,9 +390,10 @@ export class GPT2 {
    * gpt2Name), each a Tensor or a Float32Array of the right size. Float16 and bfloat16 tensors are
    * upcast to float32.
    */
-  static fromTensors(config: GPT2Config, tensors: Readonly<Record<string, Tensor | Float32Array>>, opts: PrepareOptions = {}, where = "tensors"): GPT2 {
+  static fromTensors(config: GPT2Config, tensors: Readonly<Record<string, Tensor | Float32Array>>, opts: GPT2Options = {}, where = "tensors"): GPT2 {
     const call = "GPT2.fromTensors";
     checkConfig(call, config);
+    checkBatch(call, config, opts?.batch);
     if (tensors === null || typeof tensors !== "object") invalid(call, `tensors must be an object of Tensors by name, got ${describeValue(tensors)}`);
     const shapes = gpt2Shapes(config);
     const w: Record<string, Tensor> = {};
@@ -378,8 +429,9 @@ export class GPT2 {
     return GPT2.fromPretrained(path, config ? { ...opts, config } : opts);
   }
 
-  private constructor(cfg: GPT2Config, w: Record<string, Tensor>, opts: PrepareOptions) {
+  private constructor(cfg: GPT2Config, w: Record<string, Tensor>, gopts: GPT2Options) {
     this.config = cfg;
+    const { batch, ...opts } = gopts ?? {};
     const { nLayer: L, nEmbd: C, nHead: H, nCtx } = cfg;
     const D = C / H;
     // Each LayerNorm's output gets its own buffer: left fused into the matmul that reads it, the
@@ -450,6 +502,45 @@ export class GPT2 {
     this.decodePlan = Tensor.prepareBatch([head(y), ...stepOuts], shared);
     this.prepares = 2;
     this.#copies = new CommandEncoder(this.decodePlan.device);
+    if (!batch) return;
+
+    // The batched decode step (continuous batching): rows [0, B) of `slots`, row b the token
+    // batch.tokens[b] at position batch.pos[b], its cache holding positions [0, pos[b]). The
+    // caches are [slots, context, heads, headDim] per layer; the step reads every row's cache
+    // shrunk to [0, P) (P: the largest position of the step) and masks out each row's positions
+    // ≥ its own, so rows of different lengths share one plan run and never see each other.
+    const S = batch.slots, ctx = batch.context ?? nCtx;
+    const B = new Variable("B", 1, S).bind(1);
+    const PB = new Variable("P", 1, ctx - 1).bind(1);
+    this.#bTokens = Tensor.from(new Int32Array(S), [S], { name: "batch.tokens" });
+    this.#bPos = Tensor.from(new Int32Array(S), [S], { name: "batch.pos" });
+    const bpos = this.#bPos.shrink([[0, B]]);
+    let z = w["wte"]!.indexSelect(0, this.#bTokens.shrink([[0, B]])).add(w["wpe"]!.indexSelect(0, bpos)); // [B, C]
+    const seen = Tensor.arange(PB).reshape([1, 1, 1, PB]).cmplt(bpos.reshape([B, 1, 1, 1])); // [B, 1, 1, P]: position < the row's
+    const batchOuts: Tensor[] = [];
+    for (let i = 0; i < L; i++) {
+      const kc = Tensor.from(new Float32Array(S * ctx * C), [S, ctx, H, D], { name: `batch.cache.${i}.k` });
+      const vc = Tensor.from(new Float32Array(S * ctx * C), [S, ctx, H, D], { name: `batch.cache.${i}.v` });
+      this.#bK.push(kc);
+      this.#bV.push(vc);
+      const qkv = lin(ln(z, `h.${i}.ln_1`), `h.${i}.attn.c_attn`); // [B, 3C]
+      const part = (j: number) => qkv.shrink([null, [j * C, (j + 1) * C]]);
+      const [q, kn, vn] = [part(0).reshape([B, H, 1, D]), part(1), part(2)];
+      const K = kc.shrink([[0, B], [0, PB], null, null]).permute([0, 2, 3, 1]); // [B, H, D, P]
+      const V = vc.shrink([[0, B], [0, PB], null, null]).permute([0, 2, 1, 3]); // [B, H, P, D]
+      const sc = seen.where(q.matmul(K).mul(scaleOf(i)), -1e30); // [B, H, 1, P]
+      const sn = q.mul(kn.reshape([B, H, 1, D])).sum(-1, true).mul(scaleOf(i)); // [B, H, 1, 1]
+      const m = sc.max(-1, true).maximum(sn);
+      const ec = sc.sub(m).exp(), en = sn.sub(m).exp();
+      const o = ec.matmul(V).add(en.mul(vn.reshape([B, H, 1, D]))).div(ec.sum(-1, true).add(en)); // [B, H, 1, D]
+      z = z.add(lin(o.reshape([B, C]), `h.${i}.attn.c_proj`));
+      z = z.add(mlp(z, i));
+      batchOuts.push(kn, vn);
+    }
+    this.batchPlan = Tensor.prepareBatch([head(z), ...batchOuts], shared);
+    this.batchSlots = S;
+    this.batchContext = ctx;
+    this.prepares = 3;
   }
 
   /**
@@ -522,25 +613,8 @@ export class GPT2 {
    * seed, prompt and options give the same tokens. prompt + tokens must fit nCtx.
    */
   generate(prompt: readonly number[], opts: number | GenerateOptions): Generation {
-    const call = "GPT2.generate";
-    const { nCtx, vocabSize: V } = this.config;
-    const o: GenerateOptions = typeof opts === "number" ? { maxNewTokens: opts, stop: [] } : opts;
-    if (o === null || typeof o !== "object") invalid(call, `options must be a token count or an object, got ${describeValue(opts)}`);
-    if (!Array.isArray(prompt) || prompt.length < 1) invalid(call, "prompt must be a non-empty array of token ids");
-    for (const t of prompt) if (!Number.isInteger(t) || t < 0 || t >= V) invalid(call, `token ${String(t)} is outside [0, ${V})`);
-    const n = o.maxNewTokens;
-    if (!Number.isInteger(n) || n < 1) invalid(call, `maxNewTokens must be a positive integer, got ${String(n)}`);
-    if (prompt.length + n - 1 > nCtx) invalid(call, `prompt ${prompt.length} + ${n} tokens exceed the context ${nCtx}`);
-    if (o.temperature !== undefined && !(typeof o.temperature === "number" && o.temperature >= 0 && Number.isFinite(o.temperature)))
-      invalid(call, `temperature must be a number ≥ 0, got ${describeValue(o.temperature)}`);
-    if (o.topK !== undefined && !(Number.isInteger(o.topK) && o.topK >= 1)) invalid(call, `topK must be a positive integer, got ${describeValue(o.topK)}`);
-    if (o.topP !== undefined && !(typeof o.topP === "number" && o.topP > 0 && o.topP <= 1)) invalid(call, `topP must be in (0, 1], got ${describeValue(o.topP)}`);
-    if (o.seed !== undefined && !Number.isSafeInteger(o.seed)) invalid(call, `seed must be an integer, got ${describeValue(o.seed)}`);
-    const stopList = o.stop === undefined ? (this.config.eosTokenId === undefined ? [] : [this.config.eosTokenId]) : typeof o.stop === "number" ? [o.stop] : o.stop;
-    if (!Array.isArray(stopList) || stopList.some((t) => !Number.isInteger(t))) invalid(call, `stop must be a token id or an array of them, got ${describeValue(o.stop)}`);
-    const stop = new Set(stopList);
-    const rnd = sampler(o.seed ?? 0);
-
+    const { o, n, stop, rnd } = generationSetup("GPT2.generate", this.config, prompt, opts, this.config.nCtx);
+    const V = this.config.vocabSize;
     const T = prompt.length;
     const t0 = performance.now();
     let logits: Float32Array = this.prompt(prompt).slice((T - 1) * V, T * V);
@@ -558,13 +632,262 @@ export class GPT2 {
     return { tokens, logits: out, promptMs, stepMs };
   }
 
+  /**
+   * The model's continuous batch (a model loaded with `{ batch: { slots } }`): sequences join
+   * (their prompt runs alone, the first token is picked, the keys and values go to a free slot),
+   * then every step() decodes one token of each of them in one run of the batched decode plan,
+   * and a sequence leaves when it is done or when told to. One batch at a time: the slots are the
+   * model's; another batch() while one is open is INVALID_VALUE (dispose() the first).
+   */
+  batch(): GPT2Batch {
+    const call = "GPT2.batch";
+    if (!this.batchPlan) invalid(call, "this model has no batched decode plan: load it with { batch: { slots } }");
+    if (this.#openBatch && !this.#openBatch.disposed) invalid(call, "a batch of this model is open; dispose() it first");
+    const bp = this.batchPlan;
+    const buf = (t: Tensor) => bp.buffer(t.node.id)!;
+    const pp = this.promptPlan;
+    const b = new GPT2Batch({
+      config: this.config,
+      slots: this.batchSlots,
+      context: this.batchContext,
+      plan: bp,
+      tokens: bp.bufferMutById(this.#bTokens!.node.id)!,
+      pos: bp.bufferMutById(this.#bPos!.node.id)!,
+      k: this.#bK.map(buf),
+      v: this.#bV.map(buf),
+      prompt: (tokens: readonly number[]) => {
+        const toks = new Int32Array(this.config.nCtx);
+        toks.set(tokens);
+        pp.bufferMutById(this.#tokens.node.id)!.write(toks);
+        pp.executeWithVars({ T: tokens.length });
+        return pp;
+      },
+      copies: this.#copies,
+    });
+    this.#openBatch = b;
+    return b;
+  }
+
   dispose(): void {
+    this.#openBatch?.dispose();
     this.#copies.reset();
     this.promptPlan.dispose();
     this.decodePlan.dispose();
+    this.batchPlan?.dispose();
   }
   [Symbol.dispose](): void {
     this.dispose();
   }
 
+}
+
+/** One token of a sequence of a GPT2Batch. */
+export interface BatchToken {
+  /** The sequence (join's id). */
+  id: number;
+  token: number;
+  /** The sequence's last token (maxNewTokens reached, or a stop token): its slot is free again. */
+  done: boolean;
+  /** The logits the token was chosen from (a view, valid until the next step). */
+  logits: Float32Array;
+}
+
+interface BatchParts {
+  config: GPT2Config;
+  slots: number;
+  context: number;
+  plan: ExecutionPlan;
+  tokens: Buffer;
+  pos: Buffer;
+  k: Buffer[];
+  v: Buffer[];
+  /** Run the prompt plan over `tokens`; the plan, its outputs ready. */
+  prompt(tokens: readonly number[]): ExecutionPlan;
+  copies: CommandEncoder;
+}
+
+interface BatchSeq {
+  id: number;
+  row: number;
+  /** Positions its cache holds (the next token's position). */
+  pos: number;
+  last: number;
+  count: number;
+  n: number;
+  o: GenerateOptions;
+  stop: Set<number>;
+  rnd: () => number;
+}
+
+/**
+ * Continuous batching over a GPT2's batched decode plan (made by `model.batch()`): up to `slots`
+ * sequences, each with its own KV-cache slot and position, decoded together one token per
+ * step(). Sequences join and leave between steps. Each sequence gets the tokens generate() gives
+ * it alone: the same options and seed, its own sampler, its rows never seeing another's.
+ *
+ *   const b = model.batch();
+ *   const first = b.join(prompt, { maxNewTokens: 20 });   // { id, token, done }
+ *   while (b.active) for (const t of b.step()) ...;       // one token of every active sequence
+ *   b.leave(id);                                          // stop one early, its slot freed
+ *
+ * Rows are kept packed: the plan runs over rows [0, active) (a Variable B), and a sequence that
+ * leaves gives its row to the last one, whose cache rows are copied over on the device.
+ */
+export class GPT2Batch {
+  readonly slots: number;
+  /** Positions each slot's cache holds: a sequence's prompt + maxNewTokens - 1 must fit. */
+  readonly context: number;
+  readonly #p: BatchParts;
+  readonly #rows: BatchSeq[] = [];
+  readonly #byId = new Map<number, BatchSeq>();
+  readonly #tok: Int32Array;
+  readonly #pos: Int32Array;
+  #nextId = 1;
+  #disposed = false;
+  /** Decode steps run and tokens they produced (join's first tokens not counted). */
+  steps = 0;
+  stepTokens = 0;
+
+  /** @internal made by GPT2.batch() */
+  constructor(parts: BatchParts) {
+    this.#p = parts;
+    this.slots = parts.slots;
+    this.context = parts.context;
+    this.#tok = new Int32Array(parts.slots);
+    this.#pos = new Int32Array(parts.slots);
+  }
+
+  get disposed(): boolean {
+    return this.#disposed;
+  }
+  /** Sequences holding a slot. */
+  get active(): number {
+    return this.#rows.length;
+  }
+  /** Slots free for join(). */
+  get free(): number {
+    return this.#disposed ? 0 : this.slots - this.#rows.length;
+  }
+  /** Whether sequence `id` holds a slot (joined, not done, not left). */
+  has(id: number): boolean {
+    return this.#byId.has(id);
+  }
+
+  #live(call: string): void {
+    if (this.#disposed) invalid(call, "the batch is disposed");
+  }
+
+  /** Copy rows [0, rows) of every layer's key and value from `src` (outputs 1 + 2i, 2 + 2i, row `from`) into slot `row` at position `at`. */
+  #copyKV(src: ExecutionPlan | null, from: number, row: number, at: number, rows: number): void {
+    const { config, k, v, copies, context } = this.#p;
+    const rb = config.nEmbd * 4;
+    for (let i = 0; i < config.nLayer; i++) {
+      const sk = src ? src.outputBufferAt(1 + 2 * i)! : k[i]!, sv = src ? src.outputBufferAt(2 + 2 * i)! : v[i]!;
+      const srcOffset = src ? from * rb : from * context * rb;
+      copies.copy(k[i]!, sk, { srcOffset, dstOffset: (row * context + at) * rb, bytes: rows * rb });
+      copies.copy(v[i]!, sv, { srcOffset, dstOffset: (row * context + at) * rb, bytes: rows * rb });
+    }
+  }
+
+  /**
+   * Start a sequence: `prompt` runs through the prompt plan alone and its first token is picked
+   * (generate()'s options: a token count, or { maxNewTokens, temperature, topK, topP, seed, stop }).
+   * Returns that token; unless it is already the last one (done), the sequence holds a slot and
+   * each step() gives its next token. No free slot, or bad arguments: INVALID_VALUE.
+   */
+  join(prompt: readonly number[], opts: number | GenerateOptions): BatchToken {
+    const call = "GPT2Batch.join";
+    this.#live(call);
+    if (this.#rows.length >= this.slots) invalid(call, `all ${this.slots} slots are taken; wait until a sequence is done or leaves`);
+    const cfg = this.#p.config;
+    const { o, n, stop, rnd } = generationSetup(call, cfg, prompt, opts, this.context);
+    const T = prompt.length, V = cfg.vocabSize;
+    const pp = this.#p.prompt(prompt);
+    const logits = (pp.readOutput(0) as Float32Array).subarray((T - 1) * V, T * V);
+    const token = pick(logits, o, rnd);
+    const id = this.#nextId++;
+    const done = n === 1 || stop.has(token);
+    if (!done) {
+      const seq: BatchSeq = { id, row: this.#rows.length, pos: T, last: token, count: 1, n, o, stop, rnd };
+      this.#copyKV(pp, 0, seq.row, 0, T);
+      this.#p.copies.submit(this.#p.plan.device.defaultStream, { wait: true });
+      this.#rows.push(seq);
+      this.#byId.set(id, seq);
+    }
+    return { id, token, done, logits };
+  }
+
+  /**
+   * One decode step of every active sequence, in one run of the batched plan: each one's next
+   * token, in row order. A sequence whose token is its last (done) leaves at once.
+   */
+  step(): BatchToken[] {
+    const call = "GPT2Batch.step";
+    this.#live(call);
+    const rows = this.#rows, B = rows.length;
+    if (B === 0) return [];
+    const { plan, config } = this.#p;
+    const V = config.vocabSize;
+    let P = 1;
+    for (let b = 0; b < B; b++) {
+      const s = rows[b]!;
+      this.#tok[b] = s.last;
+      this.#pos[b] = s.pos;
+      if (s.pos > P) P = s.pos;
+    }
+    this.#p.tokens.write(this.#tok);
+    this.#p.pos.write(this.#pos);
+    plan.executeWithVars({ B, P });
+    const all = plan.readOutput(0) as Float32Array;
+    for (let b = 0; b < B; b++) this.#copyKV(plan, b, b, rows[b]!.pos, 1);
+    this.#p.copies.submit(plan.device.defaultStream, { wait: true });
+    const out: BatchToken[] = [];
+    const finished: BatchSeq[] = [];
+    for (let b = 0; b < B; b++) {
+      const s = rows[b]!;
+      const logits = all.subarray(b * V, (b + 1) * V);
+      const token = pick(logits, s.o, s.rnd);
+      s.pos++;
+      s.count++;
+      s.last = token;
+      const done = s.count >= s.n || s.stop.has(token);
+      if (done) finished.push(s);
+      out.push({ id: s.id, token, done, logits });
+    }
+    for (const s of finished) this.#remove(s);
+    this.steps++;
+    this.stepTokens += B;
+    return out;
+  }
+
+  /** Sequence `id` leaves now (a client gone): its slot is free for join(). False if it holds none (unknown, done or left). */
+  leave(id: number): boolean {
+    if (this.#disposed) return false;
+    const s = this.#byId.get(id);
+    if (!s) return false;
+    this.#remove(s);
+    return true;
+  }
+
+  /** Free `s`'s row: the last row moves into it (its cache rows copied on the device). */
+  #remove(s: BatchSeq): void {
+    this.#byId.delete(s.id);
+    const last = this.#rows.pop()!;
+    if (last === s) return;
+    this.#copyKV(null, last.row, s.row, 0, last.pos);
+    this.#p.copies.submit(this.#p.plan.device.defaultStream, { wait: true });
+    last.row = s.row;
+    this.#rows[s.row] = last;
+  }
+
+  /** Drop every sequence; the model may open another batch. Never throws. */
+  dispose(): void {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    this.#rows.length = 0;
+    this.#byId.clear();
+  }
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
 }

@@ -2,12 +2,15 @@
 // tokenizers (text in and out).
 export {
   GPT2,
+  GPT2Batch,
   configFromTransformers,
   gpt2Name,
   gpt2Shapes,
   randomGPT2Weights,
   writeRandomGPT2,
+  type BatchToken,
   type FromPretrainedOptions,
+  type GPT2Options,
   type GenerateOptions,
   type Generation,
   type GPT2Activation,
