@@ -789,6 +789,11 @@ export class GPT2Batch {
     }
   }
 
+  /** Check join()'s arguments without running anything (a server answers bad requests before they queue): INVALID_VALUE as join() would. */
+  check(prompt: readonly number[], opts: number | GenerateOptions): void {
+    generationSetup("GPT2Batch.join", this.#p.config, prompt, opts, this.context);
+  }
+
   /**
    * Start a sequence: `prompt` runs through the prompt plan alone and its first token is picked
    * (generate()'s options: a token count, or { maxNewTokens, temperature, topK, topP, seed, stop }).
