@@ -15,7 +15,7 @@
 //   → data: {"token":7586}  …  event: done / data: {"tokens":20,"reason":"length"}
 // Body: {"prompt": [ids]} or {"text": "..."} (with a tokenizer), and generate()'s options
 // maxNewTokens (default 16), temperature, topK, topP, seed, stop. A bad request is 400 with
-// {"error"}. GET /stats: slots, active, queued, steps, tokens, finished, cancelled.
+// {"error"}. GET /stats: slots, active, queued, steps, tokens, finished, cancelled, stepMs.
 // bench/llm_serve.bench.ts starts it and measures it under a bounded load from 127.0.0.1.
 import { existsSync, readFileSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -38,11 +38,14 @@ export interface LLMServerStats {
   tokens: number;
   finished: number;
   cancelled: number;
+  /** Milliseconds spent in decode steps (the model; the rest of the time is prompts, HTTP and idle). */
+  stepMs: number;
 }
 
 interface Job {
   prompt: number[];
   opts: GenerateOptions;
+  /** Send an event; `data` is JSON text, or a value to write as JSON. */
   send(event: string | null, data: unknown): void;
   close(): void;
   /** The batch's id once joined. */
@@ -55,7 +58,7 @@ export function serveLLM(model: GPT2, port: number, tokenizer: TextTokenizer | n
   const batch = model.batch();
   const queue: Job[] = [];
   const live = new Map<number, Job>();
-  const st = { tokens: 0, finished: 0, cancelled: 0 };
+  const st = { tokens: 0, finished: 0, cancelled: 0, stepMs: 0 };
   let wake: (() => void) | null = null;
   let stopped = false;
   const enc = new TextEncoder();
@@ -67,7 +70,7 @@ export function serveLLM(model: GPT2, port: number, tokenizer: TextTokenizer | n
   };
   const emit = (j: Job, token: number) => {
     st.tokens++;
-    j.send(null, tokenizer ? { token, text: tokenizer.decode([token]) } : { token });
+    j.send(null, tokenizer ? JSON.stringify({ token, text: tokenizer.decode([token]) }) : `{"token":${token}}`);
   };
   const counts = new Map<number, number>();
   const reasonOf = (j: Job, token: number) => (new Set(typeof j.opts.stop === "number" ? [j.opts.stop] : (j.opts.stop ?? (model.config.eosTokenId === undefined ? [] : [model.config.eosTokenId]))).has(token) ? "stop" : "length");
@@ -92,7 +95,10 @@ export function serveLLM(model: GPT2, port: number, tokenizer: TextTokenizer | n
         wake = null;
         continue;
       }
-      for (const t of batch.step()) {
+      const s0 = performance.now();
+      const step = batch.step();
+      st.stepMs += performance.now() - s0;
+      for (const t of step) {
         const j = live.get(t.id)!;
         const n = counts.get(t.id)! + 1;
         counts.set(t.id, n);
@@ -159,7 +165,7 @@ export function serveLLM(model: GPT2, port: number, tokenizer: TextTokenizer | n
             send(event, data) {
               if (job.gone) return;
               try {
-                c.enqueue(enc.encode(`${event ? `event: ${event}\n` : ""}data: ${JSON.stringify(data)}\n\n`));
+                c.enqueue(enc.encode(`${event ? `event: ${event}\n` : ""}data: ${typeof data === "string" ? data : JSON.stringify(data)}\n\n`));
               } catch {
                 cancel(job); // the stream is closed: the client went away
               }

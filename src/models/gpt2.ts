@@ -250,13 +250,33 @@ function sampler(seed: number): () => number {
   };
 }
 
+/**
+ * The `k` most likely ids of `logits` in `order` (what sorting all of them and keeping the first k
+ * gives, without sorting the vocabulary): one pass keeping the best k in order.
+ */
+function topIds(logits: Float32Array, k: number, order: (a: number, b: number) => number): number[] {
+  const top: number[] = [];
+  for (let i = 0; i < logits.length; i++) {
+    if (top.length === k && order(i, top[k - 1]!) >= 0) continue; // not better than the k-th
+    let at = top.length === k ? k - 1 : top.length;
+    while (at > 0 && order(i, top[at - 1]!) < 0) {
+      if (at < k) top[at] = top[at - 1]!;
+      at--;
+    }
+    top[at] = i;
+  }
+  return top;
+}
+
 /** Pick a token from `logits` as `o` says (greedy without a temperature). */
 function pick(logits: Float32Array, o: GenerateOptions, rnd: () => number): number {
   const temp = o.temperature ?? 0;
   if (!(temp > 0)) return argmax(logits);
   const V = logits.length;
-  let idx = Array.from({ length: V }, (_, i) => i).sort((a, b) => logits[b]! - logits[a]! || a - b);
-  if (o.topK !== undefined && o.topK < V) idx = idx.slice(0, Math.max(1, o.topK));
+  const order = (a: number, b: number) => logits[b]! - logits[a]! || a - b; // most likely first, ties by id
+  let idx: number[];
+  if (o.topK !== undefined && o.topK < V) idx = topIds(logits, Math.max(1, o.topK), order);
+  else idx = Array.from({ length: V }, (_, i) => i).sort(order);
   const m = logits[idx[0]!]!;
   let p = idx.map((i) => Math.exp((logits[i]! - m) / temp));
   let z = p.reduce((a, b) => a + b, 0);
