@@ -156,6 +156,7 @@ export const symbols = {
   bg_module_unload: { args: [ptr /* module */], returns: i32 },
   bg_module_get_kernel: { args: [ptr /* module */, ptr /* name */, ptr /* void** out */], returns: i32, out: ["ptr"] },
   bg_kernel_max_threads: { args: [ptr /* kernel */, ptr /* i32* out */], returns: i32, out: ["i32"] },
+  bg_kernel_retarget: { args: [ptr /* kernel */, ptr /* from */], returns: i32 },
   bg_launch: {
     args: [
       ptr /* kernel */, ptr /* stream */, u32 /* gx */, u32 /* gy */, u32 /* gz */,

@@ -1253,6 +1253,16 @@ BG_API int32_t bg_kernel_max_threads(void* k, int32_t* out) {
   return OPS(k)->kernel_max_threads(k, out);
 }
 
+BG_API int32_t bg_kernel_retarget(void* k, void* from) {
+  CHECK(k, BG_KIND_KERNEL, "bg_kernel_retarget");
+  CHECK(from, BG_KIND_KERNEL, "bg_kernel_retarget");
+  if (DEV(k) != DEV(from))
+    return bg_set_error(BG_ERR_INVALID_VALUE, "bg_kernel_retarget: the kernels are on different devices");
+  NEED(k, kernel_retarget, "bg_kernel_retarget");
+  BG_HOOK(DEV(k));
+  return OPS(k)->kernel_retarget(k, from);
+}
+
 static int32_t check_launch(const char* fn, void* k, void* s, const uint32_t g[3],
                             const uint32_t b[3], const void* args, uint32_t nargs) {
   CHECK(k, BG_KIND_KERNEL, fn);

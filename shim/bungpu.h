@@ -397,6 +397,11 @@ BG_API int32_t bg_module_load(void* dev, int32_t image_kind, const void* data, u
 BG_API int32_t bg_module_unload(void* module);
 BG_API int32_t bg_module_get_kernel(void* module, const char* name, void** out);  /* module-owned */
 BG_API int32_t bg_kernel_max_threads(void* kernel, int32_t* out);
+/* From now on, launches of `kernel` (queued, captured and future ones) run the code of `from`, a
+ * kernel of another module on the same device with the same arguments: how a kernel compiled
+ * quickly is swapped for its optimized build. `from`'s module stays loaded while `kernel`'s
+ * does. CPU only (BG_ERR_NOT_SUPPORTED elsewhere); a persistent ring kernel is not retargeted. */
+BG_API int32_t bg_kernel_retarget(void* kernel, void* from);
 /* Launch. `args` is `nargs` 8-byte slots: a device address, or an i32/u32/f32 in the low bytes,
  * or an i64/f64. The shim copies the slots before returning. */
 BG_API int32_t bg_launch(void* kernel, void* stream, uint32_t gx, uint32_t gy, uint32_t gz,

@@ -146,6 +146,8 @@ struct bg_ops {
   int32_t (*module_unload)(void* m);
   int32_t (*module_get_kernel)(void* m, const char* name, void** out);
   int32_t (*kernel_max_threads)(void* k, int32_t* out);
+  /* NULL: bg_kernel_retarget is BG_ERR_NOT_SUPPORTED. */
+  int32_t (*kernel_retarget)(void* k, void* from);
   int32_t (*launch)(void* k, void* s, const uint32_t grid[3], const uint32_t block[3],
                     uint32_t shared, const uint64_t* args, uint32_t nargs);
 

@@ -5,7 +5,7 @@
 import { addressOf, cstr, launch } from "../ffi/result";
 import { backends, type BackendName } from "./backends";
 import { Buffer } from "./buffer";
-import type { CompileOptions } from "./compile/types";
+import type { CompileOptions, LoadableImage } from "./compile/types";
 import { isDevice, noteCaptured, type DeviceRef as Device, type StreamRef as Stream } from "./device_state";
 import { GpuError, Status, describeGot, invalid, disposed, options } from "./errors";
 import { INSPECT, plural } from "./inspect";
@@ -49,10 +49,13 @@ export class Program {
     const src = typeof source === "string" ? source : source[device.backend];
     if (typeof src !== "string" || src.length === 0)
       invalid("Program.compile", `no ${device.backend} source given`);
-    const h = device.handle;
-    const img = backends[device.backend].compile(device, src, opts);
-    return new Module(device, device.state.api.module_load(h, img.kind, img.image, img.bytes), src);
+    return loadModule(device, backends[device.backend].compile(device, src, opts), src);
   }
+}
+
+/** Load a compiled image of `source` on `device` (what Program.compile does after compiling). */
+export function loadModule(device: Device, img: LoadableImage, source: string): Module {
+  return new Module(device, device.state.api.module_load(device.handle, img.kind, img.image, img.bytes), source);
 }
 
 export class Module {
@@ -281,6 +284,20 @@ export class Kernel<S extends Signature = Signature> {
 
   get maxThreadsPerBlock(): number {
     return this.device.state.api.kernel_max_threads(this.handle);
+  }
+
+  /**
+   * From now on, launches of this kernel (queued, captured, in executables and future ones) run
+   * the code of `from`, a kernel of another module on the same device with the same signature:
+   * how a kernel compiled quickly is swapped for its optimized build. `from`'s code stays loaded
+   * while this kernel's module is. CPU backend only (NOT_SUPPORTED elsewhere).
+   */
+  retarget(from: Kernel<S>): void {
+    if (!(from instanceof Kernel)) invalid("Kernel.retarget", `${this.name}: expected a Kernel, got ${describeGot(from)}`);
+    if (from.module.device !== this.module.device) invalid("Kernel.retarget", `${this.name}: ${from.name} is a kernel of another device`);
+    if (from.signature.join(",") !== this.signature.join(","))
+      invalid("Kernel.retarget", `${this.name}(${this.signature.join(", ")}): ${from.name} takes (${from.signature.join(", ")})`);
+    this.device.state.api.kernel_retarget(this.handle, from.handle);
   }
 
   /** Launch on `stream`: arguments checked, packed into one block, one FFI crossing. */

@@ -301,7 +301,10 @@ typedef struct cpu_module cpu_module;
 typedef struct cpu_kernel {
   bg_obj h;
   cpu_module* mod;
-  cpu_kfn fn;
+  /* read by the workers at each launch; bg_kernel_retarget swaps it */
+  _Atomic(cpu_kfn) fn;
+  /* the module `fn` lies in when retargeted (held until `mod` is freed), else NULL */
+  cpu_module* code_mod;
   char* name;
   int persistent; /* bungpu's persistent ring kernel (bg_ring_persistent): never ends alone */
   struct cpu_kernel* next;
@@ -480,6 +483,7 @@ void cpu_module_hold(cpu_module* m);
 void cpu_module_unhold(cpu_module* m);
 int32_t cpu_module_get_kernel(void* m, const char* name, void** out);
 int32_t cpu_kernel_max_threads(void* k, int32_t* out);
+int32_t cpu_kernel_retarget(void* k, void* from);
 
 /* run.c */
 void cpu_fill(void* dst, uint32_t pattern, uint32_t esz, uint64_t count);

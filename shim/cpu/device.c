@@ -609,6 +609,7 @@ const bg_ops cpu_ops = {
     .module_unload = cpu_module_unload,
     .module_get_kernel = cpu_module_get_kernel,
     .kernel_max_threads = cpu_kernel_max_threads,
+    .kernel_retarget = cpu_kernel_retarget,
     .launch = cpu_launch,
     .begin_capture = cpu_begin_capture,
     .end_capture = cpu_end_capture,
@@ -704,6 +705,7 @@ WRAP_WAIT(event_synchronize, e, (void* e), (e))
 WRAP_H(event_elapsed, a, (float* ms, void* a, void* b), (ms, a, b))
 WRAP_H(module_get_kernel, m, (void* m, const char* n, void** o), (m, n, o))
 WRAP_H(kernel_max_threads, k, (void* k, int32_t* o), (k, o))
+WRAP_H(kernel_retarget, k, (void* k, void* f), (k, f))
 WRAP_H(launch, k, (void* k, void* s, const uint32_t g[3], const uint32_t b[3], uint32_t sh, const uint64_t* a, uint32_t n),
        (k, s, g, b, sh, a, n))
 WRAP_H(begin_capture, s, (void* s, int32_t m), (s, m))
@@ -764,6 +766,7 @@ const bg_ops cpu_ops_checked = {
     .module_unload = cpu_module_unload,
     .module_get_kernel = chk_module_get_kernel,
     .kernel_max_threads = chk_kernel_max_threads,
+    .kernel_retarget = chk_kernel_retarget,
     .launch = chk_launch,
     .begin_capture = chk_begin_capture,
     .end_capture = cpu_end_capture,

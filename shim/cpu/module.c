@@ -100,6 +100,7 @@ static void module_free(void* mv) {
   cpu_kernel* k = m->kernels;
   while (k) {
     cpu_kernel* nx = k->next;
+    if (k->code_mod) cpu_module_unhold(k->code_mod);
     free(k->name);
     free(k);
     k = nx;
@@ -179,5 +180,26 @@ int32_t cpu_module_get_kernel(void* mv, const char* name, void** out) {
 int32_t cpu_kernel_max_threads(void* k, int32_t* out) {
   (void)k;
   *out = CPU_MAX_THREADS;
+  return BG_OK;
+}
+
+/* `k` runs `from`'s code from its next launch on (a worker reads fn once per launch, so a launch
+ * under way finishes in the old code). The module of the code it ran before stays loaded until
+ * the work queued before now has run (cpu_module_unhold defers the close). */
+int32_t cpu_kernel_retarget(void* kv, void* fv) {
+  cpu_kernel* k = kv;
+  cpu_kernel* from = fv;
+  if (k == from) return BG_OK;
+  if (k->persistent || from->persistent)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "bg_kernel_retarget: a persistent ring kernel is not retargeted");
+  cpu_module* code = from->code_mod ? from->code_mod : from->mod;
+  cpu_module_hold(code);
+  pthread_mutex_lock(&k->mod->mu);
+  cpu_module* old = k->code_mod;
+  k->code_mod = code == k->mod ? NULL : code;
+  atomic_store_explicit(&k->fn, atomic_load_explicit(&from->fn, memory_order_acquire), memory_order_release);
+  pthread_mutex_unlock(&k->mod->mu);
+  if (code == k->mod) cpu_module_unhold(code);
+  if (old) cpu_module_unhold(old);
   return BG_OK;
 }
