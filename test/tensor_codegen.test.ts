@@ -99,7 +99,7 @@ describe("codegen", () => {
     const src = generate(schedule([a.matmul(b).node]).kernels[0]!.ir, "c").source;
     expect(src).toContain("#if BG_VEC");
     expect(src).toContain("bg_ld8(&b2[");
-    expect(src).toMatch(/a5_1 = a5_1 \+ /);
+    expect(src).toMatch(/a5_1 = bg_vfma8\(v\d+, v\d+, a5_1\);/); // the product accumulated with one fused multiply-add
     const srcT = generate(schedule([a.matmul(a.T).node]).kernels[0]!.ir, "c").source;
     // a column-strided operand is gathered: once per column panel into the packed panel where
     // several row tiles share it, lane by lane where there is one row tile (a matrix-vector product)

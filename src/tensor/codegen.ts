@@ -442,6 +442,17 @@ function combine(ir: KernelIR, acc: string, v: string): string {
   return fn === "sum" ? `${acc} + ${v}` : fn === "min" ? `(${acc} < ${v} ? ${acc} : ${v})` : `(${acc} > ${v} ? ${acc} : ${v})`;
 }
 
+/**
+ * A float32 sum of products (a matmul's, a dot product's): on the CPU the product is accumulated
+ * with one fused multiply-add (bg_fmaf, bg_vfma8/16) where the machine has one. CPU kernels are
+ * compiled with -ffp-contract=off, so this is the only fusion, and it is in the source: every
+ * optimization level, and every compiler, gives the same bits (tiered compilation swaps a kernel
+ * built at -O0 for its -O3 build without changing a result).
+ */
+function fusedProduct(red: NonNullable<KernelIR["reduce"]>): boolean {
+  return red.fn === "sum" && red.body.dtype === "float32" && red.body.op === "mul" && red.body.srcs.length === 2;
+}
+
 // Float32 sums are blocked: the accumulators take at most SUM_BLOCK values each (per lane), then
 // are added into running totals and restart from zero, so the rounding error grows with
 // SUM_BLOCK + n/SUM_BLOCK rather than with n (a float32 sum of 2^25 ones is exact: every partial
@@ -916,9 +927,16 @@ function vecTile(ir: KernelIR, rows: readonly number[], TC: number, last: number
   const body: string[] = [];
   for (const r of rows)
     for (let h = 0; h < H; h++) {
+      const a = `a${r}_${h}`;
+      if (fusedProduct(red)) {
+        const x = ref(red.body.srcs[0]!, r, h, true), y = ref(red.body.srcs[1]!, r, h, true);
+        body.push(...lines.splice(0));
+        body.push(`${a} = bg_vfma${W}(${x}, ${y}, ${a});`);
+        continue;
+      }
       const v = ref(red.body, r, h, true);
       body.push(...lines.splice(0));
-      body.push(red.fn === "sum" || red.fn === "prod" ? `a${r}_${h} = a${r}_${h} ${red.fn === "sum" ? "+" : "*"} ${v};` : `a${r}_${h} = ${red.fn === "min" ? "bg_vmin" : "bg_vmax"}${W}(a${r}_${h}, ${v});`);
+      body.push(red.fn === "sum" || red.fn === "prod" ? `${a} = ${a} ${red.fn === "sum" ? "+" : "*"} ${v};` : `${a} = ${red.fn === "min" ? "bg_vmin" : "bg_vmax"}${W}(${a}, ${v});`);
     }
   const init = red.fn === "sum" ? `bg_bc${W}(0.0f)` : red.fn === "prod" ? `bg_bc${W}(1.0f)` : `bg_bc${W}(${floatLit(red.fn === "min" ? Infinity : -Infinity, "c")})`;
   const pack: string[] = [];
@@ -982,28 +1000,42 @@ function vecTiles(ir: KernelIR, TR: number, TC: number, last: number, reduceLoop
 // same way over x clamped to [-104, 89] (beyond: 0 and inf), 2^n applied as two powers of two so
 // that subnormal results and the overflow to inf come out of one rounding; NaN stays NaN (softmax
 // over 262K floats, 2 threads: libm's expf 2.2 ms).
-const C_MATH_PRELUDE = `static inline float bg_fsel(int m, float a, float b) { int ia, ib, r; float f; memcpy(&ia, &a, 4); memcpy(&ib, &b, 4); r = (m & ia) | (~m & ib); memcpy(&f, &r, 4); return f; }
+// Fused multiply-adds are written out (bg_fmaf), never left to the compiler (-ffp-contract=off):
+// the same bits at every optimization level. Where the machine has no FMA instruction, a
+// multiply and an add (the compiler then has none to contract either).
+const C_MATH_PRELUDE = `#if !defined(__TINYC__) && (defined(__FMA__) || defined(__ARM_FEATURE_FMA))
+#define BG_FMA 1
+#define bg_fmaf(a, b, c) __builtin_fmaf((a), (b), (c))
+#else
+#define bg_fmaf(a, b, c) ((a) * (b) + (c))
+#endif
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_elementwise_fma)
+#define BG_VFMA_BUILTIN 1
+#endif
+#endif
+static inline float bg_fsel(int m, float a, float b) { int ia, ib, r; float f; memcpy(&ia, &a, 4); memcpy(&ib, &b, 4); r = (m & ia) | (~m & ib); memcpy(&f, &r, 4); return f; }
 static inline float bg_fmaxf(float a, float b) { return bg_fsel(-(a > b), a, b); }
 static inline float bg_fminf(float a, float b) { return bg_fsel(-(a < b), a, b); }
 static inline float bg_tanhf(float x0) {
   float x = bg_fmaxf(-10.0f, bg_fminf(10.0f, x0));
   float y = 2.0f * x;
-  float n = (y * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = (y - n * 0.693359375f) + n * 2.12194440e-4f;
+  float n = bg_fmaf(y, 1.44269504088896341f, 12582912.0f) - 12582912.0f;
+  float r = bg_fmaf(n, 2.12194440e-4f, bg_fmaf(-n, 0.693359375f, y));
   float z = r * r;
-  float p = ((((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f) * z + r) + 1.0f;
+  float p = bg_fmaf(bg_fmaf(bg_fmaf(bg_fmaf(bg_fmaf(bg_fmaf(1.9875691500e-4f, r, 1.3981999507e-3f), r, 8.3334519073e-3f), r, 4.1665795894e-2f), r, 1.6666665459e-1f), r, 5.0000001201e-1f), z, r) + 1.0f;
   int bits = ((int)n + 127) << 23;
   float scale; memcpy(&scale, &bits, 4);
   float x2 = x * x;
-  float small = x * (1.0f + x2 * (-0.333333333f + x2 * (0.133333333f + x2 * -0.0539682540f)));
-  return bg_fsel(-(x2 < 0.00390625f), small, 1.0f - 2.0f / (p * scale + 1.0f));
+  float small = x * bg_fmaf(x2, bg_fmaf(x2, bg_fmaf(x2, -0.0539682540f, 0.133333333f), -0.333333333f), 1.0f);
+  return bg_fsel(-(x2 < 0.00390625f), small, 1.0f - 2.0f / bg_fmaf(p, scale, 1.0f));
 }
 static inline float bg_expf(float x0) {
   float x = bg_fmaxf(-104.0f, bg_fminf(89.0f, x0));
-  float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+  float n = bg_fmaf(x, 1.44269504088896341f, 12582912.0f) - 12582912.0f;
+  float r = bg_fmaf(n, 2.12194440e-4f, bg_fmaf(-n, 0.693359375f, x));
   float z = r * r;
-  float p = ((((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f) * z + r) + 1.0f;
+  float p = bg_fmaf(bg_fmaf(bg_fmaf(bg_fmaf(bg_fmaf(bg_fmaf(1.9875691500e-4f, r, 1.3981999507e-3f), r, 8.3334519073e-3f), r, 4.1665795894e-2f), r, 1.6666665459e-1f), r, 5.0000001201e-1f), z, r) + 1.0f;
   int k = (int)n, k1 = k / 2, k2 = k - k1;
   unsigned u1 = (unsigned)(k1 + 127) << 23, u2 = (unsigned)(k2 + 127) << 23;
   float s1, s2; memcpy(&s1, &u1, 4); memcpy(&s2, &u2, 4);
@@ -1021,6 +1053,13 @@ static inline void bg_st8(float* p, bg_f8 v) { memcpy(p, &v, sizeof v); }
 static inline bg_f8 bg_bc8(float s) { bg_f8 v = {s, s, s, s, s, s, s, s}; return v; }
 static inline bg_f8 bg_vmax8(bg_f8 a, bg_f8 b) { bg_i8 m = a > b; return (bg_f8)((m & (bg_i8)a) | (~m & (bg_i8)b)); }
 static inline bg_f8 bg_vmin8(bg_f8 a, bg_f8 b) { bg_i8 m = a < b; return (bg_f8)((m & (bg_i8)a) | (~m & (bg_i8)b)); }
+#if defined(BG_FMA) && defined(BG_VFMA_BUILTIN)
+static inline bg_f8 bg_vfma8(bg_f8 a, bg_f8 b, bg_f8 c) { return __builtin_elementwise_fma(a, b, c); }
+#elif defined(BG_FMA)
+static inline bg_f8 bg_vfma8(bg_f8 a, bg_f8 b, bg_f8 c) { bg_f8 r; for (int i = 0; i < 8; i++) r[i] = __builtin_fmaf(a[i], b[i], c[i]); return r; }
+#else
+static inline bg_f8 bg_vfma8(bg_f8 a, bg_f8 b, bg_f8 c) { return a * b + c; }
+#endif
 #if defined(__AVX512F__)
 #define BG_VEC16 1
 typedef float bg_f16 __attribute__((vector_size(64)));
@@ -1030,6 +1069,11 @@ static inline void bg_st16(float* p, bg_f16 v) { memcpy(p, &v, sizeof v); }
 static inline bg_f16 bg_bc16(float s) { bg_f16 v = {s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s}; return v; }
 static inline bg_f16 bg_vmax16(bg_f16 a, bg_f16 b) { bg_i16 m = a > b; return (bg_f16)((m & (bg_i16)a) | (~m & (bg_i16)b)); }
 static inline bg_f16 bg_vmin16(bg_f16 a, bg_f16 b) { bg_i16 m = a < b; return (bg_f16)((m & (bg_i16)a) | (~m & (bg_i16)b)); }
+#if defined(BG_VFMA_BUILTIN)
+static inline bg_f16 bg_vfma16(bg_f16 a, bg_f16 b, bg_f16 c) { return __builtin_elementwise_fma(a, b, c); }
+#else
+static inline bg_f16 bg_vfma16(bg_f16 a, bg_f16 b, bg_f16 c) { bg_f16 r; for (int i = 0; i < 16; i++) r[i] = __builtin_fmaf(a[i], b[i], c[i]); return r; }
+#endif
 #endif
 #endif
 `;
@@ -1179,12 +1223,12 @@ function genC(ir: KernelIR): { source: string; tiles: CpuTiles; split: boolean }
     const inner = (cols: string, colExpr: string, rIdx: (i: number) => string, accRef: string, pad: string): string[] => {
       const em = new Emitter("c", { ...names(colExpr, rIdx), acc: accRef }, new Map(), "t");
       em.math = LIBM_EXP;
-      const v = em.ref(red.body);
+      const step = fusedProduct(red) ? `bg_fmaf(${em.ref(red.body.srcs[0]!)}, ${em.ref(red.body.srcs[1]!)}, ${accRef})` : combine(ir, accRef, em.ref(red.body));
       return [
         `${pad}for (int r = 0; r < ${TR}; ++r) {`,
         `${pad}  for (int c = 0; c < ${cols}; ++c) {`,
         ...em.lines.map((l) => `${pad}    ${l}`),
-        `${pad}    ${accRef} = ${combine(ir, accRef, v)};`,
+        `${pad}    ${accRef} = ${step};`,
         `${pad}  }`,
         `${pad}}`,
       ];
