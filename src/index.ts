@@ -91,6 +91,7 @@ export {
   Variable,
   ExecutionPlan,
   tensorCompileStats,
+  tierStats,
   type PrepareOptions,
   type ExecuteOptions,
   type CachedKernel,

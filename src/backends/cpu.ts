@@ -1,5 +1,5 @@
 // The CPU backend: C kernels (with shim/bungpu_cpu.h) run by the shim's thread pool.
-import { compileCpu, cpuCompilerIdentity } from "../compile/cpu";
+import { compileCpu, compileCpuTiered, cpuCompilerIdentity, pollBuilds } from "../compile/cpu";
 import { cDialect } from "./dialect";
 import { BATCH_KERNEL, BATCH_LOOP, RING_KERNEL, RING_LOOP, defines, type RingShape } from "./ring";
 import type { BackendRecord } from "./types";
@@ -117,9 +117,12 @@ export const cpu = {
   language: "C11 with bungpu_cpu.h, compiled by the first C compiler found (else Bun's TinyCC)",
   dialect: cDialect,
   compile: (_device, source, opts) => compileCpu(source, opts),
+  compileTiered: (_device, source, opts) => compileCpuTiered(source, opts),
+  pollCompiles: pollBuilds,
   compilerIdentity: () => cpuCompilerIdentity(),
-  // let the compiler contract a*b+c into FMA (one rounding instead of two)
-  tensorCompileOptions: ["-ffp-contract=fast"],
+  // no implicit contraction: the generated C fuses where it means to (bg_fmaf), so a kernel gives
+  // the same bits at every optimization level (tiered compilation relies on it)
+  tensorCompileOptions: ["-ffp-contract=off"],
   // the C for the CPU does not depend on its model
   codeDependsOnModel: false,
   launchLimits: { block: [1024, 1024, 64], gridYZ: 65535, blocks: 4294967295 },

@@ -1,6 +1,6 @@
 // What a backend is, as TypeScript sees it: one record. The C side of a backend lives in its
 // folder under shim/; everything TypeScript must know about it is here.
-import type { CompileOptions, CompileTarget, LoadableImage } from "../compile/types";
+import type { CompileOptions, CompileTarget, LoadableImage, TieredImage } from "../compile/types";
 import type { RingShape } from "./ring";
 import type { Dialect } from "./dialect";
 
@@ -17,6 +17,14 @@ export interface BackendRecord {
   readonly dialect: Dialect;
   /** Kernel source → the image the shim loads (compiled, or the source itself), cached on disk where that pays. */
   compile(device: CompileTarget, source: string, opts: CompileOptions): LoadableImage;
+  /**
+   * Generated tensor kernels built in two tiers, where the backend has them (the CPU: -O0 at once,
+   * -O3 in the background, the same bits from both): a build to load now and the optimized one
+   * on its way; null where the optimized build is at hand (cached) or tiering is off.
+   */
+  compileTiered?(device: CompileTarget, source: string, opts: CompileOptions): TieredImage | null;
+  /** Notice finished background builds now (cheap; plans call it as they run): for programs that never yield to the event loop. */
+  pollCompiles?(): void;
   /** What identifies the compiler of its kernels, for caches keyed by it. */
   compilerIdentity(device: CompileTarget): string;
   /** Extra compiler options for generated tensor kernels. */

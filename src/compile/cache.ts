@@ -7,7 +7,10 @@ import { cacheRoot } from "../../ffi/load";
 
 /** What compilation did in this process: tests and benches read it. */
 export const compileStats = {
+  /** Compiler processes waited for (a compile that blocks the caller). */
   compilerRuns: 0,
+  /** Optimized builds started in the background (tiered compilation: none of them blocks). */
+  backgroundRuns: 0,
   diskHits: 0,
   rebuiltCorrupt: 0,
   /** `cc --version` spawns to identify the C compiler (0 on a warm start: the identity is remembered on disk). */

@@ -12,7 +12,7 @@ import { Status } from "../../ffi/constants";
 import { GpuError, invalid } from "../errors";
 import { cacheDir, cached, compileStats, sha256, store } from "./cache";
 import { tinyccCompile } from "./tinycc";
-import type { CompileOptions, LoadableImage } from "./types";
+import type { CompileOptions, LoadableImage, TieredImage } from "./types";
 
 const TINYCC = "tinycc (bun:ffi)";
 
@@ -144,42 +144,207 @@ function tinyccImage(source: string, opts: CompileOptions): LoadableImage {
   return { kind: ImageKind.symbols, image: ab, bytes: 16 * names.length };
 }
 
-/** The path of the shared library built from `source` (cached on disk). */
-function sharedLibrary(cc: CCompiler, version: string, source: string, opts: CompileOptions): string {
-  const flags = ["-std=c11", "-O3", ...archFlags(cc), "-fPIC", "-shared", `-I${SHIM_DIR}`, ...(opts.options ?? [])];
+/** One shared library to build: its flags, cache key and where it goes. */
+interface LibraryJob {
+  cc: CCompiler;
+  version: string;
+  flags: string[];
+  key: string;
+  dir: string;
+  ext: string;
+  file: string;
+}
+
+/** The optimization level of a build: "-O3" (optimized) or "-O0" (quick: the first tier). */
+type Level = "-O3" | "-O0";
+
+function libraryJob(cc: CCompiler, version: string, source: string, opts: CompileOptions, level: Level): LibraryJob {
+  const flags = ["-std=c11", level, ...archFlags(cc), "-fPIC", "-shared", `-I${SHIM_DIR}`, ...(opts.options ?? [])];
   const key = sha256("cpu", process.platform, process.arch, version, flags.join(" "), source);
-  const dir = cacheDir("cpu");
-  const ext = process.platform === "darwin" ? "dylib" : "so";
-  const hit = cached(dir, key, ext);
+  return { cc, version, flags, key, dir: cacheDir("cpu"), ext: process.platform === "darwin" ? "dylib" : "so", file: sourceFileName(opts.name) };
+}
+
+function compileFailed(job: LibraryJob, stderr: Uint8Array | string): GpuError {
+  const log = (typeof stderr === "string" ? stderr : new TextDecoder().decode(stderr)).trim();
+  return new GpuError(Status.COMPILE, `compiling ${job.file} with ${job.cc.label} failed:\n${log}`, { backend: "compiler", call: "Program.compile" });
+}
+
+/** The path of the shared library `job` builds from `source` (cached on disk). */
+function sharedLibrary(job: LibraryJob, source: string): string {
+  const hit = cached(job.dir, job.key, job.ext);
   if (hit) {
     compileStats.diskHits++;
     return hit;
   }
   const work = mkdtempSync(join(tmpdir(), "bungpu-cc-"));
-  const file = sourceFileName(opts.name);
   try {
-    writeFileSync(join(work, file), source);
-    const tmpOut = join(dir, `${key}.${process.pid}.${Date.now()}.tmp`);
+    writeFileSync(join(work, job.file), source);
+    const tmpOut = join(job.dir, `${job.key}.${process.pid}.${Date.now()}.tmp`);
     compileStats.compilerRuns++;
-    const r = Bun.spawnSync([...cc.argv, ...flags, "-o", tmpOut, file], { cwd: work, stdout: "pipe", stderr: "pipe" });
+    const r = Bun.spawnSync([...job.cc.argv, ...job.flags, "-o", tmpOut, job.file], { cwd: work, stdout: "pipe", stderr: "pipe" });
     if (r.exitCode !== 0 || !existsSync(tmpOut)) {
       rmSync(tmpOut, { force: true });
-      const log = new TextDecoder().decode(r.stderr).trim();
-      throw new GpuError(Status.COMPILE, `compiling ${file} with ${cc.label} failed:\n${log}`, {
-        backend: "compiler",
-        call: "Program.compile",
-      });
+      throw compileFailed(job, r.stderr);
     }
-    return store(dir, key, ext, tmpOut, version);
+    return store(job.dir, job.key, job.ext, tmpOut, job.version);
   } finally {
     rmSync(work, { recursive: true, force: true });
   }
+}
+
+// Optimized builds in the background, one at a time (each is one compiler process, most of a
+// core for a second or more: two would take the cores a server answers on). A build is a shell
+// running the compiler into `<key>.<ext>.built` in the cache folder (renamed there when complete,
+// so a file under that name is whole), or `<key>.err` with its log. The process is not waited
+// for: a program that ends first leaves it to finish, and the next process to open the same key
+// adopts its library instead of compiling. A build is noticed finished by the event loop (its
+// exit) or by pollBuilds(), which plans call as they run, so a program that never yields to the
+// event loop still gets its optimized kernels.
+const BUILD_SCRIPT =
+  'w="$1"; out="$2"; part="$3"; err="$4"; file="$5"; shift 5; cd "$w" || exit 1; ' +
+  'if "$@" -o "$part" "$file" 2>"$w/log"; then mv -f "$part" "$out"; else rm -f "$part"; mv -f "$w/log" "$err"; fi; cd /; rm -rf "$w"';
+
+interface Build {
+  job: LibraryJob;
+  source: string;
+  out: string;
+  err: string;
+  settled: boolean;
+  /** Called once, where the build is noticed finished: the library's path, or the error. */
+  done: (result: string | Error) => void;
+}
+const queued: Build[] = [];
+let running: Build | null = null;
+let lastPoll = 0;
+
+/** Settle `b` if its library (or its error) is there; true when settled. */
+function finish(b: Build, exited = false): boolean {
+  if (b.settled) return true;
+  const { job } = b;
+  let result: string | Error;
+  try {
+    const hit = adopt(job, b.out);
+    if (hit) result = hit;
+    else if (existsSync(b.err)) {
+      const log = readFileSync(b.err, "utf8");
+      rmSync(b.err, { force: true });
+      result = compileFailed(job, log);
+    } else if (exited) result = compileFailed(job, "the compiler process ended without a library or a log");
+    else return false;
+  } catch (e) {
+    result = e instanceof Error ? e : new Error(String(e));
+  }
+  b.settled = true;
+  if (running === b) running = null;
+  b.done(result);
+  startNext();
+  return true;
+}
+
+/**
+ * The verified library of `job` in the cache, adopting a background build's finished library
+ * (`out`: of this process or of one that ended before it) first; null when neither is there.
+ */
+function adopt(job: LibraryJob, out: string): string | null {
+  const hit = cached(job.dir, job.key, job.ext);
+  if (hit) return hit;
+  if (!existsSync(out)) return null;
+  try {
+    return store(job.dir, job.key, job.ext, out, job.version);
+  } catch {
+    return cached(job.dir, job.key, job.ext); // another process adopted it meanwhile
+  }
+}
+
+function startNext(): void {
+  while (!running && queued.length) {
+    const b = queued.shift()!;
+    running = b;
+    rmSync(b.err, { force: true }); // a failure an earlier process left: try again
+    if (finish(b)) continue; // built already (this process or one before it)
+    const { job } = b;
+    let work: string | null = null;
+    try {
+      work = mkdtempSync(join(tmpdir(), "bungpu-cc-"));
+      writeFileSync(join(work, job.file), b.source);
+      compileStats.backgroundRuns++;
+      const part = `${b.out}.${process.pid}.${Date.now()}.part`;
+      const p = Bun.spawn(["/bin/sh", "-c", BUILD_SCRIPT, "sh", work, b.out, part, b.err, job.file, ...job.cc.argv, ...job.flags], { stdin: "ignore", stdout: "ignore", stderr: "ignore" });
+      p.unref();
+      void p.exited.then(() => finish(b, true));
+    } catch (e) {
+      if (work) rmSync(work, { recursive: true, force: true });
+      b.settled = true;
+      running = null;
+      b.done(e instanceof Error ? e : new Error(String(e)));
+    }
+  }
+}
+
+/** Notice a finished background build (cheap: at most one file check a millisecond). */
+export function pollBuilds(): void {
+  if (!running) return;
+  const now = performance.now();
+  if (now - lastPoll < 1) return;
+  lastPoll = now;
+  finish(running);
+}
+
+/** Whether background builds are queued or running. */
+export function buildsPending(): number {
+  return queued.length + (running ? 1 : 0);
+}
+
+const builtPath = (job: LibraryJob) => join(job.dir, `${job.key}.${job.ext}.built`);
+
+/** Build `job`'s library from `source` in the background (see above); `done` gets its path or the error. */
+function sharedLibraryInBackground(job: LibraryJob, source: string, done: (result: string | Error) => void): void {
+  queued.push({ job, source, out: builtPath(job), err: join(job.dir, `${job.key}.err`), settled: false, done });
+  startNext();
+}
+
+function libraryImage(path: string): LoadableImage {
+  const image = cstr(path);
+  return { kind: ImageKind.sharedLibrary, image, bytes: image.byteLength };
 }
 
 /** C source → what the shim loads: a shared library's path, or TinyCC's symbol table. */
 export function compileCpu(source: string, opts: CompileOptions): LoadableImage {
   const info = cpuCompilerInfo();
   if (!info) return tinyccImage(source, opts);
-  const image = cstr(sharedLibrary(info.cc, info.version, source, opts));
-  return { kind: ImageKind.sharedLibrary, image, bytes: image.byteLength };
+  return libraryImage(sharedLibrary(libraryJob(info.cc, info.version, source, opts, "-O3"), source));
+}
+
+/**
+ * How CPU kernels are built, from BUNGPU_TIER: "tiered" (the default: an unoptimized build at
+ * once, the optimized one in the background), "optimized" (only the optimized build, waited
+ * for), "quick" (only the unoptimized build: for checking that the two agree, and debugging).
+ */
+export function cpuTier(): "tiered" | "optimized" | "quick" {
+  const t = process.env["BUNGPU_TIER"];
+  return t === "optimized" || t === "quick" ? t : "tiered";
+}
+
+/**
+ * C source → a quick build to load now (-O0: about a tenth of -O3's compile time) and the
+ * optimized build (-O3), compiled in the background, to swap in when ready. The source must give
+ * the same results at both levels: no implicit floating-point contraction (the tensor code
+ * generator compiles with -ffp-contract=off and fuses explicitly). Null where tiering has
+ * nothing to give: the optimized build is cached already, BUNGPU_TIER is "optimized", or there
+ * is only TinyCC. With BUNGPU_TIER=quick the optimized build is not made (`done` gets NOT_SUPPORTED).
+ */
+export function compileCpuTiered(source: string, opts: CompileOptions): TieredImage | null {
+  const info = cpuCompilerInfo();
+  const tier = cpuTier();
+  if (!info || tier === "optimized") return null;
+  const optimized = libraryJob(info.cc, info.version, source, opts, "-O3");
+  if (tier === "tiered" && adopt(optimized, builtPath(optimized))) return null;
+  const quick = libraryImage(sharedLibrary(libraryJob(info.cc, info.version, source, opts, "-O0"), source));
+  return {
+    quick,
+    whenOptimized: (done) => {
+      if (tier === "tiered") sharedLibraryInBackground(optimized, source, (r) => done(typeof r === "string" ? libraryImage(r) : r));
+      else done(new GpuError(Status.NOT_SUPPORTED, "BUNGPU_TIER=quick: kernels keep their quick build", { backend: "compiler", call: "ExecutionPlan.optimized" }));
+    },
+  };
 }

@@ -21,3 +21,14 @@ export interface LoadableImage {
   image: Uint8Array | ArrayBuffer;
   bytes: number;
 }
+
+/** A build to load now and the optimized build on its way (tiered compilation). */
+export interface TieredImage {
+  quick: LoadableImage;
+  /**
+   * Start the optimized build; `done` is called once, where its end is noticed (a turn of the
+   * event loop, or the backend's pollCompiles), with its image or its error. Never called where
+   * the optimized build is not wanted (BUNGPU_TIER=quick).
+   */
+  whenOptimized(done: (result: LoadableImage | Error) => void): void;
+}

@@ -22,7 +22,7 @@ export {
 } from "./plan";
 export type { DType, UnaryOp, BinaryOp, ReduceOp } from "./ast";
 export type { HostArray, HostArrayOf, HostArrayOfDType } from "./dtype";
-export { schedule } from "./prepare";
+export { schedule, tierStats } from "./prepare";
 export type { Scheduled, ScheduledKernel, ScheduleOptions } from "./scheduler";
 export { generate, type GeneratedKernel, type Lang } from "./codegen";
 export type { KernelIR, Expr, KDim } from "./ir";

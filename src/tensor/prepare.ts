@@ -3,15 +3,18 @@
 //   schedule  which nodes are realized (scheduler.ts)
 //   lower     each realized node as one kernel IR (lower.ts)
 //   render    each kernel as source in the device's language (codegen.ts)
-//   compile   every kernel not compiled before, in one module (Program.compile)
+//   compile   every kernel not compiled before, in one module (Program.compile); on a backend
+//             with tiers (the CPU) a quick build at once, the optimized one swapped in later
 //   allocate  the plan's buffers and the memory plan of its intermediates (memory.ts)
 // Every cache on the way (cache.ts) hangs on one structural key computed once per prepare: a plan
 // seen before (this process or an earlier one) skips schedule, lower and render.
+import type { TieredImage } from "../compile/types";
 import type { HostArray } from "./dtype";
-import { backends } from "../backends";
+import { backends, type BackendRecord } from "../backends";
 import type { Buffer } from "../buffer";
 import type { Device } from "../device";
-import { Program, type Kernel, type Module } from "../kernel";
+import { GpuError, Status } from "../errors";
+import { Program, loadModule, type Kernel, type Module } from "../kernel";
 import { Stream } from "../stream";
 import { toposort, type LazyNode } from "./ast";
 import {
@@ -112,11 +115,63 @@ function compile(dev: Device, gens: readonly GeneratedKernel[]): Kernel[] {
     const source = prelude(lang) + list.map((g) => g.body).join("\n");
     tensorCompileStats.compiles++;
     tensorCompileStats.kernelsCompiled += list.length;
-    const options = [...backends[dev.backend].tensorCompileOptions];
-    const mod: Module = Program.compile(dev, source, { name: list.length === 1 ? list[0]!.name : `tensor_${list.length}k`, options });
+    const backend: BackendRecord = backends[dev.backend];
+    const opts = { name: list.length === 1 ? list[0]!.name : `tensor_${list.length}k`, options: [...backend.tensorCompileOptions] };
+    const tiered = backend.compileTiered?.(dev, source, opts) ?? null;
+    const mod: Module = tiered ? loadModule(dev, tiered.quick, source) : Program.compile(dev, source, opts);
     for (const g of list) cache.set(g.name, mod.kernel(g.name, g.signature));
+    if (tiered) {
+      tierStats.quickModules++;
+      upgradeWhenBuilt(dev, mod, list, tiered);
+    }
   }
   return gens.map((g) => cache.get(g.name)!);
+}
+
+// ---- tiers ---------------------------------------------------------------------------------------
+
+/** What tiered compilation did in this process (tests and benches read it). */
+export const tierStats = { quickModules: 0, upgraded: 0, upgradeFailures: 0 };
+
+/** Each quick kernel's upgrade: settles once it runs its optimized build (with the error where that build failed). */
+const upgrades = new WeakMap<Kernel, Promise<Error | null>>();
+
+/**
+ * When the optimized build of `mod` arrives, its kernels run it from their next launch on
+ * (Kernel.retarget: queued work, captured graphs and executables included; the two builds give
+ * the same bits). Done where the build is noticed finished, at once: a turn of the event loop, or
+ * a plan's run polling (pollCompiles), so a program that never yields is upgraded too. A module
+ * or device disposed meanwhile is left alone; a failed build leaves the quick kernels in place.
+ */
+function upgradeWhenBuilt(dev: Device, mod: Module, list: readonly GeneratedKernel[], tiered: TieredImage): void {
+  let settle!: (e: Error | null) => void;
+  const done = new Promise<Error | null>((resolve) => (settle = resolve));
+  for (const g of list) upgrades.set(mod.kernel(g.name, g.signature), done);
+  tiered.whenOptimized((img) => {
+    if (img instanceof Error) {
+      tierStats.upgradeFailures++;
+      return settle(img);
+    }
+    if (mod.disposed) return settle(null);
+    try {
+      const fast = loadModule(dev, img, mod.source);
+      try {
+        for (const g of list) mod.kernel(g.name, g.signature).retarget(fast.kernel(g.name, g.signature));
+      } finally {
+        fast.dispose(); // its code stays loaded while `mod` is (bg_kernel_retarget holds it)
+      }
+      tierStats.upgraded++;
+      settle(null);
+    } catch (e) {
+      tierStats.upgradeFailures++;
+      settle(e instanceof Error ? e : new GpuError(Status.COMPILE, `the optimized build failed: ${String(e)}`, { call: "prepare" }));
+    }
+  });
+}
+
+/** Settles once every kernel of `kernels` runs its optimized build; rejects with the build's error where one failed. */
+export async function kernelsOptimized(kernels: readonly Kernel[]): Promise<void> {
+  for (const e of await Promise.all(kernels.map((k) => upgrades.get(k) ?? null))) if (e) throw e;
 }
 
 /**
