@@ -22,16 +22,21 @@
 //    token's keys are one contiguous row: the step reads the cache shrunk to [0, P] plus the new
 //    token's own key and value (a softmax over both, so the step never writes what it reads), and
 //    returns the logits and the new key and value, which are then copied into the cache at row P.
+// With `{ batch: { slots } }` a third plan, the batched decode step, runs rows [0, B) (a Variable)
+// of up to `slots` sequences at once, each row at its own position (an int32 input), reading its
+// own cache slot [slots, context, heads, headDim] masked to its own positions; GPT2Batch
+// (gpt2_batch.ts, made by model.batch()) runs it for continuous batching.
 // Every token runs the same decode plan through executeWithVars({ P }): no recompile per token.
 // The cache is filled on the device: after the prompt, and after each step, one command list of
 // device-to-device copies (the plan's key/value output buffers into the cache buffers' rows)
 // crosses once and is waited for; no key or value goes through the host.
 import { existsSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
-import type { Buffer } from "../buffer";
 import { CommandEncoder } from "../encoder";
 import { describeValue, invalid } from "../errors";
 import { mustExist, readJson } from "./files";
+import { GPT2Batch } from "./gpt2_batch";
+import { generationSetup, pick, type GenerateOptions } from "./sampling";
 import { Tensor, Variable, type ExecutionPlan, type PrepareOptions } from "../tensor";
 import { seededRandom } from "../tensor/reference";
 
@@ -203,21 +208,6 @@ export interface Generation {
   stepMs: number[];
 }
 
-export interface GenerateOptions {
-  /** Tokens to generate at most. */
-  maxNewTokens: number;
-  /** Sampling temperature; 0 or absent: greedy (argmax). */
-  temperature?: number | undefined;
-  /** Sample among the k most likely tokens only. */
-  topK?: number | undefined;
-  /** Sample among the most likely tokens whose probabilities add up to p (nucleus sampling). */
-  topP?: number | undefined;
-  /** Seed of the sampler (default 0): the same seed, prompt and options give the same tokens. */
-  seed?: number | undefined;
-  /** Token ids that end the generation (included in it); default the config's eosTokenId. [] for none. */
-  stop?: number | readonly number[] | undefined;
-}
-
 /** Options of a model's load: prepare()'s (device, fusion, ...) and the batched decode plan's. */
 export interface GPT2Options extends PrepareOptions {
   /**
@@ -231,88 +221,6 @@ export interface GPT2Options extends PrepareOptions {
 export interface FromPretrainedOptions extends GPT2Options {
   /** The config, where the checkpoint has none (no config.json beside it, no metadata). */
   config?: GPT2Config;
-}
-
-function argmax(a: Float32Array, from = 0, n = a.length): number {
-  let best = 0;
-  for (let i = 1; i < n; i++) if (a[from + i]! > a[from + best]!) best = i;
-  return best;
-}
-
-/** A sampler: mulberry32 from `seed`, uniform in [0, 1). */
-function sampler(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = Math.imul(s ^ (s >>> 15), 1 | s);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-/**
- * The `k` most likely ids of `logits` in `order` (what sorting all of them and keeping the first k
- * gives, without sorting the vocabulary): one pass keeping the best k in order.
- */
-function topIds(logits: Float32Array, k: number, order: (a: number, b: number) => number): number[] {
-  const top: number[] = [];
-  for (let i = 0; i < logits.length; i++) {
-    if (top.length === k && order(i, top[k - 1]!) >= 0) continue; // not better than the k-th
-    let at = top.length === k ? k - 1 : top.length;
-    while (at > 0 && order(i, top[at - 1]!) < 0) {
-      if (at < k) top[at] = top[at - 1]!;
-      at--;
-    }
-    top[at] = i;
-  }
-  return top;
-}
-
-/** Pick a token from `logits` as `o` says (greedy without a temperature). */
-function pick(logits: Float32Array, o: GenerateOptions, rnd: () => number): number {
-  const temp = o.temperature ?? 0;
-  if (!(temp > 0)) return argmax(logits);
-  const V = logits.length;
-  const order = (a: number, b: number) => logits[b]! - logits[a]! || a - b; // most likely first, ties by id
-  let idx: number[];
-  if (o.topK !== undefined && o.topK < V) idx = topIds(logits, Math.max(1, o.topK), order);
-  else idx = Array.from({ length: V }, (_, i) => i).sort(order);
-  const m = logits[idx[0]!]!;
-  let p = idx.map((i) => Math.exp((logits[i]! - m) / temp));
-  let z = p.reduce((a, b) => a + b, 0);
-  if (o.topP !== undefined && o.topP < 1) {
-    let acc = 0, keep = 0;
-    while (keep < p.length && acc < o.topP * z) acc += p[keep++]!;
-    idx = idx.slice(0, Math.max(1, keep));
-    p = p.slice(0, idx.length);
-    z = p.reduce((a, b) => a + b, 0);
-  }
-  let r = rnd() * z;
-  for (let i = 0; i < p.length; i++) {
-    r -= p[i]!;
-    if (r < 0) return idx[i]!;
-  }
-  return idx[idx.length - 1]!;
-}
-
-/** A generation's checked options, its stop tokens and its sampler (generate() and GPT2Batch.join share them). */
-function generationSetup(call: string, cfg: GPT2Config, prompt: readonly number[], opts: number | GenerateOptions, ctx: number): { o: GenerateOptions; n: number; stop: Set<number>; rnd: () => number } {
-  const V = cfg.vocabSize;
-  if (opts === null || (typeof opts !== "object" && typeof opts !== "number")) invalid(call, `options must be a token count or an object, got ${describeValue(opts)}`);
-  const o: GenerateOptions = typeof opts === "number" ? { maxNewTokens: opts, stop: [] } : opts;
-  if (!Array.isArray(prompt) || prompt.length < 1) invalid(call, "prompt must be a non-empty array of token ids");
-  for (const t of prompt) if (!Number.isInteger(t) || t < 0 || t >= V) invalid(call, `token ${String(t)} is outside [0, ${V})`);
-  const n = o.maxNewTokens;
-  if (!Number.isInteger(n) || n < 1) invalid(call, `maxNewTokens must be a positive integer, got ${String(n)}`);
-  if (prompt.length + n - 1 > ctx) invalid(call, `prompt ${prompt.length} + ${n} tokens exceed the context ${ctx}`);
-  if (o.temperature !== undefined && !(typeof o.temperature === "number" && o.temperature >= 0 && Number.isFinite(o.temperature)))
-    invalid(call, `temperature must be a number ≥ 0, got ${describeValue(o.temperature)}`);
-  if (o.topK !== undefined && !(Number.isInteger(o.topK) && o.topK >= 1)) invalid(call, `topK must be a positive integer, got ${describeValue(o.topK)}`);
-  if (o.topP !== undefined && !(typeof o.topP === "number" && o.topP > 0 && o.topP <= 1)) invalid(call, `topP must be in (0, 1], got ${describeValue(o.topP)}`);
-  if (o.seed !== undefined && !Number.isSafeInteger(o.seed)) invalid(call, `seed must be an integer, got ${describeValue(o.seed)}`);
-  const stopList = o.stop === undefined ? (cfg.eosTokenId === undefined ? [] : [cfg.eosTokenId]) : typeof o.stop === "number" ? [o.stop] : o.stop;
-  if (!Array.isArray(stopList) || stopList.some((t) => !Number.isInteger(t))) invalid(call, `stop must be a token id or an array of them, got ${describeValue(o.stop)}`);
-  return { o, n, stop: new Set(stopList), rnd: sampler(o.seed ?? 0) };
 }
 
 function checkBatch(call: string, cfg: GPT2Config, b: unknown): void {
@@ -699,220 +607,4 @@ export class GPT2 {
     this.dispose();
   }
 
-}
-
-/** One token of a sequence of a GPT2Batch. */
-export interface BatchToken {
-  /** The sequence (join's id). */
-  id: number;
-  token: number;
-  /** The sequence's last token (maxNewTokens reached, or a stop token): its slot is free again. */
-  done: boolean;
-  /** The logits the token was chosen from (a view, valid until the next step). */
-  logits: Float32Array;
-}
-
-interface BatchParts {
-  config: GPT2Config;
-  slots: number;
-  context: number;
-  plan: ExecutionPlan;
-  tokens: Buffer;
-  pos: Buffer;
-  k: Buffer[];
-  v: Buffer[];
-  /** Run the prompt plan over `tokens`; the plan, its outputs ready. */
-  prompt(tokens: readonly number[]): ExecutionPlan;
-  copies: CommandEncoder;
-}
-
-interface BatchSeq {
-  id: number;
-  row: number;
-  /** Positions its cache holds (the next token's position). */
-  pos: number;
-  last: number;
-  count: number;
-  n: number;
-  o: GenerateOptions;
-  stop: Set<number>;
-  rnd: () => number;
-}
-
-/**
- * Continuous batching over a GPT2's batched decode plan (made by `model.batch()`): up to `slots`
- * sequences, each with its own KV-cache slot and position, decoded together one token per
- * step(). Sequences join and leave between steps. Each sequence gets the tokens generate() gives
- * it alone: the same options and seed, its own sampler, its rows never seeing another's.
- *
- *   const b = model.batch();
- *   const first = b.join(prompt, { maxNewTokens: 20 });   // { id, token, done }
- *   while (b.active) for (const t of b.step()) ...;       // one token of every active sequence
- *   b.leave(id);                                          // stop one early, its slot freed
- *
- * Rows are kept packed: the plan runs over rows [0, active) (a Variable B), and a sequence that
- * leaves gives its row to the last one, whose cache rows are copied over on the device.
- */
-export class GPT2Batch {
-  readonly slots: number;
-  /** Positions each slot's cache holds: a sequence's prompt + maxNewTokens - 1 must fit. */
-  readonly context: number;
-  readonly #p: BatchParts;
-  readonly #rows: BatchSeq[] = [];
-  readonly #byId = new Map<number, BatchSeq>();
-  readonly #tok: Int32Array;
-  readonly #pos: Int32Array;
-  #nextId = 1;
-  #disposed = false;
-  /** Decode steps run and tokens they produced (join's first tokens not counted). */
-  steps = 0;
-  stepTokens = 0;
-
-  /** @internal made by GPT2.batch() */
-  constructor(parts: BatchParts) {
-    this.#p = parts;
-    this.slots = parts.slots;
-    this.context = parts.context;
-    this.#tok = new Int32Array(parts.slots);
-    this.#pos = new Int32Array(parts.slots);
-  }
-
-  get disposed(): boolean {
-    return this.#disposed;
-  }
-  /** Sequences holding a slot. */
-  get active(): number {
-    return this.#rows.length;
-  }
-  /** Slots free for join(). */
-  get free(): number {
-    return this.#disposed ? 0 : this.slots - this.#rows.length;
-  }
-  /** Whether sequence `id` holds a slot (joined, not done, not left). */
-  has(id: number): boolean {
-    return this.#byId.has(id);
-  }
-
-  #live(call: string): void {
-    if (this.#disposed) invalid(call, "the batch is disposed");
-  }
-
-  /** Copy rows [0, rows) of every layer's key and value from `src` (outputs 1 + 2i, 2 + 2i, row `from`) into slot `row` at position `at`. */
-  #copyKV(src: ExecutionPlan | null, from: number, row: number, at: number, rows: number): void {
-    const { config, k, v, copies, context } = this.#p;
-    const rb = config.nEmbd * 4;
-    for (let i = 0; i < config.nLayer; i++) {
-      const sk = src ? src.outputBufferAt(1 + 2 * i)! : k[i]!, sv = src ? src.outputBufferAt(2 + 2 * i)! : v[i]!;
-      const srcOffset = src ? from * rb : from * context * rb;
-      copies.copy(k[i]!, sk, { srcOffset, dstOffset: (row * context + at) * rb, bytes: rows * rb });
-      copies.copy(v[i]!, sv, { srcOffset, dstOffset: (row * context + at) * rb, bytes: rows * rb });
-    }
-  }
-
-  /** Check join()'s arguments without running anything (a server answers bad requests before they queue): INVALID_VALUE as join() would. */
-  check(prompt: readonly number[], opts: number | GenerateOptions): void {
-    generationSetup("GPT2Batch.join", this.#p.config, prompt, opts, this.context);
-  }
-
-  /**
-   * Start a sequence: `prompt` runs through the prompt plan alone and its first token is picked
-   * (generate()'s options: a token count, or { maxNewTokens, temperature, topK, topP, seed, stop }).
-   * Returns that token; unless it is already the last one (done), the sequence holds a slot and
-   * each step() gives its next token. No free slot, or bad arguments: INVALID_VALUE.
-   */
-  join(prompt: readonly number[], opts: number | GenerateOptions): BatchToken {
-    const call = "GPT2Batch.join";
-    this.#live(call);
-    if (this.#rows.length >= this.slots) invalid(call, `all ${this.slots} slots are taken; wait until a sequence is done or leaves`);
-    const cfg = this.#p.config;
-    const { o, n, stop, rnd } = generationSetup(call, cfg, prompt, opts, this.context);
-    const T = prompt.length, V = cfg.vocabSize;
-    const pp = this.#p.prompt(prompt);
-    const logits = (pp.readOutput(0) as Float32Array).subarray((T - 1) * V, T * V);
-    const token = pick(logits, o, rnd);
-    const id = this.#nextId++;
-    const done = n === 1 || stop.has(token);
-    if (!done) {
-      const seq: BatchSeq = { id, row: this.#rows.length, pos: T, last: token, count: 1, n, o, stop, rnd };
-      this.#copyKV(pp, 0, seq.row, 0, T);
-      this.#p.copies.submit(this.#p.plan.device.defaultStream, { wait: true });
-      this.#rows.push(seq);
-      this.#byId.set(id, seq);
-    }
-    return { id, token, done, logits };
-  }
-
-  /**
-   * One decode step of every active sequence, in one run of the batched plan: each one's next
-   * token, in row order. A sequence whose token is its last (done) leaves at once.
-   */
-  step(): BatchToken[] {
-    const call = "GPT2Batch.step";
-    this.#live(call);
-    const rows = this.#rows, B = rows.length;
-    if (B === 0) return [];
-    const { plan, config } = this.#p;
-    const V = config.vocabSize;
-    let P = 1;
-    for (let b = 0; b < B; b++) {
-      const s = rows[b]!;
-      this.#tok[b] = s.last;
-      this.#pos[b] = s.pos;
-      if (s.pos > P) P = s.pos;
-    }
-    this.#p.tokens.write(this.#tok);
-    this.#p.pos.write(this.#pos);
-    plan.executeWithVars({ B, P });
-    const all = plan.readOutput(0) as Float32Array;
-    for (let b = 0; b < B; b++) this.#copyKV(plan, b, b, rows[b]!.pos, 1);
-    this.#p.copies.submit(plan.device.defaultStream, { wait: true });
-    const out: BatchToken[] = [];
-    const finished: BatchSeq[] = [];
-    for (let b = 0; b < B; b++) {
-      const s = rows[b]!;
-      const logits = all.subarray(b * V, (b + 1) * V);
-      const token = pick(logits, s.o, s.rnd);
-      s.pos++;
-      s.count++;
-      s.last = token;
-      const done = s.count >= s.n || s.stop.has(token);
-      if (done) finished.push(s);
-      out.push({ id: s.id, token, done, logits });
-    }
-    for (const s of finished) this.#remove(s);
-    this.steps++;
-    this.stepTokens += B;
-    return out;
-  }
-
-  /** Sequence `id` leaves now (a client gone): its slot is free for join(). False if it holds none (unknown, done or left). */
-  leave(id: number): boolean {
-    if (this.#disposed) return false;
-    const s = this.#byId.get(id);
-    if (!s) return false;
-    this.#remove(s);
-    return true;
-  }
-
-  /** Free `s`'s row: the last row moves into it (its cache rows copied on the device). */
-  #remove(s: BatchSeq): void {
-    this.#byId.delete(s.id);
-    const last = this.#rows.pop()!;
-    if (last === s) return;
-    this.#copyKV(null, last.row, s.row, 0, last.pos);
-    this.#p.copies.submit(this.#p.plan.device.defaultStream, { wait: true });
-    last.row = s.row;
-    this.#rows[s.row] = last;
-  }
-
-  /** Drop every sequence; the model may open another batch. Never throws. */
-  dispose(): void {
-    if (this.#disposed) return;
-    this.#disposed = true;
-    this.#rows.length = 0;
-    this.#byId.clear();
-  }
-  [Symbol.dispose](): void {
-    this.dispose();
-  }
 }
