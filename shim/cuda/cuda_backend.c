@@ -359,8 +359,16 @@ typedef struct cu_device {
   _Atomic int ncaps;    /* their count: launches skip the capture query when 0 */
   _Atomic int resident; /* persistent ring kernels launched and not yet finished */
   pthread_mutex_t def_lock;
-  struct cu_deferred* deferred; /* releases that would wait for a resident kernel */
+  struct cu_deferred* deferred; /* releases that would wait for a resident kernel or the JS thread */
   _Atomic int ndeferred;
+  struct cu_ipc_map* maps;      /* IPC mappings opened and not yet closed (def_lock) */
+  pthread_mutex_t gate_lock;
+  struct cu_gate* gates;        /* host functions and stream waits not yet passed (see blocked) */
+  struct cu_gate* spare;        /* passed ones, their events kept for reuse */
+  _Atomic int ngates;
+  pthread_mutex_t str_lock;
+  struct cu_stream* streams;    /* the streams created on it, for the fences of deferred frees */
+  struct cu_device* next_open;  /* the list of open devices (devs) */
   struct cu_pool* defpool; /* the handle of the device's default memory pool, made on first use */
   _Atomic int pools;       /* memory pools: 0 not asked yet, 1 supported, -1 not */
 } cu_device;
@@ -371,19 +379,39 @@ typedef struct cu_pool {
   bgcu_mempool p;
 } cu_pool;
 
-/* A release put off while a persistent kernel is resident: cuMemFree, cuMemFreeHost and
- * cuModuleUnload wait for all work on the device, which would never come. */
+/* A release put off while it could wait forever (see blocked): cuMemFree, cuMemFreeHost,
+ * cuModuleUnload and cuIpcCloseMemHandle wait for all work on the device. */
 typedef struct cu_deferred {
-  int kind; /* 0 device memory, 1 pinned host memory, 2 module */
+  int kind; /* 0 device memory, 1 pinned host memory, 2 module, 3 IPC mapping */
   bg_devptr dptr;
   void* ptr;
+  uint64_t bytes;    /* kind 0: the allocation's size, when it may be handed out again (else 0) */
+  bgcu_event* fence; /* kind 0: recorded at the free on every stream that could still use it */
+  uint32_t nfence;
   struct cu_deferred* next;
 } cu_deferred;
+
+/* A point in a stream behind which the stream may wait for a JS thread: a host function (a
+ * TypeScript one is a shim signal) or a wait on a word (how TypeScript host functions hold a
+ * stream). Its event is recorded right after it. */
+typedef struct cu_gate {
+  bgcu_event e;
+  struct cu_gate* next;
+} cu_gate;
+
+/* An IPC mapping this process opened (cuIpcOpenMemHandle), counted per open. */
+typedef struct cu_ipc_map {
+  bg_devptr p;
+  int opens;
+  struct cu_ipc_map* next;
+} cu_ipc_map;
 
 typedef struct cu_stream {
   bg_obj h;
   bgcu_stream s;        /* NULL: the legacy default stream */
   cu_capture* cap;      /* the capture this stream began, until end_capture */
+  _Atomic int resident; /* persistent kernels on it, launched and not yet finished */
+  struct cu_stream* next; /* the device's created streams (str_lock) */
 } cu_stream;
 
 typedef struct cu_event {
@@ -459,7 +487,9 @@ static void cu_leave(cu_guard* g) {
 }
 
 static void flush_deferred(struct cu_device* d);
-static int is_resident(struct cu_device* d);
+static int blocked(struct cu_device* d);
+static pthread_mutex_t devs_lock = PTHREAD_MUTEX_INITIALIZER;
+static cu_device* devs; /* open devices (next_open), for blocked() */
 
 static int32_t cu_enter(cu_device* d, cu_guard* g) {
   g->prev = cur_dev;
@@ -473,9 +503,9 @@ static int32_t cu_enter(cu_device* d, cu_guard* g) {
       CALL(cuCtxSetCurrent, (d->ctx));
     }
   }
-  /* releases put off while a persistent kernel was resident (see flush_deferred) */
-  if (atomic_load_explicit(&d->ndeferred, memory_order_acquire) && !is_resident(d) &&
-      !atomic_load_explicit(&d->ncaps, memory_order_relaxed))
+  /* releases put off while they could have waited forever (see blocked) */
+  if (atomic_load_explicit(&d->ndeferred, memory_order_acquire) &&
+      !atomic_load_explicit(&d->ncaps, memory_order_relaxed) && !blocked(d))
     flush_deferred(d);
   return BG_OK;
 }
@@ -568,6 +598,9 @@ static int32_t cu_open(int32_t ordinal, bg_device** out) {
   atomic_init(&d->resident, 0);
   pthread_mutex_init(&d->def_lock, NULL);
   atomic_init(&d->ndeferred, 0);
+  pthread_mutex_init(&d->gate_lock, NULL);
+  atomic_init(&d->ngates, 0);
+  pthread_mutex_init(&d->str_lock, NULL);
   bg_obj_init(d, BG_KIND_DEVICE, &d->base);
   d->base.ops = &cu_ops;
   d->base.ordinal = ordinal;
@@ -575,6 +608,10 @@ static int32_t cu_open(int32_t ordinal, bg_device** out) {
   bg_obj_init(ds, BG_KIND_STREAM, &d->base);
   ds->s = NULL;
   d->base.default_stream = ds;
+  pthread_mutex_lock(&devs_lock);
+  d->next_open = devs;
+  devs = d;
+  pthread_mutex_unlock(&devs_lock);
   *out = &d->base;
   return BG_OK;
 fail:
@@ -586,13 +623,26 @@ fail:
 const bg_backend bg_cuda_backend = {cu_probe, cu_open};
 
 /* ---- device ----------------------------------------------------------------------------------- */
-/* ---- releases put off while a persistent kernel is resident -------------------------------------
- * cuMemFree, cuMemFreeHost and cuModuleUnload wait for all work on the device; a persistent ring
- * kernel (bungpu's bg_ring_persistent, counted in cu_launch until a host function queued behind it
- * runs) never finishes on its own, so those calls would never return. While one is resident they
- * are queued on the device and done at the first call after it has finished (cu_enter). A module
- * is also kept loaded while a capture record, graph or exec holds one of its kernel nodes, and its
- * unload is put off during a capture begun through bg (cuModuleUnload would invalidate it). */
+/* ---- releases that could wait forever ----------------------------------------------------------
+ * cuMemFree, cuMemFreeHost, cuModuleUnload and cuIpcCloseMemHandle wait for all work on the
+ * device. Two kinds of work may never finish while the caller waits:
+ *  - a persistent ring kernel (bungpu's bg_ring_persistent, counted in cu_launch until a host
+ *    function queued behind it runs) never finishes on its own;
+ *  - a stream parked at a TypeScript host function (a wait on a mapped word, or a shim signal's
+ *    host function) waits for a JS thread, which may be the very one making the call: dispose(),
+ *    a finaliser, the host-function poller, RingKernel.stop()'s polling.
+ * The second shows through gates: an event recorded right behind every host function and stream
+ * wait issued through bg; a gate not yet passed means a stream may be waiting for a JS thread.
+ * While either is possible (blocked), those releases are queued on the device instead and done by
+ * the first entry that finds neither (cu_enter), so no release can wait forever. Queued device
+ * memory is not lost meanwhile: each queued free records a fence (an event on the legacy stream
+ * and on each stream created on the device, but those with a resident kernel), and cu_mem_alloc
+ * hands a queued block of about the size asked for out again once its fence has passed: a
+ * long-lived ring kernel does not grow memory. A module is also kept loaded while a capture
+ * record, graph or exec holds one of its kernel nodes, and its unload is put off during a capture
+ * begun through bg (cuModuleUnload would invalidate it). Limits: only streams bg created are
+ * fenced (another library's streams on the context are not), and a gate on any open device
+ * counts (a stream may wait on another device's events). */
 static void module_release_now(cu_module* m) {
   cu.cuModuleUnload(m->m);
   for (cu_kernel* k = m->kernels; k;) {
@@ -604,12 +654,62 @@ static void module_release_now(cu_module* m) {
   free(m);
 }
 
+static void fence_drop(cu_deferred* e) {
+  for (uint32_t i = 0; i < e->nfence; i++) cu.cuEventDestroy_v2(e->fence[i]);
+  free(e->fence);
+  e->fence = NULL;
+  e->nfence = 0;
+}
+
+/* Whether the work queued before the free has finished (its events are dropped once it has). */
+static int fence_passed(cu_deferred* e) {
+  for (uint32_t i = 0; i < e->nfence; i++)
+    if (cu.cuEventQuery(e->fence[i]) != BGCUDA_SUCCESS) return 0;
+  fence_drop(e);
+  return 1;
+}
+
+static int fence_one(cu_deferred* e, bgcu_stream s) {
+  bgcu_event ev = NULL;
+  if (cu.cuEventCreate(&ev, BGCU_EVENT_DISABLE_TIMING) != BGCUDA_SUCCESS) return 0;
+  if (cu.cuEventRecord(ev, s) != BGCUDA_SUCCESS) {
+    cu.cuEventDestroy_v2(ev);
+    return 0;
+  }
+  e->fence[e->nfence++] = ev;
+  return 1;
+}
+
+/* The fence of a queued free of `bytes` of device memory (the context current): the block may be
+ * handed out again once it has passed. None (never handed out) while a capture is open, since work
+ * queued on a capturing stream before its capture began cannot be fenced, or if an event fails. */
+static void fence_record(cu_device* d, cu_deferred* e, uint64_t bytes) {
+  if (atomic_load_explicit(&d->ncaps, memory_order_relaxed) > 0) return;
+  pthread_mutex_lock(&d->str_lock);
+  uint32_t n = 1;
+  for (cu_stream* s = d->streams; s; s = s->next) n++;
+  e->fence = calloc(n, sizeof *e->fence);
+  int ok = e->fence && fence_one(e, NULL); /* the legacy stream: also blocking streams' work */
+  for (cu_stream* s = d->streams; ok && s; s = s->next)
+    if (!atomic_load_explicit(&s->resident, memory_order_acquire)) ok = fence_one(e, s->s);
+  pthread_mutex_unlock(&d->str_lock);
+  if (ok) e->bytes = bytes;
+  else fence_drop(e);
+}
+
+/* Queue a release (the context current); 0 if it could not be queued. */
 static int defer_release(cu_device* d, int kind, bg_devptr dptr, void* ptr) {
   cu_deferred* e = calloc(1, sizeof *e);
   if (!e) return 0;
   e->kind = kind;
   e->dptr = dptr;
   e->ptr = ptr;
+  if (kind == 0 && cu.cuMemGetAddressRange_v2) {
+    bgcu_deviceptr base = 0;
+    size_t size = 0;
+    if (cu.cuMemGetAddressRange_v2(&base, &size, dptr) == BGCUDA_SUCCESS && base == dptr)
+      fence_record(d, e, size);
+  }
   pthread_mutex_lock(&d->def_lock);
   e->next = d->deferred;
   d->deferred = e;
@@ -618,7 +718,38 @@ static int defer_release(cu_device* d, int kind, bg_devptr dptr, void* ptr) {
   return 1;
 }
 
-/* With the device's context current. Failures have no caller left to report to. */
+/* A queued block of `bytes` up to a quarter more whose fence has passed (the smallest), taken off
+ * the queue; 0 if none. */
+static bg_devptr reuse_deferred(cu_device* d, uint64_t bytes) {
+  if (!atomic_load_explicit(&d->ndeferred, memory_order_acquire)) return 0;
+  bg_devptr out = 0;
+  pthread_mutex_lock(&d->def_lock);
+  cu_deferred** best = NULL;
+  for (cu_deferred** p = &d->deferred; *p; p = &(*p)->next) {
+    cu_deferred* e = *p;
+    if (e->kind != 0 || e->bytes < bytes || e->bytes - bytes > bytes / 4) continue;
+    if ((best && (*best)->bytes <= e->bytes) || !fence_passed(e)) continue;
+    best = p;
+  }
+  if (best) {
+    cu_deferred* e = *best;
+    *best = e->next;
+    atomic_fetch_sub_explicit(&d->ndeferred, 1, memory_order_relaxed);
+    out = e->dptr;
+    free(e);
+  }
+  pthread_mutex_unlock(&d->def_lock);
+  return out;
+}
+
+/* cuIpcCloseMemHandle after the context's work, so queued work reading the mapping finishes. */
+static bgcu_result ipc_close_now(bg_devptr p) {
+  bgcu_result r = cu.cuCtxSynchronize();
+  bgcu_result c = cu.cuIpcCloseMemHandle(p);
+  return r != BGCUDA_SUCCESS ? r : c;
+}
+
+/* With the device's context current, and nothing blocked. Failures have no caller left. */
 static void flush_deferred(cu_device* d) {
   pthread_mutex_lock(&d->def_lock);
   cu_deferred* e = d->deferred;
@@ -627,9 +758,11 @@ static void flush_deferred(cu_device* d) {
   pthread_mutex_unlock(&d->def_lock);
   while (e) {
     cu_deferred* next = e->next;
+    fence_drop(e);
     if (e->kind == 0) cu.cuMemFree_v2(e->dptr);
     else if (e->kind == 1) cu.cuMemFreeHost(e->ptr);
-    else module_release_now(e->ptr);
+    else if (e->kind == 2) module_release_now(e->ptr);
+    else ipc_close_now(e->dptr);
     free(e);
     e = next;
   }
@@ -639,12 +772,80 @@ static int is_resident(cu_device* d) {
   return atomic_load_explicit(&d->resident, memory_order_acquire) > 0;
 }
 
-/* Drop a reference; the last one unloads (now, or once no kernel is resident and no capture is
+/* Behind a host function or a stream wait just issued on `s` (the context current): a gate. Not
+ * on a capturing stream (its work runs when a graph is launched), nor on the legacy stream while
+ * a capture is open (using it could invalidate the capture). */
+static void gate_add(cu_device* d, cu_stream* s) {
+  if (atomic_load_explicit(&d->ncaps, memory_order_relaxed) > 0) {
+    bgcu_enum st = BGCU_STREAM_CAPTURE_STATUS_NONE;
+    if (!s->s || cu.cuStreamIsCapturing(s->s, &st) != BGCUDA_SUCCESS ||
+        st != BGCU_STREAM_CAPTURE_STATUS_NONE)
+      return;
+  }
+  pthread_mutex_lock(&d->gate_lock);
+  cu_gate* g = d->spare;
+  if (g) d->spare = g->next;
+  pthread_mutex_unlock(&d->gate_lock);
+  if (!g) {
+    g = calloc(1, sizeof *g);
+    if (!g) return;
+    if (cu.cuEventCreate(&g->e, BGCU_EVENT_DISABLE_TIMING) != BGCUDA_SUCCESS) {
+      free(g);
+      return;
+    }
+  }
+  int recorded = cu.cuEventRecord(g->e, s->s) == BGCUDA_SUCCESS;
+  pthread_mutex_lock(&d->gate_lock);
+  if (recorded) {
+    g->next = d->gates;
+    d->gates = g;
+    atomic_fetch_add_explicit(&d->ngates, 1, memory_order_release);
+  } else {
+    g->next = d->spare;
+    d->spare = g;
+  }
+  pthread_mutex_unlock(&d->gate_lock);
+}
+
+/* Whether a gate of `d` has not been passed yet; passed ones go back to the spares. A failed
+ * query (a sticky error: the streams run nothing more) counts as passed. */
+static int gates_open(cu_device* d) {
+  if (!atomic_load_explicit(&d->ngates, memory_order_acquire)) return 0;
+  pthread_mutex_lock(&d->gate_lock);
+  for (cu_gate** p = &d->gates; *p;) {
+    cu_gate* g = *p;
+    if (cu.cuEventQuery(g->e) == BGCUDA_ERROR_NOT_READY) {
+      p = &g->next;
+      continue;
+    }
+    *p = g->next;
+    g->next = d->spare;
+    d->spare = g;
+    atomic_fetch_sub_explicit(&d->ngates, 1, memory_order_relaxed);
+  }
+  int open = d->gates != NULL;
+  pthread_mutex_unlock(&d->gate_lock);
+  return open;
+}
+
+/* Could a release that waits for the device's work wait forever now? A resident persistent kernel
+ * on its context (through any device handle), or a gate of any open device not yet passed. */
+static int blocked(cu_device* d) {
+  if (is_resident(d)) return 1;
+  int b = 0;
+  pthread_mutex_lock(&devs_lock);
+  for (cu_device* o = devs; o && !b; o = o->next_open)
+    b = (o->ctx == d->ctx && is_resident(o)) || gates_open(o);
+  pthread_mutex_unlock(&devs_lock);
+  return b;
+}
+
+/* Drop a reference; the last one unloads (now, or once nothing is blocked and no capture is
  * open). Returns the unload's status when it happened now. */
 static bgcu_result module_unref(cu_module* m) {
   if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return BGCUDA_SUCCESS;
   cu_device* d = m->dev;
-  if ((is_resident(d) || atomic_load_explicit(&d->ncaps, memory_order_relaxed) > 0) &&
+  if ((atomic_load_explicit(&d->ncaps, memory_order_relaxed) > 0 || blocked(d)) &&
       defer_release(d, 2, 0, m))
     return BGCUDA_SUCCESS;
   bgcu_result r = cu.cuModuleUnload(m->m);
@@ -661,7 +862,9 @@ static bgcu_result module_unref(cu_module* m) {
 
 static void resident_end(void* p) {
   /* a driver thread: no CUDA calls here */
-  atomic_fetch_sub_explicit(&((cu_device*)p)->resident, 1, memory_order_release);
+  cu_stream* s = p;
+  atomic_fetch_sub_explicit(&s->resident, 1, memory_order_release);
+  atomic_fetch_sub_explicit(&CUDEV(s)->resident, 1, memory_order_release);
 }
 
 static void free_capture(cu_capture* c) {
@@ -686,6 +889,29 @@ static int32_t close_flush(cu_device* d) {
     c = next;
   }
   flush_deferred(d);
+  pthread_mutex_lock(&devs_lock);
+  for (cu_device** p = &devs; *p; p = &(*p)->next_open)
+    if (*p == d) {
+      *p = d->next_open;
+      break;
+    }
+  pthread_mutex_unlock(&devs_lock);
+  for (int i = 0; i < 2; i++) {
+    cu_gate* g = i ? d->spare : d->gates;
+    while (g) {
+      cu_gate* next = g->next;
+      cu.cuEventDestroy_v2(g->e);
+      free(g);
+      g = next;
+    }
+  }
+  d->gates = d->spare = NULL;
+  for (cu_ipc_map* m = d->maps; m;) {
+    cu_ipc_map* next = m->next;
+    free(m);
+    m = next;
+  }
+  d->maps = NULL;
   return BG_OK;
 }
 
@@ -693,6 +919,8 @@ static int32_t cu_device_close(bg_device* dev) {
   cu_device* d = (cu_device*)dev;
   close_flush(d);
   pthread_mutex_destroy(&d->def_lock);
+  pthread_mutex_destroy(&d->gate_lock);
+  pthread_mutex_destroy(&d->str_lock);
   if (d->defpool) {
     bg_obj_kill(d->defpool);
     free(d->defpool);
@@ -781,15 +1009,33 @@ static int32_t cu_device_synchronize(bg_device* dev) {
 /* ---- memory ----------------------------------------------------------------------------------- */
 static int32_t cu_mem_alloc(bg_device* dev, uint64_t bytes, bg_devptr* out) {
   ENTER((cu_device*)dev);
-  bgcu_deviceptr p = 0;
-  CALL(cuMemAlloc_v2, (&p, (size_t)bytes));
+  bgcu_deviceptr p = reuse_deferred((cu_device*)dev, bytes); /* a queued free's block (blocked) */
+  if (!p) CALL(cuMemAlloc_v2, (&p, (size_t)bytes));
   *out = p;
   return BG_OK;
 }
 
+/* Queued while blocked (see blocked); checked first, so a bad pointer is an error now. */
 static int32_t cu_mem_free(bg_device* dev, bg_devptr p) {
-  ENTER((cu_device*)dev);
-  if (is_resident((cu_device*)dev) && defer_release((cu_device*)dev, 0, p, NULL)) return BG_OK;
+  cu_device* d = (cu_device*)dev;
+  ENTER(d);
+  if (blocked(d)) {
+    bgcu_deviceptr base = 0;
+    size_t size = 0;
+    if (cu.cuMemGetAddressRange_v2 &&
+        (cu.cuMemGetAddressRange_v2(&base, &size, p) != BGCUDA_SUCCESS || base != p))
+      return bg_set_error(BG_ERR_INVALID_VALUE,
+                          "cuMemFree_v2: 0x%llx is not the start of a device allocation",
+                          (unsigned long long)p);
+    pthread_mutex_lock(&d->def_lock);
+    cu_deferred* e = d->deferred;
+    while (e && !(e->kind == 0 && e->dptr == p)) e = e->next;
+    pthread_mutex_unlock(&d->def_lock);
+    if (e) /* a second free would hand the block out twice */
+      return bg_set_error(BG_ERR_INVALID_VALUE, "cuMemFree_v2: 0x%llx was freed already",
+                          (unsigned long long)p);
+    if (defer_release(d, 0, p, NULL)) return BG_OK;
+  }
   CALL(cuMemFree_v2, (p));
   return BG_OK;
 }
@@ -818,7 +1064,7 @@ static int32_t cu_host_alloc(bg_device* dev, uint64_t bytes, uint32_t flags, voi
 
 static int32_t cu_host_free(bg_device* dev, void* host) {
   ENTER((cu_device*)dev);
-  if (is_resident((cu_device*)dev) && defer_release((cu_device*)dev, 1, 0, host)) return BG_OK;
+  if (blocked((cu_device*)dev) && defer_release((cu_device*)dev, 1, 0, host)) return BG_OK;
   CALL(cuMemFreeHost, (host));
   return BG_OK;
 }
@@ -875,6 +1121,11 @@ static int32_t cu_stream_create(bg_device* dev, uint32_t flags, int32_t prio, vo
     return cu_fail(r, "cuStreamCreateWithPriority");
   }
   bg_obj_init(s, BG_KIND_STREAM, dev);
+  cu_device* d = (cu_device*)dev;
+  pthread_mutex_lock(&d->str_lock);
+  s->next = d->streams;
+  d->streams = s;
+  pthread_mutex_unlock(&d->str_lock);
   *out = s;
   return BG_OK;
 }
@@ -909,6 +1160,13 @@ static int32_t cu_stream_destroy(void* sp) {
     free_capture(s->cap);
     s->cap = NULL;
   }
+  pthread_mutex_lock(&d->str_lock);
+  for (cu_stream** p = &d->streams; *p; p = &(*p)->next)
+    if (*p == s) {
+      *p = s->next;
+      break;
+    }
+  pthread_mutex_unlock(&d->str_lock);
   r = cu.cuStreamDestroy_v2(s->s);
   if (r != BGCUDA_SUCCESS && rc == BG_OK) rc = cu_fail(r, "cuStreamDestroy_v2");
   bg_obj_kill(s);
@@ -1015,6 +1273,7 @@ static int32_t cu_launch_host_func(void* sp, bg_host_fn fn, void* user) {
   cu_stream* s = sp;
   ENTER(CUDEV(s));
   CALL(cuLaunchHostFunc, (s->s, fn, user));
+  gate_add(CUDEV(s), s); /* it may wait for a JS thread (a shim signal) */
   return BG_OK;
 }
 
@@ -1028,6 +1287,7 @@ static int32_t cu_stream_wait_value32(void* sp, bg_devptr addr, uint32_t value) 
                         "cuStreamWaitValue32_v2 (CUDA 12.0 or newer)");
   ENTER(CUDEV(s));
   CALL(cuStreamWaitValue32_v2, (s->s, addr, value, BGCU_STREAM_WAIT_VALUE_EQ));
+  gate_add(CUDEV(s), s); /* the word may be a TypeScript host function's */
   return BG_OK;
 }
 
@@ -1555,9 +1815,12 @@ static int32_t cu_launch(void* kp, void* sp, const uint32_t grid[3], const uint3
   }
   /* A persistent kernel is resident until the host function queued behind it runs. */
   if (k->persistent) {
+    atomic_fetch_add_explicit(&s->resident, 1, memory_order_acq_rel);
     atomic_fetch_add_explicit(&d->resident, 1, memory_order_acq_rel);
-    if (cu.cuLaunchHostFunc(s->s, resident_end, d) != BGCUDA_SUCCESS)
+    if (cu.cuLaunchHostFunc(s->s, resident_end, s) != BGCUDA_SUCCESS) {
       atomic_fetch_sub_explicit(&d->resident, 1, memory_order_acq_rel);
+      atomic_fetch_sub_explicit(&s->resident, 1, memory_order_acq_rel);
+    }
   }
   return BG_OK;
 }
@@ -1997,7 +2260,7 @@ static int32_t cu_ring_alloc(bg_device* dev, uint64_t bytes, void** host, bg_dev
 
 static int32_t cu_ring_free(bg_device* dev, void* host) {
   ENTER((cu_device*)dev);
-  if (is_resident((cu_device*)dev) && defer_release((cu_device*)dev, 1, 0, host)) return BG_OK;
+  if (blocked((cu_device*)dev) && defer_release((cu_device*)dev, 1, 0, host)) return BG_OK;
   CALL(cuMemFreeHost, (host));
   return BG_OK;
 }
@@ -2150,8 +2413,10 @@ static int32_t cu_mem_free_async(void* sp, bg_devptr p) {
 /* ---- memory and events shared between processes (cuIpc*) ---------------------------------------
  * Every cuMemAlloc allocation can be exported (no mem_alloc_shareable: the core uses mem_alloc).
  * The payload of bungpu's handle is the driver's CUipc*Handle. The driver itself refuses an open
- * in the exporting process (CUDA_ERROR_INVALID_CONTEXT). A close waits for the context's work
- * first, so queued work that reads the mapping finishes, as a free would. */
+ * in the exporting process (CUDA_ERROR_INVALID_CONTEXT). The mappings opened are counted per
+ * device, so closing anything else is an error before any wait. A close waits for the context's
+ * work first, so queued work that reads the mapping finishes, as a free would; while that could
+ * wait forever it is queued like a free (see blocked). */
 static int32_t ipc_present(const char* fn) {
   if (!cu.cuIpcGetMemHandle || !cu.cuIpcOpenMemHandle_v2 || !cu.cuIpcCloseMemHandle ||
       !cu.cuIpcGetEventHandle || !cu.cuIpcOpenEventHandle || !cu.cuMemGetAddressRange_v2)
@@ -2187,16 +2452,49 @@ static int32_t cu_ipc_mem_open(bg_device* dev, int32_t pid, const uint8_t* paylo
   memcpy(&h, payload, sizeof h);
   bgcu_deviceptr p = 0;
   CALL(cuIpcOpenMemHandle_v2, (&p, h, BGCU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+  cu_device* d = (cu_device*)dev;
+  pthread_mutex_lock(&d->def_lock);
+  cu_ipc_map* m = d->maps;
+  while (m && m->p != p) m = m->next;
+  if (!m && (m = calloc(1, sizeof *m))) {
+    m->p = p;
+    m->next = d->maps;
+    d->maps = m;
+  }
+  if (m) m->opens++;
+  pthread_mutex_unlock(&d->def_lock);
+  if (!m) {
+    cu.cuIpcCloseMemHandle(p);
+    return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_ipc_mem_open: out of host memory");
+  }
   *out = p;
   return BG_OK;
 }
 
+/* Only a mapping bg_ipc_mem_open returned on this device (else BG_ERR_INVALID_VALUE at once).
+ * Closed after the context's work, or queued while that could wait forever (see blocked). */
 static int32_t cu_ipc_mem_close(bg_device* dev, bg_devptr p) {
   int32_t rc = ipc_present("bg_ipc_mem_close");
   if (rc) return rc;
-  ENTER((cu_device*)dev);
-  CALL(cuCtxSynchronize, ());
-  CALL(cuIpcCloseMemHandle, (p));
+  cu_device* d = (cu_device*)dev;
+  ENTER(d);
+  pthread_mutex_lock(&d->def_lock);
+  cu_ipc_map** m = &d->maps;
+  while (*m && (*m)->p != p) m = &(*m)->next;
+  int found = *m != NULL;
+  if (found && --(*m)->opens == 0) {
+    cu_ipc_map* gone = *m;
+    *m = gone->next;
+    free(gone);
+  }
+  pthread_mutex_unlock(&d->def_lock);
+  if (!found)
+    return bg_set_error(BG_ERR_INVALID_VALUE,
+                        "bg_ipc_mem_close: 0x%llx is not a mapping bg_ipc_mem_open returned on "
+                        "this device (or it was closed already)", (unsigned long long)p);
+  if (blocked(d) && defer_release(d, 3, p, NULL)) return BG_OK;
+  bgcu_result r = ipc_close_now(p);
+  if (r != BGCUDA_SUCCESS) return cu_fail(r, "cuIpcCloseMemHandle");
   return BG_OK;
 }
 

@@ -23,7 +23,9 @@
  *  - Host functions (cuLaunchHostFunc) run on ONE driver thread, one at a time; the stream waits
  *    for them. A CUDA call from a host function returns CUDA_ERROR_NOT_PERMITTED (800).
  *  - cuMemFree, cuMemFreeHost, cuModuleUnload and cuCtxSynchronize wait for all work on the
- *    context, so a host function that waits for the calling thread deadlocks them, as on the driver.
+ *    context, so a host function or a cuStreamWaitValue32 that waits for the calling thread
+ *    deadlocks them, as on the driver (test/cuda_release.test.ts). cuIpcCloseMemHandle does too on
+ *    the driver; here no mapping can be open (below), so every close fails before any wait.
  *  - Capture (cuStreamBeginCapture_v2, modes global / thread-local / relaxed, and
  *    cuThreadExchangeStreamCaptureMode): kernel, memcpy, memset, host and memory-operation nodes
  *    with their dependencies, fork/join through events; the driver's codes for illegal calls: 900
