@@ -1277,6 +1277,15 @@ static int32_t cu_launch_host_func(void* sp, bg_host_fn fn, void* user) {
   return BG_OK;
 }
 
+/* bg_stream_notify: a host function that only queues a wake-up and returns, so no gate (a gate
+ * per await would keep releases queued on a busy device). */
+static int32_t cu_stream_notify(void* sp, bg_host_fn fn, void* user) {
+  cu_stream* s = sp;
+  ENTER(CUDEV(s));
+  CALL(cuLaunchHostFunc, (s->s, fn, user));
+  return BG_OK;
+}
+
 /* Stream memory operations on mapped host memory: how TypeScript host functions hold a stream
  * without parking the driver's one host-function thread (a parked thread stalled every other
  * stream's host functions, so a wait across streams could deadlock). */
@@ -2560,6 +2569,7 @@ static const bg_ops cu_ops = {
     .memcpy_dtod_async = cu_memcpy_dtod_async,
     .memset_async = cu_memset_async,
     .launch_host_func = cu_launch_host_func,
+    .stream_notify = cu_stream_notify,
     .stream_wait_value32 = cu_stream_wait_value32,
     .stream_write_value32 = cu_stream_write_value32,
     .event_create = cu_event_create,
