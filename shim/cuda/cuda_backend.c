@@ -718,16 +718,16 @@ static int defer_release(cu_device* d, int kind, bg_devptr dptr, void* ptr) {
   return 1;
 }
 
-/* A queued block of `bytes` up to a quarter more whose fence has passed (the smallest), taken off
- * the queue; 0 if none. */
-static bg_devptr reuse_deferred(cu_device* d, uint64_t bytes) {
+/* A queued block of `bytes` up to a quarter more (any size if `loose`) whose fence has passed (the
+ * smallest), taken off the queue; 0 if none. */
+static bg_devptr reuse_deferred(cu_device* d, uint64_t bytes, int loose) {
   if (!atomic_load_explicit(&d->ndeferred, memory_order_acquire)) return 0;
   bg_devptr out = 0;
   pthread_mutex_lock(&d->def_lock);
   cu_deferred** best = NULL;
   for (cu_deferred** p = &d->deferred; *p; p = &(*p)->next) {
     cu_deferred* e = *p;
-    if (e->kind != 0 || e->bytes < bytes || e->bytes - bytes > bytes / 4) continue;
+    if (e->kind != 0 || e->bytes < bytes || (!loose && e->bytes - bytes > bytes / 4)) continue;
     if ((best && (*best)->bytes <= e->bytes) || !fence_passed(e)) continue;
     best = p;
   }
@@ -1009,8 +1009,12 @@ static int32_t cu_device_synchronize(bg_device* dev) {
 /* ---- memory ----------------------------------------------------------------------------------- */
 static int32_t cu_mem_alloc(bg_device* dev, uint64_t bytes, bg_devptr* out) {
   ENTER((cu_device*)dev);
-  bgcu_deviceptr p = reuse_deferred((cu_device*)dev, bytes); /* a queued free's block (blocked) */
-  if (!p) CALL(cuMemAlloc_v2, (&p, (size_t)bytes));
+  bgcu_deviceptr p = reuse_deferred((cu_device*)dev, bytes, 0); /* a queued free's block */
+  if (!p) {
+    bgcu_result r = cu.cuMemAlloc_v2(&p, (size_t)bytes);
+    if (map_cu(r) == BG_ERR_OUT_OF_MEMORY) p = reuse_deferred((cu_device*)dev, bytes, 1);
+    if (!p) return cu_fail(r, "cuMemAlloc_v2");
+  }
   *out = p;
   return BG_OK;
 }
