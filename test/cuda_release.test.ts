@@ -69,7 +69,7 @@ for (const backend of ["cpu", "cuda"] as const) {
       const r = run(backend, "ring-reuse", 60_000);
       expect(r.first).toBe(2);
       expect(r.second).toBe(3);
-      expect(r.growthMiB as number).toBeLessThan(64); // 400 rounds of 5 MiB: 2 GB if nothing were reused
+      expect(r.growthMiB as number).toBeLessThan(256); // 400 rounds of 5 MiB: 2 GB if nothing were reused
     }, 90_000);
 
     // the simulator's device memory is never touched here; the CPU's would be real memory
