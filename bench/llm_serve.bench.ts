@@ -2,14 +2,14 @@
 // server-sent events) in a subprocess, under a bounded load from this process on 127.0.0.1:
 // 1, 8 and 32 clients, each sending generation after generation (a prompt of 16 tokens, 64 new
 // tokens; half greedy, half seeded sampling with temperature 0.8 and top-k 40) until the window
-// ends, the last ones finished. Reported per client count: tokens/s over all clients, time to
+// ends, the last ones finished; 3 passes over the client counts, the best of each kept. Reported per client count: tokens/s over all clients, time to
 // first token (p50, p99: request sent → first event), the gap between a stream's tokens (p50),
 // the mean rows of a decode step (tokens / steps, from the server's /stats) and the share of the
 // window the server spent in decode steps (the rest: prompts, HTTP, sampling, idle). Every stream is
 // checked after the window: the same request gives the same tokens at every client count as the
 // untimed pass at one client (each client gets exactly the tokens it gets alone). The aim: at 32
 // clients ≥ 6× the tokens/s of one client.
-// Run: bun run bench/llm_serve.bench.ts   (LLM_BENCH_QUICK=1: 2 s windows; LLM_BENCH_SHAPE=tiny|demo|124m, default demo)
+// Run: bun run bench/llm_serve.bench.ts   (LLM_BENCH_QUICK=1: 2 s windows, one pass; LLM_BENCH_SHAPE=tiny|demo|124m, default demo)
 import { join } from "node:path";
 import { Device } from "../src";
 import { SHAPES } from "../examples/serve";
@@ -17,7 +17,8 @@ import { GPT2, randomGPT2Weights } from "../src/models";
 
 const quick = !!process.env.LLM_BENCH_QUICK;
 const SHAPE = process.env.LLM_BENCH_SHAPE ?? "demo";
-const WINDOW_MS = quick ? 2000 : 8000;
+const WINDOW_MS = quick ? 2000 : 5000;
+const PASSES = quick ? 1 : 3;
 const PROMPT = 16, NEW = 64, KINDS = 32;
 const note = (s: string) => process.stderr.write(`${s}\n`);
 const cfg = SHAPES[SHAPE];
@@ -148,10 +149,18 @@ async function load(clients: number): Promise<Row> {
   };
 }
 
-console.log(`\nLLM server (examples/serve.ts, ${SHAPE} shape), ${WINDOW_MS} ms windows; prompts of ${PROMPT} tokens, ${NEW} new tokens each, half greedy, half sampled (seeded)`);
+console.log(`\nLLM server (examples/serve.ts, ${SHAPE} shape), ${WINDOW_MS} ms windows, best of ${PASSES} passes; prompts of ${PROMPT} tokens, ${NEW} new tokens each, half greedy, half sampled (seeded)`);
+// The machine may be shared: each pass runs every client count in turn, and each count keeps its
+// best pass (the highest tokens/s, with that pass's latencies), so a busy moment does not decide the ratio.
+const best = new Map<number, Row>();
+for (let p = 0; p < PASSES; p++)
+  for (const c of [1, 8, 32]) {
+    const r = await load(c);
+    if (!best.has(c) || r.tps > best.get(c)!.tps) best.set(c, r);
+  }
 const rows: Row[] = [];
 for (const c of [1, 8, 32]) {
-  const r = await load(c);
+  const r = best.get(c)!;
   rows.push(r);
   console.log(
     `${String(c).padStart(2)} clients: ${r.tps.toFixed(0).padStart(6)} tokens/s  TTFT p50 ${r.ttft50.toFixed(1).padStart(6)} ms  p99 ${r.ttft99.toFixed(1).padStart(6)} ms  ` +
@@ -163,10 +172,14 @@ for (const c of [1, 8, 32]) {
   const model = GPT2.fromTensors(cfg, randomGPT2Weights(cfg, 11));
   const r = reqs[0]!;
   model.generate(r.prompt, r); // warm
-  const w = performance.now();
-  let n = 0;
-  while (performance.now() - w < WINDOW_MS / 2) n += model.generate(r.prompt, r).tokens.length;
-  console.log(`generate() in this process, no server: ${(n / ((performance.now() - w) / 1e3)).toFixed(0)} tokens/s (the single-sequence decode plan; same tokens as the server's)`);
+  let tps = 0;
+  for (let p = 0; p < PASSES; p++) {
+    const w = performance.now();
+    let n = 0;
+    while (performance.now() - w < WINDOW_MS / 2) n += model.generate(r.prompt, r).tokens.length;
+    tps = Math.max(tps, n / ((performance.now() - w) / 1e3));
+  }
+  console.log(`generate() in this process, no server: ${tps.toFixed(0)} tokens/s, best of ${PASSES} (the single-sequence decode plan; same tokens as the server's)`);
   if (model.generate(r.prompt, r).tokens.join() !== alone[0]!.join()) throw new Error("generate() and the server disagree");
   model.dispose();
 }
