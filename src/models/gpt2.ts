@@ -596,6 +596,15 @@ export class GPT2 {
     return b;
   }
 
+  /**
+   * Settles once every plan of the model runs its optimized kernels (on the CPU, a model whose
+   * kernels were never compiled here starts on a quick build, with the same results: see
+   * ExecutionPlan.optimized).
+   */
+  async optimized(): Promise<void> {
+    await Promise.all([this.promptPlan, this.decodePlan, this.batchPlan].map((p) => p?.optimized()));
+  }
+
   dispose(): void {
     this.#openBatch?.dispose();
     this.#copies.reset();
