@@ -557,7 +557,7 @@ static int32_t ipc_read(const char* fn, const void* handle, uint32_t kind, bg_de
                         bg_ipc_handle* h) {
   memcpy(h, handle, sizeof *h);
   if (h->magic != BG_IPC_MAGIC || (h->kind != BG_IPC_KIND_MEM && h->kind != BG_IPC_KIND_EVENT) ||
-      h->backend < 0 || h->backend >= BG_BACKEND_COUNT || h->pid <= 0)
+      h->backend < 0 || h->backend >= BG_BACKEND_COUNT || h->pid <= 0 || h->reserved != 0)
     return bg_set_error(BG_ERR_INVALID_VALUE, "%s: not a bungpu interprocess handle", fn);
   if (h->kind != kind)
     return bg_set_error(BG_ERR_INVALID_VALUE, "%s: the handle is of %s, not of %s", fn,

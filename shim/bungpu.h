@@ -233,6 +233,9 @@ BG_API int32_t bg_mem_free_async(void* stream, bg_devptr ptr);
  *    the exporting process BG_ERR_INVALID_CONTEXT (as for memory; CUDA leaves it undocumented). The exporter's event
  *    must outlive the importers' use. CPU: the record numbers live in a shared page; a waiting
  *    stream polls it.
+ *  - A handle whose bytes were altered (its size, its payload) names no allocation the exporter
+ *    holds: BG_ERR_INVALID_HANDLE (the CPU backend checks the size against the exporter's
+ *    record; an opened mapping is exactly the exported allocation).
  *  - A handle of another kind, another backend or garbage: BG_ERR_INVALID_VALUE. Backends
  *    without sharing (Metal; the CPU backend off Linux): BG_ERR_NOT_SUPPORTED. */
 #define BG_IPC_HANDLE_BYTES 96

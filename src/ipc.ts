@@ -14,14 +14,21 @@ export function encodeHandle(bytes: Uint8Array): string {
 
 /**
  * The IPC_HANDLE_BYTES bytes of a handle given as exportHandle()'s string or as those bytes
- * (a Uint8Array), copied; anything else is INVALID_VALUE. The shim checks what they say.
+ * (a Uint8Array), copied; anything else is INVALID_VALUE (a string must be exactly what
+ * exportHandle() wrote: no extra or altered character). The shim checks what the bytes say:
+ * a forged, stale or mismatched handle is INVALID_HANDLE there.
  */
 export function decodeHandle(call: string, handle: unknown): Uint8Array {
   let bytes: Uint8Array | undefined;
   if (typeof handle === "string") {
-    if (!handle.startsWith(PREFIX) || !/^[A-Za-z0-9_-]*$/.test(handle.slice(PREFIX.length)))
+    const body = handle.startsWith(PREFIX) ? handle.slice(PREFIX.length) : "";
+    if (!handle.startsWith(PREFIX) || !/^[A-Za-z0-9_-]*$/.test(body))
       invalid(call, `not a handle from exportHandle() (expected "${PREFIX}…")`);
-    bytes = new Uint8Array(Buffer.from(handle.slice(PREFIX.length), "base64url"));
+    bytes = new Uint8Array(Buffer.from(body, "base64url"));
+    // Strict: exactly the text exportHandle() writes for these bytes. Base64 decoders drop a
+    // trailing partial character and ignore the spare bits of the last one; neither is a handle.
+    if (bytes.byteLength === IPC_HANDLE_BYTES && encodeHandle(bytes) !== handle)
+      invalid(call, `not a handle from exportHandle(): ${body.length} characters after "${PREFIX}", not the ${encodeHandle(bytes).length - PREFIX.length} it writes`);
   } else if (handle instanceof Uint8Array) bytes = new Uint8Array(handle);
   else invalid(call, `handle must be the string exportHandle() returned, got ${describeGot(handle)}`);
   if (bytes.byteLength !== IPC_HANDLE_BYTES)

@@ -99,8 +99,8 @@ int32_t cpu_ipc_open_fd(const char* fn, int32_t pid, int32_t fd, const char* nam
   ssize_t n = readlink(path, link, sizeof link - 1);
   if (n < 0 || (size_t)n != strlen(want) || memcmp(link, want, (size_t)n) != 0)
     return bg_set_error(BG_ERR_INVALID_HANDLE,
-                        "%s: the exporting process %d no longer holds %s (freed, destroyed or "
-                        "exited)%s",
+                        "%s: the exporting process %d does not hold %s (freed, destroyed or "
+                        "exited, or the handle was altered)%s",
                         fn, (int)pid, name, n < 0 && errno == EACCES ? ": permission denied" : "");
   int f = open(path, O_RDWR | O_CLOEXEC);
   if (f < 0)

@@ -3,14 +3,17 @@
  *
  * Device memory of the CPU backend is host memory, so memory another process can map must live
  * in a file: a shareable allocation (BG_MEM_SHAREABLE) is a memfd named
- * "bungpu-mem-<pid>-<id>", mapped shared. Its handle's payload carries the memfd's number and
- * id; the importer opens /proc/<pid>/fd/<fd> (the same user may, as for ptrace reads), checks
+ * "bungpu-mem-<pid>-<id>-<bytes>", mapped shared. Its handle's payload carries the memfd's number
+ * and id; the importer opens /proc/<pid>/fd/<fd> (the same user may, as for ptrace reads), checks
  * that the link still names that memfd (a freed allocation's number may have been reused), and
- * maps it. An interprocess event's numbers live in a shared page of its own (event.c).
+ * maps it. The name is the exporter's own record of the allocation: a handle whose size (or
+ * id, or memfd number) was edited names a memfd the exporter does not hold, and is
+ * BG_ERR_INVALID_HANDLE, as are payload bytes the exporter never writes. An interprocess event's
+ * numbers live in a shared page of its own (event.c).
  *
  * Each device keeps its shareable allocations and opened mappings in one list (ipc_mu). Opening
  * one handle twice in a process gives the same address and counts the opens, as
- * cuIpcOpenMemHandle does; a mapping goes (like a free) once the work queued before its last
+ * cuIpcOpenMemHandle does (only a handle of the same exporter, id and size: any other is forged); a mapping goes (like a free) once the work queued before its last
  * close or its free has run. Opening a handle in its own process is BG_ERR_INVALID_CONTEXT, as
  * cuIpcOpenMemHandle answers; for events too (CUDA does not document that case: refusing it
  * means what runs here runs there). Linux only: elsewhere every entry is BG_ERR_NOT_SUPPORTED.
@@ -35,6 +38,7 @@ typedef struct cpu_ipc_map {
   int opened;      /* 1: mapped from another process's handle */
   int32_t pid;     /* opened: the exporter */
   uint64_t id;     /* the id in the memfd's name */
+  int32_t fd_remote; /* opened: the memfd's number in the exporter */
   int32_t opens;   /* opened: bg_ipc_mem_open calls not yet closed */
 } cpu_ipc_map;
 
@@ -45,8 +49,17 @@ typedef struct ipc_payload {
   uint64_t id;
 } ipc_payload;
 
-static void mem_name(char* buf, size_t cap, int32_t pid, uint64_t id) {
-  snprintf(buf, cap, "bungpu-mem-%d-%llu", (int)pid, (unsigned long long)id);
+static void mem_name(char* buf, size_t cap, int32_t pid, uint64_t id, uint64_t bytes) {
+  snprintf(buf, cap, "bungpu-mem-%d-%llu-%llu", (int)pid, (unsigned long long)id, (unsigned long long)bytes);
+}
+
+/* Payload bytes the exporter writes as zeros (the reserved word and everything after the id):
+ * anything else there is not its handle. */
+static int payload_clean(const ipc_payload* pl, const uint8_t* payload) {
+  if (pl->reserved != 0) return 0;
+  for (size_t i = sizeof *pl; i < BG_IPC_PAYLOAD_BYTES; i++)
+    if (payload[i]) return 0;
+  return 1;
 }
 
 /* under ipc_mu */
@@ -84,7 +97,7 @@ int32_t cpu_mem_alloc_shareable(bg_device* dev, uint64_t bytes, bg_devptr* out) 
   m->id = atomic_fetch_add(&next_mem_id, 1);
   m->bytes = bytes;
   m->maplen = page_round(bytes);
-  mem_name(name, sizeof name, (int32_t)getpid(), m->id);
+  mem_name(name, sizeof name, (int32_t)getpid(), m->id, bytes);
   m->fd = (int)syscall(SYS_memfd_create, name, 1u /* MFD_CLOEXEC */);
   if (m->fd < 0) {
     free(m);
@@ -140,26 +153,43 @@ int32_t cpu_ipc_mem_open(bg_device* dev, int32_t pid, const uint8_t* payload, ui
                         "to open it in the exporting process; use the buffer itself)");
   ipc_payload pl;
   memcpy(&pl, payload, sizeof pl);
+  if (!payload_clean(&pl, payload))
+    return bg_set_error(BG_ERR_INVALID_HANDLE, "bg_ipc_mem_open: the handle's payload was altered "
+                        "(bytes the exporter writes as zeros are not)");
   pthread_mutex_lock(&d->ipc_mu);
   for (cpu_ipc_map* m = d->ipc_maps; m; m = m->next)
     if (m->opened && m->pid == pid && m->id == pl.id) {
+      /* the mapping was opened from the exporter's own record; a handle naming the same
+       * allocation with another size or memfd number is not the one it exported */
+      if (m->bytes != bytes || m->fd_remote != pl.fd) {
+        pthread_mutex_unlock(&d->ipc_mu);
+        return bg_set_error(BG_ERR_INVALID_HANDLE,
+                            "bg_ipc_mem_open: the handle names %llu bytes of allocation %llu of process "
+                            "%d, which is %llu bytes: not a handle that process exported",
+                            (unsigned long long)bytes, (unsigned long long)pl.id, (int)pid,
+                            (unsigned long long)m->bytes);
+      }
       m->opens++;
       *out = (bg_devptr)(uintptr_t)m->p;
       pthread_mutex_unlock(&d->ipc_mu);
       return BG_OK;
     }
   pthread_mutex_unlock(&d->ipc_mu);
+  if (bytes > (uint64_t)SIZE_MAX / 2)
+    return bg_set_error(BG_ERR_INVALID_HANDLE, "bg_ipc_mem_open: the handle names %llu bytes: not a "
+                        "handle bungpu exported", (unsigned long long)bytes);
   char name[96];
-  mem_name(name, sizeof name, pid, pl.id);
+  mem_name(name, sizeof name, pid, pl.id, bytes);
   int fd = -1;
+  /* the memfd's name carries the size: a handle whose size was edited names no memfd there */
   int32_t rc = cpu_ipc_open_fd("bg_ipc_mem_open", pid, pl.fd, name, &fd);
   if (rc) return rc;
   struct stat st;
   size_t maplen = page_round(bytes);
-  if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < maplen) {
+  if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != maplen) {
     close(fd);
-    return bg_set_error(BG_ERR_INVALID_VALUE,
-                        "bg_ipc_mem_open: the handle names %llu bytes, more than the shared memory holds",
+    return bg_set_error(BG_ERR_INVALID_HANDLE,
+                        "bg_ipc_mem_open: the shared memory does not hold the %llu bytes the handle names",
                         (unsigned long long)bytes);
   }
   void* p = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -179,6 +209,7 @@ int32_t cpu_ipc_mem_open(bg_device* dev, int32_t pid, const uint8_t* payload, ui
   m->opened = 1;
   m->pid = pid;
   m->id = pl.id;
+  m->fd_remote = pl.fd;
   m->opens = 1;
   pthread_mutex_lock(&d->ipc_mu);
   m->next = d->ipc_maps;
@@ -260,6 +291,9 @@ int32_t cpu_ipc_event_open(bg_device* dev, int32_t pid, const uint8_t* payload, 
                         "itself)");
   ipc_payload pl;
   memcpy(&pl, payload, sizeof pl);
+  if (!payload_clean(&pl, payload))
+    return bg_set_error(BG_ERR_INVALID_HANDLE, "bg_ipc_event_open: the handle's payload was altered "
+                        "(bytes the exporter writes as zeros are not)");
   void* ev = NULL;
   /* a local event first (no page of its own), then its numbers move to the exporter's page */
   int32_t rc = cpu_event_create(dev, BG_EVENT_DISABLE_TIMING, &ev);

@@ -1,0 +1,68 @@
+// Hostile handles and dying peers (issue 23, items 1 and 2). Each two-process scenario runs
+// test/fixtures/ipc_hostile.ts (the importer, which starts the exporter) with a time limit: before
+// the fixes a forged size crashed the importer with SIGSEGV and a dead exporter's event hung it.
+import { describe, expect, test } from "bun:test";
+import { join } from "node:path";
+import { Device, Status } from "../src";
+import { expectGpuError } from "./helpers";
+
+const root = join(import.meta.dir, "..");
+const linux = process.platform === "linux";
+const HANDLE_CODE = { code: Status.INVALID_HANDLE, call: "bg_ipc_mem_open" };
+
+function run(scenario: string, limitMs = 30_000): Record<string, unknown> {
+  const r = Bun.spawnSync([process.execPath, join(root, "test/fixtures/ipc_hostile.ts"), scenario], {
+    cwd: root,
+    timeout: limitMs,
+    killSignal: "SIGKILL",
+    env: { ...process.env, BUNGPU_DEVICE: "" },
+  });
+  const stderr = r.stderr.toString();
+  expect(r.signalCode ?? null, `${scenario} died or hung past ${limitMs} ms\n${stderr}`).toBeNull();
+  expect(r.exitCode, stderr).toBe(0);
+  const line = r.stdout.toString().trim().split("\n").pop() ?? "";
+  return JSON.parse(line) as Record<string, unknown>;
+}
+
+describe.skipIf(!linux)("an opened shared buffer is exactly the exported allocation (item 1)", () => {
+  test("a handle whose size was edited larger is INVALID_HANDLE, opened alone or beside the genuine one", () => {
+    const o = run("forged-larger");
+    expect(o.real).toBe(8192);
+    expect(o.larger).toEqual(HANDLE_CODE); // was: opened as 1 MiB of an 8 KiB mapping, read → SIGSEGV
+    expect(o.largerBytes).toBeUndefined();
+    expect(o.alone).toEqual(HANDLE_CODE);
+    expect(o.sum).toBe(8192 * 7);
+  }, 60_000);
+
+  test("a small forged handle is refused, and the genuine one still opens whole", () => {
+    const o = run("forged-smaller");
+    expect(o.smaller).toEqual(HANDLE_CODE); // was: opened, and the genuine open then reused its one page
+    expect(o.real).toBe(8192);
+    expect(o.sum).toBe(8192 * 7);
+    expect(o.page).toEqual(HANDLE_CODE); // the same page count, another size: still not the handle
+  }, 60_000);
+
+  test("payload bytes the exporter writes as zeros, and the header's reserved word, are checked", () => {
+    const o = run("forged-payload");
+    expect(o.payload).toEqual(HANDLE_CODE);
+    expect(o.reserved).toEqual({ code: Status.INVALID_VALUE, call: "bg_ipc_mem_open" });
+    expect(o.real).toBe(8192 * 7);
+  }, 60_000);
+
+  test("handle strings are parsed strictly: an extra trailing base64 character is refused", () => {
+    const dev = Device.open("cpu");
+    using buf = dev.alloc(64, { shareable: true });
+    using ev = dev.createEvent({ interprocess: true });
+    for (const h of [buf.exportHandle(), ev.exportHandle()]) {
+      for (const extra of ["A", "Q", "AA", "-"]) {
+        expectGpuError(() => dev.openSharedBuffer(h + extra), Status.INVALID_VALUE, /not a handle from exportHandle|a handle is 96 bytes/);
+        expectGpuError(() => dev.openSharedEvent(h + extra), Status.INVALID_VALUE, /not a handle from exportHandle|a handle is 96 bytes/);
+      }
+      expectGpuError(() => dev.openSharedBuffer(h.slice(0, -1)), Status.INVALID_VALUE);
+      expectGpuError(() => dev.openSharedBuffer(h + "="), Status.INVALID_VALUE);
+      expectGpuError(() => dev.openSharedBuffer(" " + h), Status.INVALID_VALUE);
+    }
+    // the genuine string still reaches the shim (which refuses it in the exporting process)
+    expectGpuError(() => dev.openSharedBuffer(buf.exportHandle()), Status.INVALID_CONTEXT);
+  });
+});
