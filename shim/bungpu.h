@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 /* Bump on any change of a signature, a struct layout, a constant or the command format. */
-#define BG_ABI_VERSION 3
+#define BG_ABI_VERSION 4
 
 /* ---- status codes ------------------------------------------------------------------------ */
 enum {
@@ -131,7 +131,11 @@ typedef struct bg_device_props {
   int32_t max_shared_bytes_per_block;
   int32_t reserved0;
   uint64_t total_mem;
-  uint64_t reserved[6];
+  /* Launch limits, the one source of them (TypeScript checks every launch against these): */
+  int32_t max_block_dim[3];      /* block x, y, z */
+  int32_t max_grid_dim[3];       /* grid x, y, z */
+  uint64_t max_grid_blocks;      /* most blocks in one grid; 0: the per-dimension limits only */
+  uint64_t reserved[2];
 } bg_device_props;
 
 /* ---- library ----------------------------------------------------------------------------- */

@@ -40,6 +40,12 @@ export interface DeviceProps {
   concurrentKernels: boolean;
   maxSharedBytesPerBlock: number;
   totalMemory: number;
+  /** The most threads of a block in x, y and z (every launch is checked against them: src/launch.ts). */
+  maxBlockDim: [number, number, number];
+  /** The most blocks of a grid in x, y and z. */
+  maxGridDim: [number, number, number];
+  /** The most blocks in one grid (0: only the per-dimension limits). */
+  maxGridBlocks: number;
 }
 
 export interface BackendInfo {
@@ -212,6 +218,9 @@ export class Device {
       concurrentKernels: i("concurrent_kernels") !== 0,
       maxSharedBytesPerBlock: i("max_shared_bytes_per_block"),
       totalMemory: Number(dv.getBigUint64(offset.total_mem, true)),
+      maxBlockDim: [0, 4, 8].map((o) => dv.getInt32(offset.max_block_dim + o, true)) as [number, number, number],
+      maxGridDim: [0, 4, 8].map((o) => dv.getInt32(offset.max_grid_dim + o, true)) as [number, number, number],
+      maxGridBlocks: Number(dv.getBigUint64(offset.max_grid_blocks, true)),
     };
     return this.#props;
   }

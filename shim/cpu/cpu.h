@@ -71,8 +71,14 @@ void cpu_name_thread(const char* name);
 void cpu_name_started(pthread_t t, const char* name);
 #include <string.h>
 
+/* Launch limits: cpu_check_launch refuses past them and bg_device_props reports them (CUDA's). */
 #define CPU_MAX_SHARED (48u * 1024u)
 #define CPU_MAX_THREADS 1024
+#define CPU_MAX_BLOCK_XY 1024u
+#define CPU_MAX_BLOCK_Z 64u
+#define CPU_MAX_GRID_X 0x7fffffffu
+#define CPU_MAX_GRID_YZ 65535u
+#define CPU_MAX_GRID_BLOCKS 0xffffffffull /* linear block indices are 32-bit */
 #define CPU_INLINE_ARGS 8
 #define CPU_SPIN_NS 30000ull      /* an idle worker spins this long before it sleeps */
 #define CPU_SYNC_SPIN_NS 50000ull /* a waiting host thread spins this long before it sleeps */

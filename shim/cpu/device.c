@@ -341,6 +341,11 @@ static int32_t cpu_device_props(bg_device* dev, bg_device_props* out) {
   out->concurrent_kernels = 1;
   out->max_shared_bytes_per_block = (int32_t)CPU_MAX_SHARED;
   out->total_mem = d->total_mem;
+  out->max_block_dim[0] = out->max_block_dim[1] = (int32_t)CPU_MAX_BLOCK_XY;
+  out->max_block_dim[2] = (int32_t)CPU_MAX_BLOCK_Z;
+  out->max_grid_dim[0] = (int32_t)CPU_MAX_GRID_X;
+  out->max_grid_dim[1] = out->max_grid_dim[2] = (int32_t)CPU_MAX_GRID_YZ;
+  out->max_grid_blocks = CPU_MAX_GRID_BLOCKS;
   return BG_OK;
 }
 

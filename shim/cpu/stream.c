@@ -461,15 +461,16 @@ int32_t cpu_event_elapsed(float* ms, void* av, void* bv) {
 int32_t cpu_check_launch(const char* fn, const uint32_t g[3], const uint32_t b[3],
                          uint32_t shared) {
   uint64_t threads = (uint64_t)b[0] * b[1] * b[2];
-  if (b[0] > 1024 || b[1] > 1024 || b[2] > 64 || threads > CPU_MAX_THREADS)
+  if (b[0] > CPU_MAX_BLOCK_XY || b[1] > CPU_MAX_BLOCK_XY || b[2] > CPU_MAX_BLOCK_Z ||
+      threads > CPU_MAX_THREADS)
     return bg_set_error(BG_ERR_INVALID_VALUE,
-                        "%s: block %ux%ux%u exceeds the limits (%d threads; x,y <= 1024, z <= 64)",
-                        fn, b[0], b[1], b[2], CPU_MAX_THREADS);
-  if (g[0] > 0x7fffffffu || g[1] > 65535u || g[2] > 65535u)
+                        "%s: block %ux%ux%u exceeds the limits (%d threads; x,y <= %u, z <= %u)",
+                        fn, b[0], b[1], b[2], CPU_MAX_THREADS, CPU_MAX_BLOCK_XY, CPU_MAX_BLOCK_Z);
+  if (g[0] > CPU_MAX_GRID_X || g[1] > CPU_MAX_GRID_YZ || g[2] > CPU_MAX_GRID_YZ)
     return bg_set_error(BG_ERR_INVALID_VALUE,
-                        "%s: grid %ux%ux%u exceeds the limits (x < 2^31, y,z <= 65535)", fn, g[0],
-                        g[1], g[2]);
-  if ((uint64_t)g[0] * g[1] * g[2] > 0xffffffffull)
+                        "%s: grid %ux%ux%u exceeds the limits (x < 2^31, y,z <= %u)", fn, g[0],
+                        g[1], g[2], CPU_MAX_GRID_YZ);
+  if ((uint64_t)g[0] * g[1] * g[2] > CPU_MAX_GRID_BLOCKS)
     return bg_set_error(BG_ERR_INVALID_VALUE,
                         "%s: grid %ux%ux%u has more than 2^32-1 blocks (the cpu backend's limit)",
                         fn, g[0], g[1], g[2]);

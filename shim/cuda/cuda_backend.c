@@ -965,6 +965,12 @@ static int32_t cu_device_props(bg_device* dev, bg_device_props* out) {
       {BGCU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS, offsetof(bg_device_props, concurrent_kernels)},
       {BGCU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK,
        offsetof(bg_device_props, max_shared_bytes_per_block)},
+      {BGCU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, offsetof(bg_device_props, max_block_dim[0])},
+      {BGCU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, offsetof(bg_device_props, max_block_dim[1])},
+      {BGCU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, offsetof(bg_device_props, max_block_dim[2])},
+      {BGCU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, offsetof(bg_device_props, max_grid_dim[0])},
+      {BGCU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, offsetof(bg_device_props, max_grid_dim[1])},
+      {BGCU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, offsetof(bg_device_props, max_grid_dim[2])},
   };
   for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
     int v = 0;

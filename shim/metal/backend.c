@@ -148,6 +148,13 @@ static int32_t props_impl(bg_device* dv, bg_device_props* out) {
   out->max_shared_bytes_per_block =
       (int32_t)(d->max_tg_mem > 0x7fffffff ? 0x7fffffff : d->max_tg_mem);
   out->total_mem = m_u64(d->dev, mtl_S.recommendedMaxWorkingSetSize);
+#define CLAMP32(v) (int32_t)((v) > 0x7fffffff ? 0x7fffffff : (v))
+  out->max_block_dim[0] = CLAMP32(d->max_tg.w);
+  out->max_block_dim[1] = CLAMP32(d->max_tg.h);
+  out->max_block_dim[2] = CLAMP32(d->max_tg.d);
+#undef CLAMP32
+  /* dispatchThreadgroups takes NSUInteger counts: the grid is bounded only by the u32 record */
+  out->max_grid_dim[0] = out->max_grid_dim[1] = out->max_grid_dim[2] = 0x7fffffff;
   return BG_OK;
 }
 static int32_t m_device_props(bg_device* dv, bg_device_props* out) { return props_impl(dv, out); }
