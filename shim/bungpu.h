@@ -236,7 +236,8 @@ BG_API int32_t bg_mem_free_async(void* stream, bg_devptr ptr);
  *    before the wait call. Exporting another event is BG_ERR_INVALID_VALUE; opening a handle in
  *    the exporting process BG_ERR_INVALID_CONTEXT (as for memory; CUDA leaves it undocumented). The exporter's event
  *    must outlive the importers' use. CPU: the record numbers live in a shared page; a waiting
- *    stream polls it.
+ *    stream polls it. A pending record whose issuing process died is never reached: query,
+ *    synchronize and new stream waits are BG_ERR_ILLEGAL_STATE (a stream wait already queued ends).
  *  - A handle whose bytes were altered (its size, its payload) names no allocation the exporter
  *    holds: BG_ERR_INVALID_HANDLE (the CPU backend checks the size against the exporter's
  *    record; an opened mapping is exactly the exported allocation).
@@ -284,7 +285,10 @@ BG_API int32_t bg_memcpy_peer_async(void* stream, bg_devptr dst, void* dst_dev, 
  * as in NCCL, every rank must issue the same collectives in the same order, and a rank that
  * never gets there keeps the others waiting (bg_comm_abort, or a timeout where the backend has
  * bg_comm_set_timeout, ends the wait; the communicator is then unusable and bg_comm_check says
- * why). Between bg_comm_group_start and bg_comm_group_end (a per-thread depth, ncclGroupStart)
+ * why; CPU: a rank whose process died, or bg_comm_destroy of a rank whose calls wait for ranks
+ * that no longer move, aborts it too, BG_ERR_ILLEGAL_STATE). CPU: bg_comm_init_rank with a rank
+ * that a live communicator of the id holds is BG_ERR_INVALID_VALUE, also after all joined.
+ * Between bg_comm_group_start and bg_comm_group_end (a per-thread depth, ncclGroupStart)
  * calls are only recorded; the outermost group end issues them together, so sends and receives
  * between the same ranks cannot block each other. Collectives may be captured into graphs
  * where the stream's backend captures; the communicator must outlive such graphs.
@@ -317,7 +321,7 @@ BG_API int32_t bg_comm_init_rank(void* dev, int32_t nranks, const uint8_t* id, u
                                  int32_t rank, void** out);
 /* out[i] is rank i, on devs[i]; all devices of one backend, none twice. */
 BG_API int32_t bg_comm_init_all(void* const* devs, int32_t n, void** out);
-BG_API int32_t bg_comm_destroy(void* comm); /* waits for its queued collectives first */
+BG_API int32_t bg_comm_destroy(void* comm); /* waits for its queued collectives first (CPU: aborts them once no rank moves) */
 BG_API int32_t bg_comm_abort(void* comm);   /* ends waits of every rank; never waits */
 BG_API int32_t bg_comm_info(void* comm, int32_t* rank, int32_t* nranks);
 BG_API int32_t bg_comm_check(void* comm);   /* BG_OK, or the error that ended the communicator */

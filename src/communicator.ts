@@ -84,6 +84,8 @@ export class Communicator {
   /** Graphs that captured a collective of this communicator (see [HOLD]): the release waits for them. */
   #holds = 0;
   #released = false;
+  /** This communicator in its device's dependents: Device.dispose() disposes it first. */
+  readonly #dependent = new WeakRef<{ dispose(): void }>(this);
 
   private constructor(device: Device, handle: number) {
     this.device = device;
@@ -91,6 +93,7 @@ export class Communicator {
     const [rank, size] = device.state.api.comm_info(handle);
     this.rank = rank;
     this.size = size;
+    device.state.dependents.add(this.#dependent);
   }
 
   /**
@@ -289,10 +292,16 @@ export class Communicator {
     this.device.state.api.comm_set_timeout(this.handle, ms);
   }
 
-  /** Release it, after its queued collectives (and the graphs that captured one) are done. Never throws. */
+  /**
+   * Release it, after its queued collectives (and the graphs that captured one) are done. Never
+   * throws, and never waits forever: collectives still waiting for ranks that do not move are
+   * aborted (CPU: once no rank moved for a quarter second; every rank's check() then says so).
+   * Device.dispose() disposes its communicators first.
+   */
   dispose(): void {
     if (!this.#live) return;
     this.#live = false;
+    this.device.state.dependents.delete(this.#dependent);
     if (this.#holds === 0) this.#release();
   }
 

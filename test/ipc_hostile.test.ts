@@ -1,6 +1,7 @@
-// Hostile handles and dying peers (issue 23, items 1 and 2). Each two-process scenario runs
-// test/fixtures/ipc_hostile.ts (the importer, which starts the exporter) with a time limit: before
-// the fixes a forged size crashed the importer with SIGSEGV and a dead exporter's event hung it.
+// Hostile handles and dying peers (issue 23, items 1 and 2). Each scenario runs in a subprocess
+// with a time limit: test/fixtures/ipc_hostile.ts (the importer, which starts the exporter) or
+// test/fixtures/collective_hangs.ts. Before the fixes a forged size crashed the importer with
+// SIGSEGV, a dead exporter's event hung it, and so did disposing a rank left waiting.
 import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { Device, Status } from "../src";
@@ -65,4 +66,46 @@ describe.skipIf(!linux)("an opened shared buffer is exactly the exported allocat
     // the genuine string still reaches the shim (which refuses it in the exporting process)
     expectGpuError(() => dev.openSharedBuffer(buf.exportHandle()), Status.INVALID_CONTEXT);
   });
+});
+
+describe.skipIf(!linux)("nothing waits on another process forever (item 2)", () => {
+  test("an interprocess event whose exporter died before reaching its record: done(), synchronize(), query() and waits fail", () => {
+    const o = run("dead-exporter");
+    expect(o.before).toBe(false);
+    const lost = (call: string) => ({ code: Status.ILLEGAL_STATE, call });
+    expect(o.done).toEqual(lost("bg_event_query")); // was: never settled
+    expect(o.sync).toEqual(lost("bg_event_synchronize")); // was: blocked forever
+    expect(o.query).toEqual(lost("bg_event_query"));
+    expect(o.wait).toEqual(lost("bg_stream_wait_event"));
+    expect(o.queued).toBe("no error"); // a wait queued before the death ends; the event says why
+  }, 60_000);
+
+  function collective(scenario: string, limitMs = 30_000): Record<string, unknown> {
+    const r = Bun.spawnSync([process.execPath, join(root, "test/fixtures/collective_hangs.ts"), scenario], {
+      cwd: root,
+      timeout: limitMs,
+      killSignal: "SIGKILL",
+      env: { ...process.env, BUNGPU_DEVICE: "", BUNGPU_CPU_DEVICES: "2" },
+    });
+    const stderr = r.stderr.toString();
+    expect(r.signalCode ?? null, `${scenario} died or hung past ${limitMs} ms\n${stderr}`).toBeNull();
+    expect(r.exitCode, stderr).toBe(0);
+    return JSON.parse(r.stdout.toString().trim().split("\n").pop() ?? "{}") as Record<string, unknown>;
+  }
+
+  test("Communicator.dispose() and Device.dispose() with a collective waiting for a rank that never comes abort it and return", () => {
+    for (const s of ["dispose-comm", "dispose-device"]) {
+      const o = collective(s);
+      expect(o.returned).toBe(true);
+      expect(o.disposed).toBe(true);
+      expect(o.other).toEqual({ code: Status.ILLEGAL_STATE, call: "bg_comm_check" }); // every rank sees the abort
+    }
+  }, 60_000);
+
+  test("after every rank joined, a second initRank with a taken rank is refused (it waited forever)", () => {
+    const o = collective("rejoin");
+    expect(o.again).toEqual({ code: Status.INVALID_VALUE, call: "bg_comm_init_rank" });
+    expect(o.againRank0).toEqual({ code: Status.INVALID_VALUE, call: "bg_comm_init_rank" });
+    expect(o.sum).toEqual([11, 22, 33, 44]);
+  }, 60_000);
 });

@@ -21,7 +21,11 @@
  *    so grouped sends and receives between the same ranks cannot deadlock; the operations to one
  *    peer keep their order.
  * Waiting spins a little, then yields, then sleeps briefly; it ends early when the communicator is
- * aborted (bg_comm_abort on any rank, or a timeout, which aborts it with BG_ERR_LAUNCH_TIMEOUT).
+ * aborted (bg_comm_abort on any rank, or a timeout, which aborts it with BG_ERR_LAUNCH_TIMEOUT,
+ * or a rank's process found dead, or a rank destroyed while its calls wait for ranks that do not
+ * move: both BG_ERR_ILLEGAL_STATE). A rank of an id is claimed by an abstract socket name held
+ * while its communicator lives (Linux), so a second init_rank with a taken rank is refused even
+ * after the segment's file is gone.
  * Reductions run in the element type (float16 and bfloat16 in float, rounded once at the end),
  * over ranks in order 0..n-1, so every rank gets the same bits; integer sums and products wrap.
  * The calls of one communicator run one at a time (a mutex), in the order their streams reach
@@ -40,6 +44,10 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/socket.h>
+#include <sys/un.h>
+#endif
 
 #define COLL_MAX_RANKS 16
 #define COLL_SLOT (1024u * 1024u) /* staging bytes per rank */
@@ -60,6 +68,7 @@ typedef struct seg_hdr {
   _Atomic int32_t aborted; /* 0, -1 while the message is written, or the code */
   char why[384];
   _Atomic int32_t claimed[COLL_MAX_RANKS];
+  _Atomic int32_t pid[COLL_MAX_RANKS]; /* each joined rank's process (a wait notices it died) */
   struct {
     _Atomic uint64_t v;
     char pad[56];
@@ -100,6 +109,7 @@ typedef struct cpu_comm {
   _Atomic int64_t pending; /* one-shot jobs queued and not yet run */
   pthread_mutex_t keep_mu;
   cpu_job* keep; /* jobs recorded into captures: they live as long as the communicator */
+  int claim_fd;  /* init_rank on Linux: the socket bound to the rank's name, or -1 */
 } cpu_comm;
 
 struct cpu_job {
@@ -149,8 +159,22 @@ static void seg_abort(cpu_comm* c, int32_t code, const char* fmt, ...) {
 static int aborted(cpu_comm* c) { return atomic_load_explicit(&HDR(c)->aborted, memory_order_acquire) != 0; }
 
 typedef struct waiter {
-  uint64_t spins, start_ns;
+  uint64_t spins, start_ns, checked_ns;
 } waiter;
+
+/* A joined rank's process that no longer exists, or -1. */
+static int dead_rank(cpu_comm* c, int32_t* pid_out) {
+  seg_hdr* h = HDR(c);
+  int32_t self = (int32_t)getpid();
+  for (int r = 0; r < c->nranks; r++) {
+    int32_t pid = atomic_load_explicit(&h->pid[r], memory_order_acquire);
+    if (pid > 0 && pid != self && !cpu_pid_alive(pid)) {
+      *pid_out = pid;
+      return r;
+    }
+  }
+  return -1;
+}
 
 /* One step of a wait: 0 to keep waiting, 1 when the communicator is aborted (or timed out). */
 static int wait_step(cpu_comm* c, waiter* w, const char* what) {
@@ -165,8 +189,19 @@ static int wait_step(cpu_comm* c, waiter* w, const char* what) {
     sched_yield();
     return 0;
   }
+  uint64_t now = bg_now_ns();
+  if (now - w->checked_ns > 50000000ull) { /* every 50 ms: has a rank's process died? */
+    w->checked_ns = now;
+    int32_t pid = 0;
+    int r = dead_rank(c, &pid);
+    if (r >= 0) {
+      seg_abort(c, BG_ERR_ILLEGAL_STATE, "rank %d's process %d exited; rank %d of %d waited for it in %s",
+                r, (int)pid, (int)c->rank, (int)c->nranks, what);
+      return 1;
+    }
+  }
   uint32_t ms = atomic_load_explicit(&c->timeout_ms, memory_order_relaxed);
-  if (ms && bg_now_ns() - w->start_ns > (uint64_t)ms * 1000000ull) {
+  if (ms && now - w->start_ns > (uint64_t)ms * 1000000ull) {
     seg_abort(c, BG_ERR_LAUNCH_TIMEOUT, "rank %d of %d waited more than %u ms for %s (timeout)", (int)c->rank,
               (int)c->nranks, ms, what);
     return 1;
@@ -181,7 +216,7 @@ static int barrier(cpu_comm* c, const char* what) {
   seg_hdr* h = HDR(c);
   uint64_t mine = ++c->bar;
   atomic_store_explicit(&h->arrive[c->rank].v, mine, memory_order_release);
-  waiter w = {0, 0};
+  waiter w = {0, 0, 0};
   for (int r = 0; r < c->nranks; r++)
     while (atomic_load_explicit(&h->arrive[r].v, memory_order_acquire) < mine)
       if (wait_step(c, &w, what)) return 1;
@@ -450,7 +485,7 @@ static void run_p2p(cpu_comm* c, const bg_coll_call* calls, uint32_t ncalls) {
     uint64_t total = calls[i].count * esize(calls[i].dtype);
     st[n++] = (p2p_state){&calls[i], total, 0, total ? (total + P2P_SLOT - 1) / P2P_SLOT : 1, 0};
   }
-  waiter w = {0, 0};
+  waiter w = {0, 0, 0};
   for (;;) {
     uint64_t send_busy[2] = {0, 0}, recv_busy[2] = {0, 0}; /* peers with an earlier unfinished op */
     int left = 0, moved = 0;
@@ -466,7 +501,7 @@ static void run_p2p(cpu_comm* c, const bg_coll_call* calls, uint32_t ncalls) {
     }
     if (!left) break;
     if (moved) {
-      w = (waiter){0, 0};
+      w = (waiter){0, 0, 0};
       continue;
     }
     if (wait_step(c, &w, "a matching send or receive")) break;
@@ -603,6 +638,7 @@ static cpu_comm* comm_new(bg_device* dev, cpu_seg* seg, int32_t rank, int32_t n)
   c->seg = seg;
   c->rank = rank;
   c->nranks = n;
+  c->claim_fd = -1;
   pthread_mutex_init(&c->run_mu, NULL);
   pthread_mutex_init(&c->keep_mu, NULL);
   return c;
@@ -640,6 +676,7 @@ static int32_t cpu_init_all(bg_device** devs, int32_t n, void** out) {
   atomic_store(&h->nranks, n);
   atomic_store(&h->joined, n);
   atomic_store(&s->refs, n);
+  for (int32_t i = 0; i < n; i++) atomic_store(&h->pid[i], (int32_t)getpid());
   for (int32_t i = 0; i < n; i++) {
     out[i] = comm_new(devs[i], s, i, n);
     if (!out[i]) {
@@ -652,16 +689,55 @@ static int32_t cpu_init_all(bg_device** devs, int32_t n, void** out) {
   return BG_OK;
 }
 
+#ifdef __linux__
+/* Bind a socket to the abstract name of (id, rank): EADDRINUSE while another communicator holds
+ * that rank, in any process of this machine's network namespace. Where sockets cannot be made,
+ * the segment's claim alone answers (as before). */
+static int32_t claim_rank(const char* fn, const char* hex, int32_t rank, int* out) {
+  *out = -1;
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return BG_OK;
+  struct sockaddr_un a;
+  memset(&a, 0, sizeof a);
+  a.sun_family = AF_UNIX;
+  int len = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "bungpu-comm-%s-%d", hex, (int)rank);
+  if (bind(fd, (struct sockaddr*)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len)) != 0) {
+    int e = errno;
+    close(fd);
+    if (e == EADDRINUSE)
+      return bg_set_error(BG_ERR_INVALID_VALUE, "%s: rank %d already joined the communicator of this id", fn, (int)rank);
+    return BG_OK;
+  }
+  *out = fd;
+  return BG_OK;
+}
+#else
+static int32_t claim_rank(const char* fn, const char* hex, int32_t rank, int* out) {
+  (void)fn, (void)hex, (void)rank;
+  *out = -1;
+  return BG_OK;
+}
+#endif
+
 static int32_t cpu_init_rank(bg_device* dev, int32_t n, const uint8_t id[BG_COMM_ID_BYTES], int32_t rank, void** out) {
   const char* fn = "bg_comm_init_rank";
   if (memcmp(id, ID_MAGIC, 16) != 0)
     return bg_set_error(BG_ERR_INVALID_VALUE, "%s: not an id of the CPU backend (make it with bg_comm_unique_id on a CPU device)", fn);
   if (n > COLL_MAX_RANKS)
     return bg_set_error(BG_ERR_INVALID_VALUE, "%s: %d ranks; the CPU backend joins at most %d", fn, (int)n, COLL_MAX_RANKS);
-  cpu_seg* s = calloc(1, sizeof *s);
-  if (!s) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
   char hex[21];
   for (int i = 0; i < 10; i++) snprintf(hex + 2 * i, 3, "%02x", id[16 + i]);
+  /* The rank is claimed by a name only one socket can hold, for as long as its communicator (or
+   * its process) lives: the segment's file is unlinked once every rank joined, and a late
+   * initRank with a taken rank would otherwise make a new segment and wait there forever. */
+  int claim = -1;
+  int32_t rc = claim_rank(fn, hex, rank, &claim);
+  if (rc) return rc;
+  cpu_seg* s = calloc(1, sizeof *s);
+  if (!s) {
+    if (claim >= 0) close(claim);
+    return bg_set_error(BG_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+  }
 #ifdef __linux__
   const char* dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   snprintf(s->name, sizeof s->name, "%s/bgc-%s", dir, hex);
@@ -673,6 +749,7 @@ static int32_t cpu_init_rank(bg_device* dev, int32_t n, const uint8_t id[BG_COMM
   if (fd < 0) {
     int e = errno;
     free(s);
+    if (claim >= 0) close(claim);
     return bg_set_error(BG_ERR_NOT_PERMITTED, "%s: cannot open the shared segment (errno %d)", fn, e);
   }
   s->size = seg_size(n);
@@ -682,6 +759,7 @@ static int32_t cpu_init_rank(bg_device* dev, int32_t n, const uint8_t id[BG_COMM
     int e = errno;
     close(fd);
     free(s);
+    if (claim >= 0) close(claim);
     return bg_set_error(BG_ERR_OUT_OF_MEMORY, "%s: cannot size the shared segment (errno %d)", fn, e);
   }
   void* base = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -689,6 +767,7 @@ static int32_t cpu_init_rank(bg_device* dev, int32_t n, const uint8_t id[BG_COMM
   if (base == MAP_FAILED) {
     int e = errno;
     free(s);
+    if (claim >= 0) close(claim);
     return bg_set_error(BG_ERR_OUT_OF_MEMORY, "%s: cannot map the shared segment (errno %d)", fn, e);
   }
   s->base = base;
@@ -699,12 +778,14 @@ static int32_t cpu_init_rank(bg_device* dev, int32_t n, const uint8_t id[BG_COMM
   if (!atomic_compare_exchange_strong(&h->nranks, &zero, n) && zero != n) {
     munmap(base, s->size);
     free(s);
+    if (claim >= 0) close(claim);
     return bg_set_error(BG_ERR_INVALID_VALUE, "%s: the communicator of this id has %d ranks, not %d", fn, (int)zero, (int)n);
   }
   int32_t unclaimed = 0;
   if (!atomic_compare_exchange_strong(&h->claimed[rank], &unclaimed, 1)) {
     munmap(base, s->size);
     free(s);
+    if (claim >= 0) close(claim);
     return bg_set_error(BG_ERR_INVALID_VALUE, "%s: rank %d already joined the communicator of this id", fn, (int)rank);
   }
   atomic_fetch_add(&h->attached, 1);
@@ -712,8 +793,11 @@ static int32_t cpu_init_rank(bg_device* dev, int32_t n, const uint8_t id[BG_COMM
   if (!c) {
     atomic_store(&h->claimed[rank], 0);
     seg_release(s);
+    if (claim >= 0) close(claim);
     return bg_set_error(BG_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
   }
+  c->claim_fd = claim;
+  atomic_store_explicit(&h->pid[rank], (int32_t)getpid(), memory_order_release);
   /* the last to join frees the name: everyone has the segment mapped by then */
   if (atomic_fetch_add(&h->joined, 1) + 1 == n) {
 #ifdef __linux__
@@ -732,11 +816,40 @@ static int32_t cpu_comm_abort(void* comm) {
   return BG_OK;
 }
 
+/* A number that grows while any rank of the segment moves: barrier arrivals, chunks posted and
+ * taken. */
+static uint64_t seg_progress(cpu_comm* c) {
+  seg_hdr* h = HDR(c);
+  uint64_t sum = 0;
+  for (int r = 0; r < c->nranks; r++) sum += atomic_load_explicit(&h->arrive[r].v, memory_order_relaxed);
+  for (int a = 0; a < c->nranks; a++)
+    for (int b = 0; b < c->nranks; b++) {
+      chan* ch = CHAN(c, a, b);
+      sum += atomic_load_explicit(&ch->posted, memory_order_relaxed) + atomic_load_explicit(&ch->taken, memory_order_relaxed);
+    }
+  return sum;
+}
+
+#define DESTROY_STALL_NS 250000000ull /* no rank moved for this long: the pending calls are stuck */
+
 static int32_t cpu_comm_destroy(void* comm) {
   cpu_comm* c = comm;
-  while (atomic_load(&c->pending) > 0) { /* its queued one-shot jobs (an abort ends them) */
+  /* Its queued one-shot jobs run first, as long as the ranks make progress. Jobs waiting for a
+   * rank that does not come would keep this (the caller's thread) waiting forever: once no rank
+   * moved for DESTROY_STALL_NS, the communicator is aborted, which ends them on every rank. */
+  uint64_t seen = seg_progress(c), since = bg_now_ns();
+  while (atomic_load(&c->pending) > 0) {
     struct timespec ts = {0, 200000};
     nanosleep(&ts, NULL);
+    uint64_t p = seg_progress(c), now = bg_now_ns();
+    if (p != seen) {
+      seen = p;
+      since = now;
+    } else if (now - since > DESTROY_STALL_NS && !aborted(c)) {
+      seg_abort(c, BG_ERR_ILLEGAL_STATE,
+                "rank %d of %d was destroyed while %lld of its collectives waited for other ranks",
+                (int)c->rank, (int)c->nranks, (long long)atomic_load(&c->pending));
+    }
   }
   pthread_mutex_lock(&c->run_mu); /* a replay of a captured job may be running */
   pthread_mutex_unlock(&c->run_mu);
@@ -748,6 +861,7 @@ static int32_t cpu_comm_destroy(void* comm) {
   bg_obj_kill(c);
   pthread_mutex_destroy(&c->run_mu);
   pthread_mutex_destroy(&c->keep_mu);
+  if (c->claim_fd >= 0) close(c->claim_fd);
   seg_release(c->seg);
   free(c);
   return BG_OK;

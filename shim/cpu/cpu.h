@@ -409,7 +409,16 @@ void cpu_kernel_run(struct cpu_stream* s, cpu_kernel* k, const uint32_t g[3], co
 void cpu_event_retain(cpu_event* e);
 void cpu_event_release(cpu_event* e);
 void cpu_event_complete(cpu_event* e, uint64_t seq);
-void cpu_event_wait_seq(cpu_event* e, uint64_t seq);
+/* Wait until record `seq` is reached. An interprocess event whose pending records were issued
+ * only by processes that died: BG_ERR_ILLEGAL_STATE (a queued stream wait then ends). */
+int32_t cpu_event_wait_seq(cpu_event* e, uint64_t seq);
+/* Take the next record number (and, for an interprocess event, note this process issued it). */
+uint64_t cpu_event_take_seq(cpu_event* e);
+/* BG_ERR_ILLEGAL_STATE naming `fn` when record `seq` of an interprocess event can never be
+ * reached (its issuers died); else BG_OK. */
+int32_t cpu_event_check_peer(cpu_event* e, uint64_t seq, const char* fn);
+/* Whether process `pid` still exists (Linux: a zombie, killed and not yet reaped, does not). */
+int cpu_pid_alive(int32_t pid);
 /* Interprocess events: move the numbers into a new shared page (cpu_event_share), or into the
  * page of an exporting process's event (cpu_event_attach: `pid`, its memfd number and id). Off
  * Linux: BG_ERR_NOT_SUPPORTED. */

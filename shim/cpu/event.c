@@ -8,13 +8,16 @@
  * reach it. Ops hold references to the events they name, so destroying a pending event is fine.
  * An interprocess event keeps the two numbers in a page of a memfd that other processes map
  * (cpu_event_share, cpu_event_attach): records from any process bump the same numbers, and a
- * waiter polls the page (no condition variable reaches across processes).
+ * waiter polls the page (no condition variable reaches across processes). The page also says
+ * which process issued each recent record, so a wait whose records only dead processes could
+ * reach fails (BG_ERR_ILLEGAL_STATE) instead of waiting forever.
  * Calls no other file of the backend.
  */
 #include "cpu.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef __linux__
@@ -22,13 +25,87 @@
 #include <sys/syscall.h>
 #endif
 
-/* The shared page: the two numbers on separate cache lines. */
+/* The shared page: the two numbers on separate cache lines, then who issued the latest records:
+ * issuer[n % CPU_IPC_ISSUERS] = (n's low 32 bits << 32) | the issuing process's pid, written just
+ * after n is taken. A waiter whose records were all issued by processes that no longer exist
+ * (killed before reaching them) would wait forever: it fails instead (peer_lost). */
+#define CPU_IPC_ISSUERS 64
 typedef struct cpu_ipc_page {
   _Atomic uint64_t rec;
   uint8_t pad[56];
   _Atomic uint64_t done;
+  uint8_t pad2[56];
+  _Atomic uint64_t issuer[CPU_IPC_ISSUERS];
 } cpu_ipc_page;
 #define CPU_IPC_PAGE 4096
+_Static_assert(sizeof(cpu_ipc_page) <= CPU_IPC_PAGE, "the shared page");
+
+uint64_t cpu_event_take_seq(cpu_event* e) {
+  uint64_t seq = atomic_fetch_add(e->recp, 1) + 1;
+#ifdef __linux__
+  if (e->shm)
+    atomic_store_explicit(&e->shm->issuer[seq % CPU_IPC_ISSUERS],
+                          ((seq & 0xffffffffull) << 32) | (uint32_t)getpid(), memory_order_release);
+#endif
+  return seq;
+}
+
+#ifdef __linux__
+int cpu_pid_alive(int32_t pid) {
+  if (kill(pid, 0) != 0 && errno != EPERM) return 0;
+  char path[48], buf[256];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno != ENOENT;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 1;
+  buf[n] = 0;
+  const char* rp = strrchr(buf, ')'); /* "pid (comm) S ..." */
+  return !(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'));
+}
+#endif
+
+/* For an interprocess event not yet at `seq`: the pid of a process that issued a record at or
+ * after `seq` and died before reaching it, when every such record was issued by a process now
+ * gone (nothing will ever complete them); 0 while any may still complete (issued here, by a
+ * live process, or too many or too new to tell). */
+static int32_t peer_lost(cpu_event* e, uint64_t seq) {
+#ifdef __linux__
+  if (!e->shm) return 0;
+  uint64_t r = atomic_load_explicit(e->recp, memory_order_acquire);
+  if (atomic_load_explicit(e->donep, memory_order_acquire) >= seq || r < seq || r - seq >= CPU_IPC_ISSUERS)
+    return 0;
+  int32_t dead = 0, self = (int32_t)getpid();
+  for (uint64_t n = seq; n <= r; n++) {
+    uint64_t w = atomic_load_explicit(&e->shm->issuer[n % CPU_IPC_ISSUERS], memory_order_acquire);
+    if ((w >> 32) != (n & 0xffffffffull)) return 0; /* not written yet */
+    int32_t pid = (int32_t)(uint32_t)w;
+    if (pid == self || cpu_pid_alive(pid)) return 0;
+    dead = pid;
+  }
+  if (atomic_load_explicit(e->donep, memory_order_acquire) >= seq) return 0;
+  return dead;
+#else
+  (void)e, (void)seq;
+  return 0;
+#endif
+}
+#ifndef __linux__
+int cpu_pid_alive(int32_t pid) { return kill(pid, 0) == 0 || errno == EPERM; }
+#endif
+
+static int32_t lost_error(const char* fn, int32_t pid) {
+  return bg_set_error(BG_ERR_ILLEGAL_STATE,
+                      "%s: the interprocess event's pending record was issued by process %d, which "
+                      "exited before reaching it: it will never be reached",
+                      fn, (int)pid);
+}
+
+int32_t cpu_event_check_peer(cpu_event* e, uint64_t seq, const char* fn) {
+  int32_t pid = peer_lost(e, seq);
+  return pid ? lost_error(fn, pid) : BG_OK;
+}
 
 
 void cpu_event_retain(cpu_event* e) { atomic_fetch_add(&e->refs, 1); }
@@ -60,27 +137,35 @@ void cpu_event_complete(cpu_event* e, uint64_t seq) {
   pthread_mutex_unlock(&e->mu);
 }
 
-void cpu_event_wait_seq(cpu_event* e, uint64_t seq) {
-  if (atomic_load_explicit(e->donep, memory_order_acquire) >= seq) return;
+int32_t cpu_event_wait_seq(cpu_event* e, uint64_t seq) {
+  if (atomic_load_explicit(e->donep, memory_order_acquire) >= seq) return BG_OK;
   uint64_t t0 = bg_now_ns();
   for (unsigned i = 1; atomic_load_explicit(e->donep, memory_order_acquire) < seq; i++) {
     if ((i & 7) == 0) sched_yield(); else cpu_relax();
     if ((i & 31) == 0 && bg_now_ns() - t0 > CPU_SYNC_SPIN_NS) break;
   }
-  if (atomic_load_explicit(e->donep, memory_order_acquire) >= seq) return;
-  if (e->shm) { /* another process may reach the record: poll, sleeping up to 200 us a round */
+  if (atomic_load_explicit(e->donep, memory_order_acquire) >= seq) return BG_OK;
+  if (e->shm) { /* another process may reach the record: poll, sleeping up to 200 us a round, and
+                 * look every 20 ms whether the processes that must reach it still exist */
+    uint64_t checked = bg_now_ns();
     for (long ns = 1000; atomic_load_explicit(e->donep, memory_order_acquire) < seq;) {
       struct timespec ts = {0, ns};
       nanosleep(&ts, NULL);
       if (ns < 200000) ns *= 2;
+      if (bg_now_ns() - checked > 20000000ull) {
+        int32_t pid = peer_lost(e, seq);
+        if (pid) return lost_error("bg_event_synchronize", pid);
+        checked = bg_now_ns();
+      }
     }
-    return;
+    return BG_OK;
   }
   pthread_mutex_lock(&e->mu);
   atomic_fetch_add(&e->waiters, 1);
   while (atomic_load(e->donep) < seq) pthread_cond_wait(&e->cv, &e->mu);
   atomic_fetch_sub(&e->waiters, 1);
   pthread_mutex_unlock(&e->mu);
+  return BG_OK;
 }
 
 /* ---- interprocess events: the shared page ----------------------------------------------------- */

@@ -138,7 +138,7 @@ int32_t cpu_graph_launch(void* xv, void* sv) {
     cpu_op* eo = &x->ops[x->evslot_op[i]];
     cpu_event* e = eo->u.ev.e;
     if (eo->kind == OP_RECORD) {
-      seqs[i] = atomic_fetch_add(e->recp, 1) + 1;
+      seqs[i] = cpu_event_take_seq(e);
       atomic_store(&e->cap_id, 0);
     } else {
       seqs[i] = atomic_load(e->recp);
@@ -234,7 +234,7 @@ int32_t cpu_submit(void* sv, const uint8_t* p, uint64_t len) {
     cpu_event_retain(e);
     op.u.cmd.evs[i] = e;
     if (c.op == BG_CMD_EVENT_RECORD) {
-      op.u.cmd.seqs[i] = atomic_fetch_add(e->recp, 1) + 1;
+      op.u.cmd.seqs[i] = cpu_event_take_seq(e);
       atomic_store(&e->cap_id, 0);
     } else {
       op.u.cmd.seqs[i] = atomic_load(e->recp);

@@ -391,7 +391,7 @@ int32_t cpu_event_record(void* ev, void* sv) {
   int32_t rc = cpu_legacy_deps(s, "bg_event_record");
   if (rc) return rc;
   cpu_op op = {.kind = OP_RECORD};
-  uint64_t seq = atomic_fetch_add(e->recp, 1) + 1;
+  uint64_t seq = cpu_event_take_seq(e);
   atomic_store(&e->cap_id, 0);
   cpu_event_retain(e);
   op.u.ev.e = e;
@@ -413,6 +413,8 @@ int32_t cpu_stream_wait_event(void* sv, void* ev) {
   }
   uint64_t seq = atomic_load(e->recp);
   if (seq == 0 || atomic_load(e->donep) >= seq) return BG_OK; /* nothing to wait for */
+  int32_t lost = cpu_event_check_peer(e, seq, "bg_stream_wait_event");
+  if (lost) return lost;
   cpu_op op = {.kind = OP_WAIT};
   cpu_event_retain(e);
   op.u.ev.e = e;
@@ -424,7 +426,10 @@ int32_t cpu_event_query(void* ev) {
   cpu_event* e = ev;
   int32_t rc = cpu_capture_guard_event(e, "bg_event_query");
   if (rc) return rc;
-  if (atomic_load(e->donep) >= atomic_load(e->recp)) return BG_OK;
+  uint64_t seq = atomic_load(e->recp);
+  if (atomic_load(e->donep) >= seq) return BG_OK;
+  rc = cpu_event_check_peer(e, seq, "bg_event_query");
+  if (rc) return rc;
   return bg_set_error(BG_ERR_NOT_READY, "bg_event_query: the event's record is not reached yet");
 }
 
@@ -432,8 +437,7 @@ int32_t cpu_event_synchronize(void* ev) {
   cpu_event* e = ev;
   int32_t rc = cpu_capture_guard_event(e, "bg_event_synchronize");
   if (rc) return rc;
-  cpu_event_wait_seq(e, atomic_load(e->recp));
-  return BG_OK;
+  return cpu_event_wait_seq(e, atomic_load(e->recp));
 }
 
 int32_t cpu_event_elapsed(float* ms, void* av, void* bv) {
