@@ -7,7 +7,8 @@ import { addressOf } from "../ffi/result";
 import { CaptureModeId } from "../ffi/constants";
 import { captureEnded, type DeviceRef, type DeviceState } from "./device_state";
 import { GpuError, Status, describeGot, invalid, options } from "./errors";
-import { packArgs, type ArgArea, type ArgsOf, type Kernel, type Signature } from "./kernel";
+import type { Kernel } from "./kernel";
+import { areaOf, checkDevice, packArgs, type ArgArea, type ArgsOf, type Signature } from "./launch";
 import { INSPECT, plural } from "./inspect";
 import { Holds } from "./lifetime";
 import { RELEASE, Resource } from "./resource";
@@ -184,13 +185,7 @@ function abandon(stream: CaptureStream): void {
 
 // Packing area for setKernelArgs: an explicit 16 KiB ArrayBuffer (Bun never moves it).
 const SET_AB = new ArrayBuffer(16384);
-const SET_AREA: ArgArea = {
-  u32: new Uint32Array(SET_AB),
-  i32: new Int32Array(SET_AB),
-  f32: new Float32Array(SET_AB),
-  f64: new Float64Array(SET_AB),
-  i64: new BigInt64Array(SET_AB),
-};
+const SET_AREA: ArgArea = areaOf(SET_AB);
 const SET_PTR = addressOf(SET_AB);
 
 /** An instantiated graph: launch it on any created stream of its device, as often as wanted. */
@@ -263,7 +258,7 @@ export class GraphExec extends Resource {
     if (!Number.isInteger(index) || index < 0 || index >= this.kernelNodeCount)
       invalid(call, `kernel node ${String(index)} out of range (the graph has ${this.kernelNodeCount})`);
     if (!kernel || typeof kernel !== "object" || !Array.isArray((kernel as Kernel).signature)) invalid(call, "expected a Kernel");
-    if (kernel.device.state.handle !== this.device.state.handle) invalid(call, `${kernel.name}: kernel of another device`);
+    checkDevice(call, kernel, this.device);
     const node = this.#kernels?.[index];
     // Node order unknown (overlapping captures, commands from an encoder): the kernel must at
     // least be one captured, or of a module whose commands were captured.
@@ -275,7 +270,7 @@ export class GraphExec extends Resource {
           : `${describeKernel(kernel)} is not a kernel of this graph`,
       );
     kernel.handle; // throws if its module is disposed
-    packArgs(call, kernel.name, kernel.signature, args, this.device.state.handle, SET_AREA, 0);
+    packArgs(call, kernel, args, SET_AREA, 0); // the launch module's argument rules, as every door has them
     this.setPackedArgs(index, SET_PTR, kernel.signature.length);
     for (const a of args) if (a !== null && typeof a === "object") this.#holds.add(a);
     return this;

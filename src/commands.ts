@@ -4,29 +4,29 @@
 //
 // Format (shim/bungpu.h, "command buffers"): every command is an 8-byte header {u32 op, u32 size}
 // and an 8-byte-aligned, little-endian body. A launch is 48 + 8·nargs bytes: u64 kernel;
-// u32 grid[3]; u32 block[3]; u32 shared; u32 nargs; then the argument slots, packed by kernel.ts's
+// u32 grid[3]; u32 block[3]; u32 shared; u32 nargs; then the argument slots, packed by launch.ts's
 // packArgs straight into the list's memory. The list remembers where each launch's slots start,
 // so arguments can be rewritten in place later (patchArgs) and a replay submits the same bytes.
 //
-// Every command is validated as it is appended, with the rules of Kernel.launch and Stream.copy /
-// Stream.fill: a bad command throws GpuError and leaves the list exactly as it was (bytes written
+// Every command is validated as it is appended: a launch by ./launch (the check every door shares),
+// copies and fills by the rules of Stream.copy / Stream.fill: a bad command throws GpuError and leaves the list exactly as it was (bytes written
 // past the end while validating are not part of it until the length moves).
 //
 // Memory: one explicit ArrayBuffer of at least 64 KiB (Bun never moves those), doubled when full.
 // The shim copies the bytes before bg_submit returns, so the memory is free again at once.
 //
-// Over 600 lines on purpose: the format, its one encoder and its one launch validation are kept
-// in one file so that nothing else writes command bytes.
+// Over 600 lines on purpose: the format and its one encoder are kept in one file so that nothing
+// else writes command bytes.
 import { SubmitError, addressOf, submit } from "../ffi/result";
 import { Cmd, SUBMIT_SERIAL, SUBMIT_WAIT as BG_SUBMIT_WAIT, bg_cmd_copy_rec, bg_cmd_event_rec, bg_cmd_header, bg_cmd_launch_rec, bg_cmd_memset_rec } from "../ffi/constants";
-import { backends, type BackendRecord } from "./backends";
 import { Buffer, HostBuffer, checkSize, fillPattern, fillTypeOf, type FillType } from "./buffer";
 import { noteCaptured, type Device, type DeviceState } from "./device";
 import { GpuError, disposed, invalid, options, type BackendLabel } from "./errors";
 import { Event } from "./event";
 import { INSPECT, bytesText, plural } from "./inspect";
 import { Graph } from "./capture";
-import { Kernel, dim3, packArgs, type ArgArea, type ArgsOf, type ArgValue, type Dim3, type Signature } from "./kernel";
+import { Kernel } from "./kernel";
+import { CHECK_AREA, areaOf, checkArgs, checkDevice, checkGeometry, packArgs, type ArgArea, type ArgValue, type LaunchConfig, type Signature } from "./launch";
 import { Stream } from "./stream";
 
 // ---- the format: tags and sizes in one spot ------------------------------------------------------
@@ -50,12 +50,7 @@ export const LAUNCH_AT = bg_cmd_launch_rec.offset;
 export const SUBMIT_WAIT = BG_SUBMIT_WAIT;
 
 /** A launch of a kernel of signature `S`: `args` is typed from it (see ArgsOf). */
-export interface LaunchOptions<S extends Signature = Signature> {
-  grid: Dim3;
-  block: Dim3;
-  args: ArgsOf<S>;
-  sharedBytes?: number | undefined;
-}
+export type LaunchOptions<S extends Signature = Signature> = LaunchConfig<S>;
 
 export interface CopyOptions {
   bytes?: number | undefined;
@@ -122,66 +117,6 @@ function writeGeometry(u32: Uint32Array, w: number, gx: number, gy: number, gz: 
 
 const MIN_BYTES = 65536;
 const TWO32 = 4294967296;
-const U32_MAX = 4294967295;
-const DIM_MAX = 2147483647;
-
-// ---- launch validation: the one TypeScript check of a launch's geometry ---------------------------
-
-/** Each kernel's most threads per block, asked of the backend once. */
-const maxThreadsOf = new WeakMap<Kernel, number>();
-function maxThreads(kernel: Kernel): number {
-  let m = maxThreadsOf.get(kernel);
-  if (m === undefined) maxThreadsOf.set(kernel, (m = kernel.maxThreadsPerBlock));
-  return m;
-}
-
-/**
- * The device's limits, checked as the backend checks them, so that a launch it would refuse is
- * refused as it is appended, naming the kernel, not at submit after the commands before it ran.
- */
-function checkGeometry(call: string, kernel: Kernel, dev: DeviceState, max: number, gx: number, gy: number, gz: number, bx: number, by: number, bz: number): void {
-  const lim: BackendRecord["launchLimits"] = backends[dev.backend].launchLimits;
-  const b = lim.block, yz = lim.gridYZ;
-  if (bx * by * bz > max || (b !== null && (bx > b[0] || by > b[1] || bz > b[2])) || (yz !== null && (gy > yz || gz > yz)))
-    invalid(
-      call,
-      `${kernel.name}: grid ${gx}x${gy}x${gz}, block ${bx}x${by}x${bz} exceeds the limits (${max} threads per block for this kernel` +
-        `${b ? `; block x <= ${b[0]}, y <= ${b[1]}, z <= ${b[2]}` : ""}${yz !== null ? `; grid y,z <= ${yz}` : ""})`,
-    );
-  if (lim.blocks !== null && gx * gy * gz > lim.blocks)
-    invalid(call, `${kernel.name}: grid ${gx}x${gy}x${gz} has more than ${lim.blocks === U32_MAX ? "2^32-1" : lim.blocks} blocks (the ${dev.backend} backend's limit)`);
-}
-
-function checkShared(call: string, shared: unknown): number {
-  if (typeof shared !== "number" || !Number.isInteger(shared) || shared < 0 || shared > U32_MAX)
-    invalid(call, `sharedBytes must be a non-negative 32-bit integer, got ${String(shared)}`);
-  return shared;
-}
-
-// Validation scratch for checkLaunch (an explicit ArrayBuffer; its contents are never submitted).
-const CHECK_AB = new ArrayBuffer(16384);
-const CHECK_AREA = areaOf(CHECK_AB);
-
-/**
- * Validate a launch without appending it anywhere (a Step is made before its list): kernel alive,
- * grid and block, shared bytes, and every argument (packed into scratch). Returns the normalised
- * geometry.
- */
-export function checkLaunch(call: string, kernel: Kernel, cfg: LaunchOptions): { grid: [number, number, number]; block: [number, number, number]; sharedBytes: number } {
-  if (!(kernel instanceof Kernel)) invalid(call, "expected a Kernel");
-  if (!cfg || typeof cfg !== "object") invalid(call, "expected a launch configuration { grid, block, args }");
-  kernel.handle; // throws if its module is gone
-  const grid = dim3(call, "grid", cfg.grid);
-  const block = dim3(call, "block", cfg.block);
-  const sharedBytes = checkShared(call, cfg.sharedBytes ?? 0);
-  checkArgs(call, kernel, cfg.args);
-  return { grid, block, sharedBytes };
-}
-
-/** Validate `args` for `kernel` (packed into scratch, never submitted). */
-export function checkArgs(call: string, kernel: Kernel, args: readonly ArgValue[]): void {
-  packArgs(call, kernel.name, kernel.signature, args, kernel.device.state.handle, CHECK_AREA, 0, kernel.codes);
-}
 
 // ---- the list ------------------------------------------------------------------------------------
 
@@ -203,11 +138,10 @@ export class CommandList {
   #fills = 0;
   #events = 0;
   #lastArgOffset = -1;
-  /** The last kernel launched, checked once: its module, handle and most threads per block. */
+  /** The last kernel launched, checked once: its module and handle. */
   #kernel: Kernel | null = null;
   #module: Kernel["module"] | null = null;
   #khandle = 0;
-  #maxThreads = 0;
   /** The last four references added: one used again soon after is not added again. */
   #r0: Ref | null = null;
   #r1: Ref | null = null;
@@ -285,8 +219,7 @@ export class CommandList {
   #useKernel(call: string, kernel: Kernel): void {
     if (!(kernel instanceof Kernel)) invalid(call, "expected a Kernel");
     const h = kernel.handle; // throws if its module or device is gone
-    if (kernel.module.device.state !== this.#dev) invalid(call, `${kernel.name}: kernel of another device`);
-    this.#maxThreads = maxThreads(kernel);
+    checkDevice(call, kernel, this.device);
     this.#khandle = h;
     this.#module = kernel.module;
     this.#kernel = kernel;
@@ -323,7 +256,6 @@ export class CommandList {
     return h;
   }
 
-  /** Append a kernel launch: the same checks as Kernel.launch, no FFI crossing. */
   /**
    * @internal launch() for a kernel typed only as Signature, its arguments a plain array (the
    * package's plans and schedules build them). TypeScript 7 (`bun check`) maps
@@ -333,24 +265,21 @@ export class CommandList {
     return this.launch(kernel, cfg as LaunchOptions, call);
   }
 
+  /** Append a kernel launch: checked by ./launch as Kernel.launch is (under `call`'s name), no FFI crossing. */
   launch<S extends Signature>(kernel: Kernel<S>, cfg: LaunchOptions<NoInfer<S>>, call = "CommandList.launch"): this {
-    const dev = this.#dev;
     if (kernel !== this.#kernel || this.#kernel === null) this.#useKernel(call, kernel);
     const m = this.#module!;
     if (m.disposed) kernel.handle; // throws: its module or device is gone
     const k = this.#khandle;
-    if (cfg === null || typeof cfg !== "object") invalid(call, `${kernel.name}: expected { grid, block, args }`);
+    const g = checkGeometry(call, kernel, cfg);
+    const gx = g[0]!, gy = g[1]!, gz = g[2]!, bx = g[3]!, by = g[4]!, bz = g[5]!, shared = g[6]!;
     const n = kernel.codes.length;
     const size = CMD_BYTES.LAUNCH_HEADER + 8 * n;
     if (this.#len + size > this.#cap) this.#grow(size);
     const off = this.#len;
-    const g = geometry(call, cfg);
-    const gx = g[0]!, gy = g[1]!, gz = g[2]!, bx = g[3]!, by = g[4]!, bz = g[5]!;
-    checkGeometry(call, kernel, dev, this.#maxThreads, gx, gy, gz, bx, by, bz);
-    const shared = cfg.sharedBytes === undefined ? 0 : checkShared(call, cfg.sharedBytes);
     // Arguments straight into their slots (validated first; the length has not moved yet).
     const args = cfg.args;
-    packArgs(call, kernel.name, kernel.signature, args, dev.handle, this.#area, (off + CMD_BYTES.LAUNCH_HEADER) >>> 3, kernel.codes);
+    packArgs(call, kernel, args, this.#area, (off + CMD_BYTES.LAUNCH_HEADER) >>> 3);
     const u32 = this.#u32;
     const w = off >>> 2;
     u32[w] = CMD.LAUNCH;
@@ -654,11 +583,8 @@ export class CommandList {
    */
   patchLaunch(call: string, argOffset: number, kernel: Kernel, cfg: LaunchOptions): void {
     const w = this.#launchAt(call, argOffset, kernel);
-    if (cfg === null || typeof cfg !== "object") invalid(call, `${kernel.name}: expected { grid, block, args }`);
-    const g = geometry(call, cfg);
-    const gx = g[0]!, gy = g[1]!, gz = g[2]!, bx = g[3]!, by = g[4]!, bz = g[5]!;
-    checkGeometry(call, kernel, this.#dev, maxThreads(kernel), gx, gy, gz, bx, by, bz);
-    const shared = cfg.sharedBytes === undefined ? 0 : checkShared(call, cfg.sharedBytes);
+    const g = checkGeometry(call, kernel, cfg);
+    const gx = g[0]!, gy = g[1]!, gz = g[2]!, bx = g[3]!, by = g[4]!, bz = g[5]!, shared = g[6]!;
     checkArgs(call, kernel, cfg.args);
     const u32 = this.#u32, src = CHECK_AREA.u32, a = argOffset >>> 2;
     const codes = kernel.codes;
@@ -672,7 +598,7 @@ export class CommandList {
   /** The word index of the launch record of `kernel` whose argument slots start at byte `argOffset`, else INVALID_VALUE. */
   #launchAt(call: string, argOffset: number, kernel: Kernel): number {
     if (!(kernel instanceof Kernel)) invalid(call, "expected a Kernel");
-    if (kernel.device.state !== this.#dev) invalid(call, `${kernel.name}: kernel of another device`);
+    checkDevice(call, kernel, this.device);
     const off = argOffset - LAUNCH_AT.args;
     const u32 = this.#u32, w = off >>> 2;
     const k = kernel.handle; // throws if its module or device is gone
@@ -727,30 +653,10 @@ function refName(r: Ref): string {
   return r instanceof HostBuffer ? "host buffer" : r.constructor.name.toLowerCase();
 }
 
-function areaOf(ab: ArrayBuffer): ArgArea {
-  return { u32: new Uint32Array(ab), i32: new Int32Array(ab), f32: new Float32Array(ab), f64: new Float64Array(ab), i64: new BigInt64Array(ab) };
-}
-
 function put64(u32: Uint32Array, w: number, v: number): void {
   const lo = v >>> 0;
   u32[w] = lo;
   u32[w + 1] = (v - lo) / TWO32;
-}
-
-/** A launch's grid and block as [gx, gy, gz, bx, by, bz] in one reused array: numbers take a path
- * with no allocation; arrays go through dim3. Read it before the next call. */
-const GEO = new Uint32Array(6);
-function geometry(call: string, cfg: LaunchOptions): Uint32Array {
-  const grid = cfg.grid, block = cfg.block;
-  if (typeof grid === "number" && grid >= 1 && grid <= DIM_MAX && Math.floor(grid) === grid) {
-    GEO[0] = grid;
-    GEO[1] = GEO[2] = 1;
-  } else GEO.set(dim3(call, "grid", grid), 0);
-  if (typeof block === "number" && block >= 1 && block <= DIM_MAX && Math.floor(block) === block) {
-    GEO[3] = block;
-    GEO[4] = GEO[5] = 1;
-  } else GEO.set(dim3(call, "block", block), 3);
-  return GEO;
 }
 
 function inRange(call: string, what: string, len: number, off: number, bytes: number): void {

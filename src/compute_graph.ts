@@ -12,7 +12,8 @@ import type { CopyOptions, EncoderMark, FillOptions } from "./commands";
 import { CommandEncoder, type DispatchOptions } from "./encoder";
 import { bufferRange, planBarriers, type BufferRange, type PlannedBarrier } from "./hazards";
 import { INSPECT, plural } from "./inspect";
-import { dim3, type ArgValue, type Kernel, type Signature } from "./kernel";
+import type { Kernel } from "./kernel";
+import { GEO, checkArgs, type ArgValue, type Signature } from "./launch";
 import type { Stream } from "./stream";
 
 export type { Hazard, PlannedBarrier } from "./hazards";
@@ -145,19 +146,18 @@ export class ComputeGraph {
   }
 
   /** Record a dispatch; returns its node index. */
-  dispatch<S extends Signature>(kernel: Kernel<S>, cfg: GraphDispatchOptions<NoInfer<S>>): number {
-    const call = "ComputeGraph.dispatch";
-    if (cfg === null || typeof cfg !== "object") invalid(call, "expected { grid, block, args }");
-    const reads = cfg.reads !== undefined ? resolveAccess(call, this.#dev, "reads", cfg.reads) : null;
-    const writes = cfg.writes !== undefined ? resolveAccess(call, this.#dev, "writes", cfg.writes) : null;
+  dispatch<S extends Signature>(kernel: Kernel<S>, cfg: GraphDispatchOptions<NoInfer<S>>, call = "ComputeGraph.dispatch"): number {
+    const given = cfg !== null && typeof cfg === "object";
+    const reads = given && cfg.reads !== undefined ? resolveAccess(call, this.#dev, "reads", cfg.reads) : null;
+    const writes = given && cfg.writes !== undefined ? resolveAccess(call, this.#dev, "writes", cfg.writes) : null;
     const n = this.#begin("dispatch");
-    this.#seq.dispatch(kernel, cfg); // validates everything else; throws with the graph unchanged
+    this.#seq.launch(kernel, cfg, call); // the launch module's checks (./launch); throws with the graph unchanged
     n.argOffset = this.#seq.lastArgOffset;
     n.kernel = kernel;
     n.args = [...cfg.args];
-    n.grid = dim3(call, "grid", cfg.grid);
-    n.block = dim3(call, "block", cfg.block);
-    n.sharedBytes = cfg.sharedBytes ?? 0;
+    n.grid = [GEO[0]!, GEO[1]!, GEO[2]!]; // the launch just checked, normalised
+    n.block = [GEO[3]!, GEO[4]!, GEO[5]!];
+    n.sharedBytes = GEO[6]!;
     if (reads === null || writes === null) {
       const all: BufferRange[] = [];
       const sig = kernel.signature;
@@ -313,9 +313,9 @@ export class ComputeGraph {
     const k = n.kernel!;
     k.handle; // the module is alive
     const sig = k.signature;
-    if (!Array.isArray(args)) invalid(call, `${k.name}: args must be an array`);
+    checkArgs(call, k, args); // every argument as a launch checks it (./launch), before the binding rule
     for (let i = 0; i < sig.length; i++) {
-      if (sig[i] !== "buffer" || !(args[i] instanceof Buffer)) continue; // patchArgs refuses the rest
+      if (sig[i] !== "buffer") continue;
       const now = args[i] as Buffer, was = n.args[i] as Buffer;
       if (now !== was && (now.address !== was.address || now.byteLength !== was.byteLength))
         invalid(call, `${k.name}: argument ${i} must bind the buffer range it was recorded with (setArgs changes scalars; record a new graph to rebind buffers)`);

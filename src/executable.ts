@@ -11,7 +11,7 @@ import { CaptureMode, GraphExec } from "./capture";
 import { CMD_BYTES, CommandList } from "./commands";
 import { planFixedStreams, planStreams, segments, singleStreamPlan, type StreamPlan } from "./hazards";
 import { INSPECT, plural } from "./inspect";
-import type { ArgValue } from "./kernel";
+import { checkArgs, type ArgValue } from "./launch";
 import type { PeerCopyPath, Stream } from "./stream";
 import { isBuffer, type KernelOp, type Step } from "./step";
 
@@ -380,10 +380,10 @@ export class Executable {
     if (!this.#live) disposed(call, "executable");
     const k = this.#kernelStep(call, stepIndex).kernel;
     const old = this.#args[stepIndex]!;
-    // validate everything first (a scratch pack), then refuse a moved buffer binding, then patch
-    if (!Array.isArray(args)) invalid(call, `${k.name}: args must be an array`);
+    // validate everything first (a scratch pack, ./launch's rules), then refuse a moved buffer binding, then patch
+    checkArgs(call, k, args);
     for (let i = 0; i < k.signature.length; i++) {
-      if (k.signature[i] !== "buffer" || !(args[i] instanceof Buffer)) continue; // patchArgs refuses the rest
+      if (k.signature[i] !== "buffer") continue;
       const a = args[i] as Buffer, b = old[i] as Buffer;
       if (a !== b && (a.address !== b.address || a.byteLength !== b.byteLength))
         invalid(call, `${k.name}: argument ${i} is a buffer binding; it may not change range in a compiled schedule (its hazards depend on it); build a new schedule`);

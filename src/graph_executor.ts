@@ -102,14 +102,14 @@ export class GraphSession {
 
   dispatch<S extends Signature>(kernel: Kernel<S>, cfg: GraphDispatchOptions<NoInfer<S>>): this {
     if (this.#state !== "open") this.#closed("GraphSession.dispatch");
-    if (this.#graph) this.#graph.dispatch(kernel, cfg);
+    if (this.#graph) this.#graph.dispatch(kernel, cfg, "GraphSession.dispatch");
     else {
       if (cfg !== null && typeof cfg === "object" && (cfg.reads !== undefined || cfg.writes !== undefined)) {
         const dev = this.executor.device.state;
         if (cfg.reads !== undefined) resolveAccess("GraphSession.dispatch", dev, "reads", cfg.reads);
         if (cfg.writes !== undefined) resolveAccess("GraphSession.dispatch", dev, "writes", cfg.writes);
       }
-      this.#enc!.dispatch(kernel, cfg);
+      this.#enc!.launch(kernel, cfg, "GraphSession.dispatch");
     }
     this.stats.dispatches++;
     if (this.#flushEvery) this.#tick();

@@ -45,7 +45,7 @@ export class Schedule {
   }
 
   addKernel<S extends Signature>(kernel: Kernel<S>, cfg: KernelStepConfig<NoInfer<S>>): this {
-    return this.add(Step.kernel(kernel, cfg));
+    return this.add(Step.kernel(kernel, cfg, "Schedule.addKernel"));
   }
 
   addCopy(dst: Buffer, src: Buffer, opts?: CopyStepOptions): this {

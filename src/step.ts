@@ -4,9 +4,10 @@
 import { Buffer, checkSize, fillPattern, fillTypeOf, type FillType, type GpuBufferOf } from "./buffer";
 import type { Device } from "./device";
 import { describeValue, invalid, disposed, options } from "./errors";
-import { CommandList, checkLaunch, validateCommand } from "./commands";
+import { CommandList, validateCommand } from "./commands";
 import { hazardBetween, overlaps, rangeOf, type ByteRange } from "./hazards";
-import type { Kernel, ArgsOf, ArgValue, Dim3, Signature } from "./kernel";
+import { Kernel } from "./kernel";
+import { checkLaunch, type ArgsOf, type ArgValue, type Dim3, type Signature } from "./launch";
 
 // ---- steps -----------------------------------------------------------------------------------------
 
@@ -79,15 +80,20 @@ export class Step {
     return this.op.kind;
   }
 
-  /** A kernel launch. Its ranges are `reads`/`writes`, or, when neither is given, every buffer argument read and written. */
   /** @internal Step.kernel for a kernel typed only as Signature, its arguments a plain array (see CommandList.launchArgs). */
   static kernelArgs(kernel: Kernel, cfg: Omit<KernelStepConfig, "args"> & { args: readonly ArgValue[] }): Step {
     return Step.kernel(kernel, cfg as KernelStepConfig);
   }
 
-  static kernel<S extends Signature>(kernel: Kernel<S>, cfg: KernelStepConfig<NoInfer<S>>): Step {
-    const call = "Step.kernel";
-    const { grid, block, sharedBytes } = checkLaunch(call, kernel, cfg);
+  /**
+   * A kernel launch, checked as every launch is (./launch). Its ranges are `reads`/`writes`, or,
+   * when neither is given, every buffer argument read and written. `call` names the door in
+   * errors (Schedule.addKernel passes its own).
+   */
+  static kernel<S extends Signature>(kernel: Kernel<S>, cfg: KernelStepConfig<NoInfer<S>>, call = "Step.kernel"): Step {
+    if (!(kernel instanceof Kernel)) invalid(call, "expected a Kernel");
+    kernel.handle; // throws if its module or device is gone
+    const { grid, block, sharedBytes } = checkLaunch(call, kernel, cfg); // what every launch door checks (./launch)
     const dev = kernel.device;
     const args: ArgValue[] = [...(cfg.args as readonly ArgValue[])];
     const argBufs = args.filter(isBuffer);

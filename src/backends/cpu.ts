@@ -125,7 +125,6 @@ export const cpu = {
   tensorCompileOptions: ["-ffp-contract=off"],
   // the C for the CPU does not depend on its model
   codeDependsOnModel: false,
-  launchLimits: { block: [1024, 1024, 64], gridYZ: 65535, blocks: 4294967295 },
   legacyDefaultStream: true,
   streamWaitValue: false,
   computesOnHost: true,

@@ -95,7 +95,6 @@ export const cuda = {
   compilerIdentity: cudaCompilerIdentity,
   tensorCompileOptions: [],
   codeDependsOnModel: true,
-  launchLimits: { block: [1024, 1024, 64], gridYZ: 65535, blocks: null },
   legacyDefaultStream: true,
   streamWaitValue: true,
   computesOnHost: false,

@@ -37,7 +37,6 @@ export const metal = {
   tensorCompileOptions: [],
   codeDependsOnModel: true,
   // the device's maxThreadsPerBlock is its only limit
-  launchLimits: { block: null, gridYZ: null, blocks: null },
   legacyDefaultStream: false,
   streamWaitValue: false,
   computesOnHost: false,

@@ -31,15 +31,6 @@ export interface BackendRecord {
   readonly tensorCompileOptions: readonly string[];
   /** Whether generated code can differ between two devices of this backend (a plan cache keys on the model then). */
   readonly codeDependsOnModel: boolean;
-  /**
-   * Launch geometry the backend refuses, checked before a command is queued: per-dimension block
-   * limits, the limit on grid.y and grid.z, the most blocks in a grid (null: no such limit).
-   */
-  readonly launchLimits: {
-    readonly block: readonly [number, number, number] | null;
-    readonly gridYZ: number | null;
-    readonly blocks: number | null;
-  };
   /** Whether its default stream is a legacy one that every blocking stream's work is ordered with. */
   readonly legacyDefaultStream: boolean;
   /** Whether its streams can wait on a word in memory (stream memory operations), for host functions. */
