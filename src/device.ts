@@ -9,7 +9,7 @@ import { Buffer, HostBuffer, releaseDeviceMemory, type FillType, type GpuBufferO
 import { DEVICE, newDeviceState, type DeviceState } from "./device_state";
 import { GpuError, Status, invalid, disposed, options, reword, describeValue } from "./errors";
 import { Event, type EventOptions } from "./event";
-import { beforeBlockingWait, insideHostFnOf, raiseDeviceFailures } from "./hostfn";
+import { beforeBlockingWait, deferDispose, insideHostFnOf, raiseDeviceFailures } from "./hostfn";
 import { INSPECT, plural } from "./inspect";
 import { settled } from "./poll";
 import { closeWakeStreams } from "./wake";
@@ -401,13 +401,16 @@ export class Device {
     // Inside a host function of one of its streams: that stream is held until the function
     // returns, so the device closes in a later turn (dispose() never throws).
     if (insideHostFnOf((s) => all.includes(s))) {
-      setImmediate(() => this.dispose());
+      deferDispose(() => this.dispose());
       return;
     }
     try {
       beforeBlockingWait("Device.dispose", (s) => all.includes(s), () => this.#idle(all));
     } catch {
-      /* dispose() never throws */
+      // An async host function awaits its promise: closing now could block on a stream that
+      // still needs the JS thread. Try again in a later turn (dispose() never throws).
+      deferDispose(() => this.dispose());
+      return;
     }
     for (const ref of [...this.state.dependents]) {
       try {

@@ -45,11 +45,25 @@ export function refuseSelfWait(call: string, waitsOn: (stream: number) => boolea
 }
 
 /**
- * Whether this runs inside a host function whose stream `waitsOn` names: such a stream is held
- * until the function returns, so a dispose() that must wait for it is deferred instead.
+ * Whether a host function of a stream `waitsOn` names holds that stream now: this runs inside
+ * it, or it is an async function awaiting its promise (which cannot settle while the JS thread
+ * blocks). Either way the stream is held until the function finishes, so a dispose() that must
+ * wait for it is deferred instead (deferDispose): waiting would deadlock, and dispose() never
+ * throws.
  */
 export function insideHostFnOf(waitsOn: (stream: number) => boolean): boolean {
-  return runningOn !== 0 && waitsOn(runningOn);
+  if (runningOn !== 0 && waitsOn(runningOn)) return true;
+  for (const p of pending) if (p.running && waitsOn(p.stream)) return true;
+  return false;
+}
+
+/**
+ * Try a deferred dispose() again shortly. The timer does not keep the process alive by itself
+ * (an async host function that never settles must not, either).
+ */
+export function deferDispose(retry: () => void): void {
+  const t = setTimeout(retry, 2);
+  (t as { unref?: () => void }).unref?.();
 }
 
 /** The calls that belong to no device (signals). */

@@ -6,7 +6,7 @@ import { captureEnded, isDevice, noteCaptured, type DeviceRef, type DeviceState 
 import { GpuError, Status, describeGot, describeValue, invalid, disposed, options } from "./errors";
 import { HOLD } from "./lifetime";
 import { Event } from "./event";
-import { abandonFailures, beforeBlockingWait, enqueueHostFn, insideHostFnOf, raiseFailures, recordFailure, type FailureSink } from "./hostfn";
+import { abandonFailures, beforeBlockingWait, deferDispose, enqueueHostFn, insideHostFnOf, raiseFailures, recordFailure, type FailureSink } from "./hostfn";
 import { CaptureMode, beginCapture as beginCaptureOn, endCapture as endCaptureOn, type CaptureStatus, type Graph } from "./capture";
 import { MemoryPool } from "./memory_pool";
 import { pollUntil, settled } from "./poll";
@@ -410,17 +410,21 @@ export class Stream extends Resource {
     if (!this.disposed && !this.isDefault) {
       const h = this.rawHandle;
       const api = this.dev.api;
-      // Inside one of this stream's own host functions the stream is held until the function
-      // returns, so waiting for it here could never end: the dispose happens in a later turn
-      // (dispose() never throws).
+      // Inside one of this stream's own host functions, or while an async one awaits its
+      // promise, the stream is held until the function finishes, so waiting for it here could
+      // never end: the dispose happens in a later turn (dispose() never throws).
       if (insideHostFnOf((s) => s === h)) {
-        setImmediate(() => this.dispose());
+        deferDispose(() => this.dispose());
         return;
       }
       try {
         beforeBlockingWait("Stream.dispose", (s) => s === h, () => settled(() => api.stream_query(h)));
       } catch {
-        /* dispose() never throws: what the host functions reported stays for no one */
+        // The wait could not be finished here (an async host function awaits its promise, which
+        // the blocked JS thread could never settle): destroying now would block on a stream
+        // that still needs the JS thread. Try again in a later turn (dispose() never throws).
+        deferDispose(() => this.dispose());
+        return;
       }
     }
     super.dispose();
