@@ -148,6 +148,8 @@ const launchArea = areaOf(ARG_AB);
 
 export class Kernel<S extends Signature = Signature> implements LaunchTarget {
   readonly module: Module;
+  /** Its module's device (a field: every launch reads it). */
+  readonly device: Device;
   readonly name: string;
   readonly signature: S;
   /** The signature as packing codes (see sigCodes). */
@@ -158,16 +160,13 @@ export class Kernel<S extends Signature = Signature> implements LaunchTarget {
 
   constructor(module: Module, handle: number, name: string, signature: ArgType[]) {
     this.module = module;
+    this.device = module.device;
     this.#handle = handle;
     this.#backend = module.device.backend;
     this.name = name;
     this.signature = Object.freeze(signature) as readonly ArgType[] as S;
     this.codes = sigCodes(signature);
     kernelNamesByHandle.set(handle, name); // timelines name launches by handle (src/trace)
-  }
-
-  get device(): Device {
-    return this.module.device;
   }
 
   get handle(): number {

@@ -200,6 +200,10 @@ export function areaOf(ab: ArrayBuffer): ArgArea {
   return { u32: new Uint32Array(ab), i32: new Int32Array(ab), f32: new Float32Array(ab), f64: new Float64Array(ab), i64: new BigInt64Array(ab) };
 }
 
+function disposedArg(call: string, name: string, i: number): never {
+  throw new GpuError(Status.INVALID_HANDLE, `${call}: ${name}: argument ${i} is a disposed buffer`, { backend: "typescript", call });
+}
+
 function argError(call: string, name: string, i: number, want: string, got: unknown): never {
   invalid(call, `${name}: argument ${i} must be ${want}, got ${typeof got === "object" && got ? got.constructor.name : describeGot(got)}`);
 }
@@ -223,7 +227,7 @@ export function packArgs(call: string, k: LaunchTarget, args: readonly ArgValue[
         if (!(v instanceof Buffer)) argError(call, name, i, "a Buffer", v);
         if (dev < 0) dev = k.device.state.handle;
         if (v.device.state.handle !== dev) invalid(call, `${name}: argument ${i} is a buffer of another device (${v.device.spec})`);
-        if (v.disposed) throw new GpuError(Status.INVALID_HANDLE, `${call}: ${name}: argument ${i} is a disposed buffer`, { backend: "typescript", call });
+        if (v.disposed) disposedArg(call, name, i);
         const a = v.address;
         u32[w] = a >>> 0;
         u32[w + 1] = (a / 4294967296) >>> 0;
