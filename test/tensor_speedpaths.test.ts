@@ -12,7 +12,7 @@ import { Tensor } from "../src/tensor";
 import { Ref, seededRandom } from "../src/tensor/reference";
 import { speedCases, speedErrors } from "./fixtures/speedpaths_cases";
 import { kernelSources } from "./kernels";
-import { expectCode, expectInvalid } from "./tensor_helpers";
+import { expectCode, expectInvalid, toTensor } from "./tensor_helpers";
 
 const cpu = Device.default().backend === "cpu";
 
@@ -56,9 +56,31 @@ describe("CPU reduce tiles", () => {
     expect([rows(narrow), cols(narrow)]).toEqual([6, 32]);
     expect(narrow).not.toContain("bg_pk"); // B rows 384 bytes apart: read in place
     const gemv = src(mm(1, 32, 1024));
-    expect([rows(gemv), cols(gemv)]).toEqual([1, 32]);
+    expect([rows(gemv), cols(gemv)]).toEqual([1, 128]); // x·W streams W's rows, 128 columns at a time
+    expect(gemv).toContain("__builtin_prefetch"); // the rows ahead
     expect(gemv).not.toContain("bg_pk"); // one row tile: nothing would reuse a panel
+    expect(cols(src(mm(1, 32, 224)))).toBe(32); // under 256 columns: the register tile
     expect(cols(src(mm(64, 32, 48)))).toBe(16); // 48 columns: 16-column tiles
+  });
+});
+
+describe("CPU row-streaming matrix-vector products", () => {
+  test.if(cpu)("x·W (+ b, gelu) matches float64 with partial column tiles and sums past the 4096-row block", () => {
+    for (const [K, N] of [[5000, 300], [96, 1000], [777, 256]] as const) {
+      const xr = randRef([1, K], K), wr = randRef([K, N], N), br = randRef([N], 3);
+      const plan = toTensor(xr).matmul(toTensor(wr)).add(toTensor(br)).gelu().prepare();
+      try {
+        expect(plan.preparedKernels()[0]!.source).toContain("__builtin_prefetch");
+        plan.execute();
+        const got = plan.readOutput(0) as Float32Array;
+        const want = xr.matmul(wr).zip(br, (a, b) => a + b).map((v) => 0.5 * v * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (v + 0.044715 * v ** 3))));
+        let worst = 0;
+        for (let j = 0; j < N; j++) worst = Math.max(worst, Math.abs(got[j]! - want.data[j]!) / (1 + Math.abs(want.data[j]!)));
+        expect(worst).toBeLessThan(2e-5 * Math.sqrt(K));
+      } finally {
+        plan.dispose();
+      }
+    }
   });
 });
 
