@@ -15,7 +15,7 @@
 //     side costs.
 // Then the outputs' agreement (max |diff| of the logits over a greedy generation, same tokens?),
 // the ratios, and a per-kernel profile of the decode step (executeWithVarsProfiled).
-// Run: bun run bench/gpt2.bench.ts   (TENSOR_BENCH_QUICK=1 for a short run; PYTHON=… names the
+// Run: bun run bench/gpt2.bench.ts   (TENSOR_BENCH_QUICK=1 for a short run; GPT2_BENCH_SHAPE=124m for GPT-2 small's shape; PYTHON=… names the
 //      interpreter, python3 by default)
 import { bench, do_not_optimize, group, run, summary } from "mitata";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
@@ -26,13 +26,19 @@ import { GPT2, writeRandomGPT2, type GPT2Config } from "../src/models";
 import { OrtGPT2 } from "./onnx/ort_gpt2";
 import { pipCacheRoot, pipInstallOnce } from "../test/pip_cache";
 
+// Steady-state timings: kernels built at -O3 before they run (no tiered first build; see bench/coldstart.bench.ts).
+process.env.BUNGPU_TIER ??= "optimized";
+
 const quick = !!process.env.TENSOR_BENCH_QUICK;
 const note = (s: string) => process.stderr.write(`${s}\n`);
 
-const CFG: GPT2Config = { nLayer: 4, nEmbd: 256, nHead: 4, vocabSize: 2048, nCtx: 256 };
-const PROMPT = 32;
+// GPT2_BENCH_SHAPE=124m: GPT-2 small's shape (12 layers, width 768, 12 heads, vocabulary 50257,
+// context 1024: 498 MB of float32 weights, read from memory at every decode step), prompt of 64
+const big = process.env.GPT2_BENCH_SHAPE === "124m";
+const CFG: GPT2Config = big ? { nLayer: 12, nEmbd: 768, nHead: 12, vocabSize: 50257, nCtx: 1024 } : { nLayer: 4, nEmbd: 256, nHead: 4, vocabSize: 2048, nCtx: 256 };
+const PROMPT = big ? 64 : 32;
 const LONG = 192; // a second decode position, the cache holding this many tokens
-const GEN = quick ? 16 : 48; // tokens generated to compare the outputs
+const GEN = quick || big ? 16 : 48; // tokens generated to compare the outputs
 
 const dev = Device.default();
 const threads = dev.props.computeUnits;

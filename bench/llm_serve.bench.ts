@@ -15,6 +15,9 @@ import { Device } from "../src";
 import { SHAPES } from "../examples/serve";
 import { GPT2, randomGPT2Weights } from "../src/models";
 
+// Steady-state timings: kernels built at -O3 before they run (no tiered first build; see bench/coldstart.bench.ts).
+process.env.BUNGPU_TIER ??= "optimized";
+
 const quick = !!process.env.LLM_BENCH_QUICK;
 const SHAPE = process.env.LLM_BENCH_SHAPE ?? "demo";
 const WINDOW_MS = quick ? 2000 : 5000;

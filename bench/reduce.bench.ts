@@ -11,6 +11,9 @@ import { ExecMode } from "../src/schedule";
 import { Tensor, type ExecutionPlan } from "../src/tensor";
 import { seededRandom } from "../src/tensor/reference";
 
+// Steady-state timings: kernels built at -O3 before they run (no tiered first build; see bench/coldstart.bench.ts).
+process.env.BUNGPU_TIER ??= "optimized";
+
 const quick = !!process.env.REDUCE_BENCH_QUICK;
 const dev = Device.default();
 

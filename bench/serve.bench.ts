@@ -19,6 +19,9 @@ import type { ExecutionPlan } from "../src/tensor";
 import { IN, OUT, mlpReference, mlpWeights, prepareMlp } from "../examples/server";
 import { mlpOnnx } from "./onnx/serve_mlp";
 
+// Steady-state timings: kernels built at -O3 before they run (no tiered first build; see bench/coldstart.bench.ts).
+process.env.BUNGPU_TIER ??= "optimized";
+
 const quick = !!process.env.SERVE_BENCH_QUICK;
 const WINDOW_MS = quick ? 300 : 1000;
 const PASSES = quick ? 1 : 2;

@@ -29,6 +29,9 @@ import { collectVars } from "../src/tensor/scheduler";
 import { initializer, node, Pb, valueInfo } from "./onnx/writer";
 import { seededRandom } from "../src/tensor/reference";
 
+// Steady-state timings: kernels built at -O3 before they run (no tiered first build; see bench/coldstart.bench.ts).
+process.env.BUNGPU_TIER ??= "optimized";
+
 const quick = !!process.env.TENSOR_BENCH_QUICK;
 const note = (s: string) => process.stderr.write(`${s}\n`);
 
@@ -335,6 +338,7 @@ try {
 function numpyMatmul(): { best: number; median: number; version: string } | { error: string } {
   const py = `
 import json, time, numpy as np
+
 n = ${MM}
 rng = np.random.default_rng(0)
 a = rng.random((n, n), dtype=np.float32); b = rng.random((n, n), dtype=np.float32)
