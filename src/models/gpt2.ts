@@ -475,13 +475,18 @@ export class GPT2 {
    * Copy each layer's key and value rows [0, rows) from `plan`'s outputs 1 + 2i, 2 + 2i into the
    * decode cache at row `at`, on the device, in one crossing, and wait for it.
    */
+  /**
+   * Queue the copies of `plan`'s new keys and values into the cache rows [at, at + rows) on the
+   * device's default stream, behind the run that computed them (run there too); the logits read
+   * that follows on the same stream waits for both, so a step waits once.
+   */
   #fillCache(plan: ExecutionPlan, rows: number, at: number): void {
     const dp = this.decodePlan, rowBytes = this.config.nEmbd * 4, enc = this.#copies;
     for (let i = 0; i < this.config.nLayer; i++) {
       enc.copy(dp.buffer(this.#kCache[i]!.node.id)!, plan.outputBufferAt(1 + 2 * i)!, { dstOffset: at * rowBytes, bytes: rows * rowBytes });
       enc.copy(dp.buffer(this.#vCache[i]!.node.id)!, plan.outputBufferAt(2 + 2 * i)!, { dstOffset: at * rowBytes, bytes: rows * rowBytes });
     }
-    enc.submit(dp.device.defaultStream, { wait: true });
+    enc.submit(dp.device.defaultStream, { wait: false });
   }
 
   #checkToken(call: string, t: unknown): void {
@@ -502,9 +507,9 @@ export class GPT2 {
     const toks = new Int32Array(nCtx);
     toks.set(tokens);
     pp.bufferMutById(this.#tokens.node.id)!.write(toks);
-    pp.executeWithVars({ T: tokens.length });
-    const all = pp.readOutput(0) as Float32Array;
+    pp.executeWithVars({ T: tokens.length }, { stream: pp.device.defaultStream, async: true });
     this.#fillCache(pp, tokens.length, 0);
+    const all = pp.readOutput(0) as Float32Array; // waits for the run and the cache copies
     this.#cached = tokens.length;
     return all;
   }
@@ -522,9 +527,9 @@ export class GPT2 {
     const dp = this.decodePlan;
     this.#one[0] = token;
     dp.bufferMutById(this.#token.node.id)!.write(this.#one);
-    dp.executeWithVars({ P });
-    const logits = dp.readOutput(0) as Float32Array;
+    dp.executeWithVars({ P }, { stream: dp.device.defaultStream, async: true });
     this.#fillCache(dp, 1, P);
+    const logits = dp.readOutput(0) as Float32Array; // waits for the run and the cache copies
     this.#cached = P + 1;
     return logits;
   }
