@@ -70,6 +70,18 @@ function table(dev: Device): void {
     return new ComputeGraph(dev);
   }
 
+  /** A GraphSession's dispatch: a refusal leaves no dispatch behind; the session is disposed. */
+  function sessionDispatch(session: ReturnType<GraphExecutor["begin"]>, kernel: typeof k, cfg: Cfg): void {
+    try {
+      session.dispatch(kernel, cfg as never);
+    } catch (e) {
+      expect(session.stats.dispatches).toBe(0);
+      throw e;
+    } finally {
+      session.dispose();
+    }
+  }
+
   /** Doors that take a whole launch. Each also checks that a refusal left nothing behind. */
   const launchDoors: Door[] = [
     ["Kernel.launch", (kernel, cfg) => kernel.launch(s, cfg as never)],
@@ -91,28 +103,8 @@ function table(dev: Device): void {
         throw e;
       }
     }],
-    ["GraphSession.dispatch", (kernel, cfg) => {
-      const session = new GraphExecutor(dev, { stream: s }).begin();
-      try {
-        session.dispatch(kernel, cfg as never);
-      } catch (e) {
-        expect(session.stats.dispatches).toBe(0);
-        throw e;
-      } finally {
-        session.dispose();
-      }
-    }],
-    ["GraphSession.dispatch", (kernel, cfg) => {
-      const session = new GraphExecutor(dev, { stream: s }).beginRecorded();
-      try {
-        session.dispatch(kernel, cfg as never);
-      } catch (e) {
-        expect(session.stats.dispatches).toBe(0);
-        throw e;
-      } finally {
-        session.dispose();
-      }
-    }],
+    ["GraphSession.dispatch", (kernel, cfg) => sessionDispatch(new GraphExecutor(dev, { stream: s }).begin(), kernel, cfg)],
+    ["GraphSession.dispatch", (kernel, cfg) => sessionDispatch(new GraphExecutor(dev, { stream: s }).beginRecorded(), kernel, cfg)],
     ["Step.kernel", (kernel, cfg) => void Step.kernel(kernel, cfg as never)],
     ["Schedule.addKernel", (kernel, cfg) => {
       const sched = new Schedule();
