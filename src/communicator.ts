@@ -71,6 +71,8 @@ function opOf(call: string, o: unknown): number {
 }
 
 let groupDepth = 0;
+/** What the calls recorded in the open group use, held until the outermost groupEnd issues them. */
+const groupHolds: (() => void)[] = [];
 
 export class Communicator {
   /** The device of this rank. */
@@ -152,11 +154,19 @@ export class Communicator {
     groupDepth++;
   }
 
-  /** End a group: the outermost end issues every recorded call together (ncclGroupEnd). */
+  /**
+   * End a group: the outermost end issues every recorded call together (ncclGroupEnd). What the
+   * recorded calls use (their buffers, their communicators) is held until then: a buffer disposed
+   * inside the group is freed behind the collective, as it is behind queued work.
+   */
   static groupEnd(): void {
     if (groupDepth === 0) throw new GpuError(Status.ILLEGAL_STATE, "Communicator.groupEnd: no group was started", { backend: "typescript", call: "Communicator.groupEnd" });
     groupDepth--;
-    api().comm_group_end();
+    try {
+      api().comm_group_end();
+    } finally {
+      if (groupDepth === 0) for (const drop of groupHolds.splice(0)) drop();
+    }
   }
 
   /**
@@ -363,6 +373,7 @@ export class Communicator {
       invalid(call, `the stream is on ${s.device.spec}, the communicator's rank ${this.rank} on ${this.device.spec}`);
     const sh = s.handle;
     this.device.state.api.comm_collective(h, sh, coll, send ? send.address : 0, recv ? recv.address : 0, count, dtype, op, peer);
+    if (groupDepth > 0) groupHolds.push(this[HOLD](), ...[send, recv].filter((b) => b !== null).map((b) => b[HOLD]()));
     if (this.device.state.captures > 0) noteCaptured(this.device.state, sh, null, [this, send, recv]);
     return this;
   }

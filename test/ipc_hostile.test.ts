@@ -80,12 +80,12 @@ describe.skipIf(!linux)("nothing waits on another process forever (item 2)", () 
     expect(o.queued).toBe("no error"); // a wait queued before the death ends; the event says why
   }, 60_000);
 
-  function collective(scenario: string, limitMs = 30_000): Record<string, unknown> {
+  function collective(scenario: string, limitMs = 30_000, env: Record<string, string> = {}): Record<string, unknown> {
     const r = Bun.spawnSync([process.execPath, join(root, "test/fixtures/collective_hangs.ts"), scenario], {
       cwd: root,
       timeout: limitMs,
       killSignal: "SIGKILL",
-      env: { ...process.env, BUNGPU_DEVICE: "", BUNGPU_CPU_DEVICES: "2" },
+      env: { ...process.env, BUNGPU_DEVICE: "", BUNGPU_CPU_DEVICES: "2", ...env },
     });
     const stderr = r.stderr.toString();
     expect(r.signalCode ?? null, `${scenario} died or hung past ${limitMs} ms\n${stderr}`).toBeNull();
@@ -99,6 +99,14 @@ describe.skipIf(!linux)("nothing waits on another process forever (item 2)", () 
       expect(o.returned).toBe(true);
       expect(o.disposed).toBe(true);
       expect(o.other).toEqual({ code: Status.ILLEGAL_STATE, call: "bg_comm_check" }); // every rank sees the abort
+    }
+  }, 60_000);
+
+  test("a buffer disposed inside Communicator.group() is held until the group issues its collective (item 3)", () => {
+    for (const check of ["", "1"]) {
+      const o = collective("dispose-in-group", 30_000, { BUNGPU_CHECK: check });
+      expect(o.rank1).toEqual([2]); // was 1 (default mode) or 8 (checked mode: the freed memory's new owner was summed)
+      expect(o.otherIntact).toBe(true); // was false in checked mode: the all-reduce wrote into a live buffer
     }
   }, 60_000);
 
