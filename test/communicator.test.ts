@@ -144,9 +144,9 @@ describe("collectives on CPU devices of one process", () => {
   });
 });
 
-describe("the README's example", () => {
-  // The README's collectives block, extracted from README.md and run as written (the import pointed at src/).
-  const README_EXAMPLE = [...readFileSync(join(root, "README.md"), "utf8").matchAll(/```ts\n([\s\S]*?)```/g)]
+describe("the collectives guide's example", () => {
+  // The collectives block of docs/guide/multi-device.md, extracted and run as written (the import pointed at src/).
+  const README_EXAMPLE = [...readFileSync(join(root, "docs", "guide", "multi-device.md"), "utf8").matchAll(/```ts\n([\s\S]*?)```/g)]
     .map((m) => m[1]!)
     .find((b) => b.includes("Communicator.initAll"))!;
   test("runs on two CPU devices and prints the sums and the exchanged values", () => {

@@ -99,7 +99,7 @@ describe.skipIf(!linux)("memory and events shared between two processes (cpu)", 
   }, 60_000);
 });
 
-describe.skipIf(!linux)("examples/ipc.ts (the README's example)", () => {
+describe.skipIf(!linux)("examples/ipc.ts (the example of docs/guide/ipc.md)", () => {
   test("the importer reads what the exporter queued and the exporter reads the answer back", () => {
     const r = Bun.spawnSync(["bun", join(import.meta.dir, "../examples/ipc.ts")], {
       env: { ...process.env, BUNGPU_DEVICE: "cpu" },

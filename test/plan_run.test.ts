@@ -208,8 +208,8 @@ describe("execute and executeAsync never interleave", () => {
   });
 });
 
-test("the README's server block is the fixture, line for line but the import", () => {
-  const readme = readFileSync(join(import.meta.dir, "..", "README.md"), "utf8");
+test("the serving guide's server block is the fixture, line for line but the import", () => {
+  const readme = readFileSync(join(import.meta.dir, "..", "docs", "guide", "serving.md"), "utf8");
   const blocks = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!);
   const block = blocks.find((b) => b.includes("Bun.serve") && b.includes("plan.run"));
   expect(block).toBeDefined();
@@ -219,7 +219,7 @@ test("the README's server block is the fixture, line for line but the import", (
   expect(block!).toContain('import { Tensor } from "bungpu";');
 });
 
-test("the README's server example runs as pasted and answers every request", () => {
+test("the serving guide's server example runs as pasted and answers every request", () => {
   const r = Bun.spawnSync([process.execPath, join(import.meta.dir, "fixtures", "plan_server.ts")], { stdout: "pipe", stderr: "pipe", timeout: 60_000 });
   expect(r.stderr.toString()).toBe("");
   const lines = r.stdout.toString().trim().split("\n");

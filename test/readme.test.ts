@@ -1,6 +1,7 @@
-// The README's TypeScript runs as pasted, so it cannot rot. Every ```ts block of README.md is
-// extracted, written unchanged to a file of a scratch project whose node_modules/bungpu is this
-// checkout (so `from "bungpu"` resolves as it does for a user; no line is added or rewritten), and:
+// The README's and the guides' TypeScript runs as pasted, so it cannot rot. Every ```ts block of
+// README.md and of every page under docs/ is extracted, written unchanged to a file of a scratch
+// project whose node_modules/bungpu is this checkout (so `from "bungpu"` resolves as it does for a
+// user; no line is added or rewritten), and:
 //
 // - type-checked, all blocks together, under examples/starter/tsconfig.json (bun init's strict
 //   flags, as a new user project has them): zero errors;
@@ -15,10 +16,14 @@
 //
 // A block whose first line is "// needs a GPU" is type-checked everywhere and run only where a
 // CUDA or Metal device opens; here that is said in the test's name, never skipped silently.
+//
+// Also: README stays under 350 lines and holds each set-up command once; every relative link of
+// README.md, CONTRIBUTING.md and docs/**/*.md names a file that exists (and a heading there, for a
+// #fragment); the sh blocks' `bun run <file>` name files that exist, with flags the file reads.
 import { afterAll, describe, expect, test } from "bun:test";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { dirname, join, relative, resolve } from "node:path";
 import { Device } from "../src";
 
 const root = resolve(import.meta.dir, "..");
@@ -26,17 +31,47 @@ const tsc = join(root, "node_modules", "typescript", "bin", "tsc");
 const GPU_MARK = "// needs a GPU";
 
 interface Block {
-  index: number;
-  line: number; // the README line of the first line of code
+  file: string; // the markdown file, relative to the root: README.md, docs/guide/ipc.md, …
+  index: number; // the block's place in that file
+  line: number; // the file's line of the first line of code
   code: string;
 }
 
 /** The ```ts blocks of a markdown text, in order. */
-function tsBlocks(md: string): Block[] {
+function tsBlocks(md: string, file = "README.md"): Block[] {
   const out: Block[] = [];
   const re = /^```ts\n([\s\S]*?)^```$/gm;
   for (let m = re.exec(md); m; m = re.exec(md)) {
-    out.push({ index: out.length, line: md.slice(0, m.index).split("\n").length + 1, code: m[1]! });
+    out.push({ file, index: out.length, line: md.slice(0, m.index).split("\n").length + 1, code: m[1]! });
+  }
+  return out;
+}
+
+/** The markdown files under a folder, relative to the root, sorted. */
+function markdownUnder(folder: string): string[] {
+  const out: string[] = [];
+  for (const e of readdirSync(join(root, folder), { withFileTypes: true })) {
+    const rel = `${folder}/${e.name}`;
+    if (e.isDirectory()) out.push(...markdownUnder(rel));
+    else if (e.name.endsWith(".md")) out.push(rel);
+  }
+  return out.sort();
+}
+
+/** A markdown text without its fenced code blocks (the lines kept, blanked, so line numbers hold). */
+function withoutCode(md: string): string {
+  return md.replace(/^```[^\n]*\n[\s\S]*?^```$/gm, (b) => b.replace(/[^\n]/g, ""));
+}
+
+/** GitHub's anchors for the headings of a markdown text. */
+function anchors(md: string): Set<string> {
+  const seen = new Map<string, number>();
+  const out = new Set<string>();
+  for (const m of withoutCode(md).matchAll(/^#{1,6} +(.+?) *#*$/gm)) {
+    const base = m[1]!.toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, "").replace(/ /g, "-");
+    const n = seen.get(base) ?? 0;
+    seen.set(base, n + 1);
+    out.add(n ? `${base}-${n}` : base);
   }
   return out;
 }
@@ -84,7 +119,9 @@ function matchesComment(printed: string, comment: string): boolean {
 }
 
 const readme = readFileSync(join(root, "README.md"), "utf8");
-const blocks = tsBlocks(readme);
+const guides = markdownUnder("docs");
+const docs = ["README.md", ...guides];
+const blocks = docs.flatMap((f) => tsBlocks(readFileSync(join(root, f), "utf8"), f));
 const gpuHere = Device.backends().some((b) => b.backend !== "cpu" && b.devices > 0);
 
 const dir = mkdtempSync(join(tmpdir(), "bungpu-readme-"));
@@ -96,7 +133,8 @@ for (const dep of ["@types", "bun-types", "undici-types"]) symlinkSync(join(root
 writeFileSync(join(dir, "package.json"), JSON.stringify({ name: "readme-blocks", type: "module", private: true }));
 const starterConfig = JSON.parse(readFileSync(join(root, "examples", "starter", "tsconfig.json"), "utf8")) as { compilerOptions: object };
 writeFileSync(join(dir, "tsconfig.json"), JSON.stringify({ compilerOptions: starterConfig.compilerOptions, include: ["blocks/*.ts"] }, null, 2));
-const fileOf = (b: Block) => join(dir, "blocks", `block${String(b.index).padStart(2, "0")}_line${b.line}.ts`);
+const fileOf = (b: Block) =>
+  join(dir, "blocks", `${b.file.replace(/\.md$/, "").replace(/[^A-Za-z0-9]+/g, "_")}_block${String(b.index).padStart(2, "0")}_line${b.line}.ts`);
 mkdirSync(join(dir, "blocks"));
 for (const b of blocks) writeFileSync(fileOf(b), b.code);
 
@@ -114,20 +152,31 @@ describe("the rules this test applies to README blocks", () => {
     expect(blockEnv("// two CPU devices: run with BUNGPU_CPU_DEVICES=2 (on two GPUs)")).toEqual({ BUNGPU_CPU_DEVICES: "2" });
   });
 
-  test("the README has ts blocks, and the blocks are written unchanged", () => {
-    expect(blocks.length).toBeGreaterThanOrEqual(10);
+  test("README and the guides have ts blocks, and the blocks are written unchanged", () => {
+    expect(blocks.filter((b) => b.file === "README.md").length).toBeGreaterThanOrEqual(4);
+    expect(blocks.filter((b) => b.file.startsWith("docs/")).length).toBeGreaterThanOrEqual(10);
+    expect(new Set(blocks.map(fileOf)).size).toBe(blocks.length);
     for (const b of blocks) expect(readFileSync(fileOf(b), "utf8")).toBe(b.code);
+  });
+
+  test("anchors are GitHub's", () => {
+    expect([...anchors("# Serving requests: `plan.run`\n## Collectives: `Communicator`\n## A b\n## A b\n```\n# not a heading\n```\n")]).toEqual([
+      "serving-requests-planrun",
+      "collectives-communicator",
+      "a-b",
+      "a-b-1",
+    ]);
   });
 });
 
-test("every README ts block type-checks under the starter's strict tsconfig", () => {
+test("every README and guide ts block type-checks under the starter's strict tsconfig", () => {
   const r = Bun.spawnSync([process.execPath, tsc, "-p", dir, "--pretty", "false"], { cwd: dir, timeout: 120_000, stdout: "pipe", stderr: "pipe" });
   const out = (r.stdout.toString() + r.stderr.toString()).trim();
   expect(out).toBe("");
   expect(r.exitCode).toBe(0);
 }, 120_000);
 
-describe("every README ts block runs as pasted", () => {
+describe("every README and guide ts block runs as pasted", () => {
   for (const b of blocks) {
     const first = b.code.split("\n")[0]!.trim();
     const gpu = first.startsWith(GPU_MARK);
@@ -136,7 +185,7 @@ describe("every README ts block runs as pasted", () => {
     const simIpc = !!process.env.BUNGPU_LIBCUDA && b.code.includes("openSharedBuffer");
     const env = { ...blockEnv(b.code), ...(simIpc ? { BUNGPU_DEVICE: "cpu" } : {}) };
     const envText = Object.entries(env).map(([k, v]) => ` with ${k}=${v}`).join("");
-    const name = `block ${b.index} (README line ${b.line}: ${first.slice(0, 60)})${envText}`;
+    const name = `${b.file} block ${b.index} (line ${b.line}: ${first.slice(0, 60)})${envText}`;
     if (gpu && !gpuHere) {
       test(`${name}: type-checked only, no CUDA or Metal device here`, () => {
         expect(readFileSync(fileOf(b), "utf8")).toBe(b.code); // checked by the type-check test above
@@ -157,9 +206,9 @@ describe("every README ts block runs as pasted", () => {
   }
 });
 
-test("the README's IPC block is examples/ipc.ts (which test/ipc.test.ts runs), line for line but the import", () => {
+test("the IPC guide's block is examples/ipc.ts (which test/ipc.test.ts runs), line for line but the import", () => {
   const block = blocks.find((b) => b.code.includes("openSharedBuffer"));
-  expect(block).toBeDefined();
+  expect(block?.file).toBe("docs/guide/ipc.md");
   const file = readFileSync(join(root, "examples", "ipc.ts"), "utf8");
   const code = file.split("\n").filter((l) => !l.startsWith("//")).join("\n").replace(`from "../src/index"`, `from "bungpu"`);
   expect(block!.code.trim()).toBe(code.trim());
@@ -182,4 +231,51 @@ test("the README's set-up commands are what .ci/run and package.json run", () =>
     `npm install -g bun@${bunVersion} && bun install && ${pkg.scripts["test"]}`,
   ]);
   expect(pkg.scripts["demo"]).toBe("bun run examples/demo.ts");
+});
+
+test("README is under 350 lines, and holds each set-up command once (no guide repeats them)", () => {
+  expect(readme.split("\n").length).toBeLessThan(350);
+  expect(readme.match(/npm install -g bun@/g)?.length).toBe(2);
+  for (const f of guides) expect(readFileSync(join(root, f), "utf8")).not.toContain("npm install -g bun@");
+});
+
+test("every relative link of README, CONTRIBUTING and docs/ names a file that exists, and a heading there", () => {
+  const broken: string[] = [];
+  let links = 0;
+  for (const f of [...docs, "CONTRIBUTING.md"]) {
+    const md = readFileSync(join(root, f), "utf8");
+    for (const m of withoutCode(md).matchAll(/\]\(([^)\s]+)\)/g)) {
+      const href = m[1]!;
+      if (/^[a-z]+:/i.test(href)) continue; // https:, mailto:
+      links++;
+      const [path, fragment] = href.split("#") as [string, string | undefined];
+      const target = path ? resolve(root, dirname(f), path) : join(root, f);
+      const where = `${f}: ${href}`;
+      if (!target.startsWith(root + "/") || !existsSync(target)) broken.push(`${where} (no such file)`);
+      else if (fragment !== undefined && (!target.endsWith(".md") || !anchors(readFileSync(target, "utf8")).has(fragment)))
+        broken.push(`${where} (no heading #${fragment} in ${relative(root, target)})`);
+    }
+  }
+  expect(broken).toEqual([]);
+  expect(links).toBeGreaterThanOrEqual(30);
+});
+
+test("the sh blocks' `bun run <file>` commands name files that exist, with flags the file reads", () => {
+  const wrong: string[] = [];
+  for (const f of docs) {
+    const md = readFileSync(join(root, f), "utf8");
+    for (const m of md.matchAll(/^```sh\n([\s\S]*?)^```$/gm))
+      for (const line of m[1]!.split("\n")) {
+        const cmd = /\bbun run ((?:examples|bench|scripts)\/\S+\.ts)(.*)$/.exec(line.replace(/\s+#.*$/, ""));
+        if (!cmd) continue;
+        const file = join(root, cmd[1]!);
+        if (!existsSync(file)) {
+          wrong.push(`${f}: ${line} (no ${cmd[1]})`);
+          continue;
+        }
+        const text = readFileSync(file, "utf8");
+        for (const flag of cmd[2]!.match(/--[a-z][a-z-]*/g) ?? []) if (!text.includes(`"${flag}"`)) wrong.push(`${f}: ${line} (${cmd[1]} reads no ${flag})`);
+      }
+  }
+  expect(wrong).toEqual([]);
 });
