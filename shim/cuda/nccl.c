@@ -6,7 +6,8 @@
  * kernels join the capture like any launch). Groups map onto ncclGroupStart / ncclGroupEnd.
  * Every entry makes the device's primary context current first (bgcu_nccl_enter), as NCCL works
  * on the runtime's current device. ncclCommInitRank blocks until every rank has joined (NCCL's
- * rule): ranks of one process join from separate threads, or through bg_comm_init_all.
+ * rule): ranks of one process join from separate threads, or through bg_comm_init_all. Calls
+ * context.c only (bgcu_nccl_enter, bgcu_stream_handle); device.c's table names bg_cuda_coll_ops.
  */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE

@@ -86,7 +86,7 @@ BGNCCL_FUNCS_OPTIONAL(BGNCCL_TYPEDEF)
 BGNCCL_CONSTANTS(BGNCCL_DEFINE_CONST)
 #undef BGNCCL_DEFINE_CONST
 
-/* From cuda_backend.c, for nccl.c: make the device's primary context current on the calling
+/* From context.c, for nccl.c: make the device's primary context current on the calling
  * thread and leave it current (NCCL's calls use the runtime's current device), giving its
  * CUdevice ordinal; and the driver stream behind a bungpu stream (NULL: the legacy stream). */
 struct bg_device;
