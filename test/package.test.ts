@@ -2,7 +2,7 @@
 // project, import it and use it there. No compiler runs for the library itself: the prebuilt
 // one for this platform must load.
 import { expect, test } from "bun:test";
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { TARGETS, hostTarget } from "../ffi/shimsrc";
@@ -21,6 +21,9 @@ test.skipIf(!hasPrebuilt)("bun add <packed tarball> then import: the prebuilt li
     expect(listing).toContain("package/shim/bungpu.h");
     expect(listing).not.toContain("package/shim/test/");
     expect(listing).not.toContain("package/test/");
+    // every page the README links to under docs/ ships with it
+    for (const m of readFileSync(join(root, "README.md"), "utf8").matchAll(/\]\((docs\/[^)#]+\.md)/g))
+      expect(listing).toContain(`package/${m[1]}`);
     const app = join(dir, "app");
     Bun.spawnSync(["mkdir", "-p", app]);
     writeFileSync(join(app, "package.json"), JSON.stringify({ name: "consumer", type: "module" }));
