@@ -29,7 +29,8 @@
 // Every token runs the same decode plan through executeWithVars({ P }): no recompile per token.
 // The cache is filled on the device: after the prompt, and after each step, one command list of
 // device-to-device copies (the plan's key/value output buffers into the cache buffers' rows)
-// crosses once and is waited for; no key or value goes through the host.
+// queues behind the run on one stream, and the logits read waits for both; no key or value goes
+// through the host.
 import { existsSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { CommandEncoder } from "../encoder";
@@ -475,11 +476,7 @@ export class GPT2 {
    * Copy each layer's key and value rows [0, rows) from `plan`'s outputs 1 + 2i, 2 + 2i into the
    * decode cache at row `at`, on the device, in one crossing, and wait for it.
    */
-  /**
-   * Queue the copies of `plan`'s new keys and values into the cache rows [at, at + rows) on the
-   * device's default stream, behind the run that computed them (run there too); the logits read
-   * that follows on the same stream waits for both, so a step waits once.
-   */
+  /** Queue the copies of `plan`'s new keys and values into cache rows [at, at + rows) behind its run (default stream). */
   #fillCache(plan: ExecutionPlan, rows: number, at: number): void {
     const dp = this.decodePlan, rowBytes = this.config.nEmbd * 4, enc = this.#copies;
     for (let i = 0; i < this.config.nLayer; i++) {
@@ -601,11 +598,7 @@ export class GPT2 {
     return b;
   }
 
-  /**
-   * Settles once every plan of the model runs its optimized kernels (on the CPU, a model whose
-   * kernels were never compiled here starts on a quick build, with the same results: see
-   * ExecutionPlan.optimized).
-   */
+  /** Settles once every plan of the model runs its optimized kernels (see ExecutionPlan.optimized). */
   async optimized(): Promise<void> {
     await Promise.all([this.promptPlan, this.decodePlan, this.batchPlan].map((p) => p?.optimized()));
   }
