@@ -39,7 +39,8 @@ export function describeValue(v: unknown): string {
   if (typeof v === "string") return JSON.stringify(v.length > 40 ? `${v.slice(0, 40)}…` : v);
   if (Array.isArray(v)) return "an array";
   if (typeof v === "function") return "a function";
-  return (v as object).constructor?.name ? `a ${(v as object).constructor.name}` : "an object";
+  const name = (v as object).constructor?.name;
+  return name ? `${/^[AEIOU]/.test(name) ? "an" : "a"} ${name}` : "an object";
 }
 
 /**

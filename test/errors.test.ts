@@ -396,3 +396,10 @@ test("CUDA's sticky kernel faults keep their own codes and names (710, 714-718),
   expect(names).toEqual(["BG_ERR_ASSERT", "BG_ERR_HARDWARE_STACK_ERROR", "BG_ERR_ILLEGAL_INSTRUCTION", "BG_ERR_MISALIGNED_ADDRESS", "BG_ERR_INVALID_ADDRESS_SPACE", "BG_ERR_INVALID_PC"]);
   expect(new GpuError(716, "x", { backend: "cuda", call: "bg_stream_synchronize" }).codeName).toBe("BG_ERR_MISALIGNED_ADDRESS");
 });
+
+test("a value is described with its article: an Object, a Float32Array", () => {
+  const x = Tensor.from(new Float32Array(4), [1, 1, 2, 2]);
+  const w = Tensor.from(new Float32Array(4), [1, 1, 2, 2]);
+  expect(() => x.conv2d(w, {} as never)).toThrow("bias must be a Tensor, got an Object");
+  expect(() => x.conv2d(w, new Float32Array(1) as never)).toThrow("bias must be a Tensor, got a Float32Array");
+});
