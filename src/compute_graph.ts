@@ -146,7 +146,8 @@ export class ComputeGraph {
   }
 
   /** Record a dispatch; returns its node index. */
-  dispatch<S extends Signature>(kernel: Kernel<S>, cfg: GraphDispatchOptions<NoInfer<S>>, call = "ComputeGraph.dispatch"): number {
+  dispatch<S extends Signature>(kernel: Kernel<S>, cfg: GraphDispatchOptions<NoInfer<S>>, door = "ComputeGraph.dispatch"): number {
+    const call = typeof door === "string" ? door : "ComputeGraph.dispatch"; // the door's name (GraphSession passes its own); anything else a caller passes is ignored
     const given = cfg !== null && typeof cfg === "object";
     const reads = given && cfg.reads !== undefined ? resolveAccess(call, this.#dev, "reads", cfg.reads) : null;
     const writes = given && cfg.writes !== undefined ? resolveAccess(call, this.#dev, "writes", cfg.writes) : null;

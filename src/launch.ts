@@ -102,7 +102,7 @@ export interface LaunchTarget {
 
 /** The door's device must be the kernel's. */
 export function checkDevice(call: string, k: LaunchTarget, device: DeviceRef): void {
-  if (k.device.state.handle !== device.state.handle) invalid(call, `${k.name}: a kernel of ${k.device.spec}, used on ${device.spec}`);
+  if (k.device.state.handle !== device.state.handle) invalid(call, `${k.name}: a kernel of ${k.device.spec}, used on ${device.spec} (another device)`);
 }
 
 const DIM_MAX = 2147483647;

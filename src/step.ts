@@ -90,7 +90,8 @@ export class Step {
    * when neither is given, every buffer argument read and written. `call` names the door in
    * errors (Schedule.addKernel passes its own).
    */
-  static kernel<S extends Signature>(kernel: Kernel<S>, cfg: KernelStepConfig<NoInfer<S>>, call = "Step.kernel"): Step {
+  static kernel<S extends Signature>(kernel: Kernel<S>, cfg: KernelStepConfig<NoInfer<S>>, door = "Step.kernel"): Step {
+    const call = typeof door === "string" ? door : "Step.kernel"; // anything but a door's name is ignored
     if (!(kernel instanceof Kernel)) invalid(call, "expected a Kernel");
     kernel.handle; // throws if its module or device is gone
     const { grid, block, sharedBytes } = checkLaunch(call, kernel, cfg); // what every launch door checks (./launch)

@@ -242,7 +242,7 @@ function table(dev: Device): void {
 
     test("a kernel of another device, where the door has a device (a Step's device is its kernel's)", () => {
       const withDevice = launchDoors.filter(([n]) => n !== "Step.kernel" && n !== "Schedule.addKernel");
-      const want = new RegExp(`^add_scalar: a kernel of ${other.spec}, used on ${dev.spec}$`);
+      const want = new RegExp(`^add_scalar: a kernel of ${other.spec}, used on ${dev.spec} \\(another device\\)$`);
       sameEverywhere(withDevice.map(([name, door]) => [name, () => door(otherK, { ...good, args: [otherBuf, 1, N] })]), I, want);
       const argDoor = argDoors[0]!; // GraphExec.setKernelArgs(…, otherK, …): its kernel is named with the arguments
       expect(refusal(() => {
@@ -251,7 +251,7 @@ function table(dev: Device): void {
         using exec = graph.instantiate();
         graph.dispose();
         exec.setKernelArgs(0, otherK as never, [otherBuf, 1, N]);
-      })).toEqual({ code: I, backend: "typescript", call: argDoor[0], detail: `add_scalar: a kernel of ${other.spec}, used on ${dev.spec}` });
+      })).toEqual({ code: I, backend: "typescript", call: argDoor[0], detail: `add_scalar: a kernel of ${other.spec}, used on ${dev.spec} (another device)` });
       // a step of the other device's kernel is a step of that device (schedules span devices)
       expect(Step.kernel(otherK, { ...good, args: [otherBuf, 1, N] }).device).toBe(other);
     });

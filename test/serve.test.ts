@@ -124,7 +124,7 @@ describe("completion wakes the event loop", () => {
     using rk = RingKernel.launch(dev, {
       handler: `BG_RING_HANDLER(msg, resp, state) {
         uint32_t v = *(const uint32_t*)msg;
-        if (v == 7) for (volatile long i = 0; i < 20000000L; i++) {}  /* slow: the poller goes idle meanwhile */
+        if (v == 7) for (volatile long i = 0; i < 150000000L; i++) {}  /* slow (100s of ms, past BELL_MS): the poller goes idle meanwhile */
         *(uint32_t*)resp = v * 3;
       }`,
       messageBytes: 4, responseBytes: 4, capacity: 16, state: 8,
@@ -347,6 +347,8 @@ describe("dispose() never throws, inside a host function included (issue 23 item
         try { s.dispose(); seen.push("stream: no throw"); } catch (e) { seen.push("stream threw " + e.codeName); }
         seen.push("inside, still live: " + !s.disposed);
       });
+      // the two host functions are on two streams: let the first finish before the second is queued
+      for (let i = 0; i < 1000 && seen.length < 2; i++) await new Promise((r) => setTimeout(r, 5));
       const s2 = dev.createStream({ nonBlocking: true });
       s2.hostFn(() => {
         try { dev.dispose(); seen.push("device: no throw"); } catch (e) { seen.push("device threw " + e.codeName); }
