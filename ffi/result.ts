@@ -233,6 +233,19 @@ export type NativeFn = (...args: never[]) => number;
  * wrapper above looks its symbol up on the table at each call, so the swap is seen everywhere
  * and the wrappers themselves never change; while nothing is swapped, no call pays for it.
  */
+/**
+ * Run `fn`, host bookkeeping done inside a native call's table entry after the call (a tracer),
+ * without disturbing the out-values the call left in the scratch block for its caller to read.
+ */
+export function keepingOuts<T>(fn: () => T): T {
+  const saved = scratchU32.slice(0, 16); // the first 8 out slots
+  try {
+    return fn();
+  } finally {
+    scratchU32.set(saved);
+  }
+}
+
 export function swapNative(make: Readonly<Record<string, (original: NativeFn) => NativeFn>>): () => void {
   const table = N as unknown as Record<string, NativeFn>;
   const saved: [string, NativeFn][] = [];

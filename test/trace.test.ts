@@ -410,3 +410,41 @@ describe("BUNGPU_TRACE and the SVG timeline", () => {
     expect((drawn.match(/<g class="lane"/g) ?? []).length).toBe((demo ?? t).otherData.lanes.length);
   }, 90_000);
 });
+
+describe("every native entry that queues work on a stream is traced", () => {
+  test("ffi/sys.ts's entries taking a stream are each traced or named as untraced with a reason", async () => {
+    const { UNTRACED_STREAM_ENTRIES, tracedEntries } = await import("../src/trace");
+    const sys = readFileSync(join(root, "ffi/sys.ts"), "utf8");
+    // an entry is `bg_name: { args: [...] ...}`, its args possibly over several lines
+    const withStream = [...sys.matchAll(/\b(bg_\w+): \{\s*args: \[([^\]]*)\]/g)].filter((m) => m[2]!.includes("/* stream */")).map((m) => m[1]!);
+    expect(withStream.length).toBeGreaterThan(20); // the parse found the table
+    const traced = new Set(tracedEntries());
+    const missing = withStream.filter((n) => !traced.has(n) && !(n in UNTRACED_STREAM_ENTRIES));
+    expect(missing).toEqual([]);
+    expect(Object.keys(UNTRACED_STREAM_ENTRIES).filter((n) => traced.has(n) || !withStream.includes(n))).toEqual([]);
+    for (const n of ["bg_memcpy_peer_async", "bg_comm_collective", "bg_mem_alloc_async", "bg_mem_free_async", "bg_launch", "bg_submit_ex"]) expect(traced.has(n)).toBe(true);
+  });
+
+  test("a trace shows peer copies, collectives and stream-ordered allocations (two CPU devices)", () => {
+    const code = `
+      import { Communicator, Device, trace } from "./src";
+      const [a, b] = ["cpu", "cpu:1"].map((s) => Device.open(s));
+      trace.start();
+      const s = a.createStream();
+      const x = s.alloc(4096);
+      s.fill(x, 1, { type: "f32" });
+      const y = b.alloc(4096);
+      s.copyPeer(y, x);
+      x.dispose();
+      const comms = Communicator.initAll([a, b]);
+      const bufs = [a.alloc(64).fill(1, { type: "f32" }), b.alloc(64).fill(2, { type: "f32" })];
+      Communicator.group(() => comms.forEach((c, i) => c.allReduce(bufs[i], bufs[i])));
+      a.synchronize(); b.synchronize(); s.synchronize();
+      const t = trace.stop();
+      console.log(JSON.stringify([...new Set(t.traceEvents.filter((e) => e.ph === "X").map((e) => e.name))].sort()));`;
+    const r = Bun.spawnSync([process.execPath, "-e", code], { cwd: root, env: { ...process.env, BUNGPU_CPU_DEVICES: "2", BUNGPU_DEVICE: "" }, stdout: "pipe", stderr: "pipe", timeout: 60_000 });
+    expect(r.stderr.toString()).toBe("");
+    const names = JSON.parse(r.stdout.toString().trim().split("\n").pop()!) as string[];
+    for (const n of ["alloc (stream-ordered)", "free (stream-ordered)", "copy peer", "allReduce"]) expect(names).toContain(n);
+  }, 60_000);
+});

@@ -10,7 +10,8 @@
 // While tracing is off no wrapper, table entry or method differs from an untraced process.
 //
 // What is recorded, one lane (tid) per stream, one process (pid) per device: launches (kernel
-// name, grid, block, shared bytes), copies and memsets (bytes), host functions (the time the
+// name, grid, block, shared bytes), copies and memsets (bytes), peer copies, collectives,
+// stream-ordered allocations and frees, host functions (the time the
 // stream waits for the JavaScript function), graph replays, and command-list submits as a span
 // holding one child per command (decoded from the list's bytes, which are resubmitted with an
 // event record between commands: one crossing still). Tensor plan executions become a span
@@ -27,7 +28,8 @@
 // record before and after each op (one between commands in a list), itself device work: the
 // shortest kernels look a little longer.
 // Work queued into a stream capture is not timed (it does not run then); its replays are.
-import { eventElapsed, nativeView, swapNative, type Api, type NativeFn } from "../../ffi/result";
+import { Coll } from "../../ffi/constants";
+import { eventElapsed, keepingOuts, nativeView, swapNative, type Api, type NativeFn } from "../../ffi/result";
 import { StreamFlag } from "../../ffi/constants";
 import { decodeRaw, withEventRecords, type RawCommand } from "../commands";
 import { openDeviceStates } from "../device";
@@ -191,26 +193,30 @@ function timed(s: Session, stream: number, name: string, cat: string, args: Reco
   const at = place(s, stream);
   if (!at) return run();
   const { dev, lane } = at;
-  const e0 = take(dev);
+  // Both events are taken before the op runs: taking one may create it, and a creation writes its
+  // handle into the result layer's scratch block, where an op with out-values (a stream-ordered
+  // allocation's address, a peer copy's path) has just left them for its caller to read.
+  const e0 = take(dev), e1 = take(dev);
   try {
     dev.api.event_record(e0, stream);
   } catch {
-    dev.pool.push(e0);
+    dev.pool.push(e0, e1);
     return run();
   }
   const rc = run();
   if (rc !== 0) {
-    dev.pool.push(e0);
-    return rc;
-  }
-  const e1 = take(dev);
-  try {
-    dev.api.event_record(e1, stream);
-  } catch {
     dev.pool.push(e0, e1);
     return rc;
   }
-  push(s, { dev, lane, events: [e0, e1], items: [{ name, cat, args, from: 0, to: 1 }], scope: s.scope });
+  keepingOuts(() => {
+    try {
+      dev.api.event_record(e1, stream);
+    } catch {
+      dev.pool.push(e0, e1);
+      return;
+    }
+    push(s, { dev, lane, events: [e0, e1], items: [{ name, cat, args, from: 0, to: 1 }], scope: s.scope }); // may drain: reads elapsed times through the scratch block
+  });
   return rc;
 }
 
@@ -341,8 +347,35 @@ function tracedSubmit(s: Session, orig: N, stream: number, bytes: unknown, len: 
     else if (c.op === "eventWait") items.push({ name: "event wait", cat: "wait", args: { list: true }, from: i, to: i + 1 });
   });
   items.unshift({ name: s.scope ? s.scope.name : "command list", cat: "submit", args: { commands: cmds.length, kernels, bytes: len }, from: 0, to: cmds.length });
-  push(s, { dev, lane, events, items, scope: s.scope });
+  keepingOuts(() => push(s, { dev, lane, events, items, scope: s.scope })); // a drain reads through the scratch block
   return rc;
+}
+
+const COLL_NAME: Record<number, string> = Object.fromEntries(Object.entries(Coll).map(([k, v]) => [v, k.toLowerCase().replace(/_(.)/g, (_, c: string) => c.toUpperCase())]));
+
+/**
+ * The native entries that take a stream and are not traced, each with why: every other entry that
+ * takes a stream must have a tracer (test/trace.test.ts checks it against ffi/sys.ts, so a new
+ * work-issuing entry cannot be invisible in timelines by omission).
+ */
+export const UNTRACED_STREAM_ENTRIES: Readonly<Record<string, string>> = {
+  bg_stream_synchronize: "a host wait, not device work",
+  bg_stream_query: "a host query",
+  bg_stream_wait_event: "an ordering edge between streams, not work (its wait shows as the gap before the next span)",
+  bg_stream_notify: "bungpu's own completion callback (wake.ts), queued behind every awaited op",
+  bg_stream_write_value32: "a 4-byte store that releases a waiting host function (hostfn.ts), part of that host function's span",
+  bg_event_record: "a marker; the tracer's own timing is event records",
+  bg_stream_begin_capture: "capture: nothing runs",
+  bg_stream_end_capture: "capture: nothing runs",
+  bg_stream_capture_status: "a host query",
+  bg_graph_upload: "prepares a replay; the replay (bg_graph_launch) is traced",
+  bg_bench_launch_loop: "benches only: the loop measures the raw launch cost, untraced on purpose",
+  bg_bench_issue_loop: "benches only: the loop measures the raw issue cost, untraced on purpose",
+};
+
+/** The native entries a trace replaces while it runs. */
+export function tracedEntries(): string[] {
+  return Object.keys(tracers({} as Session));
 }
 
 function tracers(s: Session): Record<string, (o: NativeFn) => NativeFn> {
@@ -376,6 +409,13 @@ function tracers(s: Session): Record<string, (o: NativeFn) => NativeFn> {
     bg_stream_host_signal: t((o) => (st: number, sig: number) => timed(s, st, "host function", "hostfn", {}, () => o(st, sig))),
     bg_stream_wait_value32: t((o) => (st: number, addr: number, v: number) => timed(s, st, "host function", "hostfn", { wait: "value32" }, () => o(st, addr, v))),
     bg_graph_launch: t((o) => (x: number, st: number) => timed(s, st, "graph replay", "graph", { exec: hex(x) }, () => o(x, st))),
+    bg_memcpy_peer_async: t((o) => (st: number, dst: number, dd: number, src: number, sd: number, bytes: number, path: number) =>
+      timed(s, st, "copy peer", "copy", { bytes: Number(bytes) }, () => o(st, dst, dd, src, sd, bytes, path))),
+    bg_comm_collective: t((o) => (comm: number, st: number, coll: number, send: number, recv: number, count: number, dtype: number, op: number, peer: number) =>
+      timed(s, st, COLL_NAME[coll] ?? `collective ${coll}`, "collective", { count: Number(count) }, () => o(comm, st, coll, send, recv, count, dtype, op, peer))),
+    bg_mem_alloc_async: t((o) => (st: number, pool: number, bytes: number, out: number) =>
+      timed(s, st, "alloc (stream-ordered)", "memory", { bytes: Number(bytes) }, () => o(st, pool, bytes, out))),
+    bg_mem_free_async: t((o) => (st: number, ptr: number) => timed(s, st, "free (stream-ordered)", "memory", {}, () => o(st, ptr))),
     bg_submit: t((o) => (st: number, b: unknown, len: number) => tracedSubmit(s, o, st, b, Number(len), [], -1)),
     bg_submit_checked: t((o) => (st: number, b: unknown, len: number, bad: number) => tracedSubmit(s, o, st, b, Number(len), [bad], 0)),
     bg_submit_ex: t((o) => (st: number, b: unknown, len: number, flags: number, bad: number) => tracedSubmit(s, o, st, b, Number(len), [flags, bad], 1)),
