@@ -164,6 +164,18 @@ describe("real NVRTC", () => {
   );
 });
 
+describe("where no NVRTC is found", () => {
+  const systemNvrtc = existsSync("/usr/local/cuda/lib64/libnvrtc.so") || /libnvrtc/.test(Bun.spawnSync(["sh", "-c", "ldconfig -p 2>/dev/null"]).stdout.toString());
+  test.skipIf(!drv.ok || systemNvrtc)("the error says where NVRTC comes from and how to point at it", () => {
+    const r = runFixture("nvrtc_driver.ts", { BUNGPU_NVRTC: "/nonexistent/libnvrtc.so.12", LD_LIBRARY_PATH: "" });
+    const program = Object.fromEntries(lines(r.out).map((x) => [x.case as string, x])).program as Record<string, unknown>;
+    expect(program).toMatchObject({ ok: false, name: "BG_ERR_BACKEND_UNAVAILABLE" });
+    expect(program.error).toContain("NVRTC not found: tried BUNGPU_NVRTC=/nonexistent/libnvrtc.so.12");
+    expect(program.error).toContain("pip install nvidia-cuda-nvrtc-cu12");
+    expect(program.error).toContain("set BUNGPU_NVRTC");
+  }, 240_000);
+});
+
 describe("the package's CUDA sources need no header (a machine with only the driver and NVRTC has none)", () => {
   test("no generated or shipped CUDA source includes a toolkit header: half and bfloat16 are bits converted in place, not cuda_fp16.h / cuda_bf16.h", () => {
     // NVRTC carries <stdint.h> itself (the ring kernels use it; checked with NVRTC 13 alone, no include path)

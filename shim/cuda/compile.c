@@ -86,8 +86,10 @@ static int32_t load_nvrtc(void) {
     pthread_mutex_unlock(&nvrtc_lock);
     return bg_set_error(BG_ERR_BACKEND_UNAVAILABLE,
                         "NVRTC not found: tried %s%s%slibnvrtc.so, libnvrtc.so.13, libnvrtc.so.12, "
-                        "libnvrtc.so.11.2, /usr/local/cuda/lib64/libnvrtc.so (dlopen: %s); set "
-                        "BUNGPU_NVRTC to the path of libnvrtc.so",
+                        "libnvrtc.so.11.2, /usr/local/cuda/lib64/libnvrtc.so (dlopen: %s). NVRTC comes "
+                        "with the CUDA toolkit, or alone from pip (pip install nvidia-cuda-nvrtc-cu12: "
+                        "site-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12); set BUNGPU_NVRTC to the "
+                        "path of the libnvrtc.so it installs",
                         env && *env ? "BUNGPU_NVRTC=" : "", env && *env ? env : "",
                         env && *env ? ", " : "", err);
   }
