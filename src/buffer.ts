@@ -7,12 +7,18 @@
 import { GpuError, nativeView } from "../ffi/result";
 import { HostAllocFlag, MEM_SHAREABLE } from "../ffi/constants";
 import { isDevice, releaseOutsideCapture, type DeviceRef, type DeviceState } from "./device_state";
-import { Status, describeValue, hostArray, invalid, disposed, options } from "./errors";
+import { describeGot, Status, hostArray, invalid, disposed, options, type OptionKeys } from "./errors";
 import { hostFnsPending } from "./hostfn";
 import { HOLD } from "./lifetime";
 import { bytesText } from "./inspect";
 import { decodeHandle, encodeHandle, handleBytes } from "./ipc";
 import { RELEASE, Resource } from "./resource";
+
+// The keys each options argument may have (errors.ts `options` refuses any other).
+const ALLOC_KEYS: OptionKeys<{ type?: FillType; shareable?: boolean }> = { type: true, shareable: true };
+const OFFSET_KEYS: OptionKeys<{ offset?: number }> = { offset: true };
+const COPY_TO_KEYS: OptionKeys<{ srcOffset?: number; dstOffset?: number; bytes?: number }> = { srcOffset: true, dstOffset: true, bytes: true };
+const FILL_KEYS: OptionKeys<FillRange & { type?: FillType | undefined }> = { offset: true, bytes: true, type: true };
 
 type TypedArray =
   | Int8Array | Uint8Array | Uint8ClampedArray | Int16Array | Uint16Array | Int32Array | Uint32Array
@@ -30,7 +36,7 @@ export interface FillRange {
 /** Check that `n` is a non-negative safe integer. */
 export function checkSize(call: string, what: string, n: unknown): number {
   if (typeof n !== "number" || !Number.isSafeInteger(n) || n < 0)
-    invalid(call, `${what} must be a non-negative integer, got ${String(n)}`);
+    invalid(call, `${what} must be a non-negative integer, got ${describeGot(n)}`);
   return n;
 }
 
@@ -41,14 +47,14 @@ const TYPED_ARRAY_CTORS: readonly unknown[] = [
 
 /** A TypedArray constructor (Float32Array, …), else INVALID_VALUE. */
 function typedArrayCtor(call: string, C: unknown): TypedArrayCtor<TypedArray> {
-  if (!TYPED_ARRAY_CTORS.includes(C)) invalid(call, `expected a TypedArray constructor (e.g. Float32Array), got ${describeValue(C)}`);
+  if (!TYPED_ARRAY_CTORS.includes(C)) invalid(call, `expected a TypedArray constructor (e.g. Float32Array), got ${describeGot(C)}`);
   return C as TypedArrayCtor<TypedArray>;
 }
 
 function bytesOf(data: HostData): Uint8Array {
   if (data instanceof ArrayBuffer) return new Uint8Array(data);
   if (ArrayBuffer.isView(data)) return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
-  invalid("Buffer", `expected a TypedArray, DataView or ArrayBuffer, got ${Object.prototype.toString.call(data)}`);
+  invalid("Buffer", `expected a TypedArray, DataView or ArrayBuffer, got ${describeGot(data)}`);
 }
 
 /** One allocation shared by a buffer and its views. */
@@ -137,7 +143,7 @@ memoryStats.budget = baseBudget;
 export function setMemoryBudget(bytes: number | "off"): void {
   if (bytes === "off") baseBudget = Infinity;
   else if (typeof bytes === "number" && Number.isSafeInteger(bytes) && bytes > 0) baseBudget = bytes;
-  else invalid("setMemoryBudget", `expected a positive integer byte count or "off", got ${describeValue(bytes)}`);
+  else invalid("setMemoryBudget", `expected a positive integer byte count or "off", got ${describeGot(bytes)}`);
   memoryStats.budget = baseBudget;
 }
 
@@ -282,7 +288,7 @@ export class GpuBuffer extends Resource {
   static alloc(device: DeviceRef, bytes: number, opts: { type?: FillType | undefined; shareable?: boolean | undefined } = {}): GpuBuffer {
     if (!isDevice(device)) invalid("Buffer.alloc", "device must be a Device");
     checkSize("Buffer.alloc", "size", bytes);
-    opts = options("Buffer.alloc", opts);
+    opts = options("Buffer.alloc", opts, ALLOC_KEYS);
     const type = opts.type;
     if (type !== undefined) {
       const size = fillPattern("Buffer.alloc", 0, type).size; // INVALID_VALUE for an unknown type
@@ -347,7 +353,7 @@ export class GpuBuffer extends Resource {
     if (this.isView) invalid("Buffer.free", "a view cannot be freed; free the buffer it views");
     const s = stream ?? a.ordered.stream;
     if (typeof s !== "object" || s === null || !("handle" in s) || !("device" in s))
-      invalid("Buffer.free", `stream must be a Stream, got ${describeValue(stream)}`);
+      invalid("Buffer.free", `stream must be a Stream, got ${describeGot(stream)}`);
     if (s.device.state !== a.dev) invalid("Buffer.free", "stream of another device");
     const h = s.handle; // throws on a disposed stream
     if (!a.users || a.ordered.graph) {
@@ -415,7 +421,7 @@ export class GpuBuffer extends Resource {
    * afterwards on any stream, non-blocking ones included, sees it. On every backend.
    */
   write(data: HostData, opts: { offset?: number } = {}): this {
-    opts = options("Buffer.write", opts);
+    opts = options("Buffer.write", opts, OFFSET_KEYS);
     const h = this.#live("Buffer.write");
     if (hostFnsPending()) this.device.beforeSyncCopy("Buffer.write");
     const src = bytesOf(data);
@@ -436,7 +442,7 @@ export class GpuBuffer extends Resource {
   read<T extends TypedArray>(into: T | TypedArrayCtor<T>, opts?: { offset?: number }): T;
   read(into: DataView | ArrayBuffer, opts?: { offset?: number }): DataView | ArrayBuffer;
   read(into?: unknown, opts: { offset?: number } = {}): unknown {
-    opts = options("Buffer.read", opts);
+    opts = options("Buffer.read", opts, OFFSET_KEYS);
     const h = this.#live("Buffer.read");
     if (hostFnsPending()) this.device.beforeSyncCopy("Buffer.read");
     const offset = opts.offset ?? 0;
@@ -463,7 +469,7 @@ export class GpuBuffer extends Resource {
    * return, so a launch queued next on any stream reads the copied bytes (see `write`).
    */
   copyTo(dst: GpuBuffer, opts: { srcOffset?: number; dstOffset?: number; bytes?: number } = {}): void {
-    opts = options("Buffer.copyTo", opts);
+    opts = options("Buffer.copyTo", opts, COPY_TO_KEYS);
     const h = this.#live("Buffer.copyTo");
     if (hostFnsPending()) this.device.beforeSyncCopy("Buffer.copyTo");
     if (!(dst instanceof GpuBuffer)) invalid("Buffer.copyTo", "dst must be a Buffer");
@@ -486,11 +492,9 @@ export class GpuBuffer extends Resource {
    * any value but 0 (INVALID_VALUE), so a fill never guesses between bytes and elements.
    * Complete on return, so a launch queued next on any stream sees the filled bytes (see `write`).
    */
-  fill(value: number, opts: FillRange & { type: FillType }): this;
-  fill(this: GpuBufferOf<FillType>, value: number, opts?: FillRange & { type?: FillType | undefined }): this;
-  fill(value: 0, opts?: FillRange & { type?: FillType | undefined }): this;
+  fill<V extends number>(value: V, ...optsWithType: FillOptionsFor<this, V>): this;
   fill(value: number, opts: FillRange & { type?: FillType | undefined } = {}): this {
-    opts = options("Buffer.fill", opts);
+    opts = options("Buffer.fill", opts, FILL_KEYS);
     const h = this.#live("Buffer.fill");
     if (hostFnsPending()) this.device.beforeSyncCopy("Buffer.fill");
     const { pattern, size } = fillPattern("Buffer.fill", value, fillTypeOf("Buffer.fill", this, value, opts.type));
@@ -591,6 +595,18 @@ export class GpuBuffer extends Resource {
 
 // The package's own modules still call the class Buffer; users get GpuBuffer (src/index.ts).
 
+/**
+ * `fill`'s options after the value: optional where the element type is known (the buffer was
+ * allocated with `{ type }`, or the value is 0), else required with `type`. A rest tuple rather
+ * than overloads so that `untyped.fill(1)` reads "Expected 2 arguments, but got 1" (and "Arguments
+ * for the rest parameter 'optsWithType' were not provided"), not a mismatched `this` context.
+ */
+export type FillOptionsFor<B, V extends number> = B extends { readonly elementType: FillType }
+  ? [opts?: FillRange & { type?: FillType | undefined }]
+  : [V] extends [0]
+    ? [opts?: FillRange & { type?: FillType | undefined }]
+    : [opts: FillRange & { type: FillType }];
+
 /** A buffer allocated with `{ type: E }`: its `fill(v)` writes `v` as `E` (the types know it). */
 export type GpuBufferOf<E extends FillType> = GpuBuffer & { readonly elementType: E };
 export { GpuBuffer as Buffer };
@@ -613,7 +629,7 @@ const u32v = new Uint32Array(f32.buffer);
 
 /** The memset pattern and element size for a fill of `value` as `type`. */
 export function fillPattern(call: string, value: number, type: FillType): { pattern: number; size: 1 | 2 | 4 } {
-  if (typeof value !== "number" || Number.isNaN(value) && type !== "f32") invalid(call, `value must be a number, got ${String(value)}`);
+  if (typeof value !== "number" || Number.isNaN(value) && type !== "f32") invalid(call, `value must be a number, got ${describeGot(value)}`);
   const int = (lo: number, hi: number) => {
     if (!Number.isInteger(value) || value < lo || value > hi) invalid(call, `value ${value} does not fit ${type}`);
   };

@@ -6,12 +6,15 @@
 import { addressOf } from "../ffi/result";
 import { CaptureModeId } from "../ffi/constants";
 import { captureEnded, type DeviceRef, type DeviceState } from "./device_state";
-import { GpuError, Status, describeGot, invalid, options } from "./errors";
+import { GpuError, Status, describeGot, invalid, options, type OptionKeys } from "./errors";
 import type { Kernel } from "./kernel";
 import { areaOf, checkDevice, packArgs, type ArgArea, type ArgsOf, type Signature } from "./launch";
 import { INSPECT, plural } from "./inspect";
 import { Holds } from "./lifetime";
 import { RELEASE, Resource } from "./resource";
+
+// The keys each options argument may have (errors.ts `options` refuses any other).
+const CAPTURE_KEYS: OptionKeys<{ mode?: CaptureMode }> = { mode: true };
 
 /**
  * How a capture treats calls that are illegal while it is open (synchronize, a synchronous copy,
@@ -146,7 +149,7 @@ export class Graph extends Resource {
     if (typeof fn !== "function") invalid("Graph.capture", "fn must be a function");
     if (stream === null || typeof stream !== "object" || typeof (stream as CaptureStream).beginCapture !== "function")
       invalid("Graph.capture", `stream must be a Stream, got ${describeGot(stream)}`);
-    opts = options("Graph.capture", opts);
+    opts = options("Graph.capture", opts, CAPTURE_KEYS);
     stream.beginCapture(opts.mode ?? CaptureMode.Global);
     let result: unknown;
     try {
@@ -328,7 +331,7 @@ function describeKernel(k: Kernel): string {
 /** @internal Begin a capture on `stream` (validated here, before the FFI). */
 export function beginCapture(stream: CaptureStream, mode: CaptureMode): void {
   const call = "Stream.beginCapture";
-  if (!(mode instanceof CaptureMode)) invalid(call, `mode must be a CaptureMode (Global, ThreadLocal or Relaxed), got ${String(mode)}`);
+  if (!(mode instanceof CaptureMode)) invalid(call, `mode must be a CaptureMode (Global, ThreadLocal or Relaxed), got ${describeGot(mode)}`);
   const s = stream.handle;
   if (stream.isDefault)
     throw new GpuError(

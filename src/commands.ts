@@ -21,13 +21,19 @@ import { SubmitError, addressOf, submit } from "../ffi/result";
 import { Cmd, SUBMIT_SERIAL, SUBMIT_WAIT as BG_SUBMIT_WAIT, bg_cmd_copy_rec, bg_cmd_event_rec, bg_cmd_header, bg_cmd_launch_rec, bg_cmd_memset_rec } from "../ffi/constants";
 import { Buffer, HostBuffer, checkSize, fillPattern, fillTypeOf, type FillType } from "./buffer";
 import { noteCaptured, type Device, type DeviceState } from "./device";
-import { GpuError, disposed, invalid, options, type BackendLabel } from "./errors";
+import { GpuError, disposed, invalid, options, type OptionKeys, type BackendLabel } from "./errors";
 import { Event } from "./event";
 import { INSPECT, bytesText, plural } from "./inspect";
 import { Graph } from "./capture";
 import { Kernel } from "./kernel";
 import { CHECK_AREA, areaOf, checkArgs, checkDevice, checkGeometry, packArgs, type ArgArea, type ArgValue, type LaunchConfig, type Signature } from "./launch";
 import { Stream } from "./stream";
+
+// The keys each options argument may have (errors.ts `options` refuses any other).
+const LIST_KEYS: OptionKeys<{ initialBytes?: number }> = { initialBytes: true };
+const COPY_KEYS: OptionKeys<CopyOptions> = { bytes: true, dstOffset: true, srcOffset: true };
+const FILL_KEYS: OptionKeys<FillOptions> = { type: true, offset: true, bytes: true };
+const SUBMIT_KEYS: OptionKeys<{ keep?: boolean; wait?: boolean; serial?: boolean }> = { keep: true, wait: true, serial: true };
 
 // ---- the format: tags and sizes in one spot ------------------------------------------------------
 
@@ -151,7 +157,7 @@ export class CommandList {
   #submits = 0;
 
   constructor(device: Device, opts: { initialBytes?: number } = {}, call = "new CommandList") {
-    opts = options(call, opts);
+    opts = options(call, opts, LIST_KEYS);
     if (!device || typeof device !== "object" || !("state" in device)) invalid(call, "expected a Device");
     if (device.disposed) disposed(call, "device");
     this.device = device;
@@ -300,7 +306,7 @@ export class CommandList {
 
   /** One copy command of any direction: sizes checked against both ends, then appended. */
   #copy(call: string, op: number, opts: CopyOptions, dst: Buffer | HostBuffer, src: Buffer | HostBuffer): this {
-    opts = options(call, opts);
+    opts = options(call, opts, COPY_KEYS);
     this.#live(call);
     const addr = (what: string, x: Buffer | HostBuffer, host: boolean) =>
       host ? this.#host(call, what, x).hostAddress : this.#buffer(call, what, x).address;
@@ -343,7 +349,7 @@ export class CommandList {
 
   /** Append a fill of `value` as elements of `type` (Buffer.fill's rules: default the buffer's elementType, else only 0). */
   memset(buf: Buffer, value: number, opts: FillOptions = {}, call = "CommandList.memset"): this {
-    opts = options(call, opts);
+    opts = options(call, opts, FILL_KEYS);
     this.#live(call);
     this.#buffer(call, "buffer", buf);
     const { pattern, size } = fillPattern(call, value, fillTypeOf(call, buf, value, opts.type));
@@ -413,7 +419,7 @@ export class CommandList {
    * that the list is too small to repay a host backend's thread pool (BG_SUBMIT_SERIAL).
    */
   submit(stream: Stream, opts: { keep?: boolean; wait?: boolean; serial?: boolean } = {}, call = "CommandList.submit"): boolean {
-    opts = options(call, opts);
+    opts = options(call, opts, SUBMIT_KEYS);
     const s = this.#stream(call, stream);
     this.checkRefs(call);
     const wait = opts.wait === true;

@@ -13,9 +13,16 @@ import { api, commInitAll, commUniqueId } from "../ffi/result";
 import { Buffer } from "./buffer";
 import { Device } from "./device";
 import { noteCaptured } from "./device_state";
-import { GpuError, Status, describeGot, disposed, integerIn, invalid, list, options } from "./errors";
+import { GpuError, Status, describeGot, disposed, integerIn, invalid, list, options, type OptionKeys } from "./errors";
 import { HOLD } from "./lifetime";
 import { Stream } from "./stream";
+
+// The keys each options argument may have (errors.ts `options` refuses any other).
+const INIT_KEYS: OptionKeys<InitOptions> = { timeoutMs: true };
+const COLLECTIVE_KEYS: OptionKeys<CollectiveOptions> = { dtype: true, count: true, stream: true };
+const REDUCE_KEYS: OptionKeys<ReduceOptions> = { ...COLLECTIVE_KEYS, op: true };
+const ROOT_KEYS: OptionKeys<CollectiveOptions & RootOptions> = { ...COLLECTIVE_KEYS, root: true };
+const REDUCE_ROOT_KEYS: OptionKeys<ReduceOptions & RootOptions> = { ...REDUCE_KEYS, root: true };
 
 /** Element types of collectives: NCCL's ncclDataType_t. */
 export type CollectiveDtype = "int8" | "uint8" | "int32" | "uint32" | "int64" | "uint64" | "float16" | "float32" | "float64" | "bfloat16";
@@ -122,7 +129,7 @@ export class Communicator {
       if (!(d instanceof Device)) invalid(call, `devices[${i}] must be a Device, got ${describeGot(d)}`);
       if (d.disposed) disposed(call, `device ${i}`);
     });
-    const o = options(call, opts);
+    const o = options(call, opts, INIT_KEYS);
     const handles = commInitAll(devs.map((d) => d.handle), devs[0]!.backend);
     const comms = handles.map((h, i) => new Communicator(devs[i]!, h));
     if (o.timeoutMs !== undefined) for (const c of comms) c.setTimeout(o.timeoutMs);
@@ -141,7 +148,7 @@ export class Communicator {
     integerIn(call, "rank", rank, 0, nranks - 1);
     if (!(id instanceof Uint8Array) || id.length !== COMM_ID_BYTES)
       invalid(call, `id must be the ${COMM_ID_BYTES}-byte Uint8Array from Communicator.uniqueId(), got ${describeGot(id)}${id instanceof Uint8Array ? ` of ${id.length} bytes` : ""}`);
-    const o = options(call, opts);
+    const o = options(call, opts, INIT_KEYS);
     const h = device.state.api.comm_init_rank(device.handle, nranks, id, COMM_ID_BYTES, rank);
     const c = new Communicator(device, h);
     if (o.timeoutMs !== undefined) c.setTimeout(o.timeoutMs);
@@ -210,7 +217,7 @@ export class Communicator {
   /** recv[i] = op over ranks of send[i]. count: default send's elements. In place when send === recv. */
   allReduce(send: Buffer, recv: Buffer, opts?: ReduceOptions): this {
     const call = "Communicator.allReduce";
-    const o = options(call, opts);
+    const o = options(call, opts, REDUCE_KEYS);
     const t = dtypeOf(call, o.dtype);
     const count = this.#count(call, o.count, send, t.size, "send");
     this.#fits(call, "send", send, count * t.size);
@@ -221,7 +228,7 @@ export class Communicator {
   /** Every rank's recv = root's send. Non-root ranks may pass send = null; count: default recv's elements. */
   broadcast(send: Buffer | null, recv: Buffer, opts?: CollectiveOptions & RootOptions): this {
     const call = "Communicator.broadcast";
-    const o = options(call, opts);
+    const o = options(call, opts, ROOT_KEYS);
     const t = dtypeOf(call, o.dtype);
     const root = this.#rank(call, "root", o.root ?? 0);
     const count = this.#count(call, o.count, recv, t.size, "recv");
@@ -233,7 +240,7 @@ export class Communicator {
   /** root's recv = op over ranks of send; other ranks may pass recv = null. count: default send's elements. */
   reduce(send: Buffer, recv: Buffer | null, opts?: ReduceOptions & RootOptions): this {
     const call = "Communicator.reduce";
-    const o = options(call, opts);
+    const o = options(call, opts, REDUCE_ROOT_KEYS);
     const t = dtypeOf(call, o.dtype);
     const root = this.#rank(call, "root", o.root ?? 0);
     const count = this.#count(call, o.count, send, t.size, "send");
@@ -245,7 +252,7 @@ export class Communicator {
   /** recv[r*count + i] = rank r's send[i]; recv holds size*count. count: default send's elements. */
   allGather(send: Buffer, recv: Buffer, opts?: CollectiveOptions): this {
     const call = "Communicator.allGather";
-    const o = options(call, opts);
+    const o = options(call, opts, COLLECTIVE_KEYS);
     const t = dtypeOf(call, o.dtype);
     const count = this.#count(call, o.count, send, t.size, "send");
     this.#fits(call, "send", send, count * t.size);
@@ -256,7 +263,7 @@ export class Communicator {
   /** recv[i] = op over ranks of send[rank*count + i]; send holds size*count. count: default recv's elements. */
   reduceScatter(send: Buffer, recv: Buffer, opts?: ReduceOptions): this {
     const call = "Communicator.reduceScatter";
-    const o = options(call, opts);
+    const o = options(call, opts, REDUCE_KEYS);
     const t = dtypeOf(call, o.dtype);
     const count = this.#count(call, o.count, recv, t.size, "recv");
     this.#fits(call, "send", send, count * t.size * this.size, `${this.size} ranks × ${count}`);
@@ -267,7 +274,7 @@ export class Communicator {
   /** Send count elements of `buf` to rank `peer` (ncclSend); it matches that rank's recv from this one. */
   send(buf: Buffer, peer: number, opts?: CollectiveOptions): this {
     const call = "Communicator.send";
-    const o = options(call, opts);
+    const o = options(call, opts, COLLECTIVE_KEYS);
     const t = dtypeOf(call, o.dtype);
     const p = this.#rank(call, "peer", peer);
     const count = this.#count(call, o.count, buf, t.size, "buf");
@@ -278,7 +285,7 @@ export class Communicator {
   /** Receive count elements from rank `peer` into `buf` (ncclRecv). */
   recv(buf: Buffer, peer: number, opts?: CollectiveOptions): this {
     const call = "Communicator.recv";
-    const o = options(call, opts);
+    const o = options(call, opts, COLLECTIVE_KEYS);
     const t = dtypeOf(call, o.dtype);
     const p = this.#rank(call, "peer", peer);
     const count = this.#count(call, o.count, buf, t.size, "buf");

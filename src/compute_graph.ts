@@ -7,7 +7,7 @@
 // re-encoding.
 import { Buffer, checkSize, type FillType, type GpuBufferOf } from "./buffer";
 import type { Device, DeviceState } from "./device";
-import { disposed, invalid, options } from "./errors";
+import { describeGot, disposed, invalid, options, type OptionKeys } from "./errors";
 import type { CopyOptions, EncoderMark, FillOptions } from "./commands";
 import { CommandEncoder, type DispatchOptions } from "./encoder";
 import { bufferRange, planBarriers, type BufferRange, type PlannedBarrier } from "./hazards";
@@ -15,6 +15,11 @@ import { INSPECT, plural } from "./inspect";
 import type { Kernel } from "./kernel";
 import { GEO, checkArgs, type ArgValue, type Signature } from "./launch";
 import type { Stream } from "./stream";
+
+// The keys each options argument may have (errors.ts `options` refuses any other).
+const COPY_KEYS: OptionKeys<CopyOptions> = { bytes: true, dstOffset: true, srcOffset: true };
+const FILL_KEYS: OptionKeys<FillOptions> = { type: true, offset: true, bytes: true };
+const SUBMIT_KEYS: OptionKeys<{ barriers?: BarrierMode | undefined }> = { barriers: true };
 
 export type { Hazard, PlannedBarrier } from "./hazards";
 
@@ -174,7 +179,7 @@ export class ComputeGraph {
 
   /** Record a device-to-device copy; returns its node index. */
   copy(dst: Buffer, src: Buffer, opts: CopyOptions = {}): number {
-    opts = options("ComputeGraph.copy", opts);
+    opts = options("ComputeGraph.copy", opts, COPY_KEYS);
     const n = this.#begin("copy");
     this.#seq.copy(dst, src, opts);
     const so = opts.srcOffset ?? 0, dO = opts.dstOffset ?? 0;
@@ -192,7 +197,7 @@ export class ComputeGraph {
   fill(buf: GpuBufferOf<FillType>, value: number, opts?: FillOptions): number;
   fill(buf: Buffer, value: 0, opts?: FillOptions): number;
   fill(buf: Buffer, value: number, opts: FillOptions = {}): number {
-    opts = options("ComputeGraph.fill", opts);
+    opts = options("ComputeGraph.fill", opts, FILL_KEYS);
     const n = this.#begin("fill");
     this.#seq.fill(buf, value, opts as FillOptions & { type: FillType }); // the type rule holds at run time (fillTypeOf)
     const off = opts.offset ?? 0;
@@ -283,10 +288,10 @@ export class ComputeGraph {
    * re-encoding). Returns true when a crossing was made (false for an empty graph).
    */
   submit(stream: Stream, opts: { barriers?: BarrierMode | undefined } = {}): boolean {
-    opts = options("ComputeGraph.submit", opts);
+    opts = options("ComputeGraph.submit", opts, SUBMIT_KEYS);
     const call = "ComputeGraph.submit";
     const mode = opts.barriers ?? "recorded";
-    if (mode !== "recorded" && mode !== "computed") invalid(call, `barriers must be "recorded" or "computed", got ${String(mode)}`);
+    if (mode !== "recorded" && mode !== "computed") invalid(call, `barriers must be "recorded" or "computed", got ${describeGot(mode)}`);
     const enc = mode === "computed" ? this.#computedEncoding() : this.#seq;
     const crossed = enc.commit(stream, { keep: true });
     if (crossed) this.#submits++;

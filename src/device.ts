@@ -7,7 +7,7 @@ import { Backend } from "../ffi/result";
 import { backends, type BackendName } from "./backends";
 import { Buffer, HostBuffer, releaseDeviceMemory, type FillType, type GpuBufferOf } from "./buffer";
 import { DEVICE, newDeviceState, type DeviceState } from "./device_state";
-import { GpuError, Status, invalid, disposed, options, reword, describeValue } from "./errors";
+import { describeGot, GpuError, Status, invalid, disposed, options, type OptionKeys, reword } from "./errors";
 import { Event, type EventOptions } from "./event";
 import { beforeBlockingWait, deferDispose, insideHostFnOf, raiseDeviceFailures } from "./hostfn";
 import { INSPECT, plural } from "./inspect";
@@ -15,6 +15,10 @@ import { settled } from "./poll";
 import { closeWakeStreams } from "./wake";
 import { ADOPT_DEFAULT, MemoryPool } from "./memory_pool";
 import { Stream, type StreamOptions } from "./stream";
+
+// The keys each options argument may have (errors.ts `options` refuses any other).
+const HOST_KEYS: OptionKeys<{ mapped?: boolean }> = { mapped: true };
+const STREAM_KEYS: OptionKeys<StreamOptions> = { nonBlocking: true, priority: true };
 
 // The modules below this one (buffer, stream, event, capture) know a device as a DeviceRef, the
 // part of it they use; here that interface is widened to the whole class, so `buffer.device`,
@@ -140,7 +144,7 @@ export class Device {
   }
 
   static open(spec: string): Device {
-    if (typeof spec !== "string") invalid("Device.open", `spec must be a string, got ${typeof spec}`);
+    if (typeof spec !== "string") invalid("Device.open", `spec must be a string, got ${describeGot(spec)}`);
     const { backend, ordinal } = parseSpec(spec);
     let handle: number;
     try {
@@ -339,11 +343,11 @@ export class Device {
   }
 
   allocHost(bytes: number, opts: { mapped?: boolean } = {}): HostBuffer {
-    return HostBuffer.alloc(this, bytes, options("Device.allocHost", opts).mapped ?? false);
+    return HostBuffer.alloc(this, bytes, options("Device.allocHost", opts, HOST_KEYS).mapped ?? false);
   }
 
   createStream(opts: StreamOptions = {}): Stream {
-    return Stream.create(this, options("Device.createStream", opts));
+    return Stream.create(this, options("Device.createStream", opts, STREAM_KEYS));
   }
 
   createEvent(opts: EventOptions = {}): Event {
@@ -353,7 +357,7 @@ export class Device {
   // ---- several devices -------------------------------------------------------------------------
 
   #peer(call: string, other: unknown): Device {
-    if (!(other instanceof Device)) invalid(call, `expected a Device, got ${describeValue(other)}`);
+    if (!(other instanceof Device)) invalid(call, `expected a Device, got ${describeGot(other)}`);
     this.handle;
     other.handle; // a disposed device is INVALID_HANDLE on either side
     return other;

@@ -22,13 +22,59 @@ export function disposed(call: string, what: string): never {
 }
 
 /**
- * An options argument: `{}` when omitted (undefined), the object itself when it is one, else
- * INVALID_VALUE (null, a string, a number, an array).
+ * The keys an options argument may have, as `{ key: true, ... }`: every key of `T` and no other (the
+ * compiler checks both, so a new option cannot be forgotten here). Declare one per options type at
+ * module level, so checking a call's keys allocates nothing.
  */
-export function options<T extends object>(call: string, o: T | undefined): T {
+export type OptionKeys<T> = { readonly [K in keyof T]-?: true };
+
+/**
+ * An options argument: `{}` when omitted (undefined), the object itself when it is one, else
+ * INVALID_VALUE (null, a string, a number, an array). A key `known` does not list is INVALID_VALUE
+ * too, naming the key and the nearest known one ("did you mean nonBlocking?"), or listing the
+ * known keys when none is near: a misspelt option is refused, never silently ignored.
+ */
+export function options<T extends object>(call: string, o: T | undefined, known: NoInfer<OptionKeys<T>>): T {
   if (o === undefined) return {} as T;
   if (o === null || typeof o !== "object" || Array.isArray(o)) invalid(call, `options must be an object, got ${describeGot(o)}`);
+  for (const k in o) if (!Object.hasOwn(known, k)) unknownOption(call, k, Object.keys(known));
   return o;
+}
+
+/** INVALID_VALUE for an option `key` that is not one of `known`, suggesting the nearest. */
+export function unknownOption(call: string, key: string, known: readonly string[]): never {
+  const near = nearest(key, known);
+  const name = JSON.stringify(key);
+  if (near !== undefined) invalid(call, `unknown option ${name} (did you mean ${near}?)`);
+  if (!known.length) invalid(call, `unknown option ${name}: it takes no options`);
+  invalid(call, `unknown option ${name}; the options are ${known.join(", ")}`);
+}
+
+/**
+ * The entry of `known` nearest to `word`: one equal to it but for case, else the one fewest edits
+ * away (Levenshtein) when that is at most a third of its length (at least 1, at most 3); else none.
+ */
+export function nearest(word: string, known: readonly string[]): string | undefined {
+  const lower = word.toLowerCase();
+  const same = known.find((k) => k.toLowerCase() === lower);
+  if (same !== undefined) return same;
+  let best: string | undefined, bestD = Math.min(3, Math.max(1, Math.floor(word.length / 3))) + 1;
+  for (const k of known) {
+    const d = editDistance(lower, k.toLowerCase());
+    if (d < bestD) [best, bestD] = [k, d];
+  }
+  return best;
+}
+
+function editDistance(a: string, b: string): number {
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const cur = [i];
+    for (let j = 1; j <= b.length; j++)
+      cur[j] = Math.min(prev[j]! + 1, cur[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    prev = cur;
+  }
+  return prev[b.length]!;
 }
 
 /** A short description of a value for an error message ("null", "a string", "NaN", "[object]"). */

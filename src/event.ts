@@ -3,12 +3,15 @@
 import { eventElapsed } from "../ffi/result";
 import { EventFlag } from "../ffi/constants";
 import { isDevice, type DeviceRef, type StreamRef } from "./device_state";
-import { describeGot, invalid, options } from "./errors";
+import { describeGot, invalid, options, type OptionKeys } from "./errors";
 import { decodeHandle, encodeHandle, handleBytes } from "./ipc";
 import { beforeBlockingWait } from "./hostfn";
 import { pollUntil, settled } from "./poll";
 import { afterEvent } from "./wake";
 import { RELEASE, Resource } from "./resource";
+
+// The keys each options argument may have (errors.ts `options` refuses any other).
+const EVENT_KEYS: OptionKeys<EventOptions> = { timing: true, blockingSync: true, interprocess: true };
 
 export interface EventOptions {
   /** Record timestamps for elapsed() (default true). */
@@ -42,7 +45,7 @@ export class GpuEvent extends Resource {
 
   static create(device: DeviceRef, opts: EventOptions = {}): GpuEvent {
     if (!isDevice(device)) invalid("Event.create", `device must be a Device, got ${describeGot(device)}`);
-    opts = options("Event.create", opts);
+    opts = options("Event.create", opts, EVENT_KEYS);
     const interprocess = opts.interprocess === true;
     if (interprocess && opts.timing === true)
       invalid("Event.create", "an interprocess event keeps no time (CUDA needs CU_EVENT_DISABLE_TIMING with CU_EVENT_INTERPROCESS)");

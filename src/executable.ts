@@ -5,7 +5,7 @@
 // split by mode, each file would carry its own copy of those.
 import { Buffer, HostBuffer, type HostData } from "./buffer";
 import { Device } from "./device";
-import { GpuError, Status, invalid, disposed, illegalState, options } from "./errors";
+import { describeGot, GpuError, Status, invalid, disposed, illegalState, options, type OptionKeys } from "./errors";
 import { Event } from "./event";
 import { CaptureMode, GraphExec } from "./capture";
 import { CMD_BYTES, CommandList } from "./commands";
@@ -14,6 +14,9 @@ import { INSPECT, plural } from "./inspect";
 import { checkArgs, type ArgValue } from "./launch";
 import type { PeerCopyPath, Stream } from "./stream";
 import { isBuffer, type KernelOp, type Step } from "./step";
+
+// The keys each options argument may have (errors.ts `options` refuses any other).
+const RUN_KEYS: OptionKeys<RunOptions> = { inputs: true };
 
 // ---- exec modes ------------------------------------------------------------------------------------
 
@@ -41,7 +44,7 @@ export class ExecMode {
 
   /** A pool of `n` streams; steps assigned by their data dependencies. */
   static MultiStream(n: number): ExecMode {
-    if (!Number.isInteger(n) || n < 1 || n > 64) invalid("ExecMode.MultiStream", `n must be an integer from 1 to 64, got ${String(n)}`);
+    if (!Number.isInteger(n) || n < 1 || n > 64) invalid("ExecMode.MultiStream", `n must be an integer from 1 to 64, got ${describeGot(n)}`);
     return new ExecMode("MultiStream", n);
   }
 
@@ -152,7 +155,7 @@ export class Executable {
   constructor(device: Device, steps: Step[], mode: ExecMode, opts: ScheduleCompileOptions) {
     const call = "Schedule.compile";
     if (!(device instanceof Device)) invalid(call, "expected a Device");
-    if (!(mode instanceof ExecMode)) invalid(call, `mode must be an ExecMode (Stream, Graph, Eager or MultiStream(n)), got ${String(mode)}`);
+    if (!(mode instanceof ExecMode)) invalid(call, `mode must be an ExecMode (Stream, Graph, Eager or MultiStream(n)), got ${describeGot(mode)}`);
     const captureMode = opts.captureMode ?? CaptureMode.Global;
     if (!(captureMode instanceof CaptureMode)) invalid(call, "captureMode must be a CaptureMode");
     device.handle; // disposed: INVALID_HANDLE
@@ -463,7 +466,7 @@ export class Executable {
 
   /** Enqueue one run of the schedule. Returns at once; see done() and synchronize(). */
   run(opts: RunOptions = {}): this {
-    opts = options("Executable.run", opts);
+    opts = options("Executable.run", opts, RUN_KEYS);
     const call = "Executable.run";
     this.#alive(call);
     if (this.mode.kind === "Eager" && this.stats.runs > 0) illegalState(call, "an Eager executable runs once");
@@ -503,7 +506,7 @@ export class Executable {
 
   /** Enqueue a run and resolve when it is done. */
   runAsync(opts: RunOptions = {}): Promise<void> {
-    opts = options("Executable.runAsync", opts);
+    opts = options("Executable.runAsync", opts, RUN_KEYS);
     this.run(opts);
     return this.done();
   }

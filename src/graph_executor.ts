@@ -10,13 +10,20 @@
 //    without finish() runs nothing it had not committed and gives its encoder back.
 import type { Buffer, FillType, GpuBufferOf } from "./buffer";
 import type { Device } from "./device";
-import { disposed, illegalState, invalid, options } from "./errors";
+import { describeGot, disposed, illegalState, invalid, options, type OptionKeys } from "./errors";
 import type { CopyOptions, FillOptions } from "./commands";
 import { CommandEncoder } from "./encoder";
 import { ComputeGraph, resolveAccess, type BarrierMode, type GraphDispatchOptions } from "./compute_graph";
 import type { Kernel, Signature } from "./kernel";
 import { INSPECT, plural } from "./inspect";
 import { Stream } from "./stream";
+
+// The keys each options argument may have (errors.ts `options` refuses any other).
+const COPY_KEYS: OptionKeys<CopyOptions> = { bytes: true, dstOffset: true, srcOffset: true };
+const FILL_KEYS: OptionKeys<FillOptions> = { type: true, offset: true, bytes: true };
+const STREAM_KEYS: OptionKeys<{ stream?: Stream }> = { stream: true };
+const BEGIN_KEYS: OptionKeys<{ flushEvery?: number }> = { flushEvery: true };
+const REPLAY_KEYS: OptionKeys<{ barriers?: BarrierMode }> = { barriers: true };
 
 export {
   ComputeGraph,
@@ -117,7 +124,7 @@ export class GraphSession {
   }
 
   copy(dst: Buffer, src: Buffer, opts: CopyOptions = {}): this {
-    opts = options("GraphSession.copy", opts);
+    opts = options("GraphSession.copy", opts, COPY_KEYS);
     if (this.#state !== "open") this.#closed("GraphSession.copy");
     if (this.#graph) this.#graph.copy(dst, src, opts);
     else this.#enc!.copy(dst, src, opts);
@@ -129,7 +136,7 @@ export class GraphSession {
   fill(buf: GpuBufferOf<FillType>, value: number, opts?: FillOptions): this;
   fill(buf: Buffer, value: 0, opts?: FillOptions): this;
   fill(buf: Buffer, value: number, opts: FillOptions = {}): this {
-    opts = options("GraphSession.fill", opts);
+    opts = options("GraphSession.fill", opts, FILL_KEYS);
     if (this.#state !== "open") this.#closed("GraphSession.fill");
     const o = opts as FillOptions & { type: FillType }; // the type rule holds at run time (fillTypeOf)
     if (this.#graph) this.#graph.fill(buf, value, o);
@@ -232,7 +239,7 @@ export class GraphExecutor {
   #pool: CommandEncoder[] = [];
 
   constructor(device: Device, opts: { stream?: Stream } = {}) {
-    opts = options("new GraphExecutor", opts);
+    opts = options("new GraphExecutor", opts, STREAM_KEYS);
     if (!device || typeof device !== "object" || !("state" in device)) invalid("GraphExecutor", "expected a Device");
     if (device.disposed) disposed("GraphExecutor", "device");
     const s = opts.stream ?? device.defaultStream;
@@ -255,9 +262,9 @@ export class GraphExecutor {
    * the rest (one crossing per commit still; on Metal, one command buffer per commit).
    */
   begin(opts: { flushEvery?: number } = {}): GraphSession {
-    opts = options("GraphExecutor.begin", opts);
+    opts = options("GraphExecutor.begin", opts, BEGIN_KEYS);
     const f = opts.flushEvery ?? 0;
-    if (!Number.isInteger(f) || f < 0) invalid("GraphExecutor.begin", `flushEvery must be a non-negative integer, got ${String(f)}`);
+    if (!Number.isInteger(f) || f < 0) invalid("GraphExecutor.begin", `flushEvery must be a non-negative integer, got ${describeGot(f)}`);
     return new GraphSession(this, "direct", this.#acquire("GraphExecutor.begin"), f);
   }
 
@@ -281,13 +288,13 @@ export class GraphExecutor {
 
   /** Submit a recorded graph (one crossing, no re-encoding) and wait for it. */
   replay(graph: ComputeGraph, opts: { barriers?: BarrierMode } = {}): void {
-    opts = options("GraphExecutor.replay", opts);
+    opts = options("GraphExecutor.replay", opts, REPLAY_KEYS);
     this.#replay("GraphExecutor.replay", graph, opts.barriers);
     this.stream.synchronize();
   }
 
   async replayAsync(graph: ComputeGraph, opts: { barriers?: BarrierMode } = {}): Promise<void> {
-    opts = options("GraphExecutor.replayAsync", opts);
+    opts = options("GraphExecutor.replayAsync", opts, REPLAY_KEYS);
     this.#replay("GraphExecutor.replayAsync", graph, opts.barriers);
     await this.stream.done();
   }

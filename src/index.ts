@@ -4,7 +4,7 @@ import { GpuEvent } from "./event";
 export { GpuError } from "./errors";
 export { Status, StatusName } from "../ffi/errors";
 export { Device, type DeviceProps, type BackendInfo } from "./device";
-export { GpuBuffer, HostBuffer, memoryStats, setMemoryBudget, type FillRange, type FillType, type GpuBufferOf, type HostData } from "./buffer";
+export { GpuBuffer, HostBuffer, memoryStats, setMemoryBudget, type FillOptionsFor, type FillRange, type FillType, type GpuBufferOf, type HostData } from "./buffer";
 export { Stream, type StreamOptions, type PeerCopyPath } from "./stream";
 export { MemoryPool, type MemoryPoolOptions, type MemoryPoolStats } from "./memory_pool";
 export {

@@ -6,11 +6,14 @@ import { addressOf, cstr, launch } from "../ffi/result";
 import { backends, type BackendName } from "./backends";
 import type { CompileOptions, LoadableImage } from "./compile/types";
 import { isDevice, noteCaptured, type DeviceRef as Device, type StreamRef as Stream } from "./device_state";
-import { GpuError, Status, describeGot, invalid, disposed, options } from "./errors";
+import { GpuError, Status, describeGot, invalid, disposed, options, type OptionKeys } from "./errors";
 import { INSPECT, plural } from "./inspect";
 import { kernelNamesByHandle, nameList, sourceKernelNames } from "./kernel_names";
 import { ARG_TYPES, MAX_ARGS, areaOf, checkDevice, checkGeometry, launchLimits, packArgs, sigCodes, type ArgType, type LaunchConfig, type LaunchLimits, type LaunchTarget, type Signature } from "./launch";
 import { track, untrack } from "./lifetime";
+
+// The keys each options argument may have (errors.ts `options` refuses any other).
+const COMPILE_KEYS: OptionKeys<CompileOptions> = { name: true, options: true };
 
 export { compileStats } from "./compile/cache";
 export type { CompileOptions };
@@ -36,7 +39,7 @@ export class Program {
   /** Compile `source` for `device` (in its kernel language) and load it. */
   static compile(device: Device, source: KernelSource, opts: CompileOptions = {}): Module {
     if (!isDevice(device) || source === null || typeof source !== "object" && typeof source !== "string") invalid("Program.compile", "expected (device, source, options?)");
-    opts = options("Program.compile", opts);
+    opts = options("Program.compile", opts, COMPILE_KEYS);
     const src = typeof source === "string" ? source : source[device.backend];
     if (typeof src !== "string" || src.length === 0)
       invalid("Program.compile", `no ${device.backend} source given`);

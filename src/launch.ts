@@ -201,11 +201,11 @@ export function areaOf(ab: ArrayBuffer): ArgArea {
 }
 
 function disposedArg(call: string, name: string, i: number): never {
-  throw new GpuError(Status.INVALID_HANDLE, `${call}: ${name}: argument ${i} is a disposed buffer`, { backend: "typescript", call });
+  throw new GpuError(Status.INVALID_HANDLE, `${call}: ${name}: args[${i}] is a disposed buffer`, { backend: "typescript", call });
 }
 
 function argError(call: string, name: string, i: number, want: string, got: unknown): never {
-  invalid(call, `${name}: argument ${i} must be ${want}, got ${typeof got === "object" && got ? got.constructor.name : describeGot(got)}`);
+  invalid(call, `${name}: args[${i}] must be ${want}, got ${describeGot(got)}`);
 }
 
 /**
@@ -226,7 +226,7 @@ export function packArgs(call: string, k: LaunchTarget, args: readonly ArgValue[
       case 0: {
         if (!(v instanceof Buffer)) argError(call, name, i, "a Buffer", v);
         if (dev < 0) dev = k.device.state.handle;
-        if (v.device.state.handle !== dev) invalid(call, `${name}: argument ${i} is a buffer of another device (${v.device.spec})`);
+        if (v.device.state.handle !== dev) invalid(call, `${name}: args[${i}] is a buffer of another device (${v.device.spec})`);
         if (v.disposed) disposedArg(call, name, i);
         const a = v.address;
         u32[w] = a >>> 0;

@@ -4,9 +4,12 @@
 // backend's own pool; Metal allocates plainly with the same API), gives memory back above its
 // release threshold at each synchronize, and counts what it holds.
 import { isDevice, type DeviceRef } from "./device_state";
-import { describeValue, invalid, options } from "./errors";
+import { describeGot, invalid, options, type OptionKeys } from "./errors";
 import { checkSize } from "./buffer";
 import { RELEASE, Resource } from "./resource";
+
+// The keys each options argument may have (errors.ts `options` refuses any other).
+const POOL_KEYS: OptionKeys<MemoryPoolOptions> = { releaseThreshold: true };
 
 export interface MemoryPoolOptions {
   /**
@@ -41,8 +44,8 @@ export class MemoryPool extends Resource {
   #threshold: number;
 
   constructor(device: DeviceRef, opts: MemoryPoolOptions = {}) {
-    if (!isDevice(device)) invalid("MemoryPool", `device must be a Device, got ${describeValue(device)}`);
-    opts = options("MemoryPool", opts);
+    if (!isDevice(device)) invalid("MemoryPool", `device must be a Device, got ${describeGot(device)}`);
+    opts = options("MemoryPool", opts, POOL_KEYS);
     const adopt = (opts as { [ADOPT_DEFAULT]?: true })[ADOPT_DEFAULT] === true;
     const t = adopt ? 0 : threshold("MemoryPool", opts.releaseThreshold ?? 0);
     const dh = device.handle; // throws once the device is disposed

@@ -7,7 +7,7 @@
 //                   (read-after-write, write-after-read, write-after-write), events only at
 //                   cross-stream edges
 // Every mode gives the results of running the steps one by one, in order.
-import { describeGot, invalid, options } from "./errors";
+import { describeGot, invalid, options, type OptionKeys } from "./errors";
 import type { Device } from "./device";
 import type { Buffer, FillType, GpuBufferOf } from "./buffer";
 import { dependencies } from "./hazards";
@@ -15,6 +15,10 @@ import { INSPECT, plural } from "./inspect";
 import type { Kernel, Signature } from "./kernel";
 import { Step, type CopyStepOptions, type FillStepOptions, type KernelStepConfig } from "./step";
 import { ExecMode, Executable, type RunOptions, type ScheduleCompileOptions } from "./executable";
+
+// The keys each options argument may have (errors.ts `options` refuses any other).
+const COMPILE_KEYS: OptionKeys<ScheduleCompileOptions> = { captureMode: true };
+const RUN_KEYS: OptionKeys<RunOptions> = { inputs: true };
 
 export { overlaps, planStreams, rangeOf, type ByteRange, type StreamPlan } from "./hazards";
 export { Step, type KernelStepConfig, type CopyStepOptions, type FillStepOptions } from "./step";
@@ -39,7 +43,7 @@ export class Schedule {
   }
 
   add(...steps: Step[]): this {
-    for (const s of steps) if (!(s instanceof Step)) invalid("Schedule.add", `expected a Step, got ${String(s)}`);
+    for (const s of steps) if (!(s instanceof Step)) invalid("Schedule.add", `expected a Step, got ${describeGot(s)}`);
     this.#steps.push(...steps);
     return this;
   }
@@ -74,7 +78,7 @@ export class Schedule {
 
   /** Prepare the schedule to run on `device` in `mode`. */
   compile(device: Device, mode: ExecMode = ExecMode.Stream, opts: ScheduleCompileOptions = {}): Executable {
-    opts = options("Schedule.compile", opts);
+    opts = options("Schedule.compile", opts, COMPILE_KEYS);
     return new Executable(device, [...this.#steps], mode, opts);
   }
 
@@ -91,7 +95,7 @@ export class Schedule {
 
   /** Compile in Eager mode, run once, and resolve when the run is done and everything is freed. */
   static async runEager(device: Device, steps: Schedule | Iterable<Step>, opts: RunOptions = {}): Promise<void> {
-    opts = options("Schedule.runEager", opts);
+    opts = options("Schedule.runEager", opts, RUN_KEYS);
     const s = steps instanceof Schedule ? steps : new Schedule(steps);
     const exec = s.compile(device, ExecMode.Eager);
     exec.run(opts);

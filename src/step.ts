@@ -3,11 +3,16 @@
 // command of a list when a schedule is compiled.
 import { Buffer, checkSize, fillPattern, fillTypeOf, type FillType, type GpuBufferOf } from "./buffer";
 import type { Device } from "./device";
-import { describeValue, invalid, disposed, options } from "./errors";
+import { describeGot, invalid, disposed, options, type OptionKeys } from "./errors";
 import { CommandList, validateCommand } from "./commands";
 import { hazardBetween, overlaps, rangeOf, type ByteRange } from "./hazards";
 import { Kernel } from "./kernel";
 import { checkLaunch, type ArgsOf, type ArgValue, type Dim3, type Signature } from "./launch";
+
+// The keys each options argument may have (errors.ts `options` refuses any other).
+const COPY_KEYS: OptionKeys<CopyStepOptions> = { bytes: true, dstOffset: true, srcOffset: true, label: true };
+const COPY_PEER_KEYS: OptionKeys<CopyStepOptions & { device?: Device }> = { ...COPY_KEYS, device: true };
+const FILL_KEYS: OptionKeys<FillStepOptions> = { type: true, offset: true, bytes: true, label: true };
 
 // ---- steps -----------------------------------------------------------------------------------------
 
@@ -102,7 +107,7 @@ export class Step {
       if (l === undefined) return [];
       if (!Array.isArray(l)) invalid(call, `${what} must be an array of Buffers`);
       for (const b of l) {
-        if (!isBuffer(b)) invalid(call, `${what} must hold Buffers (views), got ${String(b)}`);
+        if (!isBuffer(b)) invalid(call, `${what} must hold Buffers (views), got ${describeGot(b)}`);
         if (b.device.state.handle !== dev.state.handle) invalid(call, `${what}: a buffer of another device (${b.device.spec})`);
         if (b.disposed) disposed(call, `buffer in ${what}`);
       }
@@ -130,7 +135,7 @@ export class Step {
   /** A device-to-device copy (the ranges may not overlap). Reads src's range, writes dst's. */
   static copy(dst: Buffer, src: Buffer, opts: CopyStepOptions = {}): Step {
     const call = "Step.copy";
-    opts = options(call, opts);
+    opts = options(call, opts, COPY_KEYS);
     if (!isBuffer(dst) || !isBuffer(src)) invalid(call, "dst and src must be Buffers");
     if (dst.device.state.handle !== src.device.state.handle) invalid(call, `dst is on ${dst.device.spec}, src on ${src.device.spec}`);
     const so = opts.srcOffset ?? 0, dO = opts.dstOffset ?? 0;
@@ -152,14 +157,14 @@ export class Step {
    */
   static copyPeer(dst: Buffer, src: Buffer, opts: CopyStepOptions & { device?: Device } = {}): Step {
     const call = "Step.copyPeer";
-    opts = options(call, opts);
+    opts = options(call, opts, COPY_PEER_KEYS);
     if (!isBuffer(dst) || !isBuffer(src)) invalid(call, "dst and src must be Buffers");
     if (dst.disposed) disposed(call, "dst buffer");
     if (src.disposed) disposed(call, "src buffer");
     const dd = dst.device, sd = src.device;
     const runner: unknown = opts.device ?? sd;
     if (runner === null || typeof runner !== "object" || !("state" in runner) || !(runner as Device).state || ((runner as Device).state.handle !== dd.state.handle && (runner as Device).state.handle !== sd.state.handle))
-      invalid(call, `device must be the device of src (${sd.spec}) or of dst (${dd.spec}), got ${describeValue(runner)}`);
+      invalid(call, `device must be the device of src (${sd.spec}) or of dst (${dd.spec}), got ${describeGot(runner)}`);
     if (dd.state.handle === sd.state.handle)
       return Step.copy(dst, src, { bytes: opts.bytes, dstOffset: opts.dstOffset, srcOffset: opts.srcOffset, label: opts.label });
     if (dd.backend !== sd.backend) invalid(call, `a copy between the ${sd.backend} and ${dd.backend} backends`);
@@ -184,7 +189,7 @@ export class Step {
   static fill(buffer: Buffer, value: 0, opts?: FillStepOptions): Step;
   static fill(buffer: Buffer, value: number, opts: FillStepOptions = {}): Step {
     const call = "Step.fill";
-    opts = options(call, opts);
+    opts = options(call, opts, FILL_KEYS);
     if (!isBuffer(buffer)) invalid(call, "expected a Buffer");
     const type = fillTypeOf(call, buffer, value, opts.type);
     const off = opts.offset ?? 0;

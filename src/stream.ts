@@ -3,7 +3,7 @@
 import { CaptureStatusId, CopyPath, StreamFlag } from "../ffi/constants";
 import { Buffer, HostBuffer, checkSize, fillPattern, fillTypeOf, type FillRange, type FillType, type GpuBufferOf } from "./buffer";
 import { captureEnded, isDevice, noteCaptured, type DeviceRef, type DeviceState } from "./device_state";
-import { GpuError, Status, describeGot, describeValue, invalid, disposed, options } from "./errors";
+import { GpuError, Status, describeGot, invalid, disposed, options, type OptionKeys } from "./errors";
 import { HOLD } from "./lifetime";
 import { Event } from "./event";
 import { abandonFailures, beforeBlockingWait, deferDispose, enqueueHostFn, insideHostFnOf, raiseFailures, recordFailure, type FailureSink } from "./hostfn";
@@ -12,6 +12,12 @@ import { MemoryPool } from "./memory_pool";
 import { pollUntil, settled } from "./poll";
 import { afterStream } from "./wake";
 import { RELEASE, Resource } from "./resource";
+
+// The keys each options argument may have (errors.ts `options` refuses any other).
+const ALLOC_KEYS: OptionKeys<{ pool?: MemoryPool }> = { pool: true };
+const COPY_KEYS: OptionKeys<CopyOptions> = { bytes: true, dstOffset: true, srcOffset: true };
+const FILL_KEYS: OptionKeys<FillRange & { type?: FillType | undefined }> = { offset: true, bytes: true, type: true };
+const STREAM_KEYS: OptionKeys<StreamOptions> = { nonBlocking: true, priority: true };
 
 export interface StreamOptions {
   /**
@@ -75,8 +81,9 @@ export class Stream extends Resource {
 
   static create(device: DeviceRef, opts: StreamOptions = {}): Stream {
     if (!isDevice(device)) invalid("Stream.create", `device must be a Device, got ${describeGot(device)}`);
+    opts = options("Stream.create", opts, STREAM_KEYS);
     const priority = opts.priority ?? 0;
-    if (!Number.isInteger(priority)) invalid("Stream.create", `priority must be an integer, got ${priority}`);
+    if (!Number.isInteger(priority)) invalid("Stream.create", `priority must be an integer, got ${describeGot(priority)}`);
     const flags = opts.nonBlocking ? StreamFlag.NON_BLOCKING : StreamFlag.DEFAULT;
     const handle = device.state.api.stream_create(device.handle, flags, priority);
     return new Stream(device, handle, false, priority, opts.nonBlocking ?? false);
@@ -185,11 +192,11 @@ export class Stream extends Resource {
    * for every replay, released with the graph and its execs; free it inside the same capture.
    */
   alloc(bytes: number, opts: { pool?: MemoryPool } = {}): Buffer {
-    opts = options("Stream.alloc", opts);
+    opts = options("Stream.alloc", opts, ALLOC_KEYS);
     this.live("Stream.alloc");
     const pool = opts.pool;
     if (pool !== undefined) {
-      if (!(pool instanceof MemoryPool)) invalid("Stream.alloc", `pool must be a MemoryPool, got ${describeValue(pool)}`);
+      if (!(pool instanceof MemoryPool)) invalid("Stream.alloc", `pool must be a MemoryPool, got ${describeGot(pool)}`);
       if (pool.device.state !== this.dev) invalid("Stream.alloc", "pool of another device");
     }
     const h = this.handle;
@@ -237,6 +244,7 @@ export class Stream extends Resource {
 
   /** Validate a copy's devices and ranges; returns [dstOffset, srcOffset, bytes]. */
   #copyRange(call: string, dst: Buffer | HostBuffer, src: Buffer | HostBuffer, opts: CopyOptions): [number, number, number] {
+    opts = options(call, opts, COPY_KEYS);
     this.#sameDevice(call, dst);
     this.#sameDevice(call, src);
     const so = opts.srcOffset ?? 0, dO = opts.dstOffset ?? 0;
@@ -274,7 +282,7 @@ export class Stream extends Resource {
   copyPeer(dst: Buffer, src: Buffer, opts: CopyOptions = {}): { path: PeerCopyPath } {
     const call = "Stream.copyPeer";
     const h = this.handle; // a disposed stream is an error even for an empty range
-    opts = options(call, opts);
+    opts = options(call, opts, COPY_KEYS);
     if (!(dst instanceof Buffer) || !(src instanceof Buffer)) invalid(call, "dst and src must be Buffers");
     if (dst.disposed) disposed(call, "dst buffer");
     if (src.disposed) disposed(call, "src buffer");
@@ -338,6 +346,7 @@ export class Stream extends Resource {
     const call = "Stream.fill";
     this.handle; // a disposed stream is an error even for an empty range
     if (!(buf instanceof Buffer)) invalid(call, "expected a Buffer");
+    opts = options(call, opts, FILL_KEYS);
     this.#sameDevice(call, buf);
     const { pattern, size } = fillPattern(call, value, fillTypeOf(call, buf, value, opts.type));
     const off = opts.offset ?? 0;

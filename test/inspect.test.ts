@@ -328,7 +328,7 @@ describe("errors say what caused them and what would be valid", () => {
     using x = dev.alloc(64);
     const e = thrown(() => scale.launch(s, { grid: 1, block: 16, args: [x, 2, "1024" as never] }));
     expect(e.code).toBe(Status.INVALID_VALUE);
-    expect(e.message).toBe('BG_ERR_INVALID_VALUE (1): Kernel.launch: scale: argument 2 must be an i32, got the string "1024"');
+    expect(e.message).toBe('BG_ERR_INVALID_VALUE (1): Kernel.launch: scale: args[2] must be an i32, got the string "1024"');
   });
 
   test("an unknown device lists the forms and the devices here; a missing ordinal says how many there are", () => {

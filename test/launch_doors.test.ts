@@ -212,12 +212,12 @@ function table(dev: Device): void {
     ["too few arguments", { args: [buf, 1] }, I, /^add_scalar: expected 3 arguments \(buffer, f32, i32\), got 2$/],
     ["too many arguments", { args: [buf, 1, N, 0] }, I, /^add_scalar: expected 3 arguments \(buffer, f32, i32\), got 4$/],
     ["args not an array", { args: "buf" }, I, /^add_scalar: args must be an array, got the string "buf"$/],
-    ["a number for a buffer", { args: [7, 1, N] }, I, /^add_scalar: argument 0 must be a Buffer, got 7$/],
-    ["a string for an f32", { args: [buf, "1", N] }, I, /^add_scalar: argument 1 must be a number \(f32\), got the string "1"$/],
-    ["a fraction for an i32", { args: [buf, 1, 1.5] }, I, /^add_scalar: argument 2 must be an i32, got 1.5$/],
-    ["a bigint for an i32", { args: [buf, 1, 64n] }, I, /^add_scalar: argument 2 must be an i32, got 64$/],
-    ["a disposed buffer", { args: [gone, 1, N] }, H, /^add_scalar: argument 0 is a disposed buffer$/],
-    ["a buffer of another device", { args: [otherBuf, 1, N] }, I, /^add_scalar: argument 0 is a buffer of another device \(cpu(:1)?\)$/],
+    ["a number for a buffer", { args: [7, 1, N] }, I, /^add_scalar: args\[0\] must be a Buffer, got 7$/],
+    ["a string for an f32", { args: [buf, "1", N] }, I, /^add_scalar: args\[1\] must be a number \(f32\), got the string "1"$/],
+    ["a fraction for an i32", { args: [buf, 1, 1.5] }, I, /^add_scalar: args\[2\] must be an i32, got 1.5$/],
+    ["a bigint for an i32", { args: [buf, 1, 64n] }, I, /^add_scalar: args\[2\] must be an i32, got 64$/],
+    ["a disposed buffer", { args: [gone, 1, N] }, H, /^add_scalar: args\[0\] is a disposed buffer$/],
+    ["a buffer of another device", { args: [otherBuf, 1, N] }, I, /^add_scalar: args\[0\] is a buffer of another device \(cpu(:1)?\)$/],
   ];
   if (props.maxGridBlocks > 0)
     launches.push(["more blocks than the device allows", { grid: [props.maxGridDim[0], Math.min(GY, Math.ceil((props.maxGridBlocks + 1) / props.maxGridDim[0]))] }, I, /^add_scalar: grid \d+x\d+x1 exceeds the limits: \d+ blocks > \d+$/]);

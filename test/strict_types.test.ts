@@ -119,8 +119,8 @@ Step.kernel(vadd, { grid: 1, block: 16, args: [a, a, a] }); // TS2741: Property 
 new Schedule().addKernel(big, { grid: 1, block: 1, args: [a, a] }); // TS2322: Type 'GpuBuffer' is not assignable to type 'number | bigint'
 new ComputeGraph(dev).dispatch(vadd, { grid: 1, block: 16, args: [a, 1, a, 1] }); // TS2322: Type 'number' is not assignable to type 'GpuBuffer'
 Graph.capture(s, () => {}).instantiate().setKernelArgs(0, vadd, [a, a, a]); // TS2345: '[GpuBuffer, GpuBuffer, GpuBuffer]'
-a.fill(1, { type: "f64" }); // TS2769: No overload matches this call
-a.fill(1); // TS2769: No overload matches this call
+a.fill(1, { type: "f64" }); // TS2322: Type '"f64"' is not assignable to type 'FillType'
+a.fill(1); // TS2554: Expected 2 arguments, but got 1
 s.fill(a, 1, { bytes: 8 }); // TS2769: No overload matches this call
 const host = Buffer.from("hello"); // TS2339: Property 'from' does not exist on type 'typeof GpuBuffer'
 console.log(host);

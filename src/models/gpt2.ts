@@ -34,7 +34,7 @@
 import { existsSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { CommandEncoder } from "../encoder";
-import { describeValue, invalid } from "../errors";
+import { describeGot, invalid } from "../errors";
 import { mustExist, readJson } from "./files";
 import { GPT2Batch } from "./gpt2_batch";
 import { generationSetup, pick, type GenerateOptions } from "./sampling";
@@ -84,19 +84,19 @@ export function configFromTransformers(json: unknown, where = "config.json"): GP
   if (j["add_cross_attention"] === true) invalid(call, `${where}: add_cross_attention is not supported (a decoder with cross-attention)`);
   const int = (k: string, alt?: string): number => {
     const v = j[k] ?? (alt ? j[alt] : undefined);
-    if (typeof v !== "number" || !Number.isInteger(v) || v < 1) invalid(call, `${where}: ${k} must be a positive integer, got ${describeValue(v)}`);
+    if (typeof v !== "number" || !Number.isInteger(v) || v < 1) invalid(call, `${where}: ${k} must be a positive integer, got ${describeGot(v)}`);
     return v;
   };
   const bool = (k: string, dflt: boolean): boolean => {
     const v = j[k];
     if (v === undefined || v === null) return dflt;
-    if (typeof v !== "boolean") invalid(call, `${where}: ${k} must be true or false, got ${describeValue(v)}`);
+    if (typeof v !== "boolean") invalid(call, `${where}: ${k} must be true or false, got ${describeGot(v)}`);
     return v;
   };
   const act = j["activation_function"] ?? "gelu_new";
   if (!ACTIVATIONS.includes(act as GPT2Activation)) invalid(call, `${where}: activation_function ${JSON.stringify(act)} is not supported (${ACTIVATIONS.join(", ")})`);
   const eps = j["layer_norm_epsilon"] ?? 1e-5;
-  if (typeof eps !== "number" || !(eps > 0)) invalid(call, `${where}: layer_norm_epsilon must be a positive number, got ${describeValue(eps)}`);
+  if (typeof eps !== "number" || !(eps > 0)) invalid(call, `${where}: layer_norm_epsilon must be a positive number, got ${describeGot(eps)}`);
   const cfg: GPT2Config = {
     nLayer: int("n_layer"),
     nEmbd: int("n_embd"),
@@ -150,14 +150,14 @@ export function gpt2Name(name: string): string | null {
 }
 
 function checkConfig(call: string, cfg: GPT2Config): void {
-  if (cfg === null || typeof cfg !== "object") invalid(call, `config must be an object, got ${describeValue(cfg)}`);
+  if (cfg === null || typeof cfg !== "object") invalid(call, `config must be an object, got ${describeGot(cfg)}`);
   for (const k of CONFIG_KEYS)
-    if (!Number.isInteger(cfg[k]) || cfg[k] < 1) invalid(call, `config ${k} must be a positive integer, got ${String(cfg[k])}`);
+    if (!Number.isInteger(cfg[k]) || cfg[k] < 1) invalid(call, `config ${k} must be a positive integer, got ${describeGot(cfg[k])}`);
   if (cfg.nEmbd % cfg.nHead !== 0) invalid(call, `nEmbd ${cfg.nEmbd} is not a multiple of nHead ${cfg.nHead}`);
   if (cfg.nCtx < 2) invalid(call, `nCtx must be at least 2, got ${cfg.nCtx}`);
-  if (cfg.nInner !== undefined && (!Number.isInteger(cfg.nInner) || cfg.nInner < 1)) invalid(call, `nInner must be a positive integer, got ${String(cfg.nInner)}`);
+  if (cfg.nInner !== undefined && (!Number.isInteger(cfg.nInner) || cfg.nInner < 1)) invalid(call, `nInner must be a positive integer, got ${describeGot(cfg.nInner)}`);
   if (cfg.layerNormEpsilon !== undefined && !(typeof cfg.layerNormEpsilon === "number" && cfg.layerNormEpsilon > 0))
-    invalid(call, `layerNormEpsilon must be a positive number, got ${String(cfg.layerNormEpsilon)}`);
+    invalid(call, `layerNormEpsilon must be a positive number, got ${describeGot(cfg.layerNormEpsilon)}`);
   if (cfg.activation !== undefined && !ACTIVATIONS.includes(cfg.activation)) invalid(call, `activation ${JSON.stringify(cfg.activation)} is not one of ${ACTIVATIONS.join(", ")}`);
   if (cfg.eosTokenId !== undefined && (!Number.isInteger(cfg.eosTokenId) || cfg.eosTokenId < 0 || cfg.eosTokenId >= cfg.vocabSize))
     invalid(call, `eosTokenId ${String(cfg.eosTokenId)} is outside [0, ${cfg.vocabSize})`);
@@ -226,16 +226,16 @@ export interface FromPretrainedOptions extends GPT2Options {
 
 function checkBatch(call: string, cfg: GPT2Config, b: unknown): void {
   if (b === undefined) return;
-  if (b === null || typeof b !== "object") invalid(call, `batch must be { slots, context? }, got ${describeValue(b)}`);
+  if (b === null || typeof b !== "object") invalid(call, `batch must be { slots, context? }, got ${describeGot(b)}`);
   const { slots, context } = b as { slots?: unknown; context?: unknown };
-  if (!Number.isInteger(slots) || (slots as number) < 1 || (slots as number) > 4096) invalid(call, `batch.slots must be an integer in [1, 4096], got ${describeValue(slots)}`);
+  if (!Number.isInteger(slots) || (slots as number) < 1 || (slots as number) > 4096) invalid(call, `batch.slots must be an integer in [1, 4096], got ${describeGot(slots)}`);
   if (context !== undefined && (!Number.isInteger(context) || (context as number) < 2 || (context as number) > cfg.nCtx))
-    invalid(call, `batch.context must be an integer in [2, ${cfg.nCtx}] (the model's nCtx), got ${describeValue(context)}`);
+    invalid(call, `batch.context must be an integer in [2, ${cfg.nCtx}] (the model's nCtx), got ${describeGot(context)}`);
 }
 
 /** A checkpoint's files: the config (or null) and the safetensors files holding its weights. */
 function checkpointFiles(call: string, path: string): { config: unknown; files: string[] } {
-  if (typeof path !== "string" || !path) invalid(call, `path must be a folder or a .safetensors file, got ${describeValue(path)}`);
+  if (typeof path !== "string" || !path) invalid(call, `path must be a folder or a .safetensors file, got ${describeGot(path)}`);
   mustExist(call, path);
   if (statSync(path).isDirectory()) {
     const cfg = join(path, "config.json");
@@ -323,7 +323,7 @@ export class GPT2 {
     const call = "GPT2.fromTensors";
     checkConfig(call, config);
     checkBatch(call, config, opts?.batch);
-    if (tensors === null || typeof tensors !== "object") invalid(call, `tensors must be an object of Tensors by name, got ${describeValue(tensors)}`);
+    if (tensors === null || typeof tensors !== "object") invalid(call, `tensors must be an object of Tensors by name, got ${describeGot(tensors)}`);
     const shapes = gpt2Shapes(config);
     const w: Record<string, Tensor> = {};
     for (const [name, t] of Object.entries(tensors)) {
@@ -342,7 +342,7 @@ export class GPT2 {
         if (t.dtype === "float16" || t.dtype === "bfloat16") x = t.float().realize(opts.device ? { device: opts.device } : {}); // upcast once, here
         else if (t.dtype === "float32") x = t;
         else invalid(call, `${where}: ${name} is ${t.dtype}; weights must be float32, float16 or bfloat16`);
-      } else invalid(call, `${where}: ${name} must be a Tensor or a Float32Array, got ${describeValue(t)}`);
+      } else invalid(call, `${where}: ${name} must be a Tensor or a Float32Array, got ${describeGot(t)}`);
       w[n] = x;
     }
     for (const n of Object.keys(shapes)) if (!w[n]) invalid(call, `${where}: no tensor ${JSON.stringify(n)} (transformers: ${JSON.stringify(n === "wte" || n === "wpe" ? `transformer.${n}.weight` : n === "lm_head" ? "lm_head.weight" : `transformer.${n}`)})`);

@@ -1,6 +1,9 @@
 // Choosing tokens from logits, shared by GPT2.generate and GPT2Batch: generate()'s options checked
 // once (generationSetup), a seeded sampler per sequence, greedy / temperature / top-k / top-p.
-import { describeValue, invalid } from "../errors";
+import { describeGot, invalid, options, type OptionKeys } from "../errors";
+
+// The keys each options argument may have (errors.ts `options` refuses any other).
+const GENERATE_KEYS: OptionKeys<GenerateOptions> = { maxNewTokens: true, temperature: true, topK: true, topP: true, seed: true, stop: true };
 
 /** What sampling needs of a model's config. */
 export interface SamplingConfig {
@@ -89,19 +92,19 @@ export function pick(logits: Float32Array, o: GenerateOptions, rnd: () => number
 /** A generation's checked options, its stop tokens and its sampler (generate() and GPT2Batch.join share them). */
 export function generationSetup(call: string, cfg: SamplingConfig, prompt: readonly number[], opts: number | GenerateOptions, ctx: number): { o: GenerateOptions; n: number; stop: Set<number>; rnd: () => number } {
   const V = cfg.vocabSize;
-  if (opts === null || (typeof opts !== "object" && typeof opts !== "number")) invalid(call, `options must be a token count or an object, got ${describeValue(opts)}`);
-  const o: GenerateOptions = typeof opts === "number" ? { maxNewTokens: opts, stop: [] } : opts;
+  if (opts === null || (typeof opts !== "object" && typeof opts !== "number")) invalid(call, `options must be a token count or an object, got ${describeGot(opts)}`);
+  const o: GenerateOptions = typeof opts === "number" ? { maxNewTokens: opts, stop: [] } : options(call, opts, GENERATE_KEYS);
   if (!Array.isArray(prompt) || prompt.length < 1) invalid(call, "prompt must be a non-empty array of token ids");
   for (const t of prompt) if (!Number.isInteger(t) || t < 0 || t >= V) invalid(call, `token ${String(t)} is outside [0, ${V})`);
   const n = o.maxNewTokens;
-  if (!Number.isInteger(n) || n < 1) invalid(call, `maxNewTokens must be a positive integer, got ${String(n)}`);
+  if (!Number.isInteger(n) || n < 1) invalid(call, `maxNewTokens must be a positive integer, got ${describeGot(n)}`);
   if (prompt.length + n - 1 > ctx) invalid(call, `prompt ${prompt.length} + ${n} tokens exceed the context ${ctx}`);
   if (o.temperature !== undefined && !(typeof o.temperature === "number" && o.temperature >= 0 && Number.isFinite(o.temperature)))
-    invalid(call, `temperature must be a number ≥ 0, got ${describeValue(o.temperature)}`);
-  if (o.topK !== undefined && !(Number.isInteger(o.topK) && o.topK >= 1)) invalid(call, `topK must be a positive integer, got ${describeValue(o.topK)}`);
-  if (o.topP !== undefined && !(typeof o.topP === "number" && o.topP > 0 && o.topP <= 1)) invalid(call, `topP must be in (0, 1], got ${describeValue(o.topP)}`);
-  if (o.seed !== undefined && !Number.isSafeInteger(o.seed)) invalid(call, `seed must be an integer, got ${describeValue(o.seed)}`);
+    invalid(call, `temperature must be a number ≥ 0, got ${describeGot(o.temperature)}`);
+  if (o.topK !== undefined && !(Number.isInteger(o.topK) && o.topK >= 1)) invalid(call, `topK must be a positive integer, got ${describeGot(o.topK)}`);
+  if (o.topP !== undefined && !(typeof o.topP === "number" && o.topP > 0 && o.topP <= 1)) invalid(call, `topP must be in (0, 1], got ${describeGot(o.topP)}`);
+  if (o.seed !== undefined && !Number.isSafeInteger(o.seed)) invalid(call, `seed must be an integer, got ${describeGot(o.seed)}`);
   const stopList = o.stop === undefined ? (cfg.eosTokenId === undefined ? [] : [cfg.eosTokenId]) : typeof o.stop === "number" ? [o.stop] : o.stop;
-  if (!Array.isArray(stopList) || stopList.some((t) => !Number.isInteger(t))) invalid(call, `stop must be a token id or an array of them, got ${describeValue(o.stop)}`);
+  if (!Array.isArray(stopList) || stopList.some((t) => !Number.isInteger(t))) invalid(call, `stop must be a token id or an array of them, got ${describeGot(o.stop)}`);
   return { o, n, stop: new Set(stopList), rnd: sampler(o.seed ?? 0) };
 }

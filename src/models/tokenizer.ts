@@ -4,7 +4,7 @@
 // when a tokenizer is asked for, so a program that only passes token ids needs nothing more.
 import { existsSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { GpuError, Status, describeValue, invalid } from "../errors";
+import { describeGot, GpuError, Status, invalid } from "../errors";
 import { mustExist, readJson } from "./files";
 
 /** Text to token ids and back, as the model's own tokenizer does it. */
@@ -29,7 +29,7 @@ interface HfTokenizer {
  */
 export async function loadTokenizer(path: string): Promise<TextTokenizer> {
   const call = "loadTokenizer";
-  if (typeof path !== "string" || !path) invalid(call, `path must be a folder or a tokenizer.json file, got ${describeValue(path)}`);
+  if (typeof path !== "string" || !path) invalid(call, `path must be a folder or a tokenizer.json file, got ${describeGot(path)}`);
   mustExist(call, path);
   const dir = statSync(path).isDirectory();
   const file = dir ? join(path, "tokenizer.json") : path;
@@ -61,12 +61,12 @@ export async function loadTokenizer(path: string): Promise<TextTokenizer> {
   return {
     vocabSize: size,
     encode(text: string): number[] {
-      if (typeof text !== "string") invalid("TextTokenizer.encode", `text must be a string, got ${describeValue(text)}`);
+      if (typeof text !== "string") invalid("TextTokenizer.encode", `text must be a string, got ${describeGot(text)}`);
       return tok.encode(text).ids;
     },
     decode(ids: readonly number[], opts: { skipSpecial?: boolean } = {}): string {
       if (!Array.isArray(ids) || ids.some((t) => !Number.isInteger(t) || t < 0 || t >= size))
-        invalid("TextTokenizer.decode", `ids must be token ids in [0, ${size}), got ${describeValue(ids)}`);
+        invalid("TextTokenizer.decode", `ids must be token ids in [0, ${size}), got ${describeGot(ids)}`);
       return tok.decode([...ids], { skip_special_tokens: opts.skipSpecial === true, clean_up_tokenization_spaces: false });
     },
   };

@@ -26,7 +26,7 @@ import { Status, RING_META_OFFSET } from "../../ffi/constants";
 import { backends, type BackendName } from "../backends";
 import { Buffer } from "../buffer";
 import { Device } from "../device";
-import { GpuError, invalid, illegalState, disposed } from "../errors";
+import { describeGot, GpuError, invalid, illegalState, disposed, options, type OptionKeys } from "../errors";
 import { INSPECT, plural } from "../inspect";
 import { Program, type Module } from "../kernel";
 import { Stream } from "../stream";
@@ -35,6 +35,11 @@ import { bytesView } from "./ring";
 import { BATCH_KERNEL, RING_KERNEL, checkRingShape, ringKernelSource, sourceShape, type RingSourceOptions } from "./source";
 import { BatchTransport, RingTransport, abandoned, type Transport } from "./transport";
 import { wakeWaiter } from "../wake";
+
+// The keys each options argument may have (errors.ts `options` refuses any other).
+const RING_KERNEL_KEYS: OptionKeys<RingKernelOptions> = {
+  handler: true, entry: true, messageBytes: true, responseBytes: true, stateBytes: true, capacity: true, state: true, mode: true, compileOptions: true,
+};
 
 export interface RingKernelOptions extends RingSourceOptions {
   /** Ring capacity in messages (power of two); in Batch mode, the most messages per launch. */
@@ -185,6 +190,7 @@ export class RingKernel {
     const call = "RingKernel.launch";
     if (!(device instanceof Device)) invalid(call, "expected a Device");
     if (!opts || typeof opts !== "object") invalid(call, "expected options");
+    options(call, opts, RING_KERNEL_KEYS);
     const kernelMode = opts.mode === undefined ? KernelMode.Ring : KernelMode.parse(opts.mode);
     checkRingShape(call, opts.messageBytes, opts.capacity);
     // State: initial bytes or a size; stateBytes must agree with the initial bytes.
@@ -198,7 +204,7 @@ export class RingKernel {
       sb = init.byteLength;
       if (!(opts.state instanceof DataView)) stateCtor = opts.state.constructor as new (b: ArrayBuffer) => ArrayBufferView;
     } else invalid(call, "state must be a TypedArray, a DataView or a byte count");
-    if (!Number.isSafeInteger(sb) || sb < 0) invalid(call, `state size must be a non-negative integer, got ${String(sb)}`);
+    if (!Number.isSafeInteger(sb) || sb < 0) invalid(call, `state size must be a non-negative integer, got ${describeGot(sb)}`);
     if (opts.stateBytes !== undefined && opts.stateBytes !== sb)
       invalid(call, `stateBytes ${String(opts.stateBytes)} does not match the state given (${sb} bytes)`);
     const shape = sourceShape(call, { ...opts, stateBytes: sb });
@@ -586,7 +592,7 @@ export class RingKernel {
   tryReceiveBatch(max = this.capacity): Uint8Array {
     const call = "RingKernel.tryReceiveBatch";
     this.#alive(call);
-    if (!Number.isInteger(max) || max < 1) invalid(call, `max must be a positive integer, got ${String(max)}`);
+    if (!Number.isInteger(max) || max < 1) invalid(call, `max must be a positive integer, got ${describeGot(max)}`);
     this.#urgent = true;
     this.#tick();
     return this.#take(max);
@@ -600,7 +606,7 @@ export class RingKernel {
   /** At least one and up to `max` responses, concatenated. */
   receiveBatch(max = this.capacity, opts: { timeoutMs?: number } = {}): Promise<Uint8Array> {
     const call = "RingKernel.receiveBatch";
-    if (!Number.isInteger(max) || max < 1) invalid(call, `max must be a positive integer, got ${String(max)}`);
+    if (!Number.isInteger(max) || max < 1) invalid(call, `max must be a positive integer, got ${describeGot(max)}`);
     return this.#receive(call, max, opts);
   }
 

@@ -3,7 +3,7 @@
 import { backendOf, type BackendName } from "../backends";
 import type { Device } from "../device";
 import { isDevice } from "../device_state";
-import { invalid } from "../errors";
+import { describeGot, invalid } from "../errors";
 import { INSPECT } from "../inspect";
 
 export type KernelModeName = "batch" | "ring";
@@ -32,7 +32,7 @@ export class KernelMode {
    */
   static parse(value: unknown): KernelMode {
     if (value instanceof KernelMode) return value;
-    if (typeof value !== "string") invalid("KernelMode.parse", `expected a mode name, got ${typeof value}`);
+    if (typeof value !== "string") invalid("KernelMode.parse", `expected a mode name, got ${describeGot(value)}`);
     let s = value.trim();
     if (s.startsWith('"')) {
       try {

@@ -5,8 +5,11 @@ import { nativeView, type Api } from "../../ffi/result";
 import { RING_HEAD_OFFSET, RING_TAIL_OFFSET, RING_META_OFFSET } from "../../ffi/constants";
 import type { Device } from "../device";
 import { isDevice } from "../device_state";
-import { invalid, disposed } from "../errors";
+import { describeGot, invalid, disposed, options, type OptionKeys } from "../errors";
 import { checkRingShape } from "./source";
+
+// The keys each options argument may have (errors.ts `options` refuses any other).
+const RING_KEYS: OptionKeys<RingOptions> = { messageBytes: true, capacity: true };
 
 export interface RingOptions {
   /** Bytes per message: a multiple of 4, 4..65536. */
@@ -26,7 +29,7 @@ export function bytesView(call: string, v: unknown): Uint8Array {
   if (v instanceof Uint8Array) return v;
   if (ArrayBuffer.isView(v)) return new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
   if (v instanceof ArrayBuffer) return new Uint8Array(v);
-  invalid(call, `expected a TypedArray, DataView or ArrayBuffer message, got ${v === null ? "null" : typeof v === "object" ? v.constructor.name : typeof v}`);
+  invalid(call, `expected a TypedArray, DataView or ArrayBuffer message, got ${describeGot(v)}`);
 }
 
 // The raw push and pop, for callers that have already checked the handle, the view and the count
@@ -71,6 +74,7 @@ export class Ring {
     const call = "Ring.create";
     if (!isDevice(device)) invalid(call, "expected a Device");
     if (!opts || typeof opts !== "object") invalid(call, "expected { messageBytes, capacity }");
+    options(call, opts, RING_KEYS);
     checkRingShape(call, opts.messageBytes, opts.capacity);
     return new Ring(device, device.state.api.ring_create(device.handle, opts.messageBytes, opts.capacity), opts.messageBytes, opts.capacity);
   }
@@ -156,7 +160,7 @@ export class Ring {
     if (u8.byteLength % mb) invalid(call, `${u8.byteLength} bytes is not a whole number of ${mb}-byte messages`);
     const max = u8.byteLength / mb;
     const n = count ?? max;
-    if (!Number.isInteger(n) || n < 0 || n > max) invalid(call, `count must be an integer in 0..${max}, got ${String(count)}`);
+    if (!Number.isInteger(n) || n < 0 || n > max) invalid(call, `count must be an integer in 0..${max}, got ${describeGot(count)}`);
     if (n === 0) return 0;
     return pushChecked(this.device.state.api, h, u8, n);
   }
@@ -170,7 +174,7 @@ export class Ring {
     const h = this.handle;
     const mb = this.messageBytes;
     let m = max ?? (into ? Math.floor(into.byteLength / mb) : this.count());
-    if (!Number.isInteger(m) || m < 0) invalid(call, `max must be a non-negative integer, got ${String(max)}`);
+    if (!Number.isInteger(m) || m < 0) invalid(call, `max must be a non-negative integer, got ${describeGot(max)}`);
     if (into !== undefined) {
       if (!(into instanceof Uint8Array)) invalid(call, "into must be a Uint8Array");
       if (m * mb > into.byteLength) invalid(call, `into holds ${Math.floor(into.byteLength / mb)} messages, asked for ${m}`);

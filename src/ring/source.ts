@@ -2,7 +2,7 @@
 // backend, written by its record (ring.source) around the user's handler.
 import { backendOf, type BackendName } from "../backends";
 import type { RingShape } from "../backends/ring";
-import { invalid } from "../errors";
+import { describeGot, invalid } from "../errors";
 
 export { BATCH_KERNEL, RING_KERNEL } from "../backends/ring";
 
@@ -29,9 +29,9 @@ export interface RingSourceOptions {
 /** A ring's message size and capacity, checked (GpuError INVALID_VALUE when out of range). */
 export function checkRingShape(call: string, messageBytes: unknown, capacity: unknown): void {
   if (typeof messageBytes !== "number" || !Number.isInteger(messageBytes) || messageBytes < 4 || messageBytes > 65536 || messageBytes % 4)
-    invalid(call, `messageBytes must be a multiple of 4 in 4..65536, got ${String(messageBytes)}`);
+    invalid(call, `messageBytes must be a multiple of 4 in 4..65536, got ${describeGot(messageBytes)}`);
   if (typeof capacity !== "number" || !Number.isInteger(capacity) || capacity < 2 || capacity > 1 << 24 || (capacity & (capacity - 1)))
-    invalid(call, `capacity must be a power of two in 2..16777216, got ${String(capacity)}`);
+    invalid(call, `capacity must be a power of two in 2..16777216, got ${describeGot(capacity)}`);
 }
 
 /** The handler function the kernels call: BG_RING_HANDLER's, or `entry`, checked. */
@@ -41,7 +41,7 @@ export function checkEntry(call: string, entry: unknown, src: string): string {
       invalid(call, "the handler must define BG_RING_HANDLER(msg, resp, state) { ... }, or name its function with `entry`");
     return "bg_ring_handler";
   }
-  if (typeof entry !== "string" || !/^[A-Za-z_]\w*$/.test(entry)) invalid(call, `entry must be a C identifier, got ${String(entry)}`);
+  if (typeof entry !== "string" || !/^[A-Za-z_]\w*$/.test(entry)) invalid(call, `entry must be a C identifier, got ${describeGot(entry)}`);
   return entry;
 }
 
@@ -51,9 +51,9 @@ export function sourceShape(call: string, o: { messageBytes: number; responseByt
   const rb = o.responseBytes ?? mb;
   checkRingShape(call, mb, 2);
   if (typeof rb !== "number" || !Number.isInteger(rb) || rb < 4 || rb > 65536 || rb % 4)
-    invalid(call, `responseBytes must be a multiple of 4 in 4..65536, got ${String(rb)}`);
+    invalid(call, `responseBytes must be a multiple of 4 in 4..65536, got ${describeGot(rb)}`);
   const sb = o.stateBytes ?? 0;
-  if (!Number.isSafeInteger(sb) || sb < 0) invalid(call, `stateBytes must be a non-negative integer, got ${String(sb)}`);
+  if (!Number.isSafeInteger(sb) || sb < 0) invalid(call, `stateBytes must be a non-negative integer, got ${describeGot(sb)}`);
   return { messageBytes: mb, responseBytes: rb, stateBytes: sb };
 }
 

@@ -4,7 +4,7 @@
 // holds maxBatch rows, when the plan has no batch in flight (at the end of the current turn, so
 // requests of one turn go together), or when its oldest request has waited maxDelayMs. While a
 // batch computes, the next one gathers: under load runs grow toward maxBatch by themselves.
-import { describeValue, invalid, options } from "../errors";
+import { describeGot, invalid, nearest } from "../errors";
 import { hostArrayName, hostArray as dtypeArray, isHostArrayOf, type DType, type HostArray } from "./dtype";
 import type { RunInput, RunOutput } from "./options";
 
@@ -54,14 +54,14 @@ export class RunBatcher {
     this.#t = target;
     const maxBatch = opts.maxBatch ?? target.max;
     if (!Number.isSafeInteger(maxBatch) || maxBatch < 1 || maxBatch > target.max || maxBatch < target.min)
-      invalid(call, `maxBatch must be an integer in [${Math.max(1, target.min)}, ${target.max}] (the bounds of ${target.variable}), got ${describeValue(opts.maxBatch)}`);
+      invalid(call, `maxBatch must be an integer in [${Math.max(1, target.min)}, ${target.max}] (the bounds of ${target.variable}), got ${describeGot(opts.maxBatch)}`);
     const delay = opts.maxDelayMs ?? 1;
-    if (typeof delay !== "number" || !Number.isFinite(delay) || delay < 0) invalid(call, `maxDelayMs must be a number ≥ 0, got ${describeValue(opts.maxDelayMs)}`);
+    if (typeof delay !== "number" || !Number.isFinite(delay) || delay < 0) invalid(call, `maxDelayMs must be a number ≥ 0, got ${describeGot(opts.maxDelayMs)}`);
     this.#maxBatch = maxBatch;
     this.#maxDelayMs = delay;
     let names: readonly string[];
     if (opts.inputs !== undefined) {
-      if (!Array.isArray(opts.inputs) || opts.inputs.some((n) => typeof n !== "string")) invalid(call, `inputs must be an array of input names, got ${describeValue(opts.inputs)}`);
+      if (!Array.isArray(opts.inputs) || opts.inputs.some((n) => typeof n !== "string")) invalid(call, `inputs must be an array of input names, got ${describeGot(opts.inputs)}`);
       names = opts.inputs;
     } else {
       names = target.inputs.filter((i) => i.shape[0] === target.max).map((i) => i.name);
@@ -93,14 +93,18 @@ export class RunBatcher {
     const call = "RunBatcher.run";
     let req: Omit<Request, "resolve" | "reject">;
     try {
-      const f = options(call, feeds as Record<string, RunInput>);
+      if (feeds === null || typeof feeds !== "object" || Array.isArray(feeds)) invalid(call, `feeds must be an object of inputs by name, got ${describeGot(feeds)}`);
+      const f = feeds as Record<string, RunInput>;
       for (const k of Object.keys(f))
-        if (!this.#batched.some((b) => b.name === k)) invalid(call, `${JSON.stringify(k)} is not a batched input (batched: ${this.#batched.map((b) => b.name).join(", ")})`);
+        if (!this.#batched.some((b) => b.name === k)) {
+          const names = this.#batched.map((b) => b.name), near = nearest(k, names);
+          invalid(call, `${JSON.stringify(k)} is not a batched input (${near === undefined ? "" : `did you mean ${near}? `}batched: ${names.join(", ")})`);
+        }
       let rows = -1;
       const data = this.#batched.map((b) => {
         const d = f[b.name];
         if (d === undefined) invalid(call, `input ${JSON.stringify(b.name)} is missing`);
-        if (!isHostArrayOf(b.dtype, d)) invalid(call, `input ${JSON.stringify(b.name)} must be a ${hostArrayName(b.dtype)}, got ${describeValue(d)}`);
+        if (!isHostArrayOf(b.dtype, d)) invalid(call, `input ${JSON.stringify(b.name)} must be a ${hostArrayName(b.dtype)}, got ${describeGot(d)}`);
         const a = d as HostArray;
         if (a.length === 0 || a.length % b.rowElements !== 0)
           invalid(call, `input ${JSON.stringify(b.name)} has ${a.length} elements: want whole rows of ${b.rowElements}`);

@@ -2,7 +2,7 @@
 // into arrays the caller gives (checked before anything is written: dtype, element count, no array
 // named twice) or into fresh ones.
 import type { Buffer } from "../buffer";
-import { describeValue, invalid } from "../errors";
+import { describeGot, invalid } from "../errors";
 import type { ValueShape } from "./ast";
 import { DTYPES, hostArrayName, hostView, isDType, isHostArrayOf, type DType, type HostArray } from "./dtype";
 import { readValue } from "./memory";
@@ -15,7 +15,7 @@ import { maxNumel } from "./view";
  * dtype and the one `what` has, or the read is INVALID_VALUE (its result would be typed wrong).
  */
 export function expectDType(call: string, what: string, actual: DType, named: unknown): void {
-  if (!isDType(named)) invalid(call, `dtype must be one of ${DTYPES.join(", ")}, got ${describeValue(named)}`);
+  if (!isDType(named)) invalid(call, `dtype must be one of ${DTYPES.join(", ")}, got ${describeGot(named)}`);
   if (named !== actual) invalid(call, `${what} is ${actual} (a ${hostArrayName(actual)}), not the ${named} it was read as`);
 }
 
@@ -40,7 +40,7 @@ export function outputTargets(
   if (outputs === undefined) return at;
   const put = (i: number, what: string, given: unknown) => {
     const node = nodes[i]!;
-    if (!isHostArrayOf(node.dtype, given)) invalid(call, `${what} must be a ${hostArrayName(node.dtype)} (the output is ${node.dtype}), got ${describeValue(given)}`);
+    if (!isHostArrayOf(node.dtype, given)) invalid(call, `${what} must be a ${hostArrayName(node.dtype)} (the output is ${node.dtype}), got ${describeGot(given)}`);
     const a = given as HostArray;
     const numel = node.shape.reduce((p: number, d) => p * dimValue(d, vals), 1);
     if (a.length !== numel) invalid(call, `${what} has ${a.length} elements, the output has ${numel}`);
@@ -59,7 +59,7 @@ export function outputTargets(
       if (i < 0) invalid(call, `no output named ${JSON.stringify(name)} (outputs: ${names.join(", ")})`);
       put(i, `output ${JSON.stringify(name)}`, a);
     }
-  } else invalid(call, `outputs must be an array or an object of typed arrays by output name, got ${describeValue(outputs)}`);
+  } else invalid(call, `outputs must be an array or an object of typed arrays by output name, got ${describeGot(outputs)}`);
   return at;
 }
 

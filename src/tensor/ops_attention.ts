@@ -4,7 +4,7 @@
 //
 // The functions take the tensor through the small structural interface below (the Tensor class
 // passes itself), so this module does not import tensor.ts and tensor.ts imports it plainly.
-import { describeValue, invalid } from "../errors";
+import { describeGot, invalid } from "../errors";
 import type { DType } from "./ast";
 import { type Dim, Variable, dimStr, shapeStr } from "./variable";
 
@@ -61,10 +61,10 @@ export function scaledDotProductAttention<T extends AttentionTensor<T>>(call: st
   if (!sameDim(S, v.shape[v.ndim - 2]!)) invalid(call, `key ${shapeStr(k.shape)} and value ${shapeStr(v.shape)} differ in their sequence dim`);
   if (q.dtype !== "float32" || k.dtype !== "float32" || v.dtype !== "float32") invalid(call, `query, key and value must be float32, got ${q.dtype}, ${k.dtype}, ${v.dtype}`);
   const { attnMask, isCausal = false, scale } = opts;
-  if (typeof isCausal !== "boolean") invalid(call, `isCausal must be a boolean, got ${describeValue(isCausal)}`);
-  if (scale !== undefined && (typeof scale !== "number" || !Number.isFinite(scale))) invalid(call, `scale must be a finite number, got ${describeValue(scale)}`);
+  if (typeof isCausal !== "boolean") invalid(call, `isCausal must be a boolean, got ${describeGot(isCausal)}`);
+  if (scale !== undefined && (typeof scale !== "number" || !Number.isFinite(scale))) invalid(call, `scale must be a finite number, got ${describeGot(scale)}`);
   if (scale === undefined && typeof E !== "number") invalid(call, `the default scale needs a numeric feature dim, got ${dimStr(E)}; pass scale`);
-  if (attnMask !== undefined && !isTensorLike(attnMask)) invalid(call, `attnMask must be a Tensor, got ${describeValue(attnMask)}`);
+  if (attnMask !== undefined && !isTensorLike(attnMask)) invalid(call, `attnMask must be a Tensor, got ${describeGot(attnMask)}`);
   if (attnMask !== undefined && isCausal) invalid(call, "attnMask and isCausal cannot both be given");
   let s = q.matmul(k.transpose(-2, -1)).mul(scale ?? 1 / Math.sqrt(E as number)); // [..., L, S]
   if (isCausal) s = full([L, S], 1, "int32").triu(1).where(-Infinity, s);
@@ -112,10 +112,10 @@ function diagonal<T extends AttentionTensor<T>>(x: T, a: number, b: number): T {
  * operand takes its diagonal; labels the output drops are summed.
  */
 export function einsum<T extends AttentionTensor<T>>(call: string, formula: string, operands: readonly T[]): T {
-  if (typeof formula !== "string") invalid(call, `formula must be a string, got ${describeValue(formula)}`);
+  if (typeof formula !== "string") invalid(call, `formula must be a string, got ${describeGot(formula)}`);
   if (operands.length === 0) invalid(call, "needs at least one operand");
   operands.forEach((t, i) => {
-    if (!isTensorLike(t)) invalid(call, `operand ${i} must be a Tensor, got ${describeValue(t)}`);
+    if (!isTensorLike(t)) invalid(call, `operand ${i} must be a Tensor, got ${describeGot(t)}`);
   });
   const f = formula.replace(/\s+/g, "");
   const arrow = f.indexOf("->");

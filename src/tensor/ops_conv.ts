@@ -5,7 +5,7 @@
 //
 // The functions take the tensor through the small structural interface below (the Tensor class
 // passes itself), so this module does not import tensor.ts and tensor.ts imports it plainly.
-import { describeValue, invalid } from "../errors";
+import { describeGot, invalid } from "../errors";
 import type { DType } from "./ast";
 import { type Dim, shapeStr } from "./variable";
 
@@ -68,9 +68,9 @@ const ceilDiv = (a: number, b: number) => Math.ceil(a / b);
 
 /** A positive (or, with min 0, non-negative) integer or a tuple of n of them. */
 function tuple(call: string, what: string, v: unknown, n: number, min = 1): number[] {
-  const list = typeof v === "number" ? new Array<number>(n).fill(v) : Array.isArray(v) ? [...(v as unknown[])] : invalid(call, `${what} must be an integer or an array of ${n} integers, got ${describeValue(v)}`);
+  const list = typeof v === "number" ? new Array<number>(n).fill(v) : Array.isArray(v) ? [...(v as unknown[])] : invalid(call, `${what} must be an integer or an array of ${n} integers, got ${describeGot(v)}`);
   if (list.length !== n || list.some((x) => !Number.isSafeInteger(x) || (x as number) < min))
-    invalid(call, `${what} must be ${min ? "positive" : "non-negative"} integers, ${n} of them, got ${describeValue(v)}`);
+    invalid(call, `${what} must be ${min ? "positive" : "non-negative"} integers, ${n} of them, got ${describeGot(v)}`);
   return list as number[];
 }
 
@@ -80,7 +80,7 @@ function tuple(call: string, what: string, v: unknown, n: number, min = 1): numb
  */
 function pads(call: string, v: unknown, n: number, allowNegative = false): [number, number][] {
   const min = allowNegative ? -Infinity : 0;
-  const bad = () => invalid(call, `padding must be an integer or an array of ${n} or ${2 * n} integers${allowNegative ? "" : " (non-negative)"}, got ${describeValue(v)}`);
+  const bad = () => invalid(call, `padding must be an integer or an array of ${n} or ${2 * n} integers${allowNegative ? "" : " (non-negative)"}, got ${describeGot(v)}`);
   const ok = (x: unknown) => Number.isSafeInteger(x) && (x as number) >= min;
   if (typeof v === "number") return ok(v) ? new Array(n).fill(0).map((): [number, number] => [v, v]) : bad();
   if (!Array.isArray(v) || !v.every(ok)) return bad();
@@ -133,7 +133,7 @@ export function conv2d<T extends ConvTensor<T>>(call: string, x: T, weight: T, b
   const [bs, cinX] = numericDims(call, "input", x, 4);
   const [cout, cin, kh, kw] = numericDims(call, "weight", weight, 4);
   const groups = opts.groups ?? 1;
-  if (!Number.isSafeInteger(groups) || groups < 1) invalid(call, `groups must be a positive integer, got ${describeValue(groups)}`);
+  if (!Number.isSafeInteger(groups) || groups < 1) invalid(call, `groups must be a positive integer, got ${describeGot(groups)}`);
   if (groups * cin! !== cinX) invalid(call, `input ${shapeStr(x.shape)} has ${cinX} channels; weight ${shapeStr(weight.shape)} with groups ${groups} needs ${groups * cin!}`);
   if (cout! % groups) invalid(call, `groups ${groups} does not divide the ${cout} output channels of weight ${shapeStr(weight.shape)}`);
   if (bias !== undefined && (bias.ndim !== 1 || bias.shape[0] !== cout)) invalid(call, `bias must be [${cout}], got ${shapeStr(bias.shape)}`);
@@ -160,7 +160,7 @@ export function convTranspose2d<T extends ConvTensor<T>>(call: string, x: T, wei
   const [, cinX, h, wd] = numericDims(call, "input", x, 4);
   const [cin, rcout, kh, kw] = numericDims(call, "weight", weight, 4);
   const groups = opts.groups ?? 1;
-  if (!Number.isSafeInteger(groups) || groups < 1) invalid(call, `groups must be a positive integer, got ${describeValue(groups)}`);
+  if (!Number.isSafeInteger(groups) || groups < 1) invalid(call, `groups must be a positive integer, got ${describeGot(groups)}`);
   if (cin !== cinX) invalid(call, `input ${shapeStr(x.shape)} has ${cinX} channels; weight ${shapeStr(weight.shape)} needs ${cin}`);
   if (cin! % groups) invalid(call, `groups ${groups} does not divide the ${cin} input channels of weight ${shapeStr(weight.shape)}`);
   const stride = tuple(call, "stride", opts.stride ?? 1, 2);
@@ -209,7 +209,7 @@ export function maxPool2d<T extends ConvTensor<T>>(call: string, x: T, kernelSiz
 export function avgPool2d<T extends ConvTensor<T>>(call: string, x: T, kernelSize: unknown, opts: AvgPoolOptions): T {
   const { k, s, d, p, noop, padded } = poolArgs(call, x, kernelSize, opts);
   const cip = opts.countIncludePad ?? true;
-  if (typeof cip !== "boolean") invalid(call, `countIncludePad must be a boolean, got ${describeValue(cip)}`);
+  if (typeof cip !== "boolean") invalid(call, `countIncludePad must be a boolean, got ${describeGot(cip)}`);
   if (!padded || cip) return poolWindows(call, padded ? x.pad([...noop, ...p]) : x, k, s, d).mean([-1, -2]);
   const sum = poolWindows(call, x.pad([...noop, ...p]), k, s, d).sum([-1, -2]);
   const n = poolWindows(call, x.onesLike({ dtype: "float32" }).pad([...noop, ...p]), k, s, d).sum([-1, -2]);
@@ -225,9 +225,9 @@ export function avgPool2d<T extends ConvTensor<T>>(call: string, x: T, kernelSiz
  */
 export function interpolate<T extends ConvTensor<T>>(call: string, x: T, size: unknown, mode: unknown, alignCorners: unknown, constant: ConstantOf<T>): T {
   if (!Array.isArray(size) || size.length === 0 || size.length > x.ndim || !size.every((n) => Number.isSafeInteger(n) && (n as number) > 0))
-    invalid(call, `size must be an array of 1 to ${x.ndim} positive integers, got ${describeValue(size)}`);
-  if (!INTERPOLATE_MODES.includes(mode as InterpolateMode)) invalid(call, `mode must be one of ${INTERPOLATE_MODES.join(", ")}, got ${describeValue(mode)}`);
-  if (typeof alignCorners !== "boolean") invalid(call, `alignCorners must be a boolean, got ${describeValue(alignCorners)}`);
+    invalid(call, `size must be an array of 1 to ${x.ndim} positive integers, got ${describeGot(size)}`);
+  if (!INTERPOLATE_MODES.includes(mode as InterpolateMode)) invalid(call, `mode must be one of ${INTERPOLATE_MODES.join(", ")}, got ${describeGot(mode)}`);
+  if (typeof alignCorners !== "boolean") invalid(call, `alignCorners must be a boolean, got ${describeGot(alignCorners)}`);
   const linear = mode === "linear" || mode === "bilinear";
   if (alignCorners && !linear) invalid(call, `alignCorners applies to the linear modes only, not ${String(mode)}`);
   const sizes = size as number[];

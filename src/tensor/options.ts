@@ -1,7 +1,7 @@
 // What a plan's calls take: prepare, execute and run options; and run()'s arguments (inputs by
 // position or by name, variable values, the mode), checked and copied before anything is queued.
 import type { Device } from "../device";
-import { describeValue, invalid, options } from "../errors";
+import { describeGot, invalid, options, type OptionKeys } from "../errors";
 import { ExecMode } from "../schedule";
 import type { Stream } from "../stream";
 import { hostArrayName, hostCopy, isHostArrayOf, type DefaultHostArray, type HostArray } from "./dtype";
@@ -9,6 +9,9 @@ import type { PlanBuffer } from "./memory";
 import type { PreparedKernel } from "./prepare";
 import type { ScheduleOptions } from "./scheduler";
 import type { Variable } from "./variable";
+
+// The keys each options argument may have (errors.ts `options` refuses any other).
+const RUN_KEYS: OptionKeys<PlanRunOptions> = { vars: true, mode: true };
 
 export interface PrepareOptions extends ScheduleOptions {
   /** Names of the outputs, in order, for ExecutionPlan.run by name (default output0, output1, …). */
@@ -97,7 +100,7 @@ export function inputIndex(names: readonly string[]): Map<string, number> {
 
 /** A copy of `data` for input buffer `b` (`data` itself unless `copy`), refused unless it is a typed array of the input's dtype and size. */
 export function inputCopy(call: string, what: string, b: PlanBuffer, data: unknown, copy = true): RunInput {
-  if (!isHostArrayOf(b.dtype, data)) invalid(call, `${what} must be a ${hostArrayName(b.dtype)} (the input is ${b.dtype}), got ${describeValue(data)}`);
+  if (!isHostArrayOf(b.dtype, data)) invalid(call, `${what} must be a ${hostArrayName(b.dtype)} (the input is ${b.dtype}), got ${describeGot(data)}`);
   const a = data as HostArray;
   if (a.length !== b.elements) invalid(call, `${what} has ${a.length} elements, the input holds ${b.elements}`);
   return copy ? hostCopy(a) : (a as RunInput);
@@ -111,8 +114,8 @@ export function runArgs(
   plan: RunPlan,
   copy = true,
 ): { inputs: Map<number, RunInput>; vals: Map<string, number>; mode: ExecMode | undefined; byName: boolean } {
-  const o = options(call, opts);
-  if (o.mode !== undefined && !(o.mode instanceof ExecMode)) invalid(call, `mode must be an ExecMode, got ${describeValue(o.mode)}`);
+  const o = options(call, opts, RUN_KEYS);
+  if (o.mode !== undefined && !(o.mode instanceof ExecMode)) invalid(call, `mode must be an ExecMode, got ${describeGot(o.mode)}`);
   const inputs = new Map<number, RunInput>();
   const vals = new Map<string, number>();
   const setVar = (name: string, v: unknown) => {
@@ -150,9 +153,9 @@ export function runArgs(
       if (all.length > 1) invalid(call, `${all.length} inputs are named ${JSON.stringify(name)}; give them by position`);
       setInput(all[0]!, `input ${JSON.stringify(name)}`, d);
     }
-  } else invalid(call, `inputs must be an array or an object, got ${describeValue(feeds)}`);
+  } else invalid(call, `inputs must be an array or an object, got ${describeGot(feeds)}`);
   if (o.vars !== undefined) {
-    if (o.vars === null || typeof o.vars !== "object" || Array.isArray(o.vars)) invalid(call, `vars must be an object, got ${describeValue(o.vars)}`);
+    if (o.vars === null || typeof o.vars !== "object" || Array.isArray(o.vars)) invalid(call, `vars must be an object, got ${describeGot(o.vars)}`);
     for (const [name, v] of Object.entries(o.vars)) setVar(name, v);
   }
   return { inputs, vals, mode: o.mode, byName };

@@ -9,7 +9,7 @@
 // modes) reads and writes; the checks and helpers that need none of them live in the modules above.
 import { hostArray, hostArrayName, hostCopy, hostView, type DType, type DefaultHostArray, type HostArray, type HostArrayOf } from "./dtype";
 import { Device } from "../device";
-import { describeValue, disposed, illegalState, invalid, options } from "../errors";
+import { describeGot, describeValue, disposed, illegalState, invalid, options, type OptionKeys } from "../errors";
 import type { Kernel } from "../kernel";
 import { ExecMode, type Executable, type Schedule } from "../schedule";
 import type { Buffer } from "../buffer";
@@ -32,6 +32,12 @@ import { inputCopy, inputIndex, runArgs, type ExecuteOptions, type RunPlan, type
 import { Variable, dimValue, shapeStr } from "./variable";
 import { asSchedule, launchEach, type BoundKernels, type KernelProfile } from "./issue";
 import { expectDType, outputTargets, readOutputInto, type PlanRunSyncOptions } from "./io";
+
+// The keys each options argument may have (errors.ts `options` refuses any other).
+const PREPARE_KEYS: OptionKeys<PrepareOptions> = { fusion: true, outputNames: true, device: true, noMemoryPlanning: true, constants: true, planCache: true };
+const EXEC_KEYS: OptionKeys<ExecuteOptions> = { mode: true, stream: true, async: true, launch: true };
+const BATCH_KEYS: OptionKeys<BatchOptions> = { variable: true, maxBatch: true, maxDelayMs: true, inputs: true };
+const RUN_SYNC_KEYS: OptionKeys<PlanRunSyncOptions> = { vars: true, mode: true, outputs: true };
 
 export { inputNames } from "./ast";
 export { planCacheContext, tensorCompileStats } from "./cache";
@@ -121,10 +127,10 @@ export class ExecutionPlan {
   constructor(tensors: readonly HasNode[], opts: PrepareOptions = {}) {
     const call = "Tensor.prepare";
     if (!Array.isArray(tensors) || tensors.length === 0) invalid(call, "give at least one tensor");
-    opts = options(call, opts);
+    opts = options(call, opts, PREPARE_KEYS);
     for (const t of tensors)
       if (!t || typeof t !== "object" || !((t as { node?: unknown }).node instanceof Object)) invalid(call, `not a Tensor: ${describeValue(t)}`);
-    if (opts.device !== undefined && !(opts.device instanceof Device)) invalid(call, `device must be a Device, got ${describeValue(opts.device)}`);
+    if (opts.device !== undefined && !(opts.device instanceof Device)) invalid(call, `device must be a Device, got ${describeGot(opts.device)}`);
     this.#device = opts.device ?? Device.default();
     this.#noPlanning = opts.noMemoryPlanning ?? false;
     const outNames = opts.outputNames;
@@ -135,11 +141,11 @@ export class ExecutionPlan {
     const outNodes = tensors.map((t) => t.node);
     let constantNodes: Set<LazyNode> | undefined;
     if (opts.constants !== undefined) {
-      if (!Array.isArray(opts.constants)) invalid(call, `constants must be an array of Tensors, got ${describeValue(opts.constants)}`);
+      if (!Array.isArray(opts.constants)) invalid(call, `constants must be an array of Tensors, got ${describeGot(opts.constants)}`);
       constantNodes = new Set();
       for (const c of opts.constants as readonly unknown[]) {
         const node = (c as HasNode | null)?.node;
-        if (!(node instanceof Object) || !("op" in node)) invalid(call, `constants must hold Tensors, got ${describeValue(c)}`);
+        if (!(node instanceof Object) || !("op" in node)) invalid(call, `constants must hold Tensors, got ${describeGot(c)}`);
         if (node.op !== "buffer") invalid(call, "a constant must be a tensor of data (Tensor.from, fromSafetensors, or realize() first)");
         constantNodes.add(node);
       }
@@ -182,15 +188,15 @@ export class ExecutionPlan {
 
   /** An index argument: a non-negative integer (out of range is the caller's undefined). */
   #index(call: string, what: string, i: unknown): void {
-    if (typeof i !== "number" || !Number.isSafeInteger(i) || i < 0) invalid(call, `${what} must be a non-negative integer, got ${describeValue(i)}`);
+    if (typeof i !== "number" || !Number.isSafeInteger(i) || i < 0) invalid(call, `${what} must be a non-negative integer, got ${describeGot(i)}`);
   }
 
   /** ExecuteOptions: an object; its stream a Stream of the plan's device, its mode checked later. */
   #execOpts<T extends ExecuteOptions>(call: string, opts: T | undefined): T {
-    const o = options(call, opts);
-    if (o.stream !== undefined && !(o.stream instanceof Stream)) invalid(call, `stream must be a Stream, got ${describeValue(o.stream)}`);
-    if (o.mode !== undefined && !(o.mode instanceof ExecMode)) invalid(call, `mode must be an ExecMode, got ${describeValue(o.mode)}`);
-    if (o.launch !== undefined && o.launch !== "list" && o.launch !== "each") invalid(call, `launch must be "list" or "each", got ${describeValue(o.launch)}`);
+    const o = options(call, opts, EXEC_KEYS as OptionKeys<T>);
+    if (o.stream !== undefined && !(o.stream instanceof Stream)) invalid(call, `stream must be a Stream, got ${describeGot(o.stream)}`);
+    if (o.mode !== undefined && !(o.mode instanceof ExecMode)) invalid(call, `mode must be an ExecMode, got ${describeGot(o.mode)}`);
+    if (o.launch !== undefined && o.launch !== "list" && o.launch !== "each") invalid(call, `launch must be "list" or "each", got ${describeGot(o.launch)}`);
     if (o.stream !== undefined && o.stream.device.state !== this.#device.state) invalid(call, `stream is of another device (${o.stream.device.spec}; the plan runs on ${this.#device.spec})`);
     return o;
   }
@@ -349,7 +355,7 @@ export class ExecutionPlan {
 
   /** The executable for `mode` with its arguments in step with the variable values. */
   #execFor(call: string, mode: ExecMode): Executable {
-    if (!(mode instanceof ExecMode)) invalid(call, `mode must be an ExecMode, got ${String(mode)}`);
+    if (!(mode instanceof ExecMode)) invalid(call, `mode must be an ExecMode, got ${describeGot(mode)}`);
     if (mode.kind === "Eager") return this.schedule().schedule.compile(this.#device, mode);
     const key = mode.toString();
     let e = this.#execs.get(key);
@@ -504,8 +510,8 @@ export class ExecutionPlan {
   batched(opts: BatchOptions): RunBatcher {
     const call = "ExecutionPlan.batched";
     this.#live(call);
-    const o = options(call, opts);
-    if (typeof o.variable !== "string") invalid(call, `variable must be the name of the plan's batch Variable, got ${describeValue(o.variable)}`);
+    const o = options(call, opts, BATCH_KEYS);
+    if (typeof o.variable !== "string") invalid(call, `variable must be the name of the plan's batch Variable, got ${describeGot(o.variable)}`);
     const v = this.#vars.get(o.variable);
     if (!v) invalid(call, `the plan has no variable ${o.variable} (it has ${[...this.#vars.keys()].join(", ") || "none"})`);
     const outputs = this.#outputNodes.map((n, j) => {
@@ -806,7 +812,7 @@ export class ExecutionPlan {
     this.#live(call);
     this.#idle(call);
     if (weights === null || typeof weights !== "object" || Array.isArray(weights) || ArrayBuffer.isView(weights))
-      invalid(call, `weights must be an object of Tensors or typed arrays by input name, got ${describeValue(weights)}`);
+      invalid(call, `weights must be an object of Tensors or typed arrays by input name, got ${describeGot(weights)}`);
     const writes: [number, RunInput][] = [];
     for (const [name, w] of Object.entries(weights)) {
       const at = this.#inputNames.flatMap((n, i) => (n === name ? [i] : []));
@@ -829,7 +835,7 @@ export class ExecutionPlan {
           if (typeof t.toArray !== "function") invalid(call, `${JSON.stringify(name)} is not a Tensor`);
           data = t.toArray({ device: this.#device });
         }
-      } else invalid(call, `${JSON.stringify(name)} must be a Tensor or a ${hostArrayName(b.dtype)}, got ${describeValue(w)}`);
+      } else invalid(call, `${JSON.stringify(name)} must be a Tensor or a ${hostArrayName(b.dtype)}, got ${describeGot(w)}`);
       writes.push([i, data]);
     }
     for (const [i, data] of writes) {
@@ -855,7 +861,7 @@ export class ExecutionPlan {
     const call = "ExecutionPlan.runSync";
     this.#live(call);
     this.#idle(call);
-    const o = options(call, opts);
+    const o = options(call, opts, RUN_SYNC_KEYS);
     const { inputs, vals, mode, byName } = runArgs(call, feeds, { vars: o.vars, mode: o.mode }, this.#runPlan, false);
     const runVals = new Map(this.#defaultVals);
     for (const [name, v] of vals) runVals.set(name, v);
@@ -938,12 +944,12 @@ export class ExecutionPlan {
 
   /** Check and apply variable values; throws GpuError before changing anything. */
   #setVars(call: string, vals: Readonly<Record<string, number>> | readonly (readonly [string, number])[]): void {
-    if (vals === null || typeof vals !== "object") invalid(call, `variable values must be an object or [name, value] pairs, got ${describeValue(vals)}`);
+    if (vals === null || typeof vals !== "object") invalid(call, `variable values must be an object or [name, value] pairs, got ${describeGot(vals)}`);
     const entries: [string, number][] = [];
     if (Array.isArray(vals)) {
       vals.forEach((pair, i) => {
         if (!Array.isArray(pair) || pair.length !== 2 || typeof pair[0] !== "string")
-          invalid(call, `variable value ${i} must be a [name, value] pair, got ${describeValue(pair)}`);
+          invalid(call, `variable value ${i} must be a [name, value] pair, got ${describeGot(pair)}`);
         entries.push([pair[0], pair[1]]);
       });
     } else entries.push(...Object.entries(vals));

@@ -19,7 +19,7 @@
 // U32 int64, U64 int64 when every value fits, F64 float32 when every value is a float32; anything
 // else (F8_*, a value that does not fit) is a GpuError naming the dtype.
 import { closeSync, fstatSync, openSync, readSync, writeFileSync } from "node:fs";
-import { GpuError, Status, describeValue, invalid } from "../errors";
+import { describeGot, GpuError, Status, describeValue, invalid } from "../errors";
 import { hostArray, isHostArrayOf, type DType, type HostArray } from "./dtype";
 
 export type SafetensorsDType = DType;
@@ -225,7 +225,7 @@ function parseHeader(call: string, path: string, total: number, read: (into: Uin
  * reason, a file that changes while it is read included.
  */
 export function readSafetensors(path: unknown, call = "Tensor.fromSafetensors", headerOnly = false): SafetensorsFile {
-  if (typeof path !== "string" || !path) invalid(call, `path must be a non-empty string, got ${describeValue(path)}`);
+  if (typeof path !== "string" || !path) invalid(call, `path must be a non-empty string, got ${describeGot(path)}`);
   const { fd, size } = openFile(call, path);
   try {
     const read = (into: Uint8Array, at: number) => readAt(call, path, fd, into, at);
@@ -256,8 +256,8 @@ const FORMAT_NAME: Readonly<Record<DType, string>> = { float32: "F32", int32: "I
 export function encodeSafetensors(tensors: ReadonlyMap<string, SafetensorsEntry>, metadata: Readonly<Record<string, string>> | undefined, call = "Tensor.toSafetensors"): Uint8Array {
   const header: Record<string, unknown> = {};
   if (metadata !== undefined) {
-    if (metadata === null || typeof metadata !== "object" || Array.isArray(metadata)) invalid(call, `metadata must be an object of strings, got ${describeValue(metadata)}`);
-    for (const [k, v] of Object.entries(metadata)) if (typeof v !== "string") invalid(call, `metadata ${JSON.stringify(k)} must be a string, got ${describeValue(v)}`);
+    if (metadata === null || typeof metadata !== "object" || Array.isArray(metadata)) invalid(call, `metadata must be an object of strings, got ${describeGot(metadata)}`);
+    for (const [k, v] of Object.entries(metadata)) if (typeof v !== "string") invalid(call, `metadata ${JSON.stringify(k)} must be a string, got ${describeGot(v)}`);
     if (Object.keys(metadata).length) {
       const m: Record<string, string> = {};
       for (const [k, v] of Object.entries(metadata)) own(m, k, v);
@@ -293,7 +293,7 @@ export function encodeSafetensors(tensors: ReadonlyMap<string, SafetensorsEntry>
 
 /** Write `tensors` to `path` as a safetensors file. Throws GpuError naming the path on failure. */
 export function writeSafetensors(path: unknown, tensors: ReadonlyMap<string, SafetensorsEntry>, metadata?: Readonly<Record<string, string>>, call = "Tensor.toSafetensors"): void {
-  if (typeof path !== "string" || !path) invalid(call, `path must be a non-empty string, got ${describeValue(path)}`);
+  if (typeof path !== "string" || !path) invalid(call, `path must be a non-empty string, got ${describeGot(path)}`);
   const bytes = encodeSafetensors(tensors, metadata, call);
   try {
     writeFileSync(path, bytes);

@@ -8,7 +8,7 @@
 // Over 600 lines on purpose: the file is the Tensor class alone, the whole public op surface, one
 // short method per op; split, one class would be spread over several files.
 import { Device } from "../device";
-import { describeValue, finiteNumber, invalid, options } from "../errors";
+import { describeGot, describeValue, finiteNumber, invalid, options, type OptionKeys } from "../errors";
 import { INSPECT } from "../inspect";
 import { LazyNode, inputNames, type BinaryOp, type DType, type ReduceOp, type UnaryOp } from "./ast";
 import { seedMix } from "./ir";
@@ -22,6 +22,20 @@ import * as conv from "./ops_conv";
 import type { AvgPoolOptions, Conv2dOptions, ConvTranspose2dOptions, InterpolateMode, PoolOptions } from "./ops_conv";
 import * as attention from "./ops_attention";
 import type { AttentionOptions } from "./ops_attention";
+
+// The keys each options argument may have (errors.ts `options` refuses any other).
+const PREPARE_KEYS: OptionKeys<PrepareOptions> = { fusion: true, outputNames: true, device: true, noMemoryPlanning: true, constants: true, planCache: true };
+const FROM_KEYS: OptionKeys<{ dtype?: DType; name?: string }> = { dtype: true, name: true };
+const DTYPE_KEYS: OptionKeys<{ dtype?: DType }> = { dtype: true };
+const SEED_KEYS: OptionKeys<{ seed?: number | undefined }> = { seed: true };
+const RAND_LIKE_KEYS: OptionKeys<{ seed?: number | undefined; dtype?: DType | undefined }> = { seed: true, dtype: true };
+const CROSS_ENTROPY_KEYS: OptionKeys<{ reduction?: "none" | "sum" | "mean"; labelSmoothing?: number }> = { reduction: true, labelSmoothing: true };
+const CONV_KEYS: OptionKeys<Conv2dOptions> = { stride: true, padding: true, dilation: true, groups: true };
+const CONV_T_KEYS: OptionKeys<ConvTranspose2dOptions> = { ...CONV_KEYS, outputPadding: true };
+const POOL_KEYS: OptionKeys<PoolOptions> = { stride: true, padding: true, dilation: true };
+const AVG_POOL_KEYS: OptionKeys<AvgPoolOptions> = { ...POOL_KEYS, countIncludePad: true };
+const ATTENTION_KEYS: OptionKeys<AttentionOptions<Tensor>> = { attnMask: true, isCausal: true, scale: true };
+const LAYER_NORM_KEYS: OptionKeys<{ axis?: number | readonly number[]; eps?: number; weight?: Tensor; bias?: Tensor }> = { axis: true, eps: true, weight: true, bias: true };
 
 export type TensorLike = Tensor | number;
 export type Shape = readonly Dim[];
@@ -52,7 +66,7 @@ function numelNumeric(shape: Shape): number {
 /** A dtype option: undefined (the default applies) or one of DTYPES; "float64", "int16" and the like refuse. */
 function dtypeOf(call: string, dt: unknown): DType | undefined {
   if (dt === undefined) return undefined;
-  if (!isDType(dt)) invalid(call, `dtype must be one of ${DTYPES.join(", ")}, got ${describeValue(dt)}`);
+  if (!isDType(dt)) invalid(call, `dtype must be one of ${DTYPES.join(", ")}, got ${describeGot(dt)}`);
   return dt;
 }
 
@@ -79,32 +93,32 @@ function scalarDType(like: DType, v: number): DType {
 
 /** A Tensor argument, else INVALID_VALUE. */
 function tensorArg(call: string, what: string, t: unknown): Tensor {
-  if (!(t instanceof Tensor)) invalid(call, `${what} must be a Tensor, got ${describeValue(t)}`);
+  if (!(t instanceof Tensor)) invalid(call, `${what} must be a Tensor, got ${describeGot(t)}`);
   return t;
 }
 
 /** A Tensor or a finite-or-not number (NaN and ±Infinity are values), else INVALID_VALUE. */
 function tensorLike(call: string, what: string, t: unknown): TensorLike {
   if (typeof t === "number" || t instanceof Tensor) return t;
-  invalid(call, `${what} must be a Tensor or a number, got ${describeValue(t)}`);
+  invalid(call, `${what} must be a Tensor or a number, got ${describeGot(t)}`);
 }
 
 /** An axis list argument: undefined, a number or an array of numbers (range checked later). */
 function axesArg(call: string, axis: unknown): number | readonly number[] | undefined {
   if (axis === undefined || typeof axis === "number") return axis;
   if (Array.isArray(axis)) return axis as number[];
-  invalid(call, `axis must be a number or an array of numbers, got ${describeValue(axis)}`);
+  invalid(call, `axis must be a number or an array of numbers, got ${describeGot(axis)}`);
 }
 
 function boolArg(call: string, what: string, v: unknown): boolean {
-  if (typeof v !== "boolean") invalid(call, `${what} must be a boolean, got ${describeValue(v)}`);
+  if (typeof v !== "boolean") invalid(call, `${what} must be a boolean, got ${describeGot(v)}`);
   return v;
 }
 
 /** PrepareOptions: an object whose device, when given, is a Device. */
 function prepareOpts(call: string, opts: PrepareOptions | undefined): PrepareOptions {
-  const o = options(call, opts);
-  if (o.device !== undefined && !(o.device instanceof Device)) invalid(call, `device must be a Device, got ${describeValue(o.device)}`);
+  const o = options(call, opts, PREPARE_KEYS);
+  if (o.device !== undefined && !(o.device instanceof Device)) invalid(call, `device must be a Device, got ${describeGot(o.device)}`);
   return o;
 }
 
@@ -168,7 +182,7 @@ export class Tensor {
    */
   static from(data: HostArray | Float64Array | readonly number[] | number, shape?: readonly number[], opts: { dtype?: DType; name?: string } = {}): Tensor {
     const call = "Tensor.from";
-    opts = options(call, opts);
+    opts = options(call, opts, FROM_KEYS);
     const dtype = dtypeOf(call, opts.dtype);
     if (shape !== undefined && shape !== null) checkShapeDims(call, shape);
     else shape = undefined;
@@ -182,18 +196,18 @@ export class Tensor {
       dt = dtype ?? own ?? invalid(call, `a ${describeValue(data)} needs a dtype (float16 or bfloat16 bits)`);
       if (isHostArrayOf(dt, data)) arr = hostCopy(data as HostArray);
       else if (data instanceof Float32Array || data instanceof Int32Array || data instanceof Float64Array) arr = hostFromNumbers(dt, data);
-      else invalid(call, `data for dtype ${dt} must be a ${hostArrayName(dt)}, or a Float32Array, Int32Array or Float64Array to convert; got ${describeValue(data)}`);
+      else invalid(call, `data for dtype ${dt} must be a ${hostArrayName(dt)}, or a Float32Array, Int32Array or Float64Array to convert; got ${describeGot(data)}`);
     } else if (Array.isArray(data)) {
       dt = dtype ?? "float32";
       for (let i = 0; i < data.length; i++)
-        if (typeof data[i] !== "number") invalid(call, `data[${i}] must be a number, got ${describeValue(data[i])}`);
+        if (typeof data[i] !== "number") invalid(call, `data[${i}] must be a number, got ${describeGot(data[i])}`);
       arr = hostFromNumbers(dt, data as readonly number[]);
     } else invalid(call, "data must be a typed array, number[] or number");
     const sh = shape ? [...shape] : [arr.length];
     checkShapeDims(call, sh);
     const n = sh.reduce((p, q) => p * q, 1);
     if (n !== arr.length) invalid(call, `shape ${shapeStr(sh)} holds ${n} elements but the data has ${arr.length}`);
-    if (opts.name !== undefined && (typeof opts.name !== "string" || !opts.name)) invalid(call, `name must be a non-empty string, got ${describeValue(opts.name)}`);
+    if (opts.name !== undefined && (typeof opts.name !== "string" || !opts.name)) invalid(call, `name must be a non-empty string, got ${describeGot(opts.name)}`);
     const node = new LazyNode({ op: "buffer", data: arr }, dt, sh);
     if (opts.name !== undefined) inputNames.set(node, opts.name);
     return new Tensor(node);
@@ -202,8 +216,8 @@ export class Tensor {
   static full(shape: Shape, value: number, opts: { dtype?: DType } = {}): Tensor {
     const call = "Tensor.full";
     checkShapeDims(call, shape);
-    if (typeof value !== "number") invalid(call, `value must be a number, got ${describeValue(value)}`);
-    const dt = dtypeOf(call, options(call, opts).dtype) ?? "float32";
+    if (typeof value !== "number") invalid(call, `value must be a number, got ${describeGot(value)}`);
+    const dt = dtypeOf(call, options(call, opts, DTYPE_KEYS).dtype) ?? "float32";
     const c = new Tensor(new LazyNode({ op: "const", value: constValue(dt, value) }, dt, []));
     if (shape.length === 0) return c;
     return c.reshape(shape.map(() => 1)).expand(shape);
@@ -218,14 +232,14 @@ export class Tensor {
   /** arange(stop) | arange(start, stop, step?): numbers start, start+step, … below stop. */
   static arange(start: number | Variable, stop?: number, step = 1, opts: { dtype?: DType } = {}): Tensor {
     const call = "Tensor.arange";
-    const dtype = dtypeOf(call, options(call, opts).dtype);
+    const dtype = dtypeOf(call, options(call, opts, DTYPE_KEYS).dtype);
     if (start instanceof Variable) {
       return new Tensor(new LazyNode({ op: "arange", start: 0, step: 1 }, dtype ?? "int32", [start]));
     }
     if (stop === undefined) [start, stop] = [0, start];
     finiteNumber(call, "start", start);
     finiteNumber(call, "stop", stop);
-    if (typeof step !== "number" || step === 0 || !Number.isFinite(step)) invalid(call, `step must be a finite non-zero number, got ${describeValue(step)}`);
+    if (typeof step !== "number" || step === 0 || !Number.isFinite(step)) invalid(call, `step must be a finite non-zero number, got ${describeGot(step)}`);
     const n = Math.max(0, Math.ceil((stop - start) / step));
     checkShapeDims(call, [n]);
     const allInt = Number.isInteger(start) && Number.isInteger(step);
@@ -249,7 +263,7 @@ export class Tensor {
   static rand(shape: Shape, opts: { seed?: number | undefined } = {}): Tensor {
     const call = "Tensor.rand";
     checkShapeDims(call, shape);
-    const o = options(call, opts);
+    const o = options(call, opts, SEED_KEYS);
     if (o.seed !== undefined) finiteNumber(call, "seed", o.seed);
     const seed = o.seed ?? (globalSeed * 1000003 + randCounter++) >>> 0;
     return new Tensor(new LazyNode({ op: "rand", seed: seedMix(seed), normal: false }, "float32", [...shape]));
@@ -259,7 +273,7 @@ export class Tensor {
   static randn(shape: Shape, opts: { seed?: number | undefined } = {}): Tensor {
     const call = "Tensor.randn";
     checkShapeDims(call, shape);
-    const o = options(call, opts);
+    const o = options(call, opts, SEED_KEYS);
     if (o.seed !== undefined) finiteNumber(call, "seed", o.seed);
     const seed = o.seed ?? (globalSeed * 1000003 + randCounter++) >>> 0;
     return new Tensor(new LazyNode({ op: "rand", seed: seedMix(seed), normal: true }, "float32", [...shape]));
@@ -298,8 +312,8 @@ export class Tensor {
    */
   static toSafetensors(path: string, tensors: Readonly<Record<string, Tensor>>, metadata?: Readonly<Record<string, string>>, opts: PrepareOptions = {}): void {
     const call = "Tensor.toSafetensors";
-    if (typeof path !== "string" || !path) invalid(call, `path must be a non-empty string, got ${describeValue(path)}`);
-    if (tensors === null || typeof tensors !== "object" || Array.isArray(tensors)) invalid(call, `tensors must be an object of Tensors, got ${describeValue(tensors)}`);
+    if (typeof path !== "string" || !path) invalid(call, `path must be a non-empty string, got ${describeGot(path)}`);
+    if (tensors === null || typeof tensors !== "object" || Array.isArray(tensors)) invalid(call, `tensors must be an object of Tensors, got ${describeGot(tensors)}`);
     const names = Object.keys(tensors);
     const list = names.map((n) => tensorArg(call, `tensors[${JSON.stringify(n)}]`, tensors[n]));
     for (const [i, t] of list.entries())
@@ -349,7 +363,7 @@ export class Tensor {
 
   static prepareBatch(tensors: readonly Tensor[], opts: PrepareOptions = {}): ExecutionPlan {
     const call = "Tensor.prepareBatch";
-    if (!Array.isArray(tensors)) invalid(call, `tensors must be an array of Tensors, got ${describeValue(tensors)}`);
+    if (!Array.isArray(tensors)) invalid(call, `tensors must be an array of Tensors, got ${describeGot(tensors)}`);
     tensors.forEach((t, i) => tensorArg(call, `tensors[${i}]`, t));
     return new ExecutionPlan(tensors, prepareOpts(call, opts));
   }
@@ -417,7 +431,7 @@ export class Tensor {
   gelu(approximate: "tanh" | "none" = "tanh"): Tensor {
     if (approximate === "tanh") return this.#unary("gelu");
     if (approximate === "none") return this.mul(0.5).mul(this.mul(Math.SQRT1_2).erf().add(1));
-    invalid("Tensor.gelu", `approximate must be "tanh" or "none", got ${describeValue(approximate)}`);
+    invalid("Tensor.gelu", `approximate must be "tanh" or "none", got ${describeGot(approximate)}`);
   }
   square(): Tensor { return this.mul(this); }
 
@@ -648,7 +662,7 @@ export class Tensor {
 
   reshape(shape: readonly Dim[]): Tensor {
     const call = "Tensor.reshape";
-    if (!Array.isArray(shape)) invalid(call, `shape must be an array of dimensions, got ${describeValue(shape)}`);
+    if (!Array.isArray(shape)) invalid(call, `shape must be an array of dimensions, got ${describeGot(shape)}`);
     const sh = [...shape];
     const neg = sh.filter((d) => d === -1).length;
     if (neg > 1) invalid(call, `at most one -1 in ${shapeStr(sh)}`);
@@ -668,7 +682,7 @@ export class Tensor {
   permute(order: readonly number[]): Tensor {
     const call = "Tensor.permute";
     const nd = this.ndim;
-    if (!Array.isArray(order)) invalid(call, `order must be an array of axes, got ${describeValue(order)}`);
+    if (!Array.isArray(order)) invalid(call, `order must be an array of axes, got ${describeGot(order)}`);
     const o = order.map((a) => normAxis(call, a, nd, this.shape));
     if (o.length !== nd || new Set(o).size !== nd) invalid(call, `[${order.join(", ")}] is not a permutation of the axes of ${shapeStr(this.shape)}`);
     return this.#view((st) => st.permute(o));
@@ -692,7 +706,7 @@ export class Tensor {
   /** Broadcast size-1 dims to `shape` (-1 keeps a dim; extra leading dims are added). */
   expand(shape: readonly Dim[]): Tensor {
     const call = "Tensor.expand";
-    if (!Array.isArray(shape)) invalid(call, `shape must be an array of dimensions, got ${describeValue(shape)}`);
+    if (!Array.isArray(shape)) invalid(call, `shape must be an array of dimensions, got ${describeGot(shape)}`);
     if (shape.length < this.ndim) invalid(call, `cannot expand ${shapeStr(this.shape)} to ${shapeStr(shape)}`);
     const lead = shape.length - this.ndim;
     const src = lead ? this.reshape([...Array(lead).fill(1), ...this.shape]) : this;
@@ -708,9 +722,9 @@ export class Tensor {
   /** Keep [lo, hi) of each dim (null keeps the dim); hi may be a Variable when lo is 0. */
   shrink(arg: readonly (readonly [number, Dim] | null)[]): Tensor {
     const call = "Tensor.shrink";
-    if (!Array.isArray(arg)) invalid(call, `ranges must be an array, got ${describeValue(arg)}`);
+    if (!Array.isArray(arg)) invalid(call, `ranges must be an array, got ${describeGot(arg)}`);
     arg.forEach((r, i) => {
-      if (r !== null && (!Array.isArray(r) || r.length !== 2)) invalid(call, `range ${i} must be [lo, hi] or null, got ${describeValue(r)}`);
+      if (r !== null && (!Array.isArray(r) || r.length !== 2)) invalid(call, `range ${i} must be [lo, hi] or null, got ${describeGot(r)}`);
     });
     if (arg.length !== this.ndim) invalid(call, `${arg.length} ranges for shape ${shapeStr(this.shape)}`);
     const full = arg.map((r, i): readonly [number, Dim] => r ?? [0, this.shape[i]!]);
@@ -740,7 +754,7 @@ export class Tensor {
    */
   slice(ranges: readonly (readonly [(number | null)?, (number | null)?, (number | null)?] | number | null)[]): Tensor {
     const call = "Tensor.slice";
-    if (!Array.isArray(ranges)) invalid(call, `ranges must be an array, got ${describeValue(ranges)}`);
+    if (!Array.isArray(ranges)) invalid(call, `ranges must be an array, got ${describeGot(ranges)}`);
     const optInt = (x: unknown) => x === null || x === undefined || Number.isInteger(x);
     ranges.forEach((r, i) => {
       const ok =
@@ -748,7 +762,7 @@ export class Tensor {
         r === undefined ||
         (typeof r === "number" && Number.isInteger(r)) ||
         (Array.isArray(r) && r.length <= 3 && optInt(r[0]) && optInt(r[1]) && optInt(r[2]) && r[2] !== 0);
-      if (!ok) invalid(call, `range ${i} must be an integer index, [start?, end?, step?] of integers (step non-zero) or null, got ${describeValue(r)}`);
+      if (!ok) invalid(call, `range ${i} must be an integer index, [start?, end?, step?] of integers (step non-zero) or null, got ${describeGot(r)}`);
     });
     if (ranges.length > this.ndim) invalid(call, `${ranges.length} ranges for shape ${shapeStr(this.shape)}`);
     const flips: number[] = [];
@@ -784,10 +798,10 @@ export class Tensor {
    */
   pad(arg: readonly (readonly [number, number] | null)[] | readonly number[], mode: PadMode | number = "constant", value = 0): Tensor {
     const call = "Tensor.pad";
-    if (!Array.isArray(arg)) invalid(call, `pads must be an array, got ${describeValue(arg)}`);
+    if (!Array.isArray(arg)) invalid(call, `pads must be an array, got ${describeGot(arg)}`);
     if (typeof mode === "number") [mode, value] = ["constant", mode];
-    if (!PAD_MODES.includes(mode)) invalid(call, `mode must be one of ${PAD_MODES.join(", ")}, got ${describeValue(mode)}`);
-    if (typeof value !== "number") invalid(call, `value must be a number, got ${describeValue(value)}`);
+    if (!PAD_MODES.includes(mode)) invalid(call, `mode must be one of ${PAD_MODES.join(", ")}, got ${describeGot(mode)}`);
+    if (typeof value !== "number") invalid(call, `value must be a number, got ${describeGot(value)}`);
     let p: (readonly [number, number])[];
     if (arg.length && arg.every((x) => typeof x === "number")) {
       const flat = arg as readonly number[];
@@ -796,7 +810,7 @@ export class Tensor {
       for (let k = 0; k < flat.length / 2; k++) p[this.ndim - 1 - k] = [flat[2 * k]!, flat[2 * k + 1]!];
     } else {
       arg.forEach((r, i) => {
-        if (r !== null && (!Array.isArray(r) || r.length !== 2)) invalid(call, `pad ${i} must be [before, after] or null, got ${describeValue(r)}`);
+        if (r !== null && (!Array.isArray(r) || r.length !== 2)) invalid(call, `pad ${i} must be [before, after] or null, got ${describeGot(r)}`);
       });
       if (arg.length !== this.ndim) invalid(call, `${arg.length} pads for shape ${shapeStr(this.shape)}`);
       p = (arg as readonly (readonly [number, number] | null)[]).map((r) => r ?? ([0, 0] as const));
@@ -844,7 +858,7 @@ export class Tensor {
 
   flip(axes: number | readonly number[]): Tensor {
     const call = "Tensor.flip";
-    if (typeof axes !== "number" && !Array.isArray(axes)) invalid(call, `axes must be a number or an array of numbers, got ${describeValue(axes)}`);
+    if (typeof axes !== "number" && !Array.isArray(axes)) invalid(call, `axes must be a number or an array of numbers, got ${describeGot(axes)}`);
     const list = (typeof axes === "number" ? [axes] : axes).map((a) => normAxis(call, a, this.ndim, this.shape));
     if (this.ndim === 0) return this;
     for (const a of list) if (typeof this.shape[a] !== "number") invalid(call, `cannot flip variable dimension ${a}`);
@@ -876,7 +890,7 @@ export class Tensor {
   /** Join `tensors` along `dim` (equal shapes elsewhere; mixed dtypes promote as dtype.ts says). */
   static cat(tensors: readonly Tensor[], dim = 0): Tensor {
     const call = "Tensor.cat";
-    if (!Array.isArray(tensors) || !tensors.length) invalid(call, `tensors must be a non-empty array of Tensors, got ${describeValue(tensors)}`);
+    if (!Array.isArray(tensors) || !tensors.length) invalid(call, `tensors must be a non-empty array of Tensors, got ${describeGot(tensors)}`);
     tensors.forEach((t, i) => tensorArg(call, `tensors[${i}]`, t));
     const t0 = tensors[0]!;
     if (!t0.ndim) invalid(call, "cannot concatenate 0-d tensors");
@@ -914,7 +928,7 @@ export class Tensor {
   /** Stack equal-shaped `tensors` along a new axis `dim`. */
   static stack(tensors: readonly Tensor[], dim = 0): Tensor {
     const call = "Tensor.stack";
-    if (!Array.isArray(tensors) || !tensors.length) invalid(call, `tensors must be a non-empty array of Tensors, got ${describeValue(tensors)}`);
+    if (!Array.isArray(tensors) || !tensors.length) invalid(call, `tensors must be a non-empty array of Tensors, got ${describeGot(tensors)}`);
     tensors.forEach((t, i) => tensorArg(call, `tensors[${i}]`, t));
     const t0 = tensors[0]!;
     const d = normAxis(call, dim, t0.ndim + 1, t0.shape);
@@ -937,11 +951,11 @@ export class Tensor {
     if (typeof n !== "number") invalid(call, `cannot split variable dimension ${d} of ${shapeStr(this.shape)}`);
     let list: number[];
     if (typeof sizes === "number") {
-      if (!Number.isSafeInteger(sizes) || sizes <= 0) invalid(call, `split size must be a positive integer, got ${describeValue(sizes)}`);
+      if (!Number.isSafeInteger(sizes) || sizes <= 0) invalid(call, `split size must be a positive integer, got ${describeGot(sizes)}`);
       list = [];
       for (let i = 0; i < Math.max(1, n); i += sizes) list.push(Math.min(sizes, n - i));
     } else {
-      if (!Array.isArray(sizes)) invalid(call, `sizes must be a number or an array of numbers, got ${describeValue(sizes)}`);
+      if (!Array.isArray(sizes)) invalid(call, `sizes must be a number or an array of numbers, got ${describeGot(sizes)}`);
       list = [...sizes];
       if (list.some((s) => !Number.isSafeInteger(s) || s < 0) || list.reduce((p, q) => p + q, 0) !== n)
         invalid(call, `sizes [${list.map((s) => describeValue(s)).join(", ")}] must be non-negative integers summing to ${n}`);
@@ -953,7 +967,7 @@ export class Tensor {
   /** `chunks` pieces of ceil(n / chunks) along `dim` (fewer when they run out, as tinygrad). */
   chunk(chunks: number, dim = 0): Tensor[] {
     const call = "Tensor.chunk";
-    if (!Number.isSafeInteger(chunks) || chunks <= 0) invalid(call, `chunks must be a positive integer, got ${describeValue(chunks)}`);
+    if (!Number.isSafeInteger(chunks) || chunks <= 0) invalid(call, `chunks must be a positive integer, got ${describeGot(chunks)}`);
     const d = normAxis(call, dim, this.ndim, this.shape);
     const n = this.shape[d];
     if (typeof n !== "number") invalid(call, `cannot chunk variable dimension ${d} of ${shapeStr(this.shape)}`);
@@ -963,7 +977,7 @@ export class Tensor {
   /** Tile: repeats[i] copies along dim i (leading repeats add dims). A view, never a copy. */
   repeat(repeats: number | readonly number[], ...more: number[]): Tensor {
     const call = "Tensor.repeat";
-    const reps = typeof repeats === "number" ? [repeats, ...more] : Array.isArray(repeats) ? [...repeats] : invalid(call, `repeats must be numbers, got ${describeValue(repeats)}`);
+    const reps = typeof repeats === "number" ? [repeats, ...more] : Array.isArray(repeats) ? [...repeats] : invalid(call, `repeats must be numbers, got ${describeGot(repeats)}`);
     if (reps.some((r) => !Number.isSafeInteger(r) || r < 0)) invalid(call, `repeats [${reps.map((r) => describeValue(r)).join(", ")}] must be non-negative integers`);
     if (reps.length < this.ndim) invalid(call, `${reps.length} repeats for shape ${shapeStr(this.shape)}`);
     const base: Dim[] = [...new Array<number>(reps.length - this.ndim).fill(1), ...this.shape];
@@ -978,14 +992,14 @@ export class Tensor {
   /** Rotate by `shifts` along `dims` (none: over the flattened tensor). */
   roll(shifts: number | readonly number[], dims?: number | readonly number[]): Tensor {
     const call = "Tensor.roll";
-    const ss = typeof shifts === "number" ? [shifts] : Array.isArray(shifts) ? [...shifts] : invalid(call, `shifts must be a number or an array, got ${describeValue(shifts)}`);
+    const ss = typeof shifts === "number" ? [shifts] : Array.isArray(shifts) ? [...shifts] : invalid(call, `shifts must be a number or an array, got ${describeGot(shifts)}`);
     if (ss.some((s) => !Number.isSafeInteger(s))) invalid(call, `shifts [${ss.map((s) => describeValue(s)).join(", ")}] must be integers`);
     if (dims === undefined) {
       if (ss.length !== 1) invalid(call, `${ss.length} shifts without dims`);
       if (this.shape.some((d) => typeof d !== "number")) invalid(call, `cannot roll variable shape ${shapeStr(this.shape)}`);
       return this.flatten().roll(ss[0]!, 0).reshape(this.shape);
     }
-    const ds = (typeof dims === "number" ? [dims] : Array.isArray(dims) ? dims : invalid(call, `dims must be a number or an array, got ${describeValue(dims)}`)).map((a) => normAxis(call, a, this.ndim, this.shape));
+    const ds = (typeof dims === "number" ? [dims] : Array.isArray(dims) ? dims : invalid(call, `dims must be a number or an array, got ${describeGot(dims)}`)).map((a) => normAxis(call, a, this.ndim, this.shape));
     if (ds.length !== ss.length) invalid(call, `${ss.length} shifts for ${ds.length} dims`);
     const total = this.shape.map(() => 0);
     ds.forEach((d, k) => {
@@ -1009,7 +1023,7 @@ export class Tensor {
   }
   #triArgs(call: string, diagonal: number): [Dim, Dim] {
     if (this.ndim < 2) invalid(call, `needs at least 2 dims, got ${shapeStr(this.shape)}`);
-    if (!Number.isSafeInteger(diagonal)) invalid(call, `diagonal must be an integer, got ${describeValue(diagonal)}`);
+    if (!Number.isSafeInteger(diagonal)) invalid(call, `diagonal must be an integer, got ${describeGot(diagonal)}`);
     return [this.shape[this.ndim - 2]!, this.shape[this.ndim - 1]!];
   }
   /** The upper triangle of the last two dims (col - row >= diagonal); the rest is 0. */
@@ -1026,9 +1040,9 @@ export class Tensor {
   /** The n×m identity (m defaults to n), built from views of one constant. */
   static eye(n: number, m?: number, opts: { dtype?: DType } = {}): Tensor {
     const call = "Tensor.eye";
-    const dtype = dtypeOf(call, options(call, opts).dtype) ?? "float32";
+    const dtype = dtypeOf(call, options(call, opts, DTYPE_KEYS).dtype) ?? "float32";
     if (!Number.isSafeInteger(n) || n < 0 || (m !== undefined && (!Number.isSafeInteger(m) || m < 0)))
-      invalid(call, `sizes must be non-negative integers, got ${describeValue(n)}, ${describeValue(m)}`);
+      invalid(call, `sizes must be non-negative integers, got ${describeGot(n)}, ${describeValue(m)}`);
     checkShapeDims(call, [n, n + 1]);
     const x = Tensor.ones([n, 1], { dtype }).pad([null, [0, n]]).flatten().shrink([[0, n * n]]).reshape([n, n]);
     if (m === undefined || m === n) return x;
@@ -1038,10 +1052,10 @@ export class Tensor {
   /** `steps` evenly spaced values from start to stop inclusive (float32 unless dtype says). */
   static linspace(start: number, stop: number, steps: number, opts: { dtype?: DType } = {}): Tensor {
     const call = "Tensor.linspace";
-    const dtype = dtypeOf(call, options(call, opts).dtype) ?? "float32";
+    const dtype = dtypeOf(call, options(call, opts, DTYPE_KEYS).dtype) ?? "float32";
     finiteNumber(call, "start", start);
     finiteNumber(call, "stop", stop);
-    if (!Number.isSafeInteger(steps) || steps < 0) invalid(call, `steps must be a non-negative integer, got ${describeValue(steps)}`);
+    if (!Number.isSafeInteger(steps) || steps < 0) invalid(call, `steps must be a non-negative integer, got ${describeGot(steps)}`);
     checkShapeDims(call, [steps]);
     if (steps === 1) return Tensor.full([1], start).cast(dtype);
     return new Tensor(new LazyNode({ op: "arange", start, step: steps > 1 ? (stop - start) / (steps - 1) : 0 }, "float32", [steps])).cast(dtype);
@@ -1050,12 +1064,12 @@ export class Tensor {
   /** A tensor of this shape filled with `value` (this dtype unless opts.dtype says). */
   fullLike(value: number, opts: { dtype?: DType } = {}): Tensor {
     const call = "Tensor.fullLike";
-    return Tensor.full(this.shape, value, { dtype: dtypeOf(call, options(call, opts).dtype) ?? this.dtype });
+    return Tensor.full(this.shape, value, { dtype: dtypeOf(call, options(call, opts, DTYPE_KEYS).dtype) ?? this.dtype });
   }
   zerosLike(opts: { dtype?: DType } = {}): Tensor { return this.fullLike(0, opts); }
   onesLike(opts: { dtype?: DType } = {}): Tensor { return this.fullLike(1, opts); }
   #randLike(call: string, normal: boolean, opts: { seed?: number | undefined; dtype?: DType | undefined }): Tensor {
-    const o = options(call, opts);
+    const o = options(call, opts, RAND_LIKE_KEYS);
     if ((dtypeOf(call, o.dtype) ?? "float32") !== "float32") invalid(call, `random tensors are float32, got dtype ${describeValue(o.dtype)}`);
     return normal ? Tensor.randn(this.shape, { seed: o.seed }) : Tensor.rand(this.shape, { seed: o.seed });
   }
@@ -1075,7 +1089,7 @@ export class Tensor {
       if (!this.numel) invalid(call, "cannot infer the class count of an empty tensor; give numClasses");
       numClasses = (Number(this.max().toArray<HostArray>()[0]!) | 0) + 1;
     }
-    if (!Number.isSafeInteger(numClasses) || numClasses < 0) invalid(call, `numClasses must be a non-negative integer or -1, got ${describeValue(numClasses)}`);
+    if (!Number.isSafeInteger(numClasses) || numClasses < 0) invalid(call, `numClasses must be a non-negative integer or -1, got ${describeGot(numClasses)}`);
     return this.unsqueeze(-1).cmpeq(Tensor.arange(numClasses, undefined, 1, { dtype: "int32" })).cast("int32");
   }
 
@@ -1121,7 +1135,7 @@ export class Tensor {
   scatter(dim: number, index: Tensor, src: Tensor | number, reduce?: "add" | "multiply"): Tensor {
     const call = "Tensor.scatter";
     const [d, idx] = this.#indexArgs(call, dim, index);
-    if (reduce !== undefined && reduce !== "add" && reduce !== "multiply") invalid(call, `reduce must be "add", "multiply" or undefined, got ${describeValue(reduce)}`);
+    if (reduce !== undefined && reduce !== "add" && reduce !== "multiply") invalid(call, `reduce must be "add", "multiply" or undefined, got ${describeGot(reduce)}`);
     if (idx.ndim !== this.ndim) invalid(call, `index has shape ${shapeStr(idx.shape)}, needs ${this.ndim} dims like ${shapeStr(this.shape)}`);
     const S = this.shape, J = idx.shape;
     if (![...S, ...J].every((x) => typeof x === "number")) invalid(call, `needs fixed shapes, got ${shapeStr(S)} and index ${shapeStr(J)}`);
@@ -1251,7 +1265,7 @@ export class Tensor {
       const r = this.reshape([numelNumeric(this.shape) === this.numel ? this.numel : -1]).#argExt(call, isMax, 0, false);
       return keepdim ? r.reshape(this.shape.map(() => 1)) : r;
     }
-    if (typeof axis !== "number") invalid(call, `axis must be a number, got ${describeValue(axis)}`);
+    if (typeof axis !== "number") invalid(call, `axis must be a number, got ${describeGot(axis)}`);
     if (this.ndim === 0) {
       normAxis(call, axis, 0, this.shape);
       return Tensor.full([], 0, { dtype: "int32" });
@@ -1325,11 +1339,13 @@ export class Tensor {
   }
   /** Standard deviation: sqrt(var(axis, keepdim, correction)). */
   std(axis?: number | readonly number[], keepdim = false, correction = 1): Tensor {
+    this.#axes("Tensor.std", axis);
     return this.var(axis, keepdim, correction).sqrt();
   }
   /** log Σ exp(x) over `axis`, shifted by the maximum (an infinite maximum shifts by 0: all -inf gives -inf). */
   logsumexp(axis?: number | readonly number[], keepdim = false): Tensor {
     boolArg("Tensor.logsumexp", "keepdim", keepdim);
+    this.#axes("Tensor.logsumexp", axis);
     const m = this.max(axis, true);
     const m0 = m.isinf().where(0, m).float();
     const s = this.sub(m0).exp().sum(axis, keepdim).log();
@@ -1344,11 +1360,11 @@ export class Tensor {
   crossEntropy(target: Tensor, opts: { reduction?: "none" | "sum" | "mean"; labelSmoothing?: number } = {}): Tensor {
     const call = "Tensor.crossEntropy";
     tensorArg(call, "target", target);
-    const o = options(call, opts);
+    const o = options(call, opts, CROSS_ENTROPY_KEYS);
     const reduction = o.reduction ?? "mean";
-    if (reduction !== "none" && reduction !== "sum" && reduction !== "mean") invalid(call, `reduction must be "none", "sum" or "mean", got ${describeValue(reduction)}`);
+    if (reduction !== "none" && reduction !== "sum" && reduction !== "mean") invalid(call, `reduction must be "none", "sum" or "mean", got ${describeGot(reduction)}`);
     const ls = o.labelSmoothing ?? 0;
-    if (typeof ls !== "number" || !(ls >= 0 && ls <= 1)) invalid(call, `labelSmoothing must be a number in [0, 1], got ${describeValue(ls)}`);
+    if (typeof ls !== "number" || !(ls >= 0 && ls <= 1)) invalid(call, `labelSmoothing must be a number in [0, 1], got ${describeGot(ls)}`);
     if (this.ndim === 0) invalid(call, "logits need at least 1 dimension");
     const ca = this.ndim === 1 ? 0 : 1;
     const C = this.shape[ca]!;
@@ -1381,7 +1397,7 @@ export class Tensor {
     const d = normAxis(call, dim, this.ndim, this.shape);
     const n = this.shape[d]!;
     if (typeof n !== "number") invalid(call, `cannot search variable dimension ${d} of ${shapeStr(this.shape)}`);
-    if (!Number.isSafeInteger(k) || k < 0 || k > n) invalid(call, `k must be an integer in [0, ${n}], got ${describeValue(k)}`);
+    if (!Number.isSafeInteger(k) || k < 0 || k > n) invalid(call, `k must be an integer in [0, ${n}], got ${describeGot(k)}`);
     const sel = this.shape.map((_, i) => (i === d ? [0, 0] as const : null));
     if (k === 0) return [this.shrink(sel), this.shrink(sel).cast("int32").mul(0)];
     const f = isFloat(this.dtype);
@@ -1431,20 +1447,20 @@ export class Tensor {
   /** torch/tinygrad conv2d: this [N, Cin, H, W], weight [Cout, Cin/groups, kh, kw], bias [Cout]. */
   conv2d(weight: Tensor, bias?: Tensor, opts: Conv2dOptions = {}): Tensor {
     const call = "Tensor.conv2d";
-    return conv.conv2d<Tensor>(call, this, tensorArg(call, "weight", weight), bias === undefined ? undefined : tensorArg(call, "bias", bias), options(call, opts));
+    return conv.conv2d<Tensor>(call, this, tensorArg(call, "weight", weight), bias === undefined ? undefined : tensorArg(call, "bias", bias), options(call, opts, CONV_KEYS));
   }
   /** torch/tinygrad conv_transpose2d: weight [Cin, Cout/groups, kh, kw], bias [Cout]. */
   convTranspose2d(weight: Tensor, bias?: Tensor, opts: ConvTranspose2dOptions = {}): Tensor {
     const call = "Tensor.convTranspose2d";
-    return conv.convTranspose2d<Tensor>(call, this, tensorArg(call, "weight", weight), bias === undefined ? undefined : tensorArg(call, "bias", bias), options(call, opts));
+    return conv.convTranspose2d<Tensor>(call, this, tensorArg(call, "weight", weight), bias === undefined ? undefined : tensorArg(call, "bias", bias), options(call, opts, CONV_T_KEYS));
   }
   /** Max over kernelSize windows of the last two dims (stride defaults to the kernel size). */
   maxPool2d(kernelSize: number | readonly number[] = 2, opts: PoolOptions = {}): Tensor {
-    return conv.maxPool2d<Tensor>("Tensor.maxPool2d", this, kernelSize, options("Tensor.maxPool2d", opts));
+    return conv.maxPool2d<Tensor>("Tensor.maxPool2d", this, kernelSize, options("Tensor.maxPool2d", opts, POOL_KEYS));
   }
   /** Mean over kernelSize windows of the last two dims (padding counted unless countIncludePad is false). */
   avgPool2d(kernelSize: number | readonly number[] = 2, opts: AvgPoolOptions = {}): Tensor {
-    return conv.avgPool2d<Tensor>("Tensor.avgPool2d", this, kernelSize, options("Tensor.avgPool2d", opts));
+    return conv.avgPool2d<Tensor>("Tensor.avgPool2d", this, kernelSize, options("Tensor.avgPool2d", opts, AVG_POOL_KEYS));
   }
   /** Resize the last size.length dims (torch's interpolate on [N, C, ...spatial]): nearest, nearest-exact, (bi)linear. */
   interpolate(size: readonly number[], mode: InterpolateMode = "nearest", alignCorners = false): Tensor {
@@ -1456,7 +1472,7 @@ export class Tensor {
   /** torch's scaled_dot_product_attention over this query [..., L, E], key [..., S, E], value [..., S, Ev]. */
   scaledDotProductAttention(key: Tensor, value: Tensor, opts: AttentionOptions<Tensor> = {}): Tensor {
     const call = "Tensor.scaledDotProductAttention";
-    const o = options(call, opts);
+    const o = options(call, opts, ATTENTION_KEYS);
     return attention.scaledDotProductAttention<Tensor>(call, this, tensorArg(call, "key", key), tensorArg(call, "value", value), o, (shape, v, dtype) => Tensor.full(shape, v, { dtype }));
   }
   /** scaledDotProductAttention(q, k, v, opts) as a function. */
@@ -1482,12 +1498,14 @@ export class Tensor {
   }
 
   softmax(axis = -1): Tensor {
+    this.#axes("Tensor.softmax", axis); // checked here, so a bad axis is not reported as Tensor.max's
     const m = this.max(axis, true);
     const e = this.sub(m).exp();
     return e.div(e.sum(axis, true));
   }
 
   logSoftmax(axis = -1): Tensor {
+    this.#axes("Tensor.logSoftmax", axis);
     const m = this.max(axis, true);
     const s = this.sub(m);
     return s.sub(s.exp().sum(axis, true).log());
@@ -1496,12 +1514,13 @@ export class Tensor {
   /** Normalize over the last `axis` (default -1): (x - mean) / sqrt(var + eps) · weight + bias. */
   layerNorm(opts: { axis?: number | readonly number[]; eps?: number; weight?: Tensor; bias?: Tensor } = {}): Tensor {
     const call = "Tensor.layerNorm";
-    opts = options(call, opts);
+    opts = options(call, opts, LAYER_NORM_KEYS);
     axesArg(call, opts.axis);
     if (opts.eps !== undefined) finiteNumber(call, "eps", opts.eps);
     if (opts.weight !== undefined) tensorArg(call, "weight", opts.weight);
     if (opts.bias !== undefined) tensorArg(call, "bias", opts.bias);
     const axis = opts.axis ?? -1;
+    this.#axes(call, axis);
     const mean = this.mean(axis, true);
     const xc = this.sub(mean);
     const v = xc.mul(xc).mean(axis, true);

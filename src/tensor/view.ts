@@ -8,7 +8,7 @@
 // Dimensions may be a Variable (a bound integer). Layout always uses the variable's maximum
 // ("max layout"), so strides are plain numbers and a buffer allocated for the maximum holds any
 // value; only loop bounds change with the variable.
-import { describeValue, invalid } from "../errors";
+import { describeGot, describeValue, invalid } from "../errors";
 import { Sym, Valid } from "./symbolic";
 import { Variable, type Dim, dimMax, shapeStr } from "./variable";
 
@@ -321,7 +321,7 @@ export const MAX_ELEMENTS = 2 ** 50;
 
 /** A shape: an array of non-negative integer dims and Variables, at most MAX_ELEMENTS in all. */
 export function checkShapeDims(call: string, shape: readonly Dim[]): void {
-  if (!Array.isArray(shape)) invalid(call, `shape must be an array of dimensions, got ${describeValue(shape)}`);
+  if (!Array.isArray(shape)) invalid(call, `shape must be an array of dimensions, got ${describeGot(shape)}`);
   let n = 1;
   for (const d of shape) {
     if (d instanceof Variable) {
