@@ -3,7 +3,7 @@
 // no describe block). The other suites exercise the CPU backend in depth; this one checks that
 // each real device computes the same results through every layer.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { CaptureMode, Device, ExecMode, Graph, GraphExecutor, Program, Tensor, type Module, type Stream } from "../src";
+import { CaptureMode, Device, ExecMode, Graph, GraphExecutor, Program, Schedule, Tensor, type Module, type Stream } from "../src";
 import { KernelMode, RingKernel } from "../src/ring";
 import { randomBytes, randomFloats } from "./helpers";
 import { allKernelSources } from "./kernels";
@@ -150,6 +150,17 @@ for (const spec of specs) {
       answers.forEach((a, i) => expect(new Uint32Array(a.buffer, a.byteOffset, 1)[0]).toBe(3 * i));
       await rk.stop();
       expect(new Uint32Array(rk.stateAs(Uint8Array).slice().buffer)[0]).toBe(100);
+    });
+
+    test("copies in a Graph-mode schedule (memcpy nodes on CUDA) move the bytes", () => {
+      const n = 4096;
+      const src = randomBytes(n, 31);
+      using a = dev.alloc(n).write(src), b = dev.alloc(n), c = dev.alloc(n);
+      const sched = new Schedule().addCopy(b, a).addCopy(c, b);
+      using exec = sched.compile(dev, ExecMode.Graph);
+      exec.run();
+      exec.synchronize();
+      expect(Buffer.from(c.read()).equals(Buffer.from(src))).toBe(true);
     });
 
     test("a tensor program prepared for this device matches its reference in every ExecMode", () => {

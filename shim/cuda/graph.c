@@ -276,6 +276,10 @@ int32_t cu_graph_from_commands(bg_device* dev, const uint8_t* p, uint64_t len, v
           m.WidthInBytes = c.u.dtoh.bytes;
         }
         if (!m.WidthInBytes) break;
+        /* one row of one slice: the pitches at least the row and the heights at least the copy's
+         * (cuMemcpy3D's rules; zeros there are refused) */
+        m.srcPitch = m.dstPitch = m.WidthInBytes;
+        m.srcHeight = m.dstHeight = 1;
         r = cu.cuGraphAddMemcpyNode(&node, gr->g, prev ? &prev : NULL, prev ? 1 : 0, &m, d->ctx);
         call = "cuGraphAddMemcpyNode";
         break;

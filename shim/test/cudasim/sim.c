@@ -3028,6 +3028,10 @@ EXPORT CUresult cuGraphAddMemcpyNode(bgcu_graph_node* out, bgcu_graph g, const b
       p->dstLOD || p->Height != 1 || p->Depth != 1 || p->srcArray || p->dstArray || p->reserved0 || p->reserved1)
     RETURN(failf(E_NOT_SUPPORTED, "cudasim models 1D memcpy nodes only (offsets 0, Height = Depth = 1, no arrays)"));
   if (!p->WidthInBytes) RETURN(failf(E_INVALID_VALUE, "cuGraphAddMemcpyNode: WidthInBytes is 0"));
+  /* cuMemcpy3D's rules for host and device memory: a row fits its pitch, the copy's rows its height */
+  if (p->srcPitch < p->WidthInBytes || p->dstPitch < p->WidthInBytes || p->srcHeight < p->Height || p->dstHeight < p->Height)
+    RETURN(failf(E_INVALID_VALUE, "cuGraphAddMemcpyNode: srcPitch %zu / dstPitch %zu below WidthInBytes %zu, or srcHeight %zu / dstHeight %zu below Height %zu",
+                 p->srcPitch, p->dstPitch, p->WidthInBytes, p->srcHeight, p->dstHeight, p->Height));
   const void* src;
   void* dst;
   CUresult rc = SUCCESS;
