@@ -8,12 +8,13 @@
 // A prebuilt library must match the size and SHA-256 in prebuilt/manifest.json; a cached one
 // the size and SHA-256 recorded beside it (`<lib>.json`) when it was built. A cached library
 // that fails is removed and rebuilt. A cache folder that cannot be used (a file in the way, no
-// permission, read-only) is replaced by a private temporary folder for this process: the shim
-// and kernels still build, only without a cache.
+// permission, read-only, full: at the start or at any later write) is replaced by a private
+// temporary folder for this process, with one warning line: the shim, kernels and plans still
+// build, only without a cache (cacheRoot, cacheWrite below).
 import { dlopen } from "bun:ffi";
-import { accessSync, constants, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { accessSync, constants, copyFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { homedir, tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { GpuError, Status } from "./errors";
 import { findCompilers } from "./compilers";
 import { compileArgs, hostTarget, libName, PREBUILT_DIR, sourceHash } from "./shimsrc";
@@ -43,13 +44,90 @@ export function preferredCacheRoot(): string {
   return join(tmpdir(), "bungpu-cache");
 }
 
-// The answer for each preferred folder seen: itself when usable, else why not.
+// ---- the cache folder, and the private folder that replaces it ---------------------------------
+//
+// One place decides where the shim, kernels and plans are cached and what happens when that
+// folder fails. A write fault (a file or folder in the way, read-only, no permission, a full disk)
+// switches the whole process to a private folder under the OS tmpdir, with one warning line on
+// stderr, and the write is retried there (cacheWrite): only the caching is lost. Leftovers of a
+// killed process (temporary files in the cache, compiler folders in the private folder) are
+// removed by the next process that opens the cache (sweep).
+
+/** Write errors that mean "this cache folder cannot take it", in words (a raw code is never shown). */
+const FAULTS: Record<string, string> = {
+  EEXIST: "a file is in the way",
+  ENOTDIR: "a file is in the way",
+  EISDIR: "a folder is in the way",
+  EROFS: "read-only file system",
+  EACCES: "no permission",
+  EPERM: "no permission",
+  ENOSPC: "no space left on the device",
+  EDQUOT: "disk quota exceeded",
+  EMLINK: "too many links",
+  ENAMETOOLONG: "a name too long for the file system",
+};
+
+/** Whether `e` is a write fault of the cache folder (see FAULTS). */
+export function isCacheFault(e: unknown): boolean {
+  const code = (e as { code?: unknown } | null)?.code;
+  return typeof code === "string" && code in FAULTS && Object.hasOwn(FAULTS, code);
+}
+
+function faultWords(e: unknown): string {
+  const code = (e as { code?: unknown } | null)?.code;
+  return typeof code === "string" && Object.hasOwn(FAULTS, code) ? FAULTS[code]! : ((e as Error)?.message ?? String(e)).split("\n")[0]!;
+}
+
+// The answer for each preferred folder seen: null when usable, else why not (in words).
 const usable = new Map<string, string | null>();
 let fallbackDir: string | undefined;
+/** Why this process left the preferred folder (null while it uses it). */
+let leftBecause: string | null = null;
+let warned = false;
+
+/**
+ * A fault injected by tests (BUNGPU_TEST_CACHE_FAULT=CODE or CODE:path-part): a write under the
+ * cache folder (never the private one) whose path contains path-part fails with CODE, as a
+ * read-only folder (EROFS, EACCES: root ignores permission bits) or a full disk (ENOSPC) would.
+ */
+function injected(path: string, op: "mkdir" | "write" | "rename" | "probe"): void {
+  const spec = process.env["BUNGPU_TEST_CACHE_FAULT"];
+  if (!spec) return;
+  const [code, part] = [spec.split(":")[0]!, spec.split(":").slice(1).join(":")];
+  if (fallbackDir && path.startsWith(fallbackDir)) return;
+  if (path.startsWith(privateRoot())) return;
+  if (part && !path.includes(part)) return;
+  if (code === "ENOSPC" && (op === "mkdir" || op === "probe")) return; // a full disk still makes empty entries
+  throw Object.assign(new Error(`${code}: injected fault, ${op} '${path}'`), { code });
+}
+
+/** mkdir -p under the cache folder. */
+export function cacheMkdir(dir: string): void {
+  injected(dir, "mkdir");
+  mkdirSync(dir, { recursive: true });
+}
+
+/** Write a file under the cache folder. */
+export function cacheWriteFile(path: string, data: string | Uint8Array): void {
+  injected(path, "write");
+  writeFileSync(path, data);
+}
+
+/** Rename within the cache folder (atomic: readers see the old entry or the new one). */
+export function cacheRename(from: string, to: string): void {
+  injected(to, "rename");
+  renameSync(from, to);
+}
+
+/** A name for a temporary file beside `path`: `<path>.<pid>.<random>.tmp` (the pid lets the sweep tell a killed writer's file). */
+export function tempName(path: string): string {
+  return `${path}.${process.pid}.${Math.random().toString(36).slice(2, 10)}.tmp`;
+}
 
 /** Why `dir` cannot serve as the cache (created if missing, writable), or null when it can. */
 function unusable(dir: string): string | null {
   try {
+    injected(dir, "probe");
     mkdirSync(dir, { recursive: true });
     accessSync(dir, constants.W_OK | constants.X_OK);
     // A probe write: access() says yes for root on a read-only mount.
@@ -58,14 +136,40 @@ function unusable(dir: string): string | null {
     rmSync(probe, { force: true });
     return null;
   } catch (e) {
-    return (e as Error).message.split("\n")[0] ?? String(e);
+    return faultWords(e);
   }
 }
 
-/** A private temporary folder, removed when the process exits: the cache when there is none. */
+let privateRootDir: string | undefined;
+/**
+ * This user's private folder under the OS tmpdir (`bungpu-<uid>`, mode 0700, checked to be a
+ * folder of this user and not a link), where compilers work and the no-cache fallback lives; the
+ * tmpdir itself when that cannot be had.
+ */
+export function privateRoot(): string {
+  if (privateRootDir) return privateRootDir;
+  const uid = typeof process.getuid === "function" ? process.getuid() : -1;
+  const dir = join(tmpdir(), `bungpu-${uid >= 0 ? uid : "user"}`);
+  try {
+    mkdirSync(dir, { mode: 0o700, recursive: true });
+    const st = lstatSync(dir);
+    if (!st.isDirectory() || (uid >= 0 && st.uid !== uid) || (st.mode & 0o077) !== 0) throw new Error("not private");
+    return (privateRootDir = dir);
+  } catch {
+    return (privateRootDir = tmpdir());
+  }
+}
+
+/** A fresh folder for this process in the private folder: `<kind>-<pid>-XXXXXX` (the sweep removes it once the process is gone). */
+export function privateTemp(kind: "cc" | "tcc" | "nocache"): string {
+  const root = privateRoot();
+  return mkdtempSync(join(root, `${root === tmpdir() ? "bungpu-" : ""}${kind}-${process.pid}-`));
+}
+
+/** The private folder that replaces the cache for this process, removed when it exits. */
 export function fallbackCacheDir(): string {
   if (fallbackDir) return fallbackDir;
-  const dir = mkdtempSync(join(tmpdir(), "bungpu-nocache-"));
+  const dir = privateTemp("nocache");
   fallbackDir = dir;
   process.on("exit", () => {
     try {
@@ -77,26 +181,166 @@ export function fallbackCacheDir(): string {
   return dir;
 }
 
+/** Switch this process to the private folder (once, with one warning line); returns it. */
+function leaveCache(why: string): string {
+  const dir = fallbackCacheDir();
+  if (!leftBecause) leftBecause = why;
+  if (!warned) {
+    warned = true;
+    console.error(`bungpu: the cache folder ${preferredCacheRoot()} cannot be used (${why}); this process builds without a cache, in ${dir}`);
+  }
+  trace?.(`cache folder ${preferredCacheRoot()} unusable (${why}); compiling without a cache`);
+  return dir;
+}
+
 /**
- * The per-user cache folder for the shim and for compiled kernels: the preferred one when it
- * can be created and written, else (with one note under BUNGPU_DEBUG_LOADER) a private
- * temporary folder for this process, so an unusable cache only costs the caching.
+ * The per-user cache folder for the shim, kernels and plans: the preferred one when it can be
+ * created and written, else (with one warning line) a private temporary folder for this process,
+ * so an unusable cache only costs the caching. Also after a write fault there (cacheWrite).
  */
 export function cacheRoot(): string {
+  if (leftBecause) return fallbackCacheDir();
   const want = preferredCacheRoot();
   let why = usable.get(want);
   if (why === undefined) {
     why = unusable(want);
     usable.set(want, why);
-    if (why) trace?.(`cache folder ${want} unusable (${why}); compiling without a cache`);
+    if (!why) sweep(want);
   }
-  return why ? fallbackCacheDir() : want;
+  return why ? leaveCache(why) : want;
 }
 
 /** Why the cache folder is not used (null when it is), for diagnostics. */
 export function cacheProblem(): string | null {
   cacheRoot();
-  return usable.get(preferredCacheRoot()) ?? null;
+  return leftBecause ?? usable.get(preferredCacheRoot()) ?? null;
+}
+
+/**
+ * Run `write` (which finds its paths from cacheRoot()); on a write fault of the cache folder,
+ * switch the process to the private folder and run it once more there. A fault in the private
+ * folder too is a GpuError that says so in words.
+ */
+export function cacheWrite<T>(write: () => T, call = "cache"): T {
+  try {
+    return write();
+  } catch (e) {
+    if (!isCacheFault(e)) throw e;
+    if (leftBecause) throw noPrivateSpace(e, call);
+    leaveCache(faultWords(e));
+  }
+  try {
+    return write();
+  } catch (e) {
+    throw isCacheFault(e) ? noPrivateSpace(e, call) : e;
+  }
+}
+
+function noPrivateSpace(e: unknown, call: string): GpuError {
+  return new GpuError(Status.NOT_PERMITTED, `cannot write the cache, nor the private folder ${fallbackCacheDir()} (${faultWords(e)})`, { backend: "loader", call });
+}
+
+// ---- leftovers of killed processes ------------------------------------------------------------
+
+const HOUR_MS = 3_600_000;
+
+function alive(pid: number): boolean {
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  if (pid === process.pid) return true;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as { code?: string }).code === "EPERM"; // someone else's process, alive
+  }
+}
+
+function olderThan(path: string, ms: number): boolean {
+  try {
+    return Date.now() - lstatSync(path).mtimeMs > ms;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Remove what killed processes left: in the cache, `*.tmp` files of a writer no longer running
+ * (or over an hour old), background builds' `*.part` files and `*.err` logs over an hour old,
+ * probe files; in the private folder, compiler and no-cache folders whose process (and whose
+ * background compiler, `sh.pid`) is gone. Once per process, at its first use of the cache.
+ */
+function sweep(root: string): void {
+  const dirs = [root, join(root, "plans")];
+  for (const sub of ["kernels", "shim"]) {
+    try {
+      for (const d of readdirSync(join(root, sub))) dirs.push(join(root, sub, d));
+    } catch {
+      /* none */
+    }
+  }
+  for (const dir of dirs) {
+    let names: string[];
+    try {
+      names = readdirSync(dir);
+    } catch {
+      continue;
+    }
+    for (const n of names) {
+      const path = join(dir, n);
+      let stale = false;
+      if (n.endsWith(".tmp") || n.startsWith(".probe.")) {
+        const m = /\.(\d+)\.[0-9a-z]+(?:\.tmp)?$/.exec(n);
+        stale = (m ? !alive(Number(m[1])) : false) || olderThan(path, HOUR_MS);
+      } else if (n.endsWith(".part") || n.endsWith(".err")) stale = olderThan(path, HOUR_MS);
+      if (!stale) continue;
+      try {
+        rmSync(path, { recursive: true, force: true });
+        trace?.(`removed a leftover: ${path}`);
+      } catch {
+        /* another process removed it, or cannot: harmless */
+      }
+    }
+  }
+  sweepPrivate();
+}
+
+/** Folders of the private folder (and, from before it, of the tmpdir) whose process is gone. */
+function sweepPrivate(): void {
+  const priv = privateRoot();
+  const uid = typeof process.getuid === "function" ? process.getuid() : -1;
+  for (const dir of priv === tmpdir() ? [priv] : [priv, tmpdir()]) {
+    let names: string[] = [];
+    try {
+      names = readdirSync(dir);
+    } catch {
+      continue;
+    }
+    for (const n of names) {
+      const path = join(dir, n);
+      const m = /^(?:bungpu-)?(?:cc|tcc|nocache)-(\d+)-/.exec(n);
+      if (m && (dir === priv || n.startsWith("bungpu-"))) {
+        if (alive(Number(m[1]))) continue;
+        try {
+          if (alive(Number(readFileSync(join(path, "sh.pid"), "utf8")))) continue; // its background build still runs
+        } catch {
+          /* no background build */
+        }
+      } else if (/^bungpu-(?:cc|tcc|nocache)-[A-Za-z0-9]{6}$/.test(n)) {
+        // From before this folder: no pid to ask; an hour old and this user's.
+        try {
+          if (!olderThan(path, HOUR_MS) || (uid >= 0 && lstatSync(path).uid !== uid)) continue;
+        } catch {
+          continue;
+        }
+      } else continue;
+      try {
+        rmSync(path, { recursive: true, force: true });
+        trace?.(`removed a leftover: ${path}`);
+      } catch {
+        /* not ours, or gone */
+      }
+    }
+  }
 }
 
 function sha256File(data: Uint8Array): string {
@@ -179,40 +423,72 @@ function tryOpen(path: string, wantHash: string | null): Lib | string {
   return lib;
 }
 
+/** Remove a folder where a file of the cache belongs (damage: a file is rebuilt in its place). */
+export function clearFolderAt(path: string): void {
+  try {
+    if (lstatSync(path).isDirectory()) rmSync(path, { recursive: true, force: true });
+  } catch {
+    /* nothing there */
+  }
+}
+
+/** Put the library `built` (and its record) at `out` in the cache: record first, each renamed into place. */
+function installShim(out: string, built: string, rec: LibRecord, steps: string[]): string {
+  cacheMkdir(dirname(out));
+  clearFolderAt(`${out}.json`);
+  clearFolderAt(out);
+  const recTmp = tempName(`${out}.json`);
+  try {
+    cacheWriteFile(recTmp, JSON.stringify(rec));
+    cacheRename(recTmp, `${out}.json`);
+  } catch (e) {
+    rmSync(recTmp, { force: true });
+    if (isCacheFault(e)) throw e;
+    // Without its record the library is used now and rebuilt by the next process.
+    steps.push(`cannot record the build's size and SHA-256: ${(e as Error).message.split("\n")[0]}`);
+  }
+  const libTmp = tempName(out);
+  try {
+    injected(libTmp, "write");
+    copyFileSync(built, libTmp);
+    cacheRename(libTmp, out); // atomic: a reader never sees half a library
+  } catch (e) {
+    rmSync(libTmp, { force: true });
+    throw e;
+  }
+  return out;
+}
+
 /**
- * Build shim/ into `out` with the first compiler that succeeds, and record its size and SHA-256
- * in `<out>.json` (record first, then the library, each renamed into place atomically).
+ * Build shim/ with the first compiler that succeeds, in a private folder, then put it at `out()`
+ * in the cache with its size and SHA-256 in `<out>.json`. `out` is asked again after a write
+ * fault, when the process has switched to its private folder (cacheWrite).
  */
-export function buildShim(out: string, steps: string[]): string | null {
+export function buildShim(out: () => string, steps: string[]): { compiler: string; path: string } | null {
   const { list, tried } = findCompilers();
   if (list.length === 0) {
     steps.push(`no C compiler: looked for ${tried.join(", ")}`);
     return null;
   }
   const target = hostTarget();
-  const tmp = `${out}.${process.pid}.${Date.now()}.tmp`;
-  for (const cc of list) {
-    const args = compileArgs(tmp, target);
-    const r = Bun.spawnSync([...cc.argv, ...args], { stdout: "pipe", stderr: "pipe" });
-    if (r.exitCode === 0 && existsSync(tmp)) {
-      const data = readFileSync(tmp);
-      const rec: LibRecord = { bytes: data.byteLength, sha256: sha256File(data) };
-      const recTmp = `${out}.json.${process.pid}.${Date.now()}.tmp`;
-      try {
-        writeFileSync(recTmp, JSON.stringify(rec));
-        renameSync(recTmp, `${out}.json`);
-      } catch (e) {
-        // Without its record the library is used now and rebuilt by the next process.
-        rmSync(recTmp, { force: true });
-        steps.push(`cannot record the build's size and SHA-256: ${(e as Error).message.split("\n")[0]}`);
+  const work = privateTemp("cc");
+  try {
+    const tmp = join(work, libName(target));
+    for (const cc of list) {
+      const r = Bun.spawnSync([...cc.argv, ...compileArgs(tmp, target)], { stdout: "pipe", stderr: "pipe" });
+      if (r.exitCode === 0 && existsSync(tmp)) {
+        const data = readFileSync(tmp);
+        const rec: LibRecord = { bytes: data.byteLength, sha256: sha256File(data) };
+        const path = cacheWrite(() => installShim(out(), tmp, rec, steps), "load");
+        steps.push(`built with ${cc.label}`);
+        return { compiler: cc.label, path };
       }
-      renameSync(tmp, out); // atomic: a reader never sees half a library
-      steps.push(`built with ${cc.label}`);
-      return cc.label;
+      rmSync(tmp, { force: true });
+      const err = new TextDecoder().decode(r.stderr).trim().split("\n").slice(0, 3).join(" / ");
+      steps.push(`${cc.label} failed: ${err || `exit ${r.exitCode}`}`);
     }
-    rmSync(tmp, { force: true });
-    const err = new TextDecoder().decode(r.stderr).trim().split("\n").slice(0, 3).join(" / ");
-    steps.push(`${cc.label} failed: ${err || `exit ${r.exitCode}`}`);
+  } finally {
+    rmSync(work, { recursive: true, force: true });
   }
   return null;
 }
@@ -257,11 +533,10 @@ export function load(): { lib: Lib; info: LoadInfo } {
   }
   note(`prebuilt ${target}/${name}: ${r1}`);
 
-  const root = cacheRoot();
+  const shimPath = () => join(cacheRoot(), "shim", `${target}-${hash.slice(0, 16)}`, name);
+  const cached = shimPath();
   const problem = cacheProblem();
   if (problem) steps.push(`cache folder ${preferredCacheRoot()} unusable (${problem}): using a temporary folder`);
-  let dir = join(root, "shim", `${target}-${hash.slice(0, 16)}`);
-  let cached = join(dir, name);
   let r2: Lib | string = "not found";
   if (existsSync(cached)) {
     const bad = integrityProblem(cached, readRecord(`${cached}.json`));
@@ -276,20 +551,12 @@ export function load(): { lib: Lib; info: LoadInfo } {
   }
   note(`cache ${cached}: ${r2}`);
 
-  try {
-    mkdirSync(dir, { recursive: true });
-  } catch (e) {
-    note(`cache ${dir}: ${(e as Error).message.split("\n")[0]}: building into a temporary folder`);
-    dir = join(fallbackCacheDir(), "shim", `${target}-${hash.slice(0, 16)}`);
-    cached = join(dir, name);
-    mkdirSync(dir, { recursive: true });
-  }
-  const compiler = buildShim(cached, steps);
-  if (compiler) {
+  const built = buildShim(shimPath, steps);
+  if (built) {
     trace?.(steps[steps.length - 1]!);
-    const r3 = tryOpen(cached, hash);
+    const r3 = tryOpen(built.path, hash);
     if (typeof r3 !== "string") {
-      loaded = { lib: r3, info: { path: cached, source: "built", hash, compiler, steps } };
+      loaded = { lib: r3, info: { path: built.path, source: "built", hash, compiler: built.compiler, steps } };
       return loaded;
     }
     note(`built library refused: ${r3}`);

@@ -1,9 +1,11 @@
 // The on-disk kernel cache under the per-user cache folder: one folder per backend, artifacts
 // keyed by a hash of source, options, device and compiler. Artifacts are written atomically and
 // checked against their recorded hash before use, so a corrupt entry is rebuilt, never trusted.
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+// A write fault (read-only, full, something in the way) moves the process to a private folder
+// (ffi/load.ts cacheWrite): the kernel is still built and used, only not cached.
+import { existsSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { cacheRoot } from "../../ffi/load";
+import { cacheMkdir, cacheRename, cacheRoot, cacheWrite, cacheWriteFile, clearFolderAt, tempName } from "../../ffi/load";
 
 /** What compilation did in this process: tests and benches read it. */
 export const compileStats = {
@@ -32,14 +34,18 @@ interface Meta {
   compiler: string;
 }
 
+/** The kernel cache folder of `backend` (made if missing; after a write fault, the process's private one). */
 export function cacheDir(backend: string): string {
-  const d = join(cacheRoot(), "kernels", backend);
-  mkdirSync(d, { recursive: true });
-  return d;
+  return cacheWrite(() => {
+    const d = join(cacheRoot(), "kernels", backend);
+    cacheMkdir(d);
+    return d;
+  }, "Program.compile");
 }
 
-/** The verified artifact path for `key`, or null (absent or corrupt: then removed). */
-export function cached(dir: string, key: string, ext: string): string | null {
+/** The verified artifact path for `key`, or null (absent or damaged: then removed, to be rebuilt). */
+export function cached(backend: string, key: string, ext: string): string | null {
+  const dir = join(cacheRoot(), "kernels", backend); // a read: nothing to make
   const art = join(dir, `${key}.${ext}`);
   const metaPath = join(dir, `${key}.json`);
   if (!existsSync(art) || !existsSync(metaPath)) return null;
@@ -48,22 +54,48 @@ export function cached(dir: string, key: string, ext: string): string | null {
     const data = readFileSync(art);
     if (data.byteLength === meta.bytes && sha256(data) === meta.sha256) return art;
   } catch {
-    /* unreadable meta: treated as corrupt */
+    /* unreadable (a folder in its place, say): treated as corrupt */
   }
   compileStats.rebuiltCorrupt++;
-  rmSync(art, { force: true });
-  rmSync(metaPath, { force: true });
+  for (const p of [art, metaPath]) {
+    try {
+      rmSync(p, { recursive: true, force: true });
+    } catch {
+      /* store() replaces it, or falls back */
+    }
+  }
   return null;
 }
 
-/** Write the data at `tmpPath` as the artifact for `key`, atomically. */
-export function store(dir: string, key: string, ext: string, tmpPath: string, compiler: string): string {
-  const art = join(dir, `${key}.${ext}`);
-  const data = readFileSync(tmpPath);
+/**
+ * Copy the artifact at `built` (anywhere: a compiler's private folder) into the cache as the one
+ * for `key`, atomically (record first, then the artifact, each renamed into place); its path. A
+ * write fault moves the process to its private folder and the store is done there (cacheWrite).
+ */
+export function store(backend: string, key: string, ext: string, built: string, compiler: string): string {
+  return storeData(backend, key, ext, readFileSync(built), compiler);
+}
+
+/** store() for an artifact in memory. */
+export function storeData(backend: string, key: string, ext: string, data: Uint8Array, compiler: string): string {
   const meta: Meta = { sha256: sha256(data), bytes: data.byteLength, compiler };
-  const metaTmp = join(dir, `${key}.json.${process.pid}.tmp`);
-  writeFileSync(metaTmp, JSON.stringify(meta));
-  renameSync(tmpPath, art);
-  renameSync(metaTmp, join(dir, `${key}.json`));
-  return art;
+  return cacheWrite(() => {
+    const dir = cacheDir(backend);
+    const art = join(dir, `${key}.${ext}`);
+    const metaPath = join(dir, `${key}.json`);
+    clearFolderAt(art);
+    clearFolderAt(metaPath);
+    const artTmp = tempName(art);
+    const metaTmp = tempName(metaPath);
+    try {
+      cacheWriteFile(artTmp, data);
+      cacheWriteFile(metaTmp, JSON.stringify(meta));
+      cacheRename(artTmp, art);
+      cacheRename(metaTmp, metaPath);
+    } finally {
+      rmSync(artTmp, { force: true });
+      rmSync(metaTmp, { force: true });
+    }
+    return art;
+  }, "Program.compile");
 }

@@ -1,11 +1,10 @@
 // CPU kernels: C (with shim/bungpu_cpu.h) compiled to a shared library by the first C compiler
 // found, cached on disk; with no C compiler, compiled in memory by Bun's TinyCC and handed to the
 // shim as a symbol table.
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { findCompilers, type CCompiler } from "../../ffi/compilers";
-import { cacheRoot } from "../../ffi/load";
+import { cacheRename, cacheRoot, cacheWrite, cacheWriteFile, privateTemp, tempName } from "../../ffi/load";
 import { ImageKind, addressOf, cstr } from "../../ffi/result";
 import { SHIM_DIR } from "../../ffi/shimsrc";
 import { Status } from "../../ffi/constants";
@@ -65,12 +64,18 @@ function compilerVersion(cc: CCompiler): string {
       const next: Record<string, string> = {};
       for (const k of keys.slice(Math.max(0, keys.length - (VERSIONS_MAX - 1)))) next[k] = known[k]!;
       next[stamp] = version;
-      mkdirSync(cacheRoot(), { recursive: true });
-      const tmp = `${file}.${process.pid}.${Date.now()}.tmp`;
-      writeFileSync(tmp, JSON.stringify(next));
-      renameSync(tmp, file);
+      cacheWrite(() => {
+        const at = join(cacheRoot(), VERSIONS_FILE);
+        const tmp = tempName(at);
+        try {
+          cacheWriteFile(tmp, JSON.stringify(next));
+          cacheRename(tmp, at);
+        } finally {
+          rmSync(tmp, { force: true });
+        }
+      });
     } catch {
-      /* a read-only cache folder: the next start spawns again */
+      /* not even the private folder: the next start spawns again */
     }
   }
   return version;
@@ -112,7 +117,7 @@ export function sourceFileName(name: string | undefined): string {
 function tinyccImage(source: string, opts: CompileOptions): LoadableImage {
   const names = kernelNames(source);
   if (names.length === 0) invalid("Program.compile", "no BG_KERNEL(name) in the source (TinyCC needs to know the kernels)");
-  const work = mkdtempSync(join(tmpdir(), "bungpu-tcc-"));
+  const work = privateTemp("tcc");
   const file = join(work, sourceFileName(opts.name));
   let fns: Map<string, number>;
   try {
@@ -150,7 +155,6 @@ interface LibraryJob {
   version: string;
   flags: string[];
   key: string;
-  dir: string;
   ext: string;
   file: string;
 }
@@ -161,7 +165,7 @@ type Level = "-O3" | "-O0";
 function libraryJob(cc: CCompiler, version: string, source: string, opts: CompileOptions, level: Level): LibraryJob {
   const flags = ["-std=c11", level, ...archFlags(cc), "-fPIC", "-shared", `-I${SHIM_DIR}`, ...(opts.options ?? [])];
   const key = sha256("cpu", process.platform, process.arch, version, flags.join(" "), source);
-  return { cc, version, flags, key, dir: cacheDir("cpu"), ext: process.platform === "darwin" ? "dylib" : "so", file: sourceFileName(opts.name) };
+  return { cc, version, flags, key, ext: process.platform === "darwin" ? "dylib" : "so", file: sourceFileName(opts.name) };
 }
 
 function compileFailed(job: LibraryJob, stderr: Uint8Array | string): GpuError {
@@ -171,22 +175,21 @@ function compileFailed(job: LibraryJob, stderr: Uint8Array | string): GpuError {
 
 /** The path of the shared library `job` builds from `source` (cached on disk). */
 function sharedLibrary(job: LibraryJob, source: string): string {
-  const hit = cached(job.dir, job.key, job.ext);
+  const hit = cached("cpu", job.key, job.ext);
   if (hit) {
     compileStats.diskHits++;
     return hit;
   }
-  const work = mkdtempSync(join(tmpdir(), "bungpu-cc-"));
+  // The compiler writes in a private folder, never into the cache: a full or read-only cache then
+  // fails in store(), which falls back, not as a compile error.
+  const work = privateTemp("cc");
   try {
     writeFileSync(join(work, job.file), source);
-    const tmpOut = join(job.dir, `${job.key}.${process.pid}.${Date.now()}.tmp`);
+    const lib = join(work, `lib.${job.ext}`);
     compileStats.compilerRuns++;
-    const r = Bun.spawnSync([...job.cc.argv, ...job.flags, "-o", tmpOut, job.file], { cwd: work, stdout: "pipe", stderr: "pipe" });
-    if (r.exitCode !== 0 || !existsSync(tmpOut)) {
-      rmSync(tmpOut, { force: true });
-      throw compileFailed(job, r.stderr);
-    }
-    return store(job.dir, job.key, job.ext, tmpOut, job.version);
+    const r = Bun.spawnSync([...job.cc.argv, ...job.flags, "-o", lib, job.file], { cwd: work, stdout: "pipe", stderr: "pipe" });
+    if (r.exitCode !== 0 || !existsSync(lib)) throw compileFailed(job, r.stderr);
+    return store("cpu", job.key, job.ext, lib, job.version);
   } finally {
     rmSync(work, { recursive: true, force: true });
   }
@@ -194,21 +197,29 @@ function sharedLibrary(job: LibraryJob, source: string): string {
 
 // Optimized builds in the background, one at a time (each is one compiler process, most of a
 // core for a second or more: two would take the cores a server answers on). A build is a shell
-// running the compiler into `<key>.<ext>.built` in the cache folder (renamed there when complete,
-// so a file under that name is whole), or `<key>.err` with its log. The process is not waited
+// running the compiler in a private folder, then copying the library to `<key>.<ext>.built` in
+// the cache folder (through a `.part` file renamed when complete, so a file under that name is
+// whole), or its log to `<key>.err`. Where the cache cannot take them (read-only, full), both stay
+// in the private folder and this process adopts them from there when the shell exits (a process
+// that ended first loses the upgrade; the next start sweeps the folder). The process is not waited
 // for: a program that ends first leaves it to finish, and the next process to open the same key
 // adopts its library instead of compiling. A build is noticed finished by the event loop (its
 // exit) or by pollBuilds(), which plans call as they run, so a program that never yields to the
 // event loop still gets its optimized kernels.
 const BUILD_SCRIPT =
   'w="$1"; out="$2"; part="$3"; err="$4"; file="$5"; shift 5; cd "$w" || exit 1; ' +
-  'if "$@" -o "$part" "$file" 2>"$w/log"; then mv -f "$part" "$out"; else rm -f "$part"; mv -f "$w/log" "$err"; fi; cd /; rm -rf "$w"';
+  'if "$@" -o lib "$file" 2>log; then ' +
+  'if cp lib "$part" 2>/dev/null && mv -f "$part" "$out" 2>/dev/null; then cd /; rm -rf "$w"; exit 0; fi; rm -f "$part"; exit 3; fi; ' +
+  'if cp log "$part" 2>/dev/null && mv -f "$part" "$err" 2>/dev/null; then cd /; rm -rf "$w"; exit 2; fi; rm -f "$part"; exit 4';
 
 interface Build {
   job: LibraryJob;
   source: string;
+  /** Where the shell puts the library and the log in the cache (set when it starts). */
   out: string;
   err: string;
+  /** The shell's private folder: the library or log stays there when the cache cannot take it. */
+  work: string | null;
   settled: boolean;
   /** Called once, where the build is noticed finished: the library's path, or the error. */
   done: (result: string | Error) => void;
@@ -223,17 +234,20 @@ function finish(b: Build, exited = false): boolean {
   const { job } = b;
   let result: string | Error;
   try {
-    const hit = adopt(job, b.out);
+    const hit = b.out ? adopt(job, b.out) : cached("cpu", job.key, job.ext);
     if (hit) result = hit;
-    else if (existsSync(b.err)) {
+    else if (b.err && existsSync(b.err)) {
       const log = readFileSync(b.err, "utf8");
       rmSync(b.err, { force: true });
       result = compileFailed(job, log);
-    } else if (exited) result = compileFailed(job, "the compiler process ended without a library or a log");
+    } else if (exited && b.work && existsSync(join(b.work, "lib"))) result = store("cpu", job.key, job.ext, join(b.work, "lib"), job.version);
+    else if (exited && b.work && existsSync(join(b.work, "log"))) result = compileFailed(job, readFileSync(join(b.work, "log"), "utf8"));
+    else if (exited) result = compileFailed(job, "the compiler process ended without a library or a log");
     else return false;
   } catch (e) {
     result = e instanceof Error ? e : new Error(String(e));
   }
+  if (exited && b.work) rmSync(b.work, { recursive: true, force: true });
   b.settled = true;
   if (running === b) running = null;
   b.done(result);
@@ -246,13 +260,15 @@ function finish(b: Build, exited = false): boolean {
  * (`out`: of this process or of one that ended before it) first; null when neither is there.
  */
 function adopt(job: LibraryJob, out: string): string | null {
-  const hit = cached(job.dir, job.key, job.ext);
+  const hit = cached("cpu", job.key, job.ext);
   if (hit) return hit;
   if (!existsSync(out)) return null;
   try {
-    return store(job.dir, job.key, job.ext, out, job.version);
+    const art = store("cpu", job.key, job.ext, out, job.version);
+    rmSync(out, { force: true });
+    return art;
   } catch {
-    return cached(job.dir, job.key, job.ext); // another process adopted it meanwhile
+    return cached("cpu", job.key, job.ext); // another process adopted it meanwhile
   }
 }
 
@@ -260,20 +276,34 @@ function startNext(): void {
   while (!running && queued.length) {
     const b = queued.shift()!;
     running = b;
-    rmSync(b.err, { force: true }); // a failure an earlier process left: try again
-    if (finish(b)) continue; // built already (this process or one before it)
     const { job } = b;
-    let work: string | null = null;
     try {
-      work = mkdtempSync(join(tmpdir(), "bungpu-cc-"));
-      writeFileSync(join(work, job.file), b.source);
+      // Asked now, not when queued: the process may have moved to its private folder meanwhile.
+      const dir = cacheDir("cpu");
+      b.out = builtPath(dir, job);
+      b.err = join(dir, `${job.key}.err`);
+      rmSync(b.err, { recursive: true, force: true }); // a failure an earlier process left: try again
+      if (finish(b)) continue; // built already (this process or one before it)
+      b.work = privateTemp("cc");
+      writeFileSync(join(b.work, job.file), b.source);
       compileStats.backgroundRuns++;
       const part = `${b.out}.${process.pid}.${Date.now()}.part`;
-      const p = Bun.spawn(["/bin/sh", "-c", BUILD_SCRIPT, "sh", work, b.out, part, b.err, job.file, ...job.cc.argv, ...job.flags], { stdin: "ignore", stdout: "ignore", stderr: "ignore" });
+      const p = Bun.spawn(["/bin/sh", "-c", BUILD_SCRIPT, "sh", b.work, b.out, part, b.err, job.file, ...job.cc.argv, ...job.flags], { stdin: "ignore", stdout: "ignore", stderr: "ignore" });
+      writeFileSync(join(b.work, "sh.pid"), String(p.pid)); // the sweep leaves a running build's folder alone
       p.unref();
-      void p.exited.then(() => finish(b, true));
+      // Never throws into the event loop: finish() turns every failure into b.done(error).
+      const exited = () => {
+        try {
+          finish(b, true);
+        } catch {
+          /* settled already */
+        }
+      };
+      void p.exited.then(exited, exited);
     } catch (e) {
-      if (work) rmSync(work, { recursive: true, force: true });
+      if (b.work) rmSync(b.work, { recursive: true, force: true });
+      b.work = null;
+      if (b.settled) continue;
       b.settled = true;
       running = null;
       b.done(e instanceof Error ? e : new Error(String(e)));
@@ -295,11 +325,11 @@ export function buildsPending(): number {
   return queued.length + (running ? 1 : 0);
 }
 
-const builtPath = (job: LibraryJob) => join(job.dir, `${job.key}.${job.ext}.built`);
+const builtPath = (dir: string, job: LibraryJob) => join(dir, `${job.key}.${job.ext}.built`);
 
 /** Build `job`'s library from `source` in the background (see above); `done` gets its path or the error. */
 function sharedLibraryInBackground(job: LibraryJob, source: string, done: (result: string | Error) => void): void {
-  queued.push({ job, source, out: builtPath(job), err: join(job.dir, `${job.key}.err`), settled: false, done });
+  queued.push({ job, source, out: "", err: "", work: null, settled: false, done });
   startNext();
 }
 
@@ -338,7 +368,7 @@ export function compileCpuTiered(source: string, opts: CompileOptions): TieredIm
   const tier = cpuTier();
   if (!info || tier === "optimized") return null;
   const optimized = libraryJob(info.cc, info.version, source, opts, "-O3");
-  if (tier === "tiered" && adopt(optimized, builtPath(optimized))) return null;
+  if (tier === "tiered" && adopt(optimized, builtPath(cacheDir("cpu"), optimized))) return null;
   const quick = libraryImage(sharedLibrary(libraryJob(info.cc, info.version, source, opts, "-O0"), source));
   return {
     quick,

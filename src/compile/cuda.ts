@@ -1,9 +1,8 @@
 // CUDA kernels: CUDA C compiled by NVRTC (through the shim, bg_rtc_*) to a CUBIN for the device's
 // sm_XY, PTX where this NVRTC does not know the GPU; cached on disk.
-import { readFileSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { readFileSync } from "node:fs";
 import { ImageKind, api, cstr, rtcCompile } from "../../ffi/result";
-import { cacheDir, cached, compileStats, sha256, store } from "./cache";
+import { cached, compileStats, sha256, storeData } from "./cache";
 import type { CompileOptions, CompileTarget, LoadableImage } from "./types";
 
 /** A CUDA image: an ELF CUBIN (the usual) or NUL-terminated PTX (NVRTC older than the GPU). */
@@ -45,8 +44,7 @@ export function compileCudaImage(device: CompileTarget, source: string, opts: Co
   const rtc = nvrtcVersion(device);
   const options = opts.options ?? [];
   const key = sha256("cuda-image", `sm_${major}${minor}`, rtc, options.join("\n"), source);
-  const dir = cacheDir("cuda");
-  const hit = useCache ? cached(dir, key, "img") : null;
+  const hit = useCache ? cached("cuda", key, "img") : null;
   if (hit) {
     compileStats.diskHits++;
     const data = new Uint8Array(readFileSync(hit));
@@ -56,11 +54,7 @@ export function compileCudaImage(device: CompileTarget, source: string, opts: Co
   // Throws GpuError (with NVRTC's log) on a failed compilation, and on a refusal that compiled nothing.
   const { code, bytes: codeLen, log: text } = rtcCompile(device.handle, source, opts.name ?? "kernel.cu", options.join("\n"), true, "cuda");
   const bytes = code.subarray(0, codeLen);
-  if (useCache) {
-    const tmp = join(dir, `${key}.${process.pid}.tmp`);
-    writeFileSync(tmp, bytes);
-    store(dir, key, "img", tmp, rtc);
-  }
+  if (useCache) storeData("cuda", key, "img", bytes, rtc);
   // PTX keeps its NUL terminator (code has one extra zero byte); a CUBIN is passed as is.
   return isElf(bytes) ? { kind: "cubin", code: bytes, log: text } : { kind: "ptx", code, log: text };
 }

@@ -28,10 +28,11 @@
 // File: `<cacheRoot>/plans/<key>.json`: the key on the first line, the sha256 of the content on
 // the second, the content (JSON) after. Written atomically (temporary file, rename); on load the
 // key and checksum are verified, and an entry that fails (or whose content does not fit the
-// program) is counted, removed and rebuilt: never trusted.
-import { mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+// program) is counted, removed and rebuilt: never trusted. A folder that cannot be written moves the
+// process to its private folder (ffi/load.ts cacheWrite).
+import { readFileSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { cacheRoot } from "../../ffi/load";
+import { cacheMkdir, cacheRename, cacheRoot, cacheWrite, cacheWriteFile, clearFolderAt, tempName } from "../../ffi/load";
 import { backends } from "../backends";
 import type { Device } from "../device";
 import { compilerIdentity, type Kernel } from "../kernel";
@@ -242,7 +243,9 @@ export function loadPlan(key: string): CachedPlan | null {
   let text: string;
   try {
     text = readFileSync(file, "utf8");
-  } catch {
+  } catch (e) {
+    if ((e as { code?: string }).code === "ENOENT") return null;
+    discardPlan(key); // a folder where the entry belongs, say: removed, rebuilt
     return null;
   }
   try {
@@ -266,26 +269,37 @@ export function loadPlan(key: string): CachedPlan | null {
 export function discardPlan(key: string): void {
   planCacheCounters.rebuilt++;
   memory.delete(key);
-  rmSync(join(planDir(), `${key}.json`), { force: true });
+  try {
+    rmSync(join(planDir(), `${key}.json`), { recursive: true, force: true }); // a folder in its place included
+  } catch {
+    /* storePlan replaces it, or falls back */
+  }
 }
 
-/** Store `plan` under `key`, atomically; a cache folder that cannot be written is ignored. */
+/**
+ * Store `plan` under `key`, atomically. A write fault (read-only, full, something in the way)
+ * moves the process to its private folder and the plan is stored there (cacheWrite); where even
+ * that fails, the plan is still prepared, only not cached.
+ */
 export function storePlan(key: string, plan: CachedPlan): void {
   remember(key, plan);
-  const dir = planDir();
-  const tmp = join(dir, `${key}.json.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`);
+  const content = JSON.stringify(plan);
   try {
-    mkdirSync(dir, { recursive: true });
-    const content = JSON.stringify(plan);
-    writeFileSync(tmp, `${key}\n${sha256(content)}\n${content}`);
-    renameSync(tmp, join(dir, `${key}.json`));
+    cacheWrite(() => {
+      const dir = planDir();
+      const file = join(dir, `${key}.json`);
+      const tmp = tempName(file);
+      try {
+        cacheMkdir(dir);
+        clearFolderAt(file);
+        cacheWriteFile(tmp, `${key}\n${sha256(content)}\n${content}`);
+        cacheRename(tmp, file);
+      } finally {
+        rmSync(tmp, { force: true });
+      }
+    }, "prepare");
   } catch {
-    // read-only or full: the plan is still prepared, only not cached
-    try {
-      rmSync(tmp, { force: true });
-    } catch {
-      /* nothing to clean */
-    }
+    /* not even the private folder: not cached */
   }
 }
 
