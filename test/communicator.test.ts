@@ -267,9 +267,15 @@ describe("NCCL (the CUDA backend's communicators)", () => {
     () => {
       const script = `
         import { Communicator, Device, GpuError } from "./src";
+        import { dlopen, FFIType, ptr } from "bun:ffi";
+        // the simulator's own cuCtxGetCurrent (the library the shim opened): what is current on this thread
+        const sim = dlopen(process.env.BUNGPU_LIBCUDA, { cuCtxGetCurrent: { args: [FFIType.ptr], returns: FFIType.i32 } });
+        const current = () => { const c = new BigUint64Array(1); sim.symbols.cuCtxGetCurrent(ptr(c)); return c[0] !== 0n; };
         const d = Device.open("cuda:0");
         const res = {};
+        res.currentBefore = current();
         const id = Communicator.uniqueId(d);
+        res.currentAfter = current(); // NCCL's entry pushed and popped the context, as every entry does
         res.idBytes = id.length;
         res.idNonZero = id.some((b) => b !== 0);
         for (const [k, f] of [["initAll", () => Communicator.initAll([d])], ["timeout", () => Communicator.initRank(d, 1, id, 0).setTimeout(5)]]) {
@@ -283,6 +289,7 @@ describe("NCCL (the CUDA backend's communicators)", () => {
       });
       expect(r.exitCode, r.stderr.toString()).toBe(0);
       const o = JSON.parse(r.stdout.toString());
+      expect([o.currentBefore, o.currentAfter]).toEqual([false, false]); // it was left current
       expect(o.idBytes).toBe(128);
       expect(o.idNonZero).toBe(true);
       // NCCL reaches for the CUDA runtime, which the simulator lacks: NCCL's own error, mapped

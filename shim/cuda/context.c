@@ -6,6 +6,7 @@
  * Also the two calls nccl.c makes (nccl_api.h). Calls release.c and driver.c.
  */
 #include "cuda_internal.h"
+#include "nccl_api.h"
 
 static void note_capture_failure(bgcu_result rc, const char* call);
 
@@ -68,11 +69,19 @@ static void note_capture_failure(bgcu_result rc, const char* call) {
 }
 
 /* ---- for nccl.c (declared in nccl_api.h) ------------------------------------------------------ */
-int32_t bgcu_nccl_enter(bg_device* dev, int* cudev) {
-  cu_device* d = (cu_device*)dev;
-  if (cudev) *cudev = d->cudev;
-  CALL(cuCtxSetCurrent, (d->ctx));
-  return BG_OK;
+int32_t bgcu_nccl_enter(bg_device* dev, bgcu_nccl_guard* g) {
+  cu_guard cg = {0, NULL};
+  int32_t rc = cu_enter((cu_device*)dev, &cg);
+  g->pushed = cg.pushed;
+  g->prev = cg.prev;
+  return rc;
 }
+
+void bgcu_nccl_leave(bgcu_nccl_guard* g) {
+  cu_guard cg = {g->pushed, g->prev};
+  cu_leave(&cg);
+}
+
+int bgcu_nccl_ordinal(bg_device* dev) { return ((cu_device*)dev)->cudev; }
 
 struct CUstream_st* bgcu_stream_handle(void* s) { return ((cu_stream*)s)->s; }

@@ -4,10 +4,11 @@
  * declarations are nccl_api.h's, checked against the real nccl.h. bungpu's reduction and data
  * type codes are NCCL's, so they pass straight through; stream capture is CUDA's own (NCCL's
  * kernels join the capture like any launch). Groups map onto ncclGroupStart / ncclGroupEnd.
- * Every entry makes the device's primary context current first (bgcu_nccl_enter), as NCCL works
- * on the runtime's current device. ncclCommInitRank blocks until every rank has joined (NCCL's
+ * Every entry makes the device's primary context current for its length (NCCL_ENTER: pushed, then
+ * popped, so the thread's own context is as it was), as NCCL works on the runtime's current device. ncclCommInitRank blocks until every rank has joined (NCCL's
  * rule): ranks of one process join from separate threads, or through bg_comm_init_all. Calls
- * context.c only (bgcu_nccl_enter, bgcu_stream_handle); device.c's table names bg_cuda_coll_ops.
+ * context.c only (bgcu_nccl_enter/leave/ordinal, bgcu_stream_handle); device.c's table names
+ * bg_cuda_coll_ops.
  */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE
@@ -132,7 +133,7 @@ typedef struct nccl_comm {
 static int32_t nc_unique_id(bg_device* dev, uint8_t out[BG_COMM_ID_BYTES]) {
   int32_t rc = load_nccl("bg_comm_unique_id");
   if (rc) return rc;
-  if ((rc = bgcu_nccl_enter(dev, NULL))) return rc;
+  NCCL_ENTER(dev);
   bgnccl_unique_id id;
   NCALL(NULL, ncclGetUniqueId, (&id));
   memcpy(out, id.internal, BG_COMM_ID_BYTES);
@@ -152,7 +153,7 @@ static nccl_comm* wrap(bg_device* dev, bgnccl_comm c, int32_t rank, int32_t n) {
 static int32_t nc_init_rank(bg_device* dev, int32_t n, const uint8_t id[BG_COMM_ID_BYTES], int32_t rank, void** out) {
   int32_t rc = load_nccl("bg_comm_init_rank");
   if (rc) return rc;
-  if ((rc = bgcu_nccl_enter(dev, NULL))) return rc;
+  NCCL_ENTER(dev);
   bgnccl_unique_id uid;
   memcpy(uid.internal, id, BG_COMM_ID_BYTES);
   bgnccl_comm c = NULL;
@@ -176,10 +177,15 @@ static int32_t nc_init_all(bg_device** devs, int32_t n, void** out) {
     free(cs);
     return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_comm_init_all: out of host memory");
   }
-  for (int32_t i = 0; i < n && !rc; i++) rc = bgcu_nccl_enter(devs[i], &list[i]);
-  if (!rc) {
-    bgnccl_result r = nc.ncclCommInitAll(cs, n, list);
-    if (r != BGncclSuccess) rc = fail(r, "ncclCommInitAll", NULL);
+  for (int32_t i = 0; i < n; i++) list[i] = bgcu_nccl_ordinal(devs[i]);
+  {
+    bgcu_nccl_guard g = {0, NULL};
+    rc = bgcu_nccl_enter(devs[0], &g);
+    if (!rc) {
+      bgnccl_result r = nc.ncclCommInitAll(cs, n, list);
+      if (r != BGncclSuccess) rc = fail(r, "ncclCommInitAll", NULL);
+      bgcu_nccl_leave(&g);
+    }
   }
   for (int32_t i = 0; i < n && !rc; i++) {
     out[i] = wrap(devs[i], cs[i], i, n);
@@ -198,8 +204,7 @@ static int32_t nc_init_all(bg_device** devs, int32_t n, void** out) {
 
 static int32_t nc_destroy(void* comm) {
   nccl_comm* w = comm;
-  int32_t rc = bgcu_nccl_enter(w->h.dev, NULL);
-  if (rc) return rc;
+  NCCL_ENTER(w->h.dev);
   bgnccl_result r = nc.ncclCommDestroy(w->c);
   bg_obj_kill(w);
   free(w);
@@ -208,8 +213,7 @@ static int32_t nc_destroy(void* comm) {
 
 static int32_t nc_abort(void* comm) {
   nccl_comm* w = comm;
-  int32_t rc = bgcu_nccl_enter(w->h.dev, NULL);
-  if (rc) return rc;
+  NCCL_ENTER(w->h.dev);
   /* ncclCommAbort frees the communicator: the handle stays, answering that it was aborted */
   bgnccl_comm c = w->c;
   if (!c) return BG_OK;
@@ -238,8 +242,7 @@ static int32_t nc_call(void* comm, void* s, const bg_coll_call* a, int grouped) 
   (void)grouped; /* ncclGroupStart was called by group_start */
   nccl_comm* w = comm;
   if (!w->c) return bg_set_error(BG_ERR_ILLEGAL_STATE, "bg_comm_collective: the communicator was aborted");
-  int32_t rc = bgcu_nccl_enter(w->h.dev, NULL);
-  if (rc) return rc;
+  NCCL_ENTER(w->h.dev);
   bgnccl_stream st = bgcu_stream_handle(s);
   const void* send = (const void*)(uintptr_t)a->send;
   void* recv = (void*)(uintptr_t)a->recv;

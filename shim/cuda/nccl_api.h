@@ -86,11 +86,25 @@ BGNCCL_FUNCS_OPTIONAL(BGNCCL_TYPEDEF)
 BGNCCL_CONSTANTS(BGNCCL_DEFINE_CONST)
 #undef BGNCCL_DEFINE_CONST
 
-/* From context.c, for nccl.c: make the device's primary context current on the calling
- * thread and leave it current (NCCL's calls use the runtime's current device), giving its
- * CUdevice ordinal; and the driver stream behind a bungpu stream (NULL: the legacy stream). */
+/* From context.c, for nccl.c: make the device's primary context current on the calling thread
+ * for the length of one NCCL call (NCCL's calls use the runtime's current device), pushed as every
+ * entry point's is and popped by bgcu_nccl_leave, so a thread's own context is as it left it
+ * (NCCL_ENTER does both, leaving at the end of the enclosing block); the device's CUdevice
+ * ordinal; and the driver stream behind a bungpu stream (NULL: the legacy stream). */
 struct bg_device;
-int32_t bgcu_nccl_enter(struct bg_device* dev, int* cudev);
+typedef struct bgcu_nccl_guard {
+  int pushed;
+  void* prev;
+} bgcu_nccl_guard;
+int32_t bgcu_nccl_enter(struct bg_device* dev, bgcu_nccl_guard* g);
+void bgcu_nccl_leave(bgcu_nccl_guard* g);
+int bgcu_nccl_ordinal(struct bg_device* dev);
 bgnccl_stream bgcu_stream_handle(void* stream);
+#define NCCL_ENTER(dev)                                                                         \
+  __attribute__((cleanup(bgcu_nccl_leave))) bgcu_nccl_guard bgcu__guard = {0, NULL};            \
+  do {                                                                                          \
+    int32_t bgcu__rc = bgcu_nccl_enter((dev), &bgcu__guard);                                    \
+    if (bgcu__rc) return bgcu__rc;                                                              \
+  } while (0)
 
 #endif /* BUNGPU_NCCL_API_H */
