@@ -3,9 +3,9 @@
 // no describe block). The other suites exercise the CPU backend in depth; this one checks that
 // each real device computes the same results through every layer.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { CaptureMode, Device, ExecMode, Graph, GraphExecutor, Program, Schedule, Tensor, type Module, type Stream } from "../src";
+import { CaptureMode, Device, ExecMode, Graph, GraphExecutor, Program, Schedule, Status, Tensor, type Module, type Stream } from "../src";
 import { KernelMode, RingKernel } from "../src/ring";
-import { randomBytes, randomFloats } from "./helpers";
+import { expectGpuError, randomBytes, randomFloats } from "./helpers";
 import { allKernelSources } from "./kernels";
 
 const specs = Device.backends()
@@ -150,6 +150,23 @@ for (const spec of specs) {
       answers.forEach((a, i) => expect(new Uint32Array(a.buffer, a.byteOffset, 1)[0]).toBe(3 * i));
       await rk.stop();
       expect(new Uint32Array(rk.stateAs(Uint8Array).slice().buffer)[0]).toBe(100);
+    });
+
+    test("a module load beside a resident ring kernel: CUDA refuses it (the driver can wait for a drain that never comes); after stop() it loads", async () => {
+      // the handler of the test above (the simulator keys a ring kernel's host twin by its name)
+      const handler = "BG_RING_HANDLER(msg, resp, state) { *(uint32_t*)resp = *(const uint32_t*)msg * 3u; *(uint32_t*)state += 1u; }";
+      const rk = RingKernel.launch(dev, {
+        handler: { cpu: handler, cuda: handler, metal: "BG_RING_HANDLER(msg, resp, state) { *(device uint*)resp = *(device const uint*)msg * 3u; *(device uint*)state += 1u; }" },
+        messageBytes: 4, responseBytes: 4, capacity: 8, state: 4, mode: KernelMode.Ring,
+      });
+      try {
+        expect(new Uint32Array((await rk.request(new Uint32Array([41]))).slice().buffer)[0]).toBe(123); // resident and answering
+        if (dev.backend === "cuda") expectGpuError(() => Program.compile(dev, allKernelSources, { name: "beside_ring" }), Status.ILLEGAL_STATE, "persistent ring kernel is resident");
+        else Program.compile(dev, allKernelSources, { name: "beside_ring" }).dispose();
+      } finally {
+        await rk.stop();
+      }
+      Program.compile(dev, allKernelSources, { name: "after_ring" }).dispose();
     });
 
     test("copies in a Graph-mode schedule (memcpy nodes on CUDA) move the bytes", () => {

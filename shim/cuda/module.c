@@ -17,6 +17,13 @@ int32_t cu_module_load(bg_device* dev, int32_t kind, const void* data, uint64_t 
   if (n == 0 || (kind == BG_IMAGE_PTX && ((const char*)data)[0] == 0))
     return bg_set_error(BG_ERR_INVALID_IMAGE, "bg_module_load: the %s image is empty",
                         kind == BG_IMAGE_PTX ? "PTX" : "CUBIN");
+  /* The driver can wait for the device to drain before it loads a module (reported for
+   * cuModuleLoadDataEx and cuLibraryLoadData); a resident persistent kernel never drains. */
+  if (is_resident((cu_device*)dev))
+    return bg_set_error(BG_ERR_ILLEGAL_STATE,
+                        "bg_module_load: a persistent ring kernel is resident on the device, and loading "
+                        "a module can wait for the device to drain, which it never does while that kernel "
+                        "runs: compile and prepare before launching the ring kernel, or stop it first");
   ENTER((cu_device*)dev);
   cu_module* m = calloc(1, sizeof *m);
   if (!m) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_module_load: out of host memory");
