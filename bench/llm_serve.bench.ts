@@ -173,17 +173,18 @@ for (const c of [1, 8, 32]) {
 // For reference: generate() alone in this process (the single-sequence decode plan, no HTTP).
 {
   const model = GPT2.fromTensors(cfg, randomGPT2Weights(cfg, 11));
-  const r = reqs[0]!;
-  model.generate(r.prompt, r); // warm
+  const { prompt, ...opts } = reqs[0]!; // generate() takes the options alone
+  const r = { prompt, opts };
+  model.generate(r.prompt, r.opts); // warm
   let tps = 0;
   for (let p = 0; p < PASSES; p++) {
     const w = performance.now();
     let n = 0;
-    while (performance.now() - w < WINDOW_MS / 2) n += model.generate(r.prompt, r).tokens.length;
+    while (performance.now() - w < WINDOW_MS / 2) n += model.generate(r.prompt, r.opts).tokens.length;
     tps = Math.max(tps, n / ((performance.now() - w) / 1e3));
   }
   console.log(`generate() in this process, no server: ${tps.toFixed(0)} tokens/s, best of ${PASSES} (the single-sequence decode plan; same tokens as the server's)`);
-  if (model.generate(r.prompt, r).tokens.join() !== alone[0]!.join()) throw new Error("generate() and the server disagree");
+  if (model.generate(r.prompt, r.opts).tokens.join() !== alone[0]!.join()) throw new Error("generate() and the server disagree");
   model.dispose();
 }
 const ratio = rows[2]!.tps / rows[0]!.tps;
