@@ -278,6 +278,20 @@ function sweep(root: string): void {
       /* none */
     }
   }
+  for (const { name: n, path } of entries(dirs)) {
+    let stale = false;
+    if (n.endsWith(".tmp") || n.startsWith(".probe.")) {
+      const m = /\.(\d+)\.[0-9a-z]+(?:\.tmp)?$/.exec(n);
+      stale = (m ? !alive(Number(m[1])) : false) || olderThan(path, HOUR_MS);
+    } else if (n.endsWith(".part") || n.endsWith(".err")) stale = olderThan(path, HOUR_MS);
+    if (stale) removeLeftover(path);
+  }
+  sweepPrivate();
+}
+
+/** Every entry of the folders that can be read: its folder, name and path. */
+function entries(dirs: readonly string[]): { dir: string; name: string; path: string }[] {
+  const out: { dir: string; name: string; path: string }[] = [];
   for (const dir of dirs) {
     let names: string[];
     try {
@@ -285,61 +299,42 @@ function sweep(root: string): void {
     } catch {
       continue;
     }
-    for (const n of names) {
-      const path = join(dir, n);
-      let stale = false;
-      if (n.endsWith(".tmp") || n.startsWith(".probe.")) {
-        const m = /\.(\d+)\.[0-9a-z]+(?:\.tmp)?$/.exec(n);
-        stale = (m ? !alive(Number(m[1])) : false) || olderThan(path, HOUR_MS);
-      } else if (n.endsWith(".part") || n.endsWith(".err")) stale = olderThan(path, HOUR_MS);
-      if (!stale) continue;
-      try {
-        rmSync(path, { recursive: true, force: true });
-        trace?.(`removed a leftover: ${path}`);
-      } catch {
-        /* another process removed it, or cannot: harmless */
-      }
-    }
+    for (const name of names) out.push({ dir, name, path: join(dir, name) });
   }
-  sweepPrivate();
+  return out;
+}
+
+function removeLeftover(path: string): void {
+  try {
+    rmSync(path, { recursive: true, force: true });
+    trace?.(`removed a leftover: ${path}`);
+  } catch {
+    /* another process removed it, or it is not ours: harmless */
+  }
 }
 
 /** Folders of the private folder (and, from before it, of the tmpdir) whose process is gone. */
 function sweepPrivate(): void {
   const priv = privateRoot();
   const uid = typeof process.getuid === "function" ? process.getuid() : -1;
-  for (const dir of priv === tmpdir() ? [priv] : [priv, tmpdir()]) {
-    let names: string[] = [];
-    try {
-      names = readdirSync(dir);
-    } catch {
-      continue;
-    }
-    for (const n of names) {
-      const path = join(dir, n);
-      const m = /^(?:bungpu-)?(?:cc|tcc|nocache)-(\d+)-/.exec(n);
-      if (m && (dir === priv || n.startsWith("bungpu-"))) {
-        if (alive(Number(m[1]))) continue;
-        try {
-          if (alive(Number(readFileSync(join(path, "sh.pid"), "utf8")))) continue; // its background build still runs
-        } catch {
-          /* no background build */
-        }
-      } else if (/^bungpu-(?:cc|tcc|nocache)-[A-Za-z0-9]{6}$/.test(n)) {
-        // From before this folder: no pid to ask; an hour old and this user's.
-        try {
-          if (!olderThan(path, HOUR_MS) || (uid >= 0 && lstatSync(path).uid !== uid)) continue;
-        } catch {
-          continue;
-        }
-      } else continue;
+  for (const { dir, name: n, path } of entries(priv === tmpdir() ? [priv] : [priv, tmpdir()])) {
+    const m = /^(?:bungpu-)?(?:cc|tcc|nocache)-(\d+)-/.exec(n);
+    if (m && (dir === priv || n.startsWith("bungpu-"))) {
+      if (alive(Number(m[1]))) continue;
       try {
-        rmSync(path, { recursive: true, force: true });
-        trace?.(`removed a leftover: ${path}`);
+        if (alive(Number(readFileSync(join(path, "sh.pid"), "utf8")))) continue; // its background build still runs
       } catch {
-        /* not ours, or gone */
+        /* no background build */
       }
-    }
+    } else if (/^bungpu-(?:cc|tcc|nocache)-[A-Za-z0-9]{6}$/.test(n)) {
+      // From before this folder: no pid to ask; an hour old and this user's.
+      try {
+        if (!olderThan(path, HOUR_MS) || (uid >= 0 && lstatSync(path).uid !== uid)) continue;
+      } catch {
+        continue;
+      }
+    } else continue;
+    removeLeftover(path);
   }
 }
 

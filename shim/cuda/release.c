@@ -31,8 +31,9 @@
 pthread_mutex_t devs_lock = PTHREAD_MUTEX_INITIALIZER;
 cu_device* devs; /* open devices (next_open), for blocked() */
 
-static void module_release_now(cu_module* m) {
-  cu.cuModuleUnload(m->m);
+/* Unload the module and free it with its kernels; the unload's status. */
+static bgcu_result module_release_now(cu_module* m) {
+  bgcu_result r = cu.cuModuleUnload(m->m);
   for (cu_kernel* k = m->kernels; k;) {
     cu_kernel* next = k->next;
     free(k);
@@ -40,6 +41,7 @@ static void module_release_now(cu_module* m) {
   }
   pthread_mutex_destroy(&m->lock);
   free(m);
+  return r;
 }
 
 static void fence_drop(cu_deferred* e) {
@@ -149,7 +151,7 @@ void flush_deferred(cu_device* d) {
     fence_drop(e);
     if (e->kind == 0) cu.cuMemFree_v2(e->dptr);
     else if (e->kind == 1) cu.cuMemFreeHost(e->ptr);
-    else if (e->kind == 2) module_release_now(e->ptr);
+    else if (e->kind == 2) (void)module_release_now(e->ptr);
     else ipc_close_now(e->dptr);
     free(e);
     e = next;
@@ -236,14 +238,5 @@ bgcu_result module_unref(cu_module* m) {
   if ((atomic_load_explicit(&d->ncaps, memory_order_relaxed) > 0 || blocked(d)) &&
       defer_release(d, 2, 0, m))
     return BGCUDA_SUCCESS;
-  bgcu_result r = cu.cuModuleUnload(m->m);
-  m->m = NULL;
-  for (cu_kernel* k = m->kernels; k;) {
-    cu_kernel* next = k->next;
-    free(k);
-    k = next;
-  }
-  pthread_mutex_destroy(&m->lock);
-  free(m);
-  return r;
+  return module_release_now(m);
 }
