@@ -164,6 +164,24 @@ describe("real NVRTC", () => {
   );
 });
 
+describe("CUDA initialised by another library first", () => {
+  test.skipIf(!drv.ok)("the backend's message says bungpu's settings before cuInit did not apply, and only then", () => {
+    const probe = (first: boolean) => {
+      const code = `
+        import { dlopen, FFIType } from "bun:ffi";
+        if (${first}) dlopen(process.env.BUNGPU_LIBCUDA, { cuInit: { args: [FFIType.u32], returns: FFIType.i32 } }).symbols.cuInit(0); // another library's cuInit
+        const { Device } = await import("./src");
+        console.log(JSON.stringify(Device.backends().find((b) => b.backend === "cuda")?.message ?? null));`;
+      const r = Bun.spawnSync([process.execPath, "-e", code], { cwd: root, env: { ...withoutSimSettings(process.env), BUNGPU_LIBCUDA: drv.ok ? drv.lib : "" }, stdout: "pipe", stderr: "pipe", timeout: 60_000 });
+      expect(r.stderr.toString()).toBe("");
+      return JSON.parse(r.stdout.toString().trim().split("\n").pop()!) as string;
+    };
+    expect(probe(true)).toContain("CUDA was initialised before bungpu (another library)");
+    expect(probe(true)).toContain("CUDA_DEVICE_MAX_CONNECTIONS=32 did not apply");
+    expect(probe(false)).not.toContain("initialised before");
+  }, 120_000);
+});
+
 describe("where no NVRTC is found", () => {
   const systemNvrtc = existsSync("/usr/local/cuda/lib64/libnvrtc.so") || /libnvrtc/.test(Bun.spawnSync(["sh", "-c", "ldconfig -p 2>/dev/null"]).stdout.toString());
   test.skipIf(!drv.ok || systemNvrtc)("the error says where NVRTC comes from and how to point at it", () => {

@@ -14,6 +14,9 @@ static int load_state; /* 0: not tried, 1: loaded, -1: failed (and stays so) */
 static int32_t load_rc;
 char load_msg[512];
 static char load_name[256];
+/* CUDA was initialised in this process before bungpu's cuInit (by another library): the settings
+ * bungpu makes before cuInit did not apply. */
+static int preinit;
 
 /* ---- errors ----------------------------------------------------------------------------------- */
 int32_t map_cu(bgcu_result rc) {
@@ -133,6 +136,8 @@ static int32_t load_driver_locked(void) {
    * a kernel at its first launch, which waits behind a resident persistent kernel: a deadlock),
    * and enough hardware queues that streams do not queue behind a resident kernel (the default
    * is 8 connections shared by every stream). */
+  int before = 0;
+  preinit = cu.cuDeviceGetCount(&before) == BGCUDA_SUCCESS; /* NOT_INITIALIZED until someone's cuInit */
   setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   bgcu_result rc = cu.cuInit(0);
@@ -180,8 +185,12 @@ int32_t cu_probe(int32_t* count, char* msg, uint64_t cap) {
   }
   int v = 0;
   cu.cuDriverGetVersion(&v);
-  snprintf(text, sizeof text, "%s: CUDA driver %d.%d, %d device(s)", load_name, v / 1000,
-           (v % 1000) / 10, n);
+  snprintf(text, sizeof text, "%s: CUDA driver %d.%d, %d device(s)%s", load_name, v / 1000,
+           (v % 1000) / 10, n,
+           preinit ? "; CUDA was initialised before bungpu (another library): its "
+                     "CUDA_MODULE_LOADING=EAGER and CUDA_DEVICE_MAX_CONNECTIONS=32 did not apply "
+                     "(set them before CUDA loads)"
+                   : "");
   put_msg(msg, cap, text);
   *count = n;
   return BG_OK;
