@@ -8,7 +8,7 @@ import { GpuError, nativeView } from "../ffi/result";
 import { HostAllocFlag, MEM_SHAREABLE } from "../ffi/constants";
 import { isDevice, releaseOutsideCapture, type DeviceRef, type DeviceState } from "./device_state";
 import { describeGot, Status, hostArray, invalid, disposed, options, type OptionKeys } from "./errors";
-import { hostFnsPending } from "./hostfn";
+import { hostFnsPending, insideHostFnOf } from "./hostfn";
 import { HOLD } from "./lifetime";
 import { bytesText } from "./inspect";
 import { decodeHandle, encodeHandle, handleBytes } from "./ipc";
@@ -75,6 +75,59 @@ interface Allocation {
   ordered?: { stream: OrderedStream; graph: boolean };
   /** Shared between processes: allocated shareable here, or opened from another's handle. */
   shared?: "shareable" | "opened";
+  /**
+   * Non-blocking streams that queued work using this memory (launch arguments, command lists)
+   * and were not yet seen idle by a host write, with what that work was: a synchronous write
+   * waits for them (writeAfterUsers). Default and blocking streams are ordered by the driver.
+   */
+  streamUsers?: Map<WeakRef<UsingStream>, string>;
+}
+
+/** A non-blocking stream as a host write sees one (a Stream; stream.ts imports this module). */
+export interface UsingStream {
+  readonly disposed: boolean;
+  readonly handle: number;
+  query(): boolean;
+  drain(): void;
+  toString(): string;
+}
+
+/**
+ * Before a synchronous host write into an allocation: wait for the work queued on non-blocking
+ * streams that uses it (as the write already waits for the default and blocking streams), so that
+ * work never sees the new bytes. A stream held by one of its host functions (the write is made in
+ * it, or while an async one awaits) is at that point already: the work before it has finished and
+ * the work after it starts after the write, as on CUDA. Where the wait could not end (from a host
+ * function of another stream) the write is refused with a GpuError naming the work, changing
+ * nothing.
+ */
+function writeAfterUsers(call: string, users: Map<WeakRef<UsingStream>, string>): void {
+  for (const [ref, work] of users) {
+    const s = ref.deref();
+    let idle = true;
+    if (s !== undefined && !s.disposed) {
+      const h = s.handle;
+      if (hostFnsPending() && insideHostFnOf((x) => x === h)) continue; // ordered at the host function
+      try {
+        idle = s.query();
+      } catch {
+        /* a stream that cannot be queried (capturing) runs nothing yet */
+      }
+    }
+    if (!idle) {
+      try {
+        s!.drain();
+      } catch (e) {
+        if (!(e instanceof GpuError)) throw e;
+        throw new GpuError(
+          e.code,
+          `${call}: the buffer is in use by ${work} queued on ${String(s)} and not finished; the write would wait for it, which it cannot do here (${e.message}). Write once that work is done (await the stream or the run)`,
+          { backend: "typescript", call },
+        );
+      }
+    }
+    users.delete(ref);
+  }
 }
 
 /** The stream a stream-ordered allocation is freed on, as this module sees one (a Stream). */
@@ -334,6 +387,15 @@ export class GpuBuffer extends Resource {
     return GpuBuffer.#own(device, a, undefined);
   }
 
+  /**
+   * @internal Work (`work`, e.g. "Kernel.launch(sum_into)") was queued using this memory on the
+   * non-blocking stream `ref` reaches: the next synchronous host write waits for that stream.
+   */
+  static usedOn(buf: GpuBuffer, ref: WeakRef<UsingStream>, work: string): void {
+    const a = buf.#alloc;
+    (a.streamUsers ??= new Map()).set(ref, work);
+  }
+
   /** True for memory from Stream.alloc (freed in stream order). */
   get streamOrdered(): boolean {
     return this.#alloc.ordered !== undefined;
@@ -418,7 +480,10 @@ export class GpuBuffer extends Resource {
    * (`write`, `read`, `fill`, `copyTo`), it is an operation of the device's default stream: it
    * starts after the work queued before it on the default stream and on every blocking stream
    * (not on `nonBlocking` streams), and returns only when the data is in place, so work queued
-   * afterwards on any stream, non-blocking ones included, sees it. On every backend.
+   * afterwards on any stream, non-blocking ones included, sees it. On every backend. Work already
+   * queued on a non-blocking stream that uses this memory is waited for first, so the write never
+   * changes its input (inside a host function of another stream, where that wait could not end:
+   * GpuError ILLEGAL_STATE naming the work; see docs/guide/memory.md).
    */
   write(data: HostData, opts: { offset?: number } = {}): this {
     opts = options("Buffer.write", opts, OFFSET_KEYS);
@@ -427,6 +492,7 @@ export class GpuBuffer extends Resource {
     const src = bytesOf(data);
     const offset = opts.offset ?? 0;
     this.#range("Buffer.write", offset, src.byteLength);
+    if (this.#alloc.streamUsers?.size) writeAfterUsers("Buffer.write", this.#alloc.streamUsers);
     if (src.byteLength > 0)
       this.#alloc.dev.api.memcpy_htod(h, this.#alloc.address + this.byteOffset + offset, src, src.byteLength);
     return this;
@@ -481,6 +547,7 @@ export class GpuBuffer extends Resource {
     const bytes = opts.bytes ?? this.byteLength - srcOffset;
     this.#range("Buffer.copyTo", srcOffset, bytes);
     dst.#range("Buffer.copyTo", dstOffset, bytes);
+    if (dst.#alloc.streamUsers?.size) writeAfterUsers("Buffer.copyTo", dst.#alloc.streamUsers);
     if (bytes > 0)
       this.#alloc.dev.api.memcpy_dtod(h, dst.address + dstOffset, this.address + srcOffset, bytes);
   }
@@ -503,6 +570,7 @@ export class GpuBuffer extends Resource {
     this.#range("Buffer.fill", offset, bytes);
     if (bytes % size) invalid("Buffer.fill", `${bytes} bytes is not a whole number of ${size}-byte elements`);
     if ((this.byteOffset + offset) % size) invalid("Buffer.fill", `offset is not aligned to ${size} bytes`);
+    if (this.#alloc.streamUsers?.size) writeAfterUsers("Buffer.fill", this.#alloc.streamUsers);
     if (bytes > 0)
       this.#alloc.dev.api.memset(h, this.address + offset, pattern, size, bytes / size);
     return this;

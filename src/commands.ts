@@ -424,7 +424,7 @@ export class CommandList {
     this.checkRefs(call);
     const wait = opts.wait === true;
     const crossed = this.#len > 0 || wait;
-    if (crossed) this.#cross(s, 0, this.#len, wait ? SUBMIT_WAIT | (opts.serial ? SUBMIT_SERIAL : 0) : 0);
+    if (crossed) this.#cross(stream, s, 0, this.#len, wait ? SUBMIT_WAIT | (opts.serial ? SUBMIT_SERIAL : 0) : 0, call);
     if (!opts.keep) this.reset();
     return crossed;
   }
@@ -436,7 +436,7 @@ export class CommandList {
    */
   submitRange(stream: Stream, from: number, to: number, call: string): void {
     if (!Number.isInteger(from) || !Number.isInteger(to) || from < 0 || to > this.#len || from > to) invalid(call, "range outside the list");
-    if (to > from) this.#cross(this.#stream(call, stream), from, to, 0);
+    if (to > from) this.#cross(stream, this.#stream(call, stream), from, to, 0, call);
   }
 
   #stream(call: string, stream: Stream): number {
@@ -446,7 +446,7 @@ export class CommandList {
     return s;
   }
 
-  #cross(s: number, from: number, to: number, flags: number): void {
+  #cross(stream: Stream, s: number, from: number, to: number, flags: number, call: string): void {
     const len = to - from;
     try {
       submit(s, this.#ptr + from, len, flags, this.#dev.backend);
@@ -461,6 +461,8 @@ export class CommandList {
     if (len > 0) {
       this.#submits++;
       if (this.#dev.captures > 0) noteCaptured(this.#dev, s, null, this.#refs); // a graph replays it: keep what it uses
+      // not waited for on a non-blocking stream: a host write into a buffer it uses waits for it
+      if (stream.nonBlocking && !(flags & SUBMIT_WAIT)) stream.usedBy(call, this.#refs);
     }
   }
 

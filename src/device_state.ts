@@ -105,6 +105,10 @@ export interface DeviceRef {
 export interface StreamRef {
   readonly handle: number;
   readonly device: DeviceRef;
+  /** Created with { nonBlocking: true } (a Stream always says; a bare reference may not). */
+  readonly nonBlocking?: boolean;
+  /** Stream.usedBy: work queued here uses these buffers (non-blocking streams only). */
+  usedBy?(work: string, uses: readonly unknown[]): void;
 }
 
 /** Marks a Device object (set by its constructor), so the modules below can recognise one. */

@@ -160,6 +160,8 @@ export class Kernel<S extends Signature = Signature> implements LaunchTarget {
   readonly #handle: number;
   readonly #backend: BackendName;
   #limits: LaunchLimits | null = null;
+  /** What a refused host write names this kernel's launches as. */
+  readonly #work: string;
 
   constructor(module: Module, handle: number, name: string, signature: ArgType[]) {
     this.module = module;
@@ -169,6 +171,7 @@ export class Kernel<S extends Signature = Signature> implements LaunchTarget {
     this.name = name;
     this.signature = Object.freeze(signature) as readonly ArgType[] as S;
     this.codes = sigCodes(signature);
+    this.#work = `Kernel.launch(${name})`;
     kernelNamesByHandle.set(handle, name); // timelines name launches by handle (src/trace)
   }
 
@@ -212,6 +215,8 @@ export class Kernel<S extends Signature = Signature> implements LaunchTarget {
     const g = checkGeometry(call, this, cfg);
     packArgs(call, this, cfg.args, launchArea, 0);
     launch(k, s, g[0]!, g[1]!, g[2]!, g[3]!, g[4]!, g[5]!, g[6]!, ARG_PTR, this.codes.length, this.#backend);
+    // a host write into a buffer argument waits for this launch (non-blocking streams only)
+    if (stream.nonBlocking === true) stream.usedBy?.(this.#work, cfg.args);
     const st = stream.device.state;
     if (st.captures > 0) noteCaptured(st, s, this, cfg.args); // a graph replays it: keep what it uses
   }

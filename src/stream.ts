@@ -138,6 +138,21 @@ export class Stream extends Resource {
     this.#idle();
   }
 
+  /**
+   * @internal Work queued on this non-blocking stream and not waited for (`work`, as the error
+   * names it) uses these objects: the next synchronous host write into any of the buffers among
+   * them waits for this stream first (Buffer.write; default and blocking streams are ordered by
+   * the driver, so they note nothing).
+   */
+  usedBy(work: string, uses: readonly unknown[]): void {
+    const ref = this.#registered;
+    if (!ref || !this.nonBlocking) return;
+    for (let i = 0; i < uses.length; i++) {
+      const b = uses[i];
+      if (b instanceof Buffer) Buffer.usedOn(b, ref, work);
+    }
+  }
+
   /** True when all queued work has finished. */
   query(): boolean {
     if (!this.dev.api.stream_query(this.handle)) return false;
