@@ -249,8 +249,13 @@ export function translateCuda(source: string): Translation {
  * the same names are used, and stderr says so (a CPU kernel written for another launch geometry
  * gives wrong results, and this line explains them).
  */
+// Twins contract a*b+c into fused multiply-adds as NVRTC does by default (--fmad=true): -O2 (GCC
+// contracts only with its expensive optimizations), contraction on, and the host's FMA
+// instructions. A test whose tolerance holds only without contraction fails here as on a GPU.
+const TWIN_FLAGS = ["-std=gnu11", "-O2", "-ffp-contract=fast", process.arch === "arm64" ? "-mcpu=native" : "-march=native"];
+
 export function buildTwins(cuda: string, dir: string, cc: string, shimDir: string): string | null {
-  const key = createHash("sha256").update(cuda).digest("hex").slice(0, 24);
+  const key = createHash("sha256").update(cuda).update(TWIN_FLAGS.join(" ")).digest("hex").slice(0, 24);
   const lib = join(dir, `twin_${key}.so`);
   if (existsSync(lib)) return lib;
   const t = translateCuda(cuda);
@@ -259,7 +264,7 @@ export function buildTwins(cuda: string, dir: string, cc: string, shimDir: strin
   const file = join(dir, `twin_${key}.${process.pid}.c`);
   const tmp = `${lib}.${process.pid}.tmp`;
   writeFileSync(file, t.c);
-  const r = Bun.spawnSync([cc, "-std=gnu11", "-O1", "-fPIC", "-shared", `-I${shimDir}`, "-o", tmp, file, "-lm"], { stderr: "pipe" });
+  const r = Bun.spawnSync([cc, ...TWIN_FLAGS, "-fPIC", "-shared", `-I${shimDir}`, "-o", tmp, file, "-lm"], { stderr: "pipe" });
   rmSync(file, { force: true });
   if (r.exitCode !== 0) {
     rmSync(tmp, { force: true });
