@@ -22,6 +22,8 @@ import * as conv from "./ops_conv";
 import type { AvgPoolOptions, Conv2dOptions, ConvTranspose2dOptions, InterpolateMode, PoolOptions } from "./ops_conv";
 import * as attention from "./ops_attention";
 import type { AttentionOptions } from "./ops_attention";
+import * as more from "./ops_more";
+import type { MoreMake } from "./ops_more";
 
 // The keys each options argument may have (errors.ts `options` refuses any other).
 const PREPARE_KEYS: OptionKeys<PrepareOptions> = { fusion: true, outputNames: true, device: true, noMemoryPlanning: true, constants: true, planCache: true };
@@ -35,6 +37,9 @@ const CONV_T_KEYS: OptionKeys<ConvTranspose2dOptions> = { ...CONV_KEYS, outputPa
 const POOL_KEYS: OptionKeys<PoolOptions> = { stride: true, padding: true, dilation: true };
 const AVG_POOL_KEYS: OptionKeys<AvgPoolOptions> = { ...POOL_KEYS, countIncludePad: true };
 const ATTENTION_KEYS: OptionKeys<AttentionOptions<Tensor>> = { attnMask: true, isCausal: true, scale: true };
+const SPARSE_CE_KEYS: OptionKeys<{ ignoreIndex?: number; labelSmoothing?: number; reduction?: "none" | "sum" | "mean" }> = { ignoreIndex: true, labelSmoothing: true, reduction: true };
+const NLL_KEYS: OptionKeys<{ weight?: Tensor; ignoreIndex?: number; reduction?: "none" | "sum" | "mean" }> = { weight: true, ignoreIndex: true, reduction: true };
+const ISCLOSE_KEYS: OptionKeys<{ rtol?: number; atol?: number; equalNan?: boolean }> = { rtol: true, atol: true, equalNan: true };
 const LAYER_NORM_KEYS: OptionKeys<{ axis?: number | readonly number[]; eps?: number; weight?: Tensor; bias?: Tensor }> = { axis: true, eps: true, weight: true, bias: true };
 
 export type TensorLike = Tensor | number;
@@ -1134,8 +1139,25 @@ export class Tensor {
    */
   scatter(dim: number, index: Tensor, src: Tensor | number, reduce?: "add" | "multiply"): Tensor {
     const call = "Tensor.scatter";
-    const [d, idx] = this.#indexArgs(call, dim, index);
     if (reduce !== undefined && reduce !== "add" && reduce !== "multiply") invalid(call, `reduce must be "add", "multiply" or undefined, got ${describeGot(reduce)}`);
+    return this.#scatter(call, dim, index, src, reduce === "add" ? "sum" : reduce === "multiply" ? "prod" : undefined, true);
+  }
+
+  /**
+   * tinygrad's scatter_reduce: `src` at `index` along `dim` (shapes as `scatter`), the values
+   * landing on one place combined by `reduce` ("sum", "prod", "mean", "amax", "amin"), with this
+   * tensor's value among them when includeSelf (default true); places nothing lands on keep
+   * this value. An integer mean truncates toward zero.
+   */
+  scatterReduce(dim: number, index: Tensor, src: Tensor, reduce: "sum" | "prod" | "mean" | "amax" | "amin", includeSelf = true): Tensor {
+    const call = "Tensor.scatterReduce";
+    if (!["sum", "prod", "mean", "amax", "amin"].includes(reduce)) invalid(call, `reduce must be "sum", "prod", "mean", "amax" or "amin", got ${describeGot(reduce)}`);
+    boolArg(call, "includeSelf", includeSelf);
+    return this.#scatter(call, dim, index, tensorArg(call, "src", src), reduce, includeSelf);
+  }
+
+  #scatter(call: string, dim: number, index: Tensor, src: Tensor | number, reduce: "sum" | "prod" | "mean" | "amax" | "amin" | undefined, includeSelf: boolean): Tensor {
+    const [d, idx] = this.#indexArgs(call, dim, index);
     if (idx.ndim !== this.ndim) invalid(call, `index has shape ${shapeStr(idx.shape)}, needs ${this.ndim} dims like ${shapeStr(this.shape)}`);
     const S = this.shape, J = idx.shape;
     if (![...S, ...J].every((x) => typeof x === "number")) invalid(call, `needs fixed shapes, got ${shapeStr(S)} and index ${shapeStr(J)}`);
@@ -1156,21 +1178,30 @@ export class Tensor {
     const inv = perm.map((_, i) => perm.indexOf(i));
     const vp = v.permute(perm).unsqueeze(-1);
     const m = idx.permute(perm).unsqueeze(-1).cmpeq(Tensor.arange(n, undefined, 1, { dtype: "int32" }));
-    let val: Tensor;
-    if (reduce === "add") val = m.where(vp, 0).sum(-2);
-    else if (reduce === "multiply") val = m.where(vp, 1).prod(-2);
-    else {
-      const j = Tensor.arange(jd, undefined, 1, { dtype: "int32" }).unsqueeze(-1);
-      const last = m.where(j, -1).max(-2); // the last j landing on each place, -1 where none does
-      val = j.cmpeq(last.unsqueeze(-2)).where(vp, 0).sum(-2);
-    }
     const pads = sn.map((x, i) => (i === d ? null : ([0, x - jn[i]!] as const)));
     const back = (t: Tensor): Tensor => t.permute(inv).pad(pads);
     const hit = back(m.any(-2));
-    val = back(val.cast(this.dtype));
-    if (reduce === "add") return this.add(val).cast(this.dtype);
-    if (reduce === "multiply") return hit.where(this.mul(val), this).cast(this.dtype);
-    return hit.where(val, this).cast(this.dtype);
+    const f = isFloat(this.dtype), range = INT_RANGE[this.dtype] ?? [0, 1];
+    let val: Tensor, out: Tensor;
+    if (reduce === "sum") {
+      val = back(m.where(vp, 0).sum(-2));
+      out = includeSelf ? this.add(val) : hit.where(val, this);
+    } else if (reduce === "prod") {
+      val = back(m.where(vp, 1).prod(-2));
+      out = hit.where(includeSelf ? this.mul(val) : val, this);
+    } else if (reduce === "amax" || reduce === "amin") {
+      const big = reduce === "amax";
+      val = back(big ? m.where(vp, f ? -Infinity : range[0]).max(-2) : m.where(vp, f ? Infinity : range[1]).min(-2)).cast(this.dtype);
+      out = hit.where(includeSelf ? (big ? this.maximum(val) : this.minimum(val)) : val, this);
+    } else if (reduce === "mean") {
+      const s = back(m.where(vp, 0).sum(-2)), cnt = back(m.sum(-2));
+      out = hit.where(includeSelf ? this.add(s).div(cnt.add(1)) : s.div(cnt), this);
+    } else {
+      const j = Tensor.arange(jd, undefined, 1, { dtype: "int32" }).unsqueeze(-1);
+      const last = m.where(j, -1).max(-2); // the last j landing on each place, -1 where none does
+      out = hit.where(back(j.cmpeq(last.unsqueeze(-2)).where(vp, 0).sum(-2).cast(this.dtype)), this);
+    }
+    return out.cast(this.dtype);
   }
 
   /** The slices at 1-D int32 `index` along `dim` (torch's index_select); out-of-range indices give 0. */
@@ -1288,7 +1319,7 @@ export class Tensor {
    * masked row x[j <= i], m·m work per row. Longer rows scan blocks of ~√m, then add each
    * block's carry from an exclusive scan of the block totals: about 2·m·√m work per row.
    */
-  static #scanLast(x: Tensor, fn: "sum" | "prod" | "max", ident: number): Tensor {
+  static #scanLast(x: Tensor, fn: "sum" | "prod" | "max" | "min", ident: number): Tensor {
     const m = x.shape[x.ndim - 1] as number;
     const lead = x.shape.slice(0, -1);
     if (m > 32) {
@@ -1298,21 +1329,21 @@ export class Tensor {
       const totals = within.shrink([...lead.map(() => null), null, [k - 1, k]]).reshape([...lead, B]);
       const incl = Tensor.#scanLast(totals, fn, ident);
       const carry = incl.pad([...lead.map(() => null), [1, 0]], ident).shrink([...lead.map(() => null), [0, B]]).unsqueeze(-1);
-      const both = fn === "sum" ? within.add(carry) : fn === "prod" ? within.mul(carry) : within.maximum(carry);
+      const both = fn === "sum" ? within.add(carry) : fn === "prod" ? within.mul(carry) : fn === "max" ? within.maximum(carry) : within.minimum(carry);
       return both.reshape([...lead, B * k]).shrink([...lead.map(() => null), [0, m]]);
     }
     const xe = x.unsqueeze(-2).expand([...lead, m, m]);
     const tri = Tensor.arange(m, undefined, 1, { dtype: "int32" }).reshape([m, 1]).cmpge(Tensor.arange(m, undefined, 1, { dtype: "int32" }));
     return tri.where(xe, Tensor.full([], ident, { dtype: x.dtype })).#reduce(fn, -1, false, "Tensor.scan");
   }
-  #scan(call: string, fn: "sum" | "prod" | "max", axis: number): Tensor {
+  #scan(call: string, fn: "sum" | "prod" | "max" | "min", axis: number): Tensor {
     const d = normAxis(call, axis, this.ndim, this.shape);
     if (this.ndim === 0) return this;
     const n = this.shape[d]!;
     if (typeof n !== "number") invalid(call, `cannot scan variable dimension ${d} of ${shapeStr(this.shape)}`);
     if (n <= 1 || this.numel === 0) return this;
     const f = isFloat(this.dtype);
-    const ident = fn === "sum" ? 0 : fn === "prod" ? 1 : f ? -Infinity : (INT_RANGE[this.dtype]?.[0] ?? 0);
+    const ident = fn === "sum" ? 0 : fn === "prod" ? 1 : fn === "max" ? (f ? -Infinity : (INT_RANGE[this.dtype]?.[0] ?? 0)) : f ? Infinity : (INT_RANGE[this.dtype]?.[1] ?? 1);
     const last = this.ndim - 1;
     const x = d === last ? this : this.transpose(d, last);
     const r = Tensor.#scanLast(x, fn, ident);
@@ -1324,6 +1355,8 @@ export class Tensor {
   cumprod(axis = 0): Tensor { return this.#scan("Tensor.cumprod", "prod", axis); }
   /** Running maximum along `axis` (default 0). */
   cummax(axis = 0): Tensor { return this.#scan("Tensor.cummax", "max", axis); }
+  /** Running minimum along `axis` (default 0). */
+  cummin(axis = 0): Tensor { return this.#scan("Tensor.cummin", "min", axis); }
 
   /** Variance over `axis` (all by default): Σ(x - mean)² / max(0, N - correction); float32. */
   var(axis?: number | readonly number[], keepdim = false, correction = 1): Tensor {
@@ -1529,6 +1562,170 @@ export class Tensor {
     if (opts.bias) y = y.add(opts.bias);
     return y;
   }
+
+  // ---- more of tinygrad's functions (src/tensor/ops_more.ts: bitwise ops, unfold, losses, masked selection) ----
+
+  static #make: MoreMake<Tensor> = {
+    full: (shape, value, dtype) => Tensor.full(shape, value, { dtype }),
+    arange: (n) => Tensor.arange(n, undefined, 1, { dtype: "int32" }),
+    stack: (ts, dim) => Tensor.stack(ts, dim),
+    isTensor: (v): v is Tensor => v instanceof Tensor,
+  };
+
+  /** log10(x) as tinygrad: log2(x)·log10(2). */
+  log10(): Tensor { return this.log2().mul(Math.LOG10E * Math.LN2); }
+  /** bool: x == 0. */
+  logicalNot(): Tensor { return this.cmpeq(0); }
+  /** |x| with the sign of `other` (a float -0 and a NaN's sign bit count), in the broadcast dtype. */
+  copysign(other: TensorLike): Tensor {
+    const o = tensorLike("Tensor.copysign", "other", other);
+    const t = typeof o === "number" ? Tensor.full([], o, { dtype: "float32" }) : o;
+    const neg = isFloat(t.dtype) ? t.float().bitcast("int32").cmplt(0) : t.cmplt(0);
+    const a = this.abs();
+    return neg.where(a.neg(), a).cast(promoteTypes(this.dtype, typeof o === "number" ? scalarDType(this.dtype, o) : o.dtype));
+  }
+  /** log(exp(x) + exp(y)), as logsumexp over the pair. */
+  logaddexp(other: TensorLike): Tensor {
+    const o = tensorLike("Tensor.logaddexp", "other", other);
+    const shape = Tensor.broadcastShapes("Tensor.logaddexp", this.shape, typeof o === "number" ? [] : o.shape);
+    const b = typeof o === "number" ? this.mul(0).add(o) : o;
+    return Tensor.stack([this.broadcastTo(shape).float(), b.broadcastTo(shape).float()]).logsumexp(0);
+  }
+  /** Bitwise and of integer (or bool) tensors; a number is a weak scalar. Bit arithmetic: n ops per bit of the dtype. */
+  bitwiseAnd(other: TensorLike): Tensor { return more.bitwise<Tensor>("Tensor.bitwiseAnd", "and", this, other, Tensor.#make); }
+  /** Bitwise or of integer (or bool) tensors. */
+  bitwiseOr(other: TensorLike): Tensor { return more.bitwise<Tensor>("Tensor.bitwiseOr", "or", this, other, Tensor.#make); }
+  /** Bitwise xor of integer (or bool) tensors. */
+  bitwiseXor(other: TensorLike): Tensor { return more.bitwise<Tensor>("Tensor.bitwiseXor", "xor", this, other, Tensor.#make); }
+  /** tinygrad's xor: bitwiseXor. */
+  xor(other: TensorLike): Tensor { return more.bitwise<Tensor>("Tensor.xor", "xor", this, other, Tensor.#make); }
+  /** ~x: -1 - x for signed integers, 255 - x for uint8, logicalNot for bool. */
+  bitwiseNot(): Tensor { return more.bitwiseNot<Tensor>("Tensor.bitwiseNot", this); }
+  /** x << bits (a non-negative integer), wrapping at the dtype's width; integer dtypes only. */
+  lshift(bits: number): Tensor { return more.lshift<Tensor>("Tensor.lshift", this, bits); }
+  /** x >> bits, arithmetic (rounds toward -inf); integer dtypes only. */
+  rshift(bits: number): Tensor { return more.rshift<Tensor>("Tensor.rshift", this, bits); }
+  /** softmax(-x) over `axis`. */
+  softmin(axis = -1): Tensor {
+    this.#axes("Tensor.softmin", axis);
+    return this.neg().softmax(axis);
+  }
+  /** A tensor whose contents are unspecified (tinygrad's empty; here zeros, lazily). */
+  static empty(shape: Shape, opts: { dtype?: DType } = {}): Tensor {
+    checkShapeDims("Tensor.empty", shape);
+    return Tensor.full(shape, 0, { dtype: dtypeOf("Tensor.empty", options("Tensor.empty", opts, DTYPE_KEYS).dtype) ?? "float32" });
+  }
+  /** Windows of `size` along `dim`, `step` apart: dim becomes the window count, a new last axis the window. */
+  unfold(dim: number, size: number, step: number): Tensor {
+    return more.unfold<Tensor>("Tensor.unfold", this, normAxis("Tensor.unfold", dim, this.ndim, this.shape), size, step, Tensor.#make);
+  }
+  /** The coordinate grids of 1-D tensors ("ij": tensor i varies along axis i; "xy" swaps the first two). */
+  static meshgrid(tensors: readonly Tensor[], indexing: "ij" | "xy" = "ij"): Tensor[] {
+    const call = "Tensor.meshgrid";
+    if (!Array.isArray(tensors) || !tensors.length) invalid(call, `tensors must be a non-empty array of Tensors, got ${describeGot(tensors)}`);
+    tensors.forEach((t, i) => tensorArg(call, `tensors[${i}]`, t));
+    return more.meshgrid<Tensor>(call, tensors, indexing);
+  }
+  /** log Σ_{j<=i} exp(x_j) along `axis` (default 0), stable; [..., n, n] work per row. */
+  logcumsumexp(axis = 0): Tensor {
+    return more.logcumsumexp<Tensor>("Tensor.logcumsumexp", this, normAxis("Tensor.logcumsumexp", axis, this.ndim, this.shape), Tensor.#make);
+  }
+  /** [std, mean] over `axis` (std with `correction`). */
+  stdMean(axis?: number | readonly number[], keepdim = false, correction = 1): [Tensor, Tensor] {
+    return [this.std(axis, keepdim, correction), this.mean(axis, keepdim)];
+  }
+  /** int32 indices that sort along `dim` (sort's, stable). */
+  argsort(dim = -1, descending = false): Tensor {
+    boolArg("Tensor.argsort", "descending", descending);
+    normAxis("Tensor.argsort", dim, this.ndim, this.shape);
+    return this.sort(dim, descending)[1];
+  }
+  /** bool: |x - other| <= atol + rtol·|other| for finite values, equal infinities, and NaNs when equalNan. */
+  isclose(other: TensorLike, opts: { rtol?: number; atol?: number; equalNan?: boolean } = {}): Tensor {
+    const call = "Tensor.isclose";
+    const o = tensorLike(call, "other", other);
+    const { rtol = 1e-5, atol = 1e-8, equalNan = false } = options(call, opts, ISCLOSE_KEYS);
+    finiteNumber(call, "rtol", rtol);
+    finiteNumber(call, "atol", atol);
+    boolArg(call, "equalNan", equalNan);
+    const t = typeof o === "number" ? this.mul(0).add(o) : o;
+    const finite = this.isfinite().mul(t.isfinite()).mul(this.sub(t).abs().cmple(t.abs().mul(rtol).add(atol)));
+    const inf = this.isinf().maximum(t.isinf()).mul(this.cmpeq(t));
+    const r = finite.maximum(inf);
+    return (equalNan ? r.maximum(this.isnan().mul(t.isnan())) : r).cast("bool");
+  }
+  /** Each element repeated `repeats` times along `dim` (no dim: the flattened tensor). */
+  repeatInterleave(repeats: number, dim?: number): Tensor {
+    const call = "Tensor.repeatInterleave";
+    if (!Number.isSafeInteger(repeats) || repeats < 0) invalid(call, `repeats must be a non-negative integer, got ${describeGot(repeats)}`);
+    const x = dim === undefined ? this.flatten() : this;
+    const d = normAxis(call, dim ?? 0, x.ndim, x.shape);
+    if (x.ndim === 0) return x.reshape([1]).repeatInterleave(repeats, 0);
+    const n = x.shape[d]!;
+    if (typeof n !== "number") invalid(call, `cannot repeat variable dimension ${d} of ${shapeStr(x.shape)}`);
+    const pre = x.shape.slice(0, d + 1), post = x.shape.slice(d + 1);
+    return x.reshape([...pre, 1, ...post]).expand([...pre, repeats, ...post]).reshape([...x.shape.slice(0, d), n * repeats, ...post]);
+  }
+  /** Axis `dim` split into `sizes` (one may be -1). */
+  unflatten(dim: number, sizes: readonly number[]): Tensor {
+    const call = "Tensor.unflatten";
+    const d = normAxis(call, dim, this.ndim, this.shape);
+    if (!Array.isArray(sizes) || !sizes.length) invalid(call, `sizes must be a non-empty array of integers, got ${describeGot(sizes)}`);
+    if (!this.ndim) invalid(call, "cannot unflatten a 0-d tensor");
+    const n = this.shape[d]!;
+    if (typeof n !== "number") invalid(call, `cannot unflatten variable dimension ${d} of ${shapeStr(this.shape)}`);
+    const known = sizes.filter((s) => s !== -1);
+    if (sizes.some((s) => !Number.isSafeInteger(s) || s < -1) || sizes.length - known.length > 1) invalid(call, `sizes [${sizes.map((s) => describeValue(s)).join(", ")}] must be non-negative integers with at most one -1`);
+    const k = known.reduce((p, q) => p * q, 1);
+    if (known.length === sizes.length ? k !== n : k === 0 || n % k) invalid(call, `sizes [${sizes.join(", ")}] do not fit dimension ${d} of ${shapeStr(this.shape)}`);
+    return this.reshape([...this.shape.slice(0, d), ...sizes.map((s) => (s === -1 ? n / k : s)), ...this.shape.slice(d + 1)]);
+  }
+  /** A 1-D tensor as the diagonal of a square matrix. */
+  diag(): Tensor { return more.diag<Tensor>("Tensor.diag", this, Tensor.#make); }
+  /** The diagonal `offset` from the main one of axes dim1, dim2 (torch's diagonal), as a new last axis. */
+  diagonal(offset = 0, dim1 = 0, dim2 = 1): Tensor {
+    const call = "Tensor.diagonal";
+    return more.diagonal<Tensor>(call, this, offset, normAxis(call, dim1, this.ndim, this.shape), normAxis(call, dim2, this.ndim, this.shape), Tensor.#make);
+  }
+  /** x / max(‖x‖_p over `dim`, eps) (torch's normalize; p = Infinity: the max norm). */
+  normalize(p = 2, dim = 1, eps = 1e-12): Tensor {
+    return more.normalize<Tensor>("Tensor.normalize", this, p, normAxis("Tensor.normalize", dim, this.ndim, this.shape), eps);
+  }
+  /** -Y·log(x) - (1-Y)·log(1-x) of probabilities x (tinygrad: no clamping), reduced. */
+  binaryCrossentropy(Y: Tensor, reduction: "none" | "sum" | "mean" = "mean"): Tensor {
+    const call = "Tensor.binaryCrossentropy";
+    const y = tensorArg(call, "Y", Y);
+    Tensor.broadcastShapes(call, this.shape, y.shape);
+    return more.binaryCrossentropy<Tensor>(this, y, more.reductionArg(call, reduction));
+  }
+  /** Cross entropy of logits [..., C] against int32 classes [...] (ignoreIndex default -1, skipped and not counted by "mean"). */
+  sparseCategoricalCrossentropy(Y: Tensor, opts: { ignoreIndex?: number; labelSmoothing?: number; reduction?: "none" | "sum" | "mean" } = {}): Tensor {
+    const call = "Tensor.sparseCategoricalCrossentropy";
+    const y = tensorArg(call, "Y", Y);
+    const o = options(call, opts, SPARSE_CE_KEYS);
+    const ls = o.labelSmoothing ?? 0;
+    if (typeof ls !== "number" || !(ls >= 0 && ls <= 1)) invalid(call, `labelSmoothing must be a number in [0, 1], got ${describeGot(ls)}`);
+    if (o.ignoreIndex !== undefined && !Number.isSafeInteger(o.ignoreIndex)) invalid(call, `ignoreIndex must be an integer, got ${describeGot(o.ignoreIndex)}`);
+    return more.sparseCategoricalCrossentropy<Tensor>(call, this, y, o.ignoreIndex ?? -1, ls, more.reductionArg(call, o.reduction), Tensor.#make);
+  }
+  /** Negative log likelihood of log-probabilities [N, C, ...] against int32 classes [N, ...], with class weights and ignoreIndex. */
+  nllLoss(Y: Tensor, opts: { weight?: Tensor; ignoreIndex?: number; reduction?: "none" | "sum" | "mean" } = {}): Tensor {
+    const call = "Tensor.nllLoss";
+    const y = tensorArg(call, "Y", Y);
+    const o = options(call, opts, NLL_KEYS);
+    if (o.weight !== undefined) tensorArg(call, "weight", o.weight);
+    if (o.ignoreIndex !== undefined && !Number.isSafeInteger(o.ignoreIndex)) invalid(call, `ignoreIndex must be an integer, got ${describeGot(o.ignoreIndex)}`);
+    return more.nllLoss<Tensor>(call, this, y, o.weight, o.ignoreIndex, more.reductionArg(call, o.reduction), Tensor.#make);
+  }
+  /**
+   * The elements where `mask` (broadcast to this shape) is non-zero, flattened. The length depends
+   * on the data, so it is computed now (one small plan, as tinygrad's .item()); the values stay
+   * lazy. A plan prepared from the result keeps that length: when the mask is an input that
+   * changes, call maskedSelect again and prepare again.
+   */
+  maskedSelect(mask: Tensor): Tensor { return more.maskedSelect<Tensor>("Tensor.maskedSelect", this, tensorArg("Tensor.maskedSelect", "mask", mask), Tensor.#make); }
+  /** int32 [count, ndim]: the coordinates of the non-zero elements in row-major order. The count is computed now, as maskedSelect's. */
+  nonzero(): Tensor { return more.nonzero<Tensor>("Tensor.nonzero", this, Tensor.#make); }
 }
 
 /** Row-major strides of a shape's max layout (exported for plan readers). */
