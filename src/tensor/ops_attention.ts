@@ -8,8 +8,8 @@ import { describeGot, invalid } from "../errors";
 import type { DType } from "./ast";
 import { type Dim, Variable, dimStr, shapeStr } from "./variable";
 
-/** What these ops use of a Tensor. */
-export interface AttentionTensor<T> {
+/** A Tensor's shape and movement ops, as the composite modules (this one, ops_more.ts) see it. */
+export interface ShapedTensor<T> {
   readonly shape: readonly Dim[];
   readonly ndim: number;
   readonly dtype: DType;
@@ -19,6 +19,10 @@ export interface AttentionTensor<T> {
   pad(arg: readonly (readonly [number, number] | null)[]): T;
   shrink(arg: readonly (readonly [number, Dim] | null)[]): T;
   transpose(a?: number, b?: number): T;
+}
+
+/** What these ops use of a Tensor. */
+export interface AttentionTensor<T> extends ShapedTensor<T> {
   matmul(o: T): T;
   mul(o: T | number): T;
   add(o: T | number): T;

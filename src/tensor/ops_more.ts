@@ -8,20 +8,12 @@
 // passes itself), so this module does not import tensor.ts and tensor.ts imports it plainly.
 import { describeGot, invalid } from "../errors";
 import type { DType } from "./ast";
+import type { ShapedTensor } from "./ops_attention";
 import { isFloat, promoteTypes } from "./dtype";
 import { type Dim, shapeStr } from "./variable";
 
 /** What these ops use of a Tensor. */
-export interface MoreTensor<T> {
-  readonly shape: readonly Dim[];
-  readonly ndim: number;
-  readonly dtype: DType;
-  reshape(shape: readonly Dim[]): T;
-  expand(shape: readonly Dim[]): T;
-  permute(order: readonly number[]): T;
-  pad(arg: readonly (readonly [number, number] | null)[]): T;
-  shrink(arg: readonly (readonly [number, Dim] | null)[]): T;
-  transpose(a?: number, b?: number): T;
+export interface MoreTensor<T> extends ShapedTensor<T> {
   flatten(): T;
   broadcastTo(shape: readonly Dim[]): T;
   unsqueeze(axis: number): T;
