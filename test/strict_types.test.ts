@@ -95,6 +95,11 @@ const l: BigInt64Array = Tensor.arange(3).long().toArray("int64", {});
 const old: Float32Array | Int32Array = tp.readOutput(0);
 const named: Uint16Array = tp.readOutput<Uint16Array>(0);
 console.log(h[0], l[0], old[0], named[0]);
+// literal outputNames type a plan's outputs; without them, any name
+const typed = Tensor.from(new Float32Array(4), [4]).add(1).prepare({ outputNames: ["y"] });
+const y: Float32Array = typed.runSync({}).y as Float32Array;
+const untyped = Tensor.from(new Float32Array(4), [4]).prepare();
+console.log(y[0], untyped.runSync({})["output0"]);
 dev.dispose();
 `;
 
@@ -128,6 +133,8 @@ const plan = Tensor.from(new Float32Array(4), [4]).add(1).prepare();
 const ids: Int32Array = plan.readOutput(0, "float32"); // TS2322: Type 'Float32Array<ArrayBufferLike>' is not assignable to type 'Int32Array
 const big64: BigInt64Array = Tensor.arange(4).toArray("int32"); // TS2322: is not assignable to type 'BigInt64Array
 console.log(ids, big64, plan.readOutput(0, "float64")); // TS2345: Argument of type '"float64"' is not assignable
+const typed = Tensor.from(new Float32Array(4), [4]).prepare({ outputNames: ["y"] });
+console.log(typed.runSync({}).z); // TS2339: Property 'z' does not exist on type 'Record<"y",
 `;
 
 function expected(src: string): { at: string; text: string }[] {
@@ -174,7 +181,7 @@ describe("a strict user project (bun init's tsconfig, every stricter flag on)", 
 
   test("each deliberate mistake is an error on its line, and nothing else is", () => {
     const want = expected(BAD);
-    expect(want.length).toBe(17);
+    expect(want.length).toBe(18);
     const got = errors.filter((e) => e.file === "bad.ts");
     expect(got.map((e) => `${e.line}:${e.code}`).sort()).toEqual(want.map((w) => w.at).sort());
     for (const w of want) expect(got.find((e) => `${e.line}:${e.code}` === w.at)!.text).toContain(w.text);

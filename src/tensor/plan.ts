@@ -65,7 +65,8 @@ interface RunJob {
   reject(e: unknown): void;
 }
 
-export class ExecutionPlan {
+/** A prepared program; `O` names its outputs (from literal `outputNames`; `string` otherwise). */
+export class ExecutionPlan<O extends string = string> {
   readonly #device: Device;
   readonly #kernels: PreparedKernel[];
   readonly #compiled: Kernel[];
@@ -484,7 +485,7 @@ export class ExecutionPlan {
    * the next begins. (execute/executeAsync refuse with "plan busy" while a run is in flight.)
    */
   run(feeds?: readonly RunInput[], opts?: PlanRunOptions): Promise<RunOutput[]>;
-  run(feeds: Readonly<Record<string, RunInput | number>>, opts?: PlanRunOptions): Promise<Record<string, RunOutput>>;
+  run(feeds: Readonly<Record<string, RunInput | number>>, opts?: PlanRunOptions): Promise<Record<O, RunOutput>>;
   run(feeds?: readonly RunInput[] | Readonly<Record<string, RunInput | number>>, opts?: PlanRunOptions): Promise<RunOutput[] | Record<string, RunOutput>> {
     const call = "ExecutionPlan.run";
     try {
@@ -856,7 +857,7 @@ export class ExecutionPlan {
    * with "plan busy" while an execution or a run is in flight.
    */
   runSync(feeds?: readonly RunInput[], opts?: PlanRunSyncOptions): RunOutput[];
-  runSync(feeds: Readonly<Record<string, RunInput | number>>, opts?: PlanRunSyncOptions): Record<string, RunOutput>;
+  runSync(feeds: Readonly<Record<string, RunInput | number>>, opts?: PlanRunSyncOptions): Record<O, RunOutput>;
   runSync(feeds?: readonly RunInput[] | Readonly<Record<string, RunInput | number>>, opts?: PlanRunSyncOptions): RunOutput[] | Record<string, RunOutput> {
     const call = "ExecutionPlan.runSync";
     this.#live(call);

@@ -362,15 +362,20 @@ export class Tensor {
 
   // ---- plans -----------------------------------------------------------------------------------
 
-  prepare(opts: PrepareOptions = {}): ExecutionPlan {
-    return Tensor.prepareBatch([this], prepareOpts("Tensor.prepare", opts));
+  /**
+   * Prepare this tensor's program on a device. Literal `outputNames` type the plan's outputs:
+   * `prepare({ outputNames: ["y"] })` gives an `ExecutionPlan<"y">`, whose `run({...})` resolves
+   * to `{ y }` (reading `.z` does not compile).
+   */
+  prepare<const N extends readonly string[] = readonly string[]>(opts: PrepareOptions & { outputNames?: N } = {}): ExecutionPlan<N[number]> {
+    return Tensor.prepareBatch([this], prepareOpts("Tensor.prepare", opts)) as ExecutionPlan<N[number]>;
   }
 
-  static prepareBatch(tensors: readonly Tensor[], opts: PrepareOptions = {}): ExecutionPlan {
+  static prepareBatch<const N extends readonly string[] = readonly string[]>(tensors: readonly Tensor[], opts: PrepareOptions & { outputNames?: N } = {}): ExecutionPlan<N[number]> {
     const call = "Tensor.prepareBatch";
     if (!Array.isArray(tensors)) invalid(call, `tensors must be an array of Tensors, got ${describeGot(tensors)}`);
     tensors.forEach((t, i) => tensorArg(call, `tensors[${i}]`, t));
-    return new ExecutionPlan(tensors, prepareOpts(call, opts));
+    return new ExecutionPlan<N[number]>(tensors, prepareOpts(call, opts));
   }
 
   /**
