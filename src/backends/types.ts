@@ -20,7 +20,7 @@ export interface BackendRecord {
   /**
    * Generated tensor kernels built in two tiers, where the backend has them (the CPU: -O0 at once,
    * -O3 in the background, the same bits from both): a build to load now and the optimized one
-   * on its way; null where the optimized build is at hand (cached) or tiering is off.
+   * on its way, or the optimized build alone where it is cached; null where tiering is off.
    */
   compileTiered?(device: CompileTarget, source: string, opts: CompileOptions): TieredImage | null;
   /** Notice finished background builds now (cheap; plans call it as they run): for programs that never yield to the event loop. */

@@ -320,11 +320,6 @@ export function pollBuilds(): void {
   finish(running);
 }
 
-/** Whether background builds are queued or running. */
-export function buildsPending(): number {
-  return queued.length + (running ? 1 : 0);
-}
-
 const builtPath = (dir: string, job: LibraryJob) => join(dir, `${job.key}.${job.ext}.built`);
 
 /** Build `job`'s library from `source` in the background (see above); `done` gets its path or the error. */
@@ -357,21 +352,24 @@ export function cpuTier(): "tiered" | "optimized" | "quick" {
 
 /**
  * C source → a quick build to load now (-O0: about a tenth of -O3's compile time) and the
- * optimized build (-O3), compiled in the background, to swap in when ready. The source must give
- * the same results at both levels: no implicit floating-point contraction (the tensor code
- * generator compiles with -ffp-contract=off and fuses explicitly). Null where tiering has
- * nothing to give: the optimized build is cached already, BUNGPU_TIER is "optimized", or there
- * is only TinyCC. With BUNGPU_TIER=quick the optimized build is not made (`done` gets NOT_SUPPORTED).
+ * optimized build (-O3), compiled in the background, to swap in when ready; the optimized build
+ * alone where it is cached already. The source must give the same results at both levels: no
+ * implicit floating-point contraction (the tensor code generator compiles with -ffp-contract=off
+ * and fuses explicitly). Null where tiering is off: BUNGPU_TIER is "optimized", or there is only
+ * TinyCC. With BUNGPU_TIER=quick the optimized build is not made (`done` gets NOT_SUPPORTED).
  */
 export function compileCpuTiered(source: string, opts: CompileOptions): TieredImage | null {
   const info = cpuCompilerInfo();
   const tier = cpuTier();
   if (!info || tier === "optimized") return null;
   const optimized = libraryJob(info.cc, info.version, source, opts, "-O3");
-  if (tier === "tiered" && adopt(optimized, builtPath(cacheDir("cpu"), optimized))) return null;
-  const quick = libraryImage(sharedLibrary(libraryJob(info.cc, info.version, source, opts, "-O0"), source));
+  const hit = tier === "tiered" ? adopt(optimized, builtPath(cacheDir("cpu"), optimized)) : null;
+  if (hit) {
+    compileStats.diskHits++;
+    return { image: libraryImage(hit) }; // verified once, here (Program.compile would verify it again)
+  }
   return {
-    quick,
+    image: libraryImage(sharedLibrary(libraryJob(info.cc, info.version, source, opts, "-O0"), source)),
     whenOptimized: (done) => {
       if (tier === "tiered") sharedLibraryInBackground(optimized, source, (r) => done(typeof r === "string" ? libraryImage(r) : r));
       else done(new GpuError(Status.NOT_SUPPORTED, "BUNGPU_TIER=quick: kernels keep their quick build", { backend: "compiler", call: "ExecutionPlan.optimized" }));

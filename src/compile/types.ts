@@ -22,13 +22,14 @@ export interface LoadableImage {
   bytes: number;
 }
 
-/** A build to load now and the optimized build on its way (tiered compilation). */
+/** A build to load now and, where it is not the optimized one, the optimized build on its way (tiered compilation). */
 export interface TieredImage {
-  quick: LoadableImage;
+  /** The optimized build where it is at hand (cached); else a quick one. */
+  image: LoadableImage;
   /**
-   * Start the optimized build; `done` is called once, where its end is noticed (a turn of the
-   * event loop, or the backend's pollCompiles), with its image or its error. Never called where
-   * the optimized build is not wanted (BUNGPU_TIER=quick).
+   * Absent where `image` is the optimized build. Else: start the optimized build; `done` is called
+   * once, where its end is noticed (a turn of the event loop, or the backend's pollCompiles), with
+   * its image or its error (NOT_SUPPORTED where it is not wanted: BUNGPU_TIER=quick).
    */
-  whenOptimized(done: (result: LoadableImage | Error) => void): void;
+  whenOptimized?(done: (result: LoadableImage | Error) => void): void;
 }

@@ -118,11 +118,11 @@ function compile(dev: Device, gens: readonly GeneratedKernel[]): Kernel[] {
     const backend: BackendRecord = backends[dev.backend];
     const opts = { name: list.length === 1 ? list[0]!.name : `tensor_${list.length}k`, options: [...backend.tensorCompileOptions] };
     const tiered = backend.compileTiered?.(dev, source, opts) ?? null;
-    const mod: Module = tiered ? loadModule(dev, tiered.quick, source) : Program.compile(dev, source, opts);
+    const mod: Module = tiered ? loadModule(dev, tiered.image, source) : Program.compile(dev, source, opts);
     for (const g of list) cache.set(g.name, mod.kernel(g.name, g.signature));
-    if (tiered) {
+    if (tiered?.whenOptimized) {
       tierStats.quickModules++;
-      upgradeWhenBuilt(dev, mod, list, tiered);
+      upgradeWhenBuilt(dev, mod, list, tiered.whenOptimized);
     }
   }
   return gens.map((g) => cache.get(g.name)!);
@@ -143,11 +143,11 @@ const upgrades = new WeakMap<Kernel, Promise<Error | null>>();
  * a plan's run polling (pollCompiles), so a program that never yields is upgraded too. A module
  * or device disposed meanwhile is left alone; a failed build leaves the quick kernels in place.
  */
-function upgradeWhenBuilt(dev: Device, mod: Module, list: readonly GeneratedKernel[], tiered: TieredImage): void {
+function upgradeWhenBuilt(dev: Device, mod: Module, list: readonly GeneratedKernel[], whenOptimized: NonNullable<TieredImage["whenOptimized"]>): void {
   let settle!: (e: Error | null) => void;
   const done = new Promise<Error | null>((resolve) => (settle = resolve));
   for (const g of list) upgrades.set(mod.kernel(g.name, g.signature), done);
-  tiered.whenOptimized((img) => {
+  whenOptimized((img) => {
     if (img instanceof Error) {
       tierStats.upgradeFailures++;
       return settle(img);
