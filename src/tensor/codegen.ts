@@ -471,14 +471,18 @@ function blockedSum(ir: KernelIR): boolean {
  * loop's own; otherwise the caller's, left at the first index not taken (fewer than `step` from
  * the end).
  */
-function blockedLoop(v: string, extent: string, step: number, it: string, body: string[], flush: string[], pad: string, declare: boolean): string[] {
+function blockedLoop(v: string, extent: string, step: number, it: string, body: string[], flush: string[], pad: string, declare: boolean, unrolled?: { by: number; body: string[] }): string[] {
   const cap = SUM_BLOCK * step;
   const cond = step === 1 ? `${v} < bg_re` : `${v} + ${step} <= bg_re`;
   const more = step === 1 ? `${v} < ${extent}` : `${v} + ${step} <= ${extent}`;
+  // `unrolled`: `by` indices a pass first (its body does `by` indices from v in order), the rest
+  // of the run one `step` a pass; the runs, and so the flushes, are the same
+  const wide = unrolled ? [`${pad}  for (; ${v} + ${unrolled.by} <= bg_re; ${v} += ${unrolled.by}) {`, ...unrolled.body.map((l) => `${pad}    ${l}`), `${pad}  }`] : [];
   return [
     ...(declare ? [`${pad}for (${it} ${v} = 0; ${more};) {`] : [`${pad}${v} = 0;`, `${pad}while (${more}) {`]),
     `${pad}  ${it} bg_re = ${v} + (${cap} - bg_n); if (bg_re > ${extent}) bg_re = ${extent};`,
     `${pad}  const ${it} bg_rb = ${v};`,
+    ...wide,
     `${pad}  for (; ${cond}; ${v} += ${step}) {`,
     ...body.map((l) => `${pad}    ${l}`),
     `${pad}  }`,
@@ -735,7 +739,7 @@ function streamsRows(ir: KernelIR): boolean {
  * axis r0, a blocked float32 sum): STREAM_ROWS rows of W per step, their products fused into the
  * column accumulators in row order (the same operations in the same order as one row a step, so
  * the same bits), each step prefetching its rows STREAM_AHEAD ahead; the last rows of a block one
- * at a time. Blocks of SUM_BLOCK rows flush into the totals as blockedLoop's do.
+ * at a time (blockedLoop with an unrolled pass, flushing every SUM_BLOCK rows).
  */
 function streamNest(ir: KernelIR, flush: string[]): string[] {
   const red = ir.reduce!;
@@ -764,23 +768,7 @@ function streamNest(ir: KernelIR, flush: string[]): string[] {
     `{ ${pf.lines.join(" ")} for (int j = 0; j < ${STREAM_ROWS}; ++j) for (int c = 0; c < ${STREAM_COLS}; c += 16) __builtin_prefetch(&b${w.arg as number}[${pfIdx} + j * ${rowStride} + c]); }`,
     "#endif",
   ];
-  return [
-    `for (int r0 = 0; r0 < R0;) {`,
-    `  int bg_re = r0 + (${SUM_BLOCK} - bg_n); if (bg_re > R0) bg_re = R0;`,
-    `  const int bg_rb = r0;`,
-    `  for (; r0 + ${STREAM_ROWS} <= bg_re; r0 += ${STREAM_ROWS}) {`,
-    ...[...prefetch, ...step(STREAM_ROWS)].map((l) => (l.startsWith("#") ? l : `    ${l}`)),
-    `  }`,
-    `  for (; r0 < bg_re; r0 += 1) {`,
-    ...step(1).map((l) => `    ${l}`),
-    `  }`,
-    `  bg_n += r0 - bg_rb;`,
-    `  if (bg_n > ${SUM_BLOCK - 1}) {`,
-    ...flush.map((l) => `    ${l}`),
-    `    bg_n = 0;`,
-    `  }`,
-    `}`,
-  ];
+  return blockedLoop("r0", "R0", 1, "int", step(1), flush, "", true, { by: STREAM_ROWS, body: [...prefetch, ...step(STREAM_ROWS)] });
 }
 
 function cpuTiles(ir: KernelIR): CpuTiles {
