@@ -27,6 +27,17 @@ describe("devices", () => {
     expect(d.spec).toBe("cpu");
   });
 
+  // A process pinned to fewer cores than the machine has (taskset, a container's cpuset) gets
+  // one pool thread per core it may use, not per core of the machine.
+  test.skipIf(process.platform !== "linux" || !Bun.which("taskset"))("the CPU device counts the cores of the process's affinity mask", () => {
+    const r = Bun.spawnSync(
+      ["taskset", "-c", "0", process.execPath, "-e", `import { Device } from ${JSON.stringify(require.resolve("../src"))}; using d = Device.open("cpu"); console.log(d.props.computeUnits, d.props.name)`],
+      { stdout: "pipe", stderr: "pipe", timeout: 60_000 },
+    );
+    expect(r.stderr.toString()).toBe("");
+    expect(r.stdout.toString()).toMatch(/^1 .*\(1 threads\)/);
+  }, 60_000);
+
   test("Device.default() honours BUNGPU_DEVICE", () => {
     const proc = Bun.spawnSync(["bun", "-e", "import { Device } from './src'; console.log(Device.default().spec)"], {
       env: { ...process.env, BUNGPU_DEVICE: "cpu" },

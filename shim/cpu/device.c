@@ -5,6 +5,7 @@
 #include "cpu.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -94,8 +95,18 @@ void cpu_table_free_all(cpu_table* t, int free_keys) {
 }
 
 /* ---- probe and open ------------------------------------------------------------------------ */
+/* The cores this process may run on: its affinity mask where the system has one (taskset, a
+ * container's cpuset), so a process pinned to one core does not start a thread per machine core
+ * that then share it. */
 static int32_t online_cores(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
+#ifdef __linux__
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    int k = CPU_COUNT(&set);
+    if (k >= 1 && (n < 1 || k < n)) n = k;
+  }
+#endif
   return n < 1 ? 1 : n > 4096 ? 4096 : (int32_t)n;
 }
 
