@@ -311,6 +311,38 @@ describe("casts and bitcasts", () => {
     expect(Object.is(h![10], -0)).toBe(true);
   });
 
+  test.skipIf(!HAS_FLOAT16_ARRAY)("float16 → float32 is exact for all 65,536 bit patterns (subnormals, ±0, inf, NaN payloads), fused into a reduction too", () => {
+    const bits = Uint16Array.from({ length: 65536 }, (_, i) => i);
+    // oracle, written out independently: sign, exponent and mantissa by arithmetic
+    const want = new Float32Array(65536);
+    const wantBits = new Uint32Array(want.buffer);
+    for (let h = 0; h < 65536; h++) {
+      const s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+      if (e === 31) wantBits[h] = ((s << 31) | 0x7f800000 | (m << 13)) >>> 0;
+      else want[h] = (s ? -1 : 1) * (e === 0 ? m * 2 ** -24 : (1 + m / 1024) * 2 ** (e - 15));
+    }
+    // the bits go in through a Float16Array view (a bitcast from bfloat16 would quiet signalling NaNs)
+    const F16 = (globalThis as unknown as { Float16Array: new (b: ArrayBuffer) => ArrayBufferView }).Float16Array;
+    const h = Tensor.from(new F16(bits.buffer) as unknown as Float32Array, [65536], { dtype: "float16" });
+    const plan = Tensor.prepareBatch([h.float(), h.float().reshape([256, 256]).abs().sum(1)]);
+    try {
+      plan.execute();
+      const got = new Uint32Array(plan.readOutput<Float32Array>(0).slice().buffer);
+      let bad = 0;
+      for (let i = 0; i < 65536; i++) if (got[i] !== wantBits[i] && bad++ < 3) expect(`${i.toString(16)}: ${got[i]!.toString(16)}`).toBe(`${i.toString(16)}: ${wantBits[i]!.toString(16)}`);
+      expect(bad).toBe(0);
+      const sums = plan.readOutput<Float32Array>(1);
+      for (const r of [0, 1, 100, 119, 120, 255]) {
+        let acc = 0;
+        for (let c = 0; c < 256; c++) acc += Math.abs(want[r * 256 + c]!);
+        if (Number.isFinite(acc)) expect(Math.abs(sums[r]! - acc)).toBeLessThanOrEqual(Math.abs(acc) * 1e-6);
+        else expect(Number.isNaN(acc) ? Number.isNaN(sums[r]!) : sums[r] === acc).toBe(true);
+      }
+    } finally {
+      plan.dispose();
+    }
+  });
+
   test("float32 → bfloat16 rounds to nearest even on the float32 bits; inf and NaN kept", () => {
     const xs = [1 + 2 ** -8, 1 + 3 * 2 ** -8, 3.4e38, -3.4e38, 1e-40, Infinity, -Infinity, NaN, 0.1, -2.5, 1234567];
     const [b] = runNum([Tensor.from(Float32Array.from(xs)).bfloat16()]);

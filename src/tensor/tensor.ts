@@ -198,7 +198,7 @@ export class Tensor {
     }
     if (ArrayBuffer.isView(data)) {
       const own = dtypeOfArray(data);
-      dt = dtype ?? own ?? invalid(call, `a ${describeValue(data)} needs a dtype (float16 or bfloat16 bits)`);
+      dt = dtype ?? own ?? invalid(call, `${describeValue(data)} needs a dtype (a Uint16Array: bfloat16 bits)`);
       if (isHostArrayOf(dt, data)) arr = hostCopy(data as HostArray);
       else if (data instanceof Float32Array || data instanceof Int32Array || data instanceof Float64Array) arr = hostFromNumbers(dt, data);
       else invalid(call, `data for dtype ${dt} must be a ${hostArrayName(dt)}, or a Float32Array, Int32Array or Float64Array to convert; got ${describeGot(data)}`);
