@@ -56,7 +56,7 @@ const TURN_MS = 2;
 const SERIAL_MS = 0.05;
 
 /** A run() call waiting to be issued. */
-interface RunJob {
+export interface RunJob {
   inputs: Map<number, RunInput>;
   vals: Map<string, number>;
   mode: ExecMode | undefined;
@@ -64,6 +64,18 @@ interface RunJob {
   resolve(v: RunOutput[] | Record<string, RunOutput>): void;
   reject(e: unknown): void;
 }
+
+/**
+ * Where a run() meets the tracer (src/trace): `queued` when run() queues it, `begin`/`end` around
+ * the synchronous issue of its work (the staged copies and list, an inline run, a run with a
+ * mode). No-ops the tracer swaps while it records and puts back at stop, like the native table's
+ * entries: no flag is checked.
+ */
+export const runHooks = {
+  queued(_job: RunJob): void {},
+  begin(_job: RunJob): void {},
+  end(_job: RunJob): void {},
+};
 
 /** A prepared program; `O` names its outputs (from literal `outputNames`; `string` otherwise). */
 export class ExecutionPlan<O extends string = string> {
@@ -492,7 +504,9 @@ export class ExecutionPlan<O extends string = string> {
       this.#live(call);
       const { inputs, vals, mode, byName } = runArgs(call, feeds, opts, this.#runPlan);
       return new Promise((resolve, reject) => {
-        this.#jobs.push({ inputs, vals, mode, byName, resolve, reject });
+        const job: RunJob = { inputs, vals, mode, byName, resolve, reject };
+        runHooks.queued(job);
+        this.#jobs.push(job);
         this.#pump();
       });
     } catch (e) {
@@ -615,11 +629,14 @@ export class ExecutionPlan<O extends string = string> {
       if (job.mode !== undefined || this.#flight || this.#disposed || this.#releasePending || this.#released || this.#running > 0 || !this.#inline()) break;
       this.#jobs.shift();
       let result: RunOutput[] | Record<string, RunOutput>;
+      runHooks.begin(job);
       try {
         result = this.#outputsOf(job.byName, this.#runHere(call, job.inputs, job.vals, undefined));
       } catch (e) {
         job.reject(e);
         continue;
+      } finally {
+        runHooks.end(job);
       }
       job.resolve(result);
       if (performance.now() - start > TURN_MS) break;
@@ -715,6 +732,7 @@ export class ExecutionPlan<O extends string = string> {
     const call = "ExecutionPlan.run";
     let vals: ReadonlyMap<string, number>;
     let outBytes: number[];
+    runHooks.begin(job);
     try {
       this.#ensureBuffers(call);
       if (!this.#device.state.open) disposed(call, "device of this plan");
@@ -740,6 +758,8 @@ export class ExecutionPlan<O extends string = string> {
       this.#freeSlots.push(slot);
       job.reject(e);
       return;
+    } finally {
+      runHooks.end(job);
     }
     this.#running++;
     const api = this.#device.state.api;
@@ -780,6 +800,7 @@ export class ExecutionPlan<O extends string = string> {
   #runMode(job: RunJob): void {
     const call = "ExecutionPlan.run";
     let done: Promise<RunOutput[]>;
+    runHooks.begin(job);
     try {
       this.#ensureBuffers(call);
       this.#writeInputs(job.inputs, job.vals);
@@ -790,6 +811,8 @@ export class ExecutionPlan<O extends string = string> {
       job.reject(e);
       queueMicrotask(() => this.#pump());
       return;
+    } finally {
+      runHooks.end(job);
     }
     this.#inFlight(call, done).then(
       (outs) => job.resolve(this.#outputsOf(job.byName, outs)),
