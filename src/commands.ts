@@ -21,12 +21,13 @@ import { SubmitError, addressOf, submit } from "../ffi/result";
 import { Cmd, SUBMIT_SERIAL, SUBMIT_WAIT as BG_SUBMIT_WAIT, bg_cmd_copy_rec, bg_cmd_event_rec, bg_cmd_header, bg_cmd_launch_rec, bg_cmd_memset_rec } from "../ffi/constants";
 import { Buffer, HostBuffer, checkSize, fillPattern, fillTypeOf, type FillType } from "./buffer";
 import { noteCaptured, type Device, type DeviceState } from "./device";
-import { GpuError, disposed, invalid, options, type OptionKeys, type BackendLabel } from "./errors";
+import { GpuError, Status, disposed, invalid, options, type OptionKeys, type BackendLabel } from "./errors";
 import { Event } from "./event";
 import { INSPECT, bytesText, plural } from "./inspect";
 import { Graph } from "./capture";
 import { Kernel } from "./kernel";
-import { CHECK_AREA, areaOf, checkArgs, checkDevice, checkGeometry, packArgs, type ArgArea, type ArgValue, type LaunchConfig, type Signature } from "./launch";
+import { kernelNamesByHandle } from "./kernel_names";
+import { CHECK_AREA, LAUNCH_KEYS, areaOf, checkArgs, checkDevice, checkGeometry, packArgs, type ArgArea, type ArgValue, type LaunchConfig, type LaunchKeys, type Signature } from "./launch";
 import { Stream } from "./stream";
 
 // The keys each options argument may have (errors.ts `options` refuses any other).
@@ -271,13 +272,16 @@ export class CommandList {
     return this.launch(kernel, cfg as LaunchOptions, call);
   }
 
-  /** Append a kernel launch: checked by ./launch as Kernel.launch is (under `call`'s name), no FFI crossing. */
-  launch<S extends Signature>(kernel: Kernel<S>, cfg: LaunchOptions<NoInfer<S>>, call = "CommandList.launch"): this {
+  /**
+   * Append a kernel launch: checked by ./launch as Kernel.launch is (under `call`'s name, its
+   * config's keys against `known`: a door with more keys passes its own), no FFI crossing.
+   */
+  launch<S extends Signature>(kernel: Kernel<S>, cfg: LaunchOptions<NoInfer<S>>, call = "CommandList.launch", known: LaunchKeys = LAUNCH_KEYS): this {
     if (kernel !== this.#kernel || this.#kernel === null) this.#useKernel(call, kernel);
     const m = this.#module!;
     if (m.disposed) kernel.handle; // throws: its module or device is gone
     const k = this.#khandle;
-    const g = checkGeometry(call, kernel, cfg);
+    const g = checkGeometry(call, kernel, cfg, known);
     const gx = g[0]!, gy = g[1]!, gz = g[2]!, bx = g[3]!, by = g[4]!, bz = g[5]!, shared = g[6]!;
     const n = kernel.codes.length;
     const size = CMD_BYTES.LAUNCH_HEADER + 8 * n;
@@ -480,10 +484,43 @@ export class CommandList {
     return new Graph(stream.device, handle, { uses: [...this.#refs] as object[], kernels: null });
   }
 
-  /** Throw INVALID_HANDLE when something a command uses was disposed since it was appended. */
+  /**
+   * Throw INVALID_HANDLE when something a command uses was disposed since it was appended; a
+   * buffer is named by the command and argument that use it ("command 0 (vadd): args[1] is a
+   * disposed buffer"), as a launch door names it.
+   */
   checkRefs(call: string, what = "an encoded command uses"): void {
     const refs = this.#refs;
-    for (let i = 0; i < refs.length; i++) if (refs[i]!.disposed) disposed(call, `${refName(refs[i]!)} ${what}`);
+    for (let i = 0; i < refs.length; i++) if (refs[i]!.disposed) this.#disposedRef(call, refs[i]!, what);
+  }
+
+  #disposedRef(call: string, r: Ref, what: string): never {
+    const use = r instanceof Buffer && !(r instanceof HostBuffer) ? this.#bufferUse(r) : undefined;
+    if (use !== undefined) throw new GpuError(Status.INVALID_HANDLE, `${call}: ${use} is a disposed buffer`, { backend: "typescript", call });
+    disposed(call, `${refName(r)} ${what}`);
+  }
+
+  /** The first command whose addresses fall in `b`'s allocation, and which of them: for messages. */
+  #bufferUse(b: Buffer): string | undefined {
+    const { address, bytes } = b.allocation;
+    const u32 = this.#u32;
+    const at = (w: number) => {
+      const a = u32[w]! + u32[w + 1]! * TWO32;
+      return a >= address && a < address + Math.max(bytes, 1);
+    };
+    for (let off = 0, i = 0; off + 8 <= this.#len; i++) {
+      const w = off >>> 2, op = u32[w]!, size = u32[w + 1]!;
+      if (size < 8) break;
+      if (op === CMD.LAUNCH) {
+        const name = kernelNamesByHandle.get(u32[w + KERNEL_W]! + u32[w + KERNEL_W + 1]! * TWO32) ?? "a kernel";
+        for (let j = 0; j < u32[w + NARGS_W]!; j++) if (at(w + (LAUNCH_AT.args >>> 2) + 2 * j)) return `command ${i} (${name}): args[${j}]`;
+      } else if (op === CMD.COPY || op === CMD.COPY_HTOD || op === CMD.COPY_DTOH) {
+        if (op !== CMD.COPY_DTOH && at(w + (bg_cmd_copy_rec.offset.dst >>> 2))) return `command ${i} (a copy): its destination`;
+        if (op !== CMD.COPY_HTOD && at(w + (bg_cmd_copy_rec.offset.src >>> 2))) return `command ${i} (a copy): its source`;
+      } else if (op === CMD.MEMSET && at(w + (bg_cmd_memset_rec.offset.dst >>> 2))) return `command ${i} (a fill): its destination`;
+      off += size;
+    }
+    return undefined;
   }
 
   #indexAt(offset: number): number {
@@ -553,7 +590,7 @@ export class CommandList {
   /** @internal Check the references of a range are alive (before a partial append). */
   checkRange(call: string, from: EncoderMark, to: EncoderMark): void {
     this.#markRange(typeof call === "string" ? call : "CommandEncoder.checkRange", from, to);
-    for (let i = from.refs; i < to.refs; i++) if (this.#refs[i]!.disposed) disposed(call, `${refName(this.#refs[i]!)} a recorded command uses`);
+    for (let i = from.refs; i < to.refs; i++) if (this.#refs[i]!.disposed) this.#disposedRef(call, this.#refs[i]!, "a recorded command uses");
   }
 
   /** Two marks of this list, in order (mark() made them), else INVALID_VALUE. */
@@ -658,7 +695,7 @@ function eventRef(ev: Event): Ref {
 }
 
 function refName(r: Ref): string {
-  return r instanceof HostBuffer ? "host buffer" : r.constructor.name.toLowerCase();
+  return r instanceof HostBuffer ? "host buffer" : r instanceof Buffer ? "buffer" : r.constructor.name.toLowerCase();
 }
 
 function put64(u32: Uint32Array, w: number, v: number): void {

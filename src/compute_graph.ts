@@ -13,12 +13,14 @@ import { CommandEncoder, type DispatchOptions } from "./encoder";
 import { bufferRange, planBarriers, type BufferRange, type PlannedBarrier } from "./hazards";
 import { INSPECT, plural } from "./inspect";
 import type { Kernel } from "./kernel";
-import { GEO, checkArgs, type ArgValue, type Signature } from "./launch";
+import { GEO, LAUNCH_KEYS, checkArgs, type ArgValue, type Signature } from "./launch";
 import type { Stream } from "./stream";
 
 // The keys each options argument may have (errors.ts `options` refuses any other).
 const COPY_KEYS: OptionKeys<CopyOptions> = { bytes: true, dstOffset: true, srcOffset: true };
 const FILL_KEYS: OptionKeys<FillOptions> = { type: true, offset: true, bytes: true };
+/** A dispatch's keys: a launch's and the ranges it reads and writes (GraphSession's too). */
+export const DISPATCH_KEYS: OptionKeys<GraphDispatchOptions> = { ...LAUNCH_KEYS, reads: true, writes: true };
 const SUBMIT_KEYS: OptionKeys<{ barriers?: BarrierMode | undefined }> = { barriers: true };
 
 export type { Hazard, PlannedBarrier } from "./hazards";
@@ -157,7 +159,7 @@ export class ComputeGraph {
     const reads = given && cfg.reads !== undefined ? resolveAccess(call, this.#dev, "reads", cfg.reads) : null;
     const writes = given && cfg.writes !== undefined ? resolveAccess(call, this.#dev, "writes", cfg.writes) : null;
     const n = this.#begin("dispatch");
-    this.#seq.launch(kernel, cfg, call); // the launch module's checks (./launch); throws with the graph unchanged
+    this.#seq.launch(kernel, cfg, call, DISPATCH_KEYS); // the launch module's checks (./launch); throws with the graph unchanged
     n.argOffset = this.#seq.lastArgOffset;
     n.kernel = kernel;
     n.args = [...cfg.args];

@@ -41,23 +41,29 @@ export function options<T extends object>(call: string, o: T | undefined, known:
   return o;
 }
 
-/** INVALID_VALUE for an option `key` that is not one of `known`, suggesting the nearest. */
-export function unknownOption(call: string, key: string, known: readonly string[]): never {
+/**
+ * INVALID_VALUE for an option `key` that is not one of `known`, suggesting the nearest; `what`
+ * goes between the call and the text (a launch names its kernel: "Kernel.launch: vadd: unknown …").
+ */
+export function unknownOption(call: string, key: string, known: readonly string[], what = ""): never {
   const near = nearest(key, known);
   const name = JSON.stringify(key);
-  if (near !== undefined) invalid(call, `unknown option ${name} (did you mean ${near}?)`);
-  if (!known.length) invalid(call, `unknown option ${name}: it takes no options`);
-  invalid(call, `unknown option ${name}; the options are ${known.join(", ")}`);
+  if (near !== undefined) invalid(call, `${what}unknown option ${name} (did you mean ${near}?)`);
+  if (!known.length) invalid(call, `${what}unknown option ${name}: it takes no options`);
+  invalid(call, `${what}unknown option ${name}; the options are ${known.join(", ")}`);
 }
 
 /**
- * The entry of `known` nearest to `word`: one equal to it but for case, else the one fewest edits
- * away (Levenshtein) when that is at most a third of its length (at least 1, at most 3); else none.
+ * The entry of `known` nearest to `word`: one equal to it but for case, else the only one it begins
+ * (`shared` → sharedBytes; a word of 3 letters or more), else the one fewest edits away
+ * (editDistance) when that is at most a third of its length (at least 1, at most 3); else none.
  */
 export function nearest(word: string, known: readonly string[]): string | undefined {
   const lower = word.toLowerCase();
   const same = known.find((k) => k.toLowerCase() === lower);
   if (same !== undefined) return same;
+  const longer = word.length >= 3 ? known.filter((k) => k.toLowerCase().startsWith(lower)) : [];
+  if (longer.length === 1) return longer[0];
   let best: string | undefined, bestD = Math.min(3, Math.max(1, Math.floor(word.length / 3))) + 1;
   for (const k of known) {
     const d = editDistance(lower, k.toLowerCase());
@@ -66,13 +72,16 @@ export function nearest(word: string, known: readonly string[]): string | undefi
   return best;
 }
 
+/** Edits from `a` to `b`: insertions, deletions, substitutions and swaps of neighbours (`lable` → label is one). */
 function editDistance(a: string, b: string): number {
-  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  let before: number[] = [], prev = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i++) {
     const cur = [i];
-    for (let j = 1; j <= b.length; j++)
+    for (let j = 1; j <= b.length; j++) {
       cur[j] = Math.min(prev[j]! + 1, cur[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
-    prev = cur;
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) cur[j] = Math.min(cur[j]!, before[j - 2]! + 1);
+    }
+    [before, prev] = [prev, cur];
   }
   return prev[b.length]!;
 }

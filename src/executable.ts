@@ -170,7 +170,7 @@ export class Executable {
         k = devices.push(sd) - 1;
       }
       slot.push(k);
-      for (const b of st.buffers) if (b.disposed) disposed(call, `buffer of step ${i} (${st.label})`);
+      for (const b of st.buffers) if (b.disposed) disposedStepBuffer(call, i, st, b);
       if (st.op.kind === "kernel") st.op.kernel.handle;
     }
     // a copy between devices is issued by the executable, not a list command: the same path
@@ -356,7 +356,9 @@ export class Executable {
     for (const d of this.#devices) if (!d.state.open) disposed(call, `device ${d.spec} of this executable`);
     this.#list.checkRefs(call, "used by a step");
     for (const l of this.#lists) if (l !== this.#list) l.checkRefs(call, "used by a step");
-    for (const st of this.steps) if (st.op.kind === "peer" && st.buffers.some((b) => b.disposed)) disposed(call, `buffer of step ${st.label}`);
+    this.steps.forEach((st, i) => {
+      if (st.op.kind === "peer") for (const b of st.buffers) if (b.disposed) disposedStepBuffer(call, i, st, b);
+    });
   }
 
   /** The current arguments of kernel step `stepIndex`. */
@@ -629,4 +631,20 @@ function widestLevel(deps: readonly (readonly number[])[]): number {
     widest = Math.max(widest, w);
   }
   return widest;
+}
+
+/**
+ * INVALID_HANDLE for buffer `b` of step `i`, disposed since the step was made, named as a launch
+ * door names it: "step 0 (vadd): args[1] is a disposed buffer", or a copy's source or destination.
+ */
+function disposedStepBuffer(call: string, i: number, st: Step, b: Buffer): never {
+  const op = st.op;
+  const root = (x: Buffer) => x.allocation.address;
+  let what = "a buffer it uses";
+  if (op.kind === "kernel") {
+    const j = op.args.findIndex((a) => a === b);
+    if (j >= 0) what = `args[${j}]`;
+  } else if (op.kind === "copy" || op.kind === "peer") what = op.dst === b || root(op.dst) === root(b) ? "its destination" : "its source";
+  else what = "its destination";
+  throw new GpuError(Status.INVALID_HANDLE, `${call}: step ${i} (${st.label}): ${what} is a disposed buffer`, { backend: "typescript", call });
 }

@@ -13,7 +13,7 @@ import type { Device } from "./device";
 import { describeGot, disposed, illegalState, invalid, options, type OptionKeys } from "./errors";
 import type { CopyOptions, FillOptions } from "./commands";
 import { CommandEncoder } from "./encoder";
-import { ComputeGraph, resolveAccess, type BarrierMode, type GraphDispatchOptions } from "./compute_graph";
+import { ComputeGraph, DISPATCH_KEYS, resolveAccess, type BarrierMode, type GraphDispatchOptions } from "./compute_graph";
 import type { Kernel, Signature } from "./kernel";
 import { INSPECT, plural } from "./inspect";
 import { Stream } from "./stream";
@@ -116,7 +116,7 @@ export class GraphSession {
         if (cfg.reads !== undefined) resolveAccess("GraphSession.dispatch", dev, "reads", cfg.reads);
         if (cfg.writes !== undefined) resolveAccess("GraphSession.dispatch", dev, "writes", cfg.writes);
       }
-      this.#enc!.launch(kernel, cfg, "GraphSession.dispatch");
+      this.#enc!.launch(kernel, cfg, "GraphSession.dispatch", DISPATCH_KEYS);
     }
     this.stats.dispatches++;
     if (this.#flushEvery) this.#tick();

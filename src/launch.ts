@@ -8,7 +8,7 @@
 // models).
 //
 // The order of the checks: the kernel's device against the door's (checkDevice), the config is
-// an object, grid, block (each a number or [x, y?, z?] of integers in [1, 2^31-1]), the limits,
+// an object whose keys the door knows (LAUNCH_KEYS, or a door's own), grid, block (each a number or [x, y?, z?] of integers in [1, 2^31-1]), the limits,
 // sharedBytes (a non-negative integer, at most the device's limit), then the arguments (packArgs:
 // count, then each one's type and range, buffers of the kernel's device and not disposed).
 //
@@ -18,7 +18,7 @@
 // once (Kernel's launch limits); the hot path compares numbers and allocates nothing.
 import { Buffer } from "./buffer";
 import type { DeviceRef } from "./device_state";
-import { GpuError, Status, describeGot, invalid } from "./errors";
+import { GpuError, Status, describeGot, invalid, unknownOption, type OptionKeys } from "./errors";
 import { plural } from "./inspect";
 
 export type ArgType = "buffer" | "i32" | "u32" | "i64" | "f32" | "f64";
@@ -41,6 +41,15 @@ export interface LaunchConfig<S extends Signature = Signature> {
   args: ArgsOf<S>;
   sharedBytes?: number | undefined;
 }
+
+/**
+ * The keys a door's launch config may have (errors.ts OptionKeys): LAUNCH_KEYS at Kernel.launch,
+ * CommandEncoder.dispatch and CommandList.launch; a door whose config has more (a Step's reads and
+ * writes) passes its own. Any other key is INVALID_VALUE naming the door, the kernel and the
+ * nearest known key (`shared` → "did you mean sharedBytes?"), never silently ignored.
+ */
+export type LaunchKeys = Readonly<Record<string, true>>;
+export const LAUNCH_KEYS: OptionKeys<LaunchConfig> = { grid: true, block: true, args: true, sharedBytes: true };
 
 export const ARG_TYPES = new Set<string>(["buffer", "i32", "u32", "i64", "f32", "f64"]);
 export const MAX_ARGS = 256;
@@ -114,8 +123,10 @@ const AXES = ["x", "y", "z"] as const;
  */
 export const GEO = new Uint32Array(7);
 
-export function checkGeometry(call: string, k: LaunchTarget, cfg: Omit<LaunchConfig, "args">): Uint32Array {
+export function checkGeometry(call: string, k: LaunchTarget, cfg: Omit<LaunchConfig, "args">, known: LaunchKeys = LAUNCH_KEYS): Uint32Array {
   if (cfg !== null && typeof cfg === "object") {
+    // Every key known (a for-in over a literal's few keys: no allocation, ~10 ns a launch).
+    for (const key in cfg) if (known[key] !== true) unknownOption(call, key, Object.keys(known), `${k.name}: `);
     // The common launch (numbers, no shared memory) in a few comparisons; anything else below.
     const g = cfg.grid, b = cfg.block, L = k.launchLimits;
     if (typeof g === "number" && typeof b === "number" && cfg.sharedBytes === undefined &&
@@ -281,8 +292,8 @@ export function checkArgs(call: string, k: LaunchTarget, args: readonly ArgValue
  * geometry, shared bytes and every argument. Returns the normalised geometry (allocated: not for
  * hot paths).
  */
-export function checkLaunch(call: string, k: LaunchTarget, cfg: LaunchConfig): { grid: [number, number, number]; block: [number, number, number]; sharedBytes: number } {
-  const g = checkGeometry(call, k, cfg);
+export function checkLaunch(call: string, k: LaunchTarget, cfg: LaunchConfig, known: LaunchKeys = LAUNCH_KEYS): { grid: [number, number, number]; block: [number, number, number]; sharedBytes: number } {
+  const g = checkGeometry(call, k, cfg, known);
   const out = { grid: [g[0]!, g[1]!, g[2]!] as [number, number, number], block: [g[3]!, g[4]!, g[5]!] as [number, number, number], sharedBytes: g[6]! };
   checkArgs(call, k, cfg.args as readonly ArgValue[]);
   return out;

@@ -7,12 +7,13 @@ import { describeGot, invalid, disposed, options, type OptionKeys } from "./erro
 import { CommandList, validateCommand } from "./commands";
 import { hazardBetween, overlaps, rangeOf, type ByteRange } from "./hazards";
 import { Kernel } from "./kernel";
-import { checkLaunch, type ArgsOf, type ArgValue, type Dim3, type Signature } from "./launch";
+import { LAUNCH_KEYS, checkLaunch, type ArgsOf, type ArgValue, type Dim3, type Signature } from "./launch";
 
 // The keys each options argument may have (errors.ts `options` refuses any other).
 const COPY_KEYS: OptionKeys<CopyStepOptions> = { bytes: true, dstOffset: true, srcOffset: true, label: true };
 const COPY_PEER_KEYS: OptionKeys<CopyStepOptions & { device?: Device }> = { ...COPY_KEYS, device: true };
 const FILL_KEYS: OptionKeys<FillStepOptions> = { type: true, offset: true, bytes: true, label: true };
+const KERNEL_KEYS: OptionKeys<KernelStepConfig> = { ...LAUNCH_KEYS, reads: true, writes: true, label: true };
 
 // ---- steps -----------------------------------------------------------------------------------------
 
@@ -99,7 +100,7 @@ export class Step {
     const call = typeof door === "string" ? door : "Step.kernel"; // anything but a door's name is ignored
     if (!(kernel instanceof Kernel)) invalid(call, "expected a Kernel");
     kernel.handle; // throws if its module or device is gone
-    const { grid, block, sharedBytes } = checkLaunch(call, kernel, cfg); // what every launch door checks (./launch)
+    const { grid, block, sharedBytes } = checkLaunch(call, kernel, cfg, KERNEL_KEYS); // what every launch door checks (./launch)
     const dev = kernel.device;
     const args: ArgValue[] = [...(cfg.args as readonly ArgValue[])];
     const argBufs = args.filter(isBuffer);

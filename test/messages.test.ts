@@ -3,7 +3,7 @@
 // the call and args[i]; a composite tensor op reports under its own name; and `fill(1)` on a
 // buffer without an element type is a readable type error (test/strict_types.test.ts checks that).
 import { describe, expect, test } from "bun:test";
-import { CommandEncoder, Device, Event, MemoryPool, Program, Status, Step, Tensor } from "../src";
+import { CommandEncoder, ComputeGraph, Device, Event, ExecMode, GraphExecutor, MemoryPool, Program, Schedule, Status, Step, Tensor } from "../src";
 import { nearest, unknownOption } from "../src/errors";
 import { expectGpuError } from "./helpers";
 import { kernelSources } from "./kernels";
@@ -36,6 +36,35 @@ describe("an unknown option key is refused, naming the key, the call and the nea
     expectGpuError(() => s.copy(a, b, bad({ length: 8 })), Status.INVALID_VALUE, 'Stream.copy: unknown option "length"; the options are bytes, dstOffset, srcOffset');
     expectGpuError(() => Step.copy(a, b, bad({ nme: "x" })), Status.INVALID_VALUE, "Step.copy: unknown option \"nme\"");
     expectGpuError(() => new CommandEncoder(dev).fill(a, 0, bad({ typ: "u8" })), Status.INVALID_VALUE, 'CommandEncoder.fill: unknown option "typ" (did you mean type?)');
+  });
+
+  test("launch configs at every door: a misspelt key is refused before anything is queued", () => {
+    const s = dev.createStream();
+    using a = dev.alloc(64);
+    a.fill(0, { type: "u8" });
+    const args = [a, a, a, 16] as const;
+    // `shared` for sharedBytes was a launch with no shared memory, silently
+    expectGpuError(() => vadd.launch(s, bad({ grid: 1, block: 16, args, shared: 256 })), Status.INVALID_VALUE,
+      'Kernel.launch: vadd: unknown option "shared" (did you mean sharedBytes?)');
+    expectGpuError(() => vadd.launch(s, bad({ grid: 1, blocks: 16, args })), Status.INVALID_VALUE, 'Kernel.launch: vadd: unknown option "blocks" (did you mean block?)');
+    expectGpuError(() => new CommandEncoder(dev).dispatch(vadd, bad({ grid: 1, block: 16, args, sharedbytes: 0 })), Status.INVALID_VALUE,
+      'CommandEncoder.dispatch: vadd: unknown option "sharedbytes" (did you mean sharedBytes?)');
+    expectGpuError(() => Step.kernel(vadd, bad({ grid: 1, block: 16, args, read: [a] })), Status.INVALID_VALUE, 'Step.kernel: vadd: unknown option "read" (did you mean reads?)');
+    expectGpuError(() => new Schedule().addKernel(vadd, bad({ grid: 1, block: 16, args, lable: "x" })), Status.INVALID_VALUE,
+      'Schedule.addKernel: vadd: unknown option "lable" (did you mean label?)');
+    expectGpuError(() => new ComputeGraph(dev).dispatch(vadd, bad({ grid: 1, block: 16, args, write: [a] })), Status.INVALID_VALUE,
+      'ComputeGraph.dispatch: vadd: unknown option "write" (did you mean writes?)');
+    const session = new GraphExecutor(dev).begin();
+    expectGpuError(() => session.dispatch(vadd, bad({ grid: 1, block: 16, args, gird: 1 })), Status.INVALID_VALUE, 'GraphSession.dispatch: vadd: unknown option "gird" (did you mean grid?)');
+    expectGpuError(() => vadd.launch(s, bad({ grid: 1, block: 16, args, stream: s })), Status.INVALID_VALUE,
+      'Kernel.launch: vadd: unknown option "stream"; the options are grid, block, args, sharedBytes');
+    // each door's own keys pass, and nothing refused was queued: a stays zero
+    Step.kernel(vadd, { grid: 1, block: 16, args, reads: [a], writes: [a], label: "k" });
+    new ComputeGraph(dev).dispatch(vadd, { grid: 1, block: 16, args, reads: [a], writes: [a] });
+    session.dispatch(vadd, { grid: 1, block: 16, args, reads: [a] });
+    session.dispose();
+    s.synchronize();
+    expect([...a.read(Uint8Array)]).toEqual(new Array(64).fill(0));
   });
 
   test("tensor options", () => {
@@ -80,6 +109,26 @@ describe("a launch names the call and args[i]", () => {
       "CommandEncoder.dispatch: vadd: args[1] is a disposed buffer");
     expectGpuError(() => vadd.launch(s, { grid: 1, block: 16, args: [a, a, bad(new Float32Array(4)), 16] }), Status.INVALID_VALUE,
       "Kernel.launch: vadd: args[2] must be a Buffer, got a Float32Array");
+  });
+});
+
+describe("a buffer disposed after its command was recorded is named by the command and argument", () => {
+  test("an encoder's commit, a schedule's compile, an executable's run", () => {
+    const s = dev.createStream();
+    using a = dev.alloc(64);
+    const b = dev.alloc(64), c = dev.alloc(64), d = dev.alloc(64);
+    const enc = new CommandEncoder(dev).fill(a, 0, { type: "u8" }).dispatch(vadd, { grid: 1, block: 16, args: [a, b, a, 16] });
+    b.dispose();
+    expectGpuError(() => enc.commit(s), Status.INVALID_HANDLE, "CommandEncoder.commit: command 1 (vadd): args[1] is a disposed buffer");
+    const enc2 = new CommandEncoder(dev).copy(a, c);
+    c.dispose();
+    expectGpuError(() => enc2.commit(s), Status.INVALID_HANDLE, "CommandEncoder.commit: command 0 (a copy): its source is a disposed buffer");
+    const sched = new Schedule().addKernel(vadd, { grid: 1, block: 16, args: [a, a, d, 16], label: "sum" });
+    const exec = sched.compile(dev, ExecMode.Stream);
+    d.dispose();
+    expectGpuError(() => sched.compile(dev, ExecMode.Stream), Status.INVALID_HANDLE, "Schedule.compile: step 0 (sum): args[2] is a disposed buffer");
+    expectGpuError(() => exec.run(), Status.INVALID_HANDLE, "Executable.run: command 0 (vadd): args[2] is a disposed buffer");
+    exec.dispose();
   });
 });
 
