@@ -51,6 +51,10 @@ note(`model: ${CFG.nLayer} layers, width ${CFG.nEmbd}, ${CFG.nHead} heads, vocab
 let t0 = performance.now();
 const model = GPT2.load(weightsPath);
 note(`bungpu: loaded and prepared both plans in ${(performance.now() - t0).toFixed(0)} ms; prompt plan ${model.promptPlan.kernels().length} kernels, decode plan ${model.decodePlan.kernels().length} kernels`);
+// The same checkpoint kept in bfloat16 on the device (weights and KV cache; float32 accumulation):
+// half the bytes a decode step reads (GPT2_BENCH_HALF=0 leaves it out).
+const half = process.env.GPT2_BENCH_HALF !== "0" ? GPT2.fromPretrained(weightsPath, { dtype: "bfloat16" }) : null;
+const weightBytes = (m: GPT2) => m.decodePlan.buffers().filter((b) => b.byteLength >= CFG.nEmbd * CFG.nEmbd * 2).reduce((a, b) => a + b.byteLength, 0);
 
 // ---- onnxruntime ---------------------------------------------------------------------------------
 
@@ -125,6 +129,7 @@ if (ort) {
 const B_PROMPT = `bungpu GPT2.prompt (${PROMPT} tokens)`, O_PROMPT = `onnxruntime session.run (${PROMPT} tokens)`;
 const B_STEP = (p: number) => `bungpu GPT2.step at ${p}`, O_STEP = (p: number) => `onnxruntime session.run, 1 token at ${p}`;
 const B_PLAN = (p: number) => `bungpu decode plan alone at ${p}`;
+const H_STEP = (p: number) => `bungpu bfloat16 GPT2.step at ${p}`, H_PROMPT = `bungpu bfloat16 GPT2.prompt (${PROMPT} tokens)`;
 
 const stepGroup = (P: number, past: Past | null, fill: number[]) => {
   group(`decode step, context ${P}`, () => {
@@ -139,6 +144,13 @@ const stepGroup = (P: number, past: Past | null, fill: number[]) => {
         yield () => do_not_optimize(model.step(tok, P));
       });
       bench(B_PLAN(P), () => model.decodePlan.executeWithVars({ P }));
+      if (half) {
+        const h = half;
+        bench(H_STEP(P), function* () {
+          h.prompt(fill);
+          yield () => do_not_optimize(h.step(tok, P));
+        });
+      }
     });
   });
 };
@@ -150,6 +162,7 @@ group(`prompt, ${PROMPT} tokens`, () => {
       bench(O_PROMPT, async () => do_not_optimize((await o.run(prompt)).logits!.data)).baseline(true);
     }
     bench(B_PROMPT, () => do_not_optimize(model.prompt(prompt)));
+    if (half) bench(H_PROMPT, () => do_not_optimize(half.prompt(prompt)));
   });
 });
 stepGroup(PROMPT, ortPast, prompt);
@@ -180,6 +193,22 @@ for (const P of quick ? [PROMPT] : [PROMPT, LONG]) {
   );
 }
 if (agreement) console.log(agreement);
+if (half) {
+  const fb = weightBytes(model), hb = weightBytes(half);
+  for (const P of quick ? [PROMPT] : [PROMPT, LONG]) {
+    const f = get(B_STEP(P)).p50, h = get(H_STEP(P)).p50;
+    console.log(
+      `bfloat16 weights and cache: decode step at ${P} ${us(h)} (${(h / f).toFixed(2)}× float32's ${us(f)}); ` +
+        `the step's matrices ${(hb / 1e6).toFixed(0)} MB read at ${(hb / h).toFixed(1)} GB/s (float32: ${(fb / 1e6).toFixed(0)} MB at ${(fb / f).toFixed(1)} GB/s)`,
+    );
+  }
+  const fp = get(B_PROMPT).p50, hp = get(H_PROMPT).p50;
+  console.log(`bfloat16 prompt (${PROMPT} tokens): ${us(hp)} (${(hp / fp).toFixed(2)}× float32's ${us(fp)})`);
+  const g = half.generate(prompt, GEN);
+  let same = 0;
+  while (same < GEN && g.tokens[same] === ours.tokens[same]) same++;
+  console.log(`bfloat16 against float32 over ${GEN} greedy tokens: ${same === GEN ? "the same tokens" : `the same first ${same}, then different`}`);
+}
 
 // where the time goes, kernel by kernel (each timed by a pair of events: adds overhead), grouped
 // by kernel (one per layer: ×nLayer), with the loop bounds the generated source declares
@@ -210,4 +239,5 @@ profile(`decode step at ${PROMPT}`, () => model.decodePlan.executeWithVarsProfil
 profile(`prompt of ${PROMPT} tokens`, () => model.promptPlan.executeWithVarsProfiled({ T: PROMPT }));
 
 model.dispose();
+half?.dispose();
 await ort?.dispose();

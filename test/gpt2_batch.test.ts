@@ -32,8 +32,8 @@ interface Job {
 }
 
 /** Run `jobs` through one batch, joining each at its step once a slot is free; each one's tokens and logits. */
-function runBatch(jobs: Job[]): { tokens: number[][]; logits: Float32Array[][]; maxActive: number } {
-  using b = model.batch();
+function runBatch(jobs: Job[], m: GPT2 = model): { tokens: number[][]; logits: Float32Array[][]; maxActive: number } {
+  using b = m.batch();
   const tokens: number[][] = jobs.map(() => []), logits: Float32Array[][] = jobs.map(() => []);
   const idOf = new Map<number, number>();
   const record = (k: number, t: BatchToken) => {
@@ -55,9 +55,9 @@ function runBatch(jobs: Job[]): { tokens: number[][]; logits: Float32Array[][]; 
   return { tokens, logits, maxActive };
 }
 
-function expectAlone(jobs: Job[], got: ReturnType<typeof runBatch>): void {
+function expectAlone(jobs: Job[], got: ReturnType<typeof runBatch>, m: GPT2 = model): void {
   jobs.forEach((j, k) => {
-    const alone = model.generate(j.prompt, j.opts);
+    const alone = m.generate(j.prompt, j.opts);
     const n = j.leaveAfter ?? alone.tokens.length;
     expect(got.tokens[k]).toEqual(alone.tokens.slice(0, n));
     for (let i = 0; i < n; i++) expectWithin(got.logits[k]![i]!, alone.logits[i]!, TOL);
@@ -77,6 +77,23 @@ describe("GPT2.batch: continuous batching", () => {
     expect(compileStats.compilerRuns).toBe(runs);
     expect(got.maxActive).toBe(3);
     expectAlone(jobs, got);
+  });
+
+  test("a bfloat16 model (weights and every slot's KV cache in bfloat16): each sequence gets generate()'s tokens", () => {
+    using half = GPT2.fromTensors(CFG, w, { device: dev, dtype: "bfloat16", batch: { slots: 3, context: 20 } });
+    expect(half.dtype).toBe("bfloat16");
+    const jobs: Job[] = [
+      { prompt: [1, 2, 3], opts: { maxNewTokens: 9, stop: [] }, at: 0 },
+      { prompt: [50, 51], opts: { maxNewTokens: 12, stop: [] }, at: 1 },
+      { prompt: [7, 8, 9, 10], opts: { maxNewTokens: 6, stop: [] }, at: 2 },
+    ];
+    const got = runBatch(jobs, half);
+    expectAlone(jobs, got, half);
+    // and the half model is not the float32 one: its logits differ by about bfloat16's rounding
+    const a = half.generate([1, 2, 3], { maxNewTokens: 1, stop: [] }).logits[0]!, b = model.generate([1, 2, 3], { maxNewTokens: 1, stop: [] }).logits[0]!;
+    const worst = a.reduce((m, v, i) => Math.max(m, Math.abs(v - b[i]!)), 0);
+    expect(worst).toBeGreaterThan(1e-6);
+    expect(worst).toBeLessThan(0.25);
   });
 
   test("joining mid-way, leaving early, finishing at different steps and reusing freed slots changes nobody's tokens", () => {

@@ -104,7 +104,12 @@ describe("GPT2.fromPretrained", () => {
     expectWithin(lastLogits(m, PROMPT), refLogits(wt, c, PROMPT), 1e-4);
   });
 
-  test("float16 and bfloat16 checkpoints load (upcast to float32): logits of the rounded weights", () => {
+  // A half checkpoint stays in half on the device: its matrices and the KV cache keep the
+  // checkpoint's dtype, kernels convert as they load and accumulate in float32. So the prompt's
+  // logits are those of the rounded weights computed in float32 (float64 reference within 1e-4),
+  // while decode steps read keys and values rounded to the half dtype: their logits are within
+  // that rounding of the reference. { dtype: "float32" } upcasts: then steps match within 1e-4.
+  test("float16 and bfloat16 checkpoints are kept and computed in half: weights and KV cache half, logits of the rounded weights", () => {
     for (const dtype of ["float16", "bfloat16"] as const) {
       const path = join(dir, `half-${dtype}`);
       mkdirSync(path, { recursive: true });
@@ -122,9 +127,56 @@ describe("GPT2.fromPretrained", () => {
         if (dtype === "float16") rounded[n] = Float32Array.from(t.toArray("float16") as ArrayLike<number>);
         else rounded[n] = new Float32Array(Uint32Array.from(t.toArray("bfloat16"), (b) => b << 16).buffer);
       }
-      using m = GPT2.fromPretrained(path, { device: dev });
-      expectWithin(lastLogits(m, PROMPT), refLogits(rounded, cfg, PROMPT), 1e-4);
+      const steps = 4;
+      const ref = refGenerate(rounded, cfg, PROMPT, steps + 1);
+      {
+        using m = GPT2.fromPretrained(path, { device: dev });
+        expect(m.dtype).toBe(dtype);
+        expectWithin(lastLogits(m, PROMPT), refLogits(rounded, cfg, PROMPT), 1e-4);
+        // decode steps read the half cache: within the half dtype's rounding of the keys and values
+        let P = PROMPT.length, worst = 0;
+        for (let k = 0; k < steps; k++, P++) {
+          const got = m.step(ref.tokens[k]!, P), want = ref.logits[k + 1]!;
+          for (let j = 0; j < want.length; j++) worst = Math.max(worst, Math.abs(got[j]! - want[j]!));
+        }
+        const unit = dtype === "float16" ? 2 ** -11 : 2 ** -8;
+        expect(worst).toBeLessThan(64 * unit);
+        expect(worst).toBeGreaterThan(1e-6); // the cache really is half: exact float32 steps would be closer
+      }
+      {
+        using m = GPT2.fromPretrained(path, { device: dev, dtype: "float32" });
+        expect(m.dtype).toBe("float32");
+        m.logits(PROMPT);
+        let P = PROMPT.length;
+        for (let k = 0; k < steps; k++, P++) expectWithin(m.step(ref.tokens[k]!, P), ref.logits[k + 1]!, 1e-4);
+      }
     }
+  });
+
+  test("a float32 checkpoint computed in half ({ dtype }): the matrices on the device take 2 bytes a value, greedy tokens as float32's", () => {
+    const shapes = gpt2Shapes(cfg);
+    const tensors: Record<string, Tensor> = {};
+    for (const [n, a] of Object.entries(w)) tensors[n] = Tensor.from(a, shapes[n]!);
+    using m32 = GPT2.fromTensors(cfg, tensors, { device: dev });
+    using mb = GPT2.fromTensors(cfg, tensors, { device: dev, dtype: "bfloat16" });
+    expect(m32.dtype).toBe("float32");
+    expect(mb.dtype).toBe("bfloat16");
+    // the float32 model reads the caller's tensor; the bfloat16 one its own converted copy, half the bytes
+    const fc = tensors["h.0.mlp.c_fc.weight"]!;
+    expect(m32.promptPlan.buffer(fc.node.id)!.byteLength).toBe(shapes["h.0.mlp.c_fc.weight"]!.reduce((a, b) => a * b) * 4);
+    expect(mb.promptPlan.buffer(fc.node.id)).toBeUndefined();
+    const total = (m: GPT2) => m.promptPlan.buffers().reduce((a, b) => a + b.byteLength, 0);
+    const matrices = Object.entries(shapes).filter(([n]) => /^(wte|wpe|lm_head)$|\.(c_attn|c_proj|c_fc)\.weight$/.test(n)).reduce((a, [, sh]) => a + sh[0]! * sh[1]!, 0);
+    // the bfloat16 prompt plan holds 2 bytes less per matrix value and per key and value it outputs
+    expect(total(m32) - total(mb)).toBe(matrices * 2 + cfg.nLayer * 2 * cfg.nCtx * cfg.nEmbd * 2);
+    const g32 = m32.generate(PROMPT, 6), gb = mb.generate(PROMPT, 6);
+    expect(gb.tokens.length).toBe(6);
+    // bfloat16 weights move logits by about their rounding (2^-8 relative): close to float32's, not equal
+    let worst = 0;
+    for (let j = 0; j < g32.logits[0]!.length; j++) worst = Math.max(worst, Math.abs(gb.logits[0]![j]! - g32.logits[0]![j]!));
+    expect(worst).toBeGreaterThan(1e-6);
+    expect(worst).toBeLessThan(0.25);
+    expectGpuError(() => GPT2.fromTensors(cfg, tensors, { device: dev, dtype: "int8" as never }), Status.INVALID_VALUE, "dtype must be one of");
   });
 
   test("other activations and unscaled attention follow the config", () => {

@@ -7,8 +7,11 @@
 // n_inner, activation_function, tie_word_embeddings, scale_attn_weights,
 // scale_attn_by_inverse_layer_idx), and one that would make it another model is refused
 // (add_cross_attention, another model_type, an activation not implemented), so a checkpoint that
-// differs never gives silently wrong numbers. Half-precision checkpoints load upcast to float32
-// (computing in half is not done yet).
+// differs never gives silently wrong numbers. A float16 or bfloat16 checkpoint stays in half: its
+// weight matrices (embeddings, the four projections of each block, the head) and the KV cache are
+// kept in the checkpoint's dtype on the device and read as such by every kernel, which converts as
+// it loads and accumulates in float32 (as GPU tensor cores do); layer-norm parameters and biases,
+// a few kilobytes, are float32. `{ dtype }` picks another storage dtype (float32 upcasts).
 //
 // Inside, the names are GPT-2's without prefixes: wte, wpe, h.{i}.ln_1, h.{i}.attn.c_attn / c_proj
 // in Conv1D layout [in, out], h.{i}.ln_2, h.{i}.mlp.c_fc / c_proj, ln_f, and lm_head [vocab, embd]
@@ -209,8 +212,21 @@ export interface Generation {
   stepMs: number[];
 }
 
+/** The dtypes a model keeps its weight matrices and KV cache in. */
+export type GPT2DType = "float32" | "float16" | "bfloat16";
+const GPT2_DTYPES: readonly GPT2DType[] = ["float32", "float16", "bfloat16"];
+
+/** Whether `name` (a model name) is one of the weight matrices kept in the model's dtype. */
+const isMatrix = (name: string) => name === "wte" || name === "wpe" || name === "lm_head" || /\.(c_attn|c_proj|c_fc)\.weight$/.test(name);
+
 /** Options of a model's load: prepare()'s (device, fusion, ...) and the batched decode plan's. */
 export interface GPT2Options extends PrepareOptions {
+  /**
+   * The dtype the weight matrices and the KV cache are kept in on the device (default: the
+   * checkpoint's, that of its token embedding; float32 for weights given as Float32Arrays).
+   * Half dtypes halve the bytes each decode step reads; products accumulate in float32.
+   */
+  dtype?: GPT2DType | undefined;
   /**
    * Also prepare the batched decode plan model.batch() runs (continuous batching): `slots`
    * sequences at most decoded together, each with a KV cache of `context` positions (default
@@ -258,6 +274,10 @@ function checkpointFiles(call: string, path: string): { config: unknown; files: 
 
 export class GPT2 {
   readonly config: GPT2Config;
+  /** The dtype of the weight matrices and the KV cache on the device (see GPT2Options.dtype). */
+  readonly dtype: GPT2DType;
+  /** Bytes of one position's keys (or values) in the cache. */
+  readonly #kvRowBytes: number;
   /** How many plans this model prepared (the prompt plan, the decode plan, and the batched decode plan if asked for). */
   readonly prepares: number;
   readonly promptPlan: ExecutionPlan;
@@ -316,8 +336,8 @@ export class GPT2 {
 
   /**
    * A model from weights in memory: `tensors` by name (the model's names or transformers', see
-   * gpt2Name), each a Tensor or a Float32Array of the right size. Float16 and bfloat16 tensors are
-   * upcast to float32.
+   * gpt2Name), each a Tensor or a Float32Array of the right size. The weight matrices are kept in
+   * `opts.dtype` (default: the token embedding's dtype), the other parameters in float32.
    */
   static fromTensors(config: GPT2Config, tensors: Readonly<Record<string, Tensor | Float32Array>>, opts: GPT2Options = {}, where = "tensors"): GPT2 {
     const call = "GPT2.fromTensors";
@@ -325,6 +345,10 @@ export class GPT2 {
     checkBatch(call, config, opts?.batch);
     if (tensors === null || typeof tensors !== "object") invalid(call, `tensors must be an object of Tensors by name, got ${describeGot(tensors)}`);
     const shapes = gpt2Shapes(config);
+    if (opts?.dtype !== undefined && !GPT2_DTYPES.includes(opts.dtype)) invalid(call, `dtype must be one of ${GPT2_DTYPES.join(", ")}, got ${describeGot(opts.dtype)}`);
+    const embedding = Object.entries(tensors).find(([n]) => gpt2Name(n) === "wte")?.[1];
+    const dt: GPT2DType = opts?.dtype ?? (embedding instanceof Tensor && (embedding.dtype === "float16" || embedding.dtype === "bfloat16") ? embedding.dtype : "float32");
+    const place = opts?.device ? { device: opts.device } : {};
     const w: Record<string, Tensor> = {};
     for (const [name, t] of Object.entries(tensors)) {
       const n = gpt2Name(name);
@@ -339,14 +363,16 @@ export class GPT2 {
         x = Tensor.from(t, shape);
       } else if (t instanceof Tensor) {
         if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) invalid(call, `${where}: ${name} is [${t.shape.join(", ")}], expected [${shape.join(", ")}]`);
-        if (t.dtype === "float16" || t.dtype === "bfloat16") x = t.float().realize(opts.device ? { device: opts.device } : {}); // upcast once, here
-        else if (t.dtype === "float32") x = t;
-        else invalid(call, `${where}: ${name} is ${t.dtype}; weights must be float32, float16 or bfloat16`);
+        if (!GPT2_DTYPES.includes(t.dtype as GPT2DType)) invalid(call, `${where}: ${name} is ${t.dtype}; weights must be float32, float16 or bfloat16`);
+        x = t;
       } else invalid(call, `${where}: ${name} must be a Tensor or a Float32Array, got ${describeGot(t)}`);
+      // Matrices in the model's dtype, the rest in float32: converted once, here, on the device.
+      const want = isMatrix(n) ? dt : "float32";
+      if (x.dtype !== want) x = x.cast(want).realize(place);
       w[n] = x;
     }
     for (const n of Object.keys(shapes)) if (!w[n]) invalid(call, `${where}: no tensor ${JSON.stringify(n)} (transformers: ${JSON.stringify(n === "wte" || n === "wpe" ? `transformer.${n}.weight` : n === "lm_head" ? "lm_head.weight" : `transformer.${n}`)})`);
-    return new GPT2(config, w, opts);
+    return new GPT2(config, w, { ...opts, dtype: dt });
   }
 
   /**
@@ -360,7 +386,16 @@ export class GPT2 {
 
   private constructor(cfg: GPT2Config, w: Record<string, Tensor>, gopts: GPT2Options) {
     this.config = cfg;
-    const { batch, ...opts } = gopts ?? {};
+    const { batch, dtype, ...opts } = gopts ?? {};
+    const dt = (this.dtype = dtype ?? "float32");
+    this.#kvRowBytes = cfg.nEmbd * (dt === "float32" ? 4 : 2);
+    // A weight matrix as the kernels read it: converted to float32 as it is loaded (the cast fuses
+    // into the kernel that reads it; the device keeps the half copy only).
+    const m = (n: string) => (w[n]!.dtype === "float32" ? w[n]! : w[n]!.float());
+    // Keys and values as the cache keeps them, and back.
+    const store = (t: Tensor) => (dt === "float32" ? t : t.cast(dt));
+    const load = (t: Tensor) => (dt === "float32" ? t : t.float());
+    const zeros = (n: number, shape: number[], name: string) => Tensor.from(new Float32Array(n), shape, { name, dtype: dt });
     const { nLayer: L, nEmbd: C, nHead: H, nCtx } = cfg;
     const D = C / H;
     // Each LayerNorm's output gets its own buffer: left fused into the matmul that reads it, the
@@ -368,7 +403,7 @@ export class GPT2 {
     // slower that way on a 2-core CPU; the decode step about the same).
     const eps = cfg.layerNormEpsilon ?? 1e-5;
     const ln = (x: Tensor, p: string) => x.layerNorm({ weight: w[`${p}.weight`]!, bias: w[`${p}.bias`]!, eps }).contiguous();
-    const lin = (x: Tensor, p: string) => x.matmul(w[`${p}.weight`]!).add(w[`${p}.bias`]!);
+    const lin = (x: Tensor, p: string) => x.matmul(m(`${p}.weight`)).add(w[`${p}.bias`]!);
     const act = (x: Tensor): Tensor => {
       switch (cfg.activation ?? "gelu_new") {
         case "gelu_new": case "gelu_pytorch_tanh": case "gelu_fast": return x.gelu("tanh");
@@ -378,7 +413,7 @@ export class GPT2 {
       }
     };
     const mlp = (x: Tensor, i: number) => lin(act(lin(ln(x, `h.${i}.ln_2`), `h.${i}.mlp.c_fc`)), `h.${i}.mlp.c_proj`);
-    const headW = cfg.tieWordEmbeddings === false ? w["lm_head"]! : w["wte"]!;
+    const headW = m(cfg.tieWordEmbeddings === false ? "lm_head" : "wte");
     const head = (x: Tensor) => ln(x, "ln_f").matmul(headW.transpose(0, 1));
     // Attention scores' scale per layer: 1/√D unless scale_attn_weights is off, and 1/(i + 1) more
     // with scale_attn_by_inverse_layer_idx.
@@ -387,7 +422,8 @@ export class GPT2 {
     // The prompt: tokens[0, T), causal self-attention.
     const T = new Variable("T", 1, nCtx).bind(1);
     this.#tokens = Tensor.from(new Int32Array(nCtx), [nCtx], { name: "tokens" });
-    let x = w["wte"]!.indexSelect(0, this.#tokens.shrink([[0, T]])).add(w["wpe"]!.shrink([[0, T], null])); // [T, C]
+    const rows = (n: string, idx: Tensor) => load(w[n]!.indexSelect(0, idx)); // embedding rows, converted after the gather
+    let x = rows("wte", this.#tokens.shrink([[0, T]])).add(load(w["wpe"]!.shrink([[0, T], null]))); // [T, C]
     const promptOuts: Tensor[] = [];
     for (let i = 0; i < L; i++) {
       const qkv = lin(ln(x, `h.${i}.ln_1`), `h.${i}.attn.c_attn`); // [T, 3C]
@@ -397,7 +433,7 @@ export class GPT2 {
       const a = heads(q).scaledDotProductAttention(heads(k), heads(v), { isCausal: true, scale: scaleOf(i) }).permute([1, 0, 2]).reshape([T, C]);
       x = x.add(lin(a, `h.${i}.attn.c_proj`));
       x = x.add(mlp(x, i));
-      promptOuts.push(k, v);
+      promptOuts.push(store(k), store(v));
     }
     // The weights are constants: both plans share one device copy of them.
     const shared: PrepareOptions = { ...opts, constants: Object.values(w) };
@@ -407,18 +443,18 @@ export class GPT2 {
     const P = new Variable("P", 1, nCtx - 1).bind(1);
     this.#token = Tensor.from(new Int32Array(1), [1], { name: "token" });
     const pos = Tensor.fromDims([P]).reshape([1]);
-    let y = w["wte"]!.indexSelect(0, this.#token).add(w["wpe"]!.indexSelect(0, pos)); // [1, C]
+    let y = rows("wte", this.#token).add(rows("wpe", pos)); // [1, C]
     const stepOuts: Tensor[] = [];
     for (let i = 0; i < L; i++) {
-      const kc = Tensor.from(new Float32Array(nCtx * C), [nCtx, H, D], { name: `cache.${i}.k` });
-      const vc = Tensor.from(new Float32Array(nCtx * C), [nCtx, H, D], { name: `cache.${i}.v` });
+      const kc = zeros(nCtx * C, [nCtx, H, D], `cache.${i}.k`);
+      const vc = zeros(nCtx * C, [nCtx, H, D], `cache.${i}.v`);
       this.#kCache.push(kc);
       this.#vCache.push(vc);
       const qkv = lin(ln(y, `h.${i}.ln_1`), `h.${i}.attn.c_attn`); // [1, 3C]
       const part = (j: number) => qkv.shrink([null, [j * C, (j + 1) * C]]);
       const [q, kn, vn] = [part(0).reshape([H, 1, D]), part(1), part(2)];
-      const K = kc.shrink([[0, P], null, null]).permute([1, 2, 0]); // [H, D, P]
-      const V = vc.shrink([[0, P], null, null]).permute([1, 0, 2]); // [H, P, D]
+      const K = load(kc.shrink([[0, P], null, null])).permute([1, 2, 0]); // [H, D, P]
+      const V = load(vc.shrink([[0, P], null, null])).permute([1, 0, 2]); // [H, P, D]
       const sc = q.matmul(K).mul(scaleOf(i)); // [H, 1, P]: the cached positions
       const sn = q.mul(kn.reshape([H, 1, D])).sum(-1, true).mul(scaleOf(i)); // [H, 1, 1]: the token itself
       const m = sc.max(-1, true).maximum(sn);
@@ -426,7 +462,7 @@ export class GPT2 {
       const o = ec.matmul(V).add(en.mul(vn.reshape([H, 1, D]))).div(ec.sum(-1, true).add(en)); // [H, 1, D]
       y = y.add(lin(o.reshape([1, C]), `h.${i}.attn.c_proj`));
       y = y.add(mlp(y, i));
-      stepOuts.push(kn, vn);
+      stepOuts.push(store(kn), store(vn));
     }
     this.decodePlan = Tensor.prepareBatch([head(y), ...stepOuts], shared);
     this.prepares = 2;
@@ -444,19 +480,19 @@ export class GPT2 {
     this.#bTokens = Tensor.from(new Int32Array(S), [S], { name: "batch.tokens" });
     this.#bPos = Tensor.from(new Int32Array(S), [S], { name: "batch.pos" });
     const bpos = this.#bPos.shrink([[0, B]]);
-    let z = w["wte"]!.indexSelect(0, this.#bTokens.shrink([[0, B]])).add(w["wpe"]!.indexSelect(0, bpos)); // [B, C]
+    let z = rows("wte", this.#bTokens.shrink([[0, B]])).add(rows("wpe", bpos)); // [B, C]
     const seen = Tensor.arange(PB).reshape([1, 1, 1, PB]).cmplt(bpos.reshape([B, 1, 1, 1])); // [B, 1, 1, P]: position < the row's
     const batchOuts: Tensor[] = [];
     for (let i = 0; i < L; i++) {
-      const kc = Tensor.from(new Float32Array(S * ctx * C), [S, ctx, H, D], { name: `batch.cache.${i}.k` });
-      const vc = Tensor.from(new Float32Array(S * ctx * C), [S, ctx, H, D], { name: `batch.cache.${i}.v` });
+      const kc = zeros(S * ctx * C, [S, ctx, H, D], `batch.cache.${i}.k`);
+      const vc = zeros(S * ctx * C, [S, ctx, H, D], `batch.cache.${i}.v`);
       this.#bK.push(kc);
       this.#bV.push(vc);
       const qkv = lin(ln(z, `h.${i}.ln_1`), `h.${i}.attn.c_attn`); // [B, 3C]
       const part = (j: number) => qkv.shrink([null, [j * C, (j + 1) * C]]);
       const [q, kn, vn] = [part(0).reshape([B, H, 1, D]), part(1), part(2)];
-      const K = kc.shrink([[0, B], [0, PB], null, null]).permute([0, 2, 3, 1]); // [B, H, D, P]
-      const V = vc.shrink([[0, B], [0, PB], null, null]).permute([0, 2, 1, 3]); // [B, H, P, D]
+      const K = load(kc.shrink([[0, B], [0, PB], null, null])).permute([0, 2, 3, 1]); // [B, H, D, P]
+      const V = load(vc.shrink([[0, B], [0, PB], null, null])).permute([0, 2, 1, 3]); // [B, H, P, D]
       const sc = seen.where(q.matmul(K).mul(scaleOf(i)), -1e30); // [B, H, 1, P]
       const sn = q.mul(kn.reshape([B, H, 1, D])).sum(-1, true).mul(scaleOf(i)); // [B, H, 1, 1]
       const m = sc.max(-1, true).maximum(sn);
@@ -464,7 +500,7 @@ export class GPT2 {
       const o = ec.matmul(V).add(en.mul(vn.reshape([B, H, 1, D]))).div(ec.sum(-1, true).add(en)); // [B, H, 1, D]
       z = z.add(lin(o.reshape([B, C]), `h.${i}.attn.c_proj`));
       z = z.add(mlp(z, i));
-      batchOuts.push(kn, vn);
+      batchOuts.push(store(kn), store(vn));
     }
     this.batchPlan = Tensor.prepareBatch([head(z), ...batchOuts], shared);
     this.batchSlots = S;
@@ -478,7 +514,7 @@ export class GPT2 {
    */
   /** Queue the copies of `plan`'s new keys and values into cache rows [at, at + rows) behind its run (default stream). */
   #fillCache(plan: ExecutionPlan, rows: number, at: number): void {
-    const dp = this.decodePlan, rowBytes = this.config.nEmbd * 4, enc = this.#copies;
+    const dp = this.decodePlan, rowBytes = this.#kvRowBytes, enc = this.#copies;
     for (let i = 0; i < this.config.nLayer; i++) {
       enc.copy(dp.buffer(this.#kCache[i]!.node.id)!, plan.outputBufferAt(1 + 2 * i)!, { dstOffset: at * rowBytes, bytes: rows * rowBytes });
       enc.copy(dp.buffer(this.#vCache[i]!.node.id)!, plan.outputBufferAt(2 + 2 * i)!, { dstOffset: at * rowBytes, bytes: rows * rowBytes });
@@ -593,6 +629,7 @@ export class GPT2 {
         return pp;
       },
       copies: this.#copies,
+      kvRowBytes: this.#kvRowBytes,
     });
     this.#openBatch = b;
     return b;

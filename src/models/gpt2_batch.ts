@@ -32,6 +32,8 @@ export interface BatchParts {
   /** Run the prompt plan over `tokens`; the plan, its outputs ready. */
   prompt(tokens: readonly number[]): ExecutionPlan;
   copies: CommandEncoder;
+  /** Bytes of one position's keys (or values) in a cache: nEmbd × the cache dtype's size. */
+  kvRowBytes: number;
 }
 
 interface BatchSeq {
@@ -108,7 +110,7 @@ export class GPT2Batch {
   /** Copy rows [0, rows) of every layer's key and value from `src` (outputs 1 + 2i, 2 + 2i, row `from`) into slot `row` at position `at`. */
   #copyKV(src: ExecutionPlan | null, from: number, row: number, at: number, rows: number): void {
     const { config, k, v, copies, context } = this.#p;
-    const rb = config.nEmbd * 4;
+    const rb = this.#p.kvRowBytes;
     for (let i = 0; i < config.nLayer; i++) {
       const sk = src ? src.outputBufferAt(1 + 2 * i)! : k[i]!, sv = src ? src.outputBufferAt(2 + 2 * i)! : v[i]!;
       const srcOffset = src ? from * rb : from * context * rb;

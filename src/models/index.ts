@@ -9,6 +9,7 @@ export {
   writeRandomGPT2,
   type FromPretrainedOptions,
   type GPT2Options,
+  type GPT2DType,
   type Generation,
   type GPT2Activation,
   type GPT2Config,
