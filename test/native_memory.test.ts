@@ -53,6 +53,18 @@ test("disposing a Device object frees its buffers and host buffers while another
   expect(out.liveEnd).toBe(0);
 }, 60_000);
 
+test("RSS follows the budget: 600 forgotten 8 MiB buffers and 300 host buffers grow RSS by at most the budget plus a margin", () => {
+  const out = run("rss");
+  expect(out.budget).toBe(256 * MiB);
+  expect(out.collections).toBeGreaterThan(0);
+  expect(out.peakLive).toBeLessThanOrEqual(256 * MiB);
+  // the margin is the JavaScript heap and the collector's own growth; before, freed blocks stayed
+  // in malloc's heap and RSS grew 310-420 MB
+  const limit = 256 * MiB + 40 * MiB;
+  expect(out.rssGrowthDevice).toBeLessThanOrEqual(limit);
+  expect(out.rssGrowthHost).toBeLessThanOrEqual(limit);
+}, 120_000);
+
 test("OUT_OF_MEMORY after a collection and retry is a GpuError; setMemoryBudget validates", () => {
   const out = run("oom");
   expect(out).toEqual({ thrown: "GpuError", collected: true, live: 0, badBudget: "GpuError", budget: 64 * MiB });

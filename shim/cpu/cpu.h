@@ -2,6 +2,8 @@
  * cpu/cpu.h: what the files of the CPU backend share.
  *
  * From the bottom up; each file calls only files above it in this list:
+ *  hostmem.c the host memory behind allocations: large blocks mapped and unmapped directly (their
+ *            pages go back to the system at free), small ones from malloc.
  *  pool.c    the per-device kernel thread pool: running a launch's blocks (cpu_kernel_run),
  *            and checked mode's fault handling.
  *  event.c   what an event is underneath: references, a record reached, waiting for one;
@@ -114,8 +116,9 @@ enum {
 /* Something freed once every stream has finished the work queued before the free. */
 typedef struct cpu_deferred {
   _Atomic int32_t refs;
-  void (*fn)(void*);
+  void (*fn)(void*); /* NULL: cpu_memory_free(arg, bytes) (cpu_defer_memory) */
   void* arg;
+  uint64_t bytes;
 } cpu_deferred;
 
 /* One queued (or captured) operation. Owns what it points to: heap args, event references,
@@ -187,7 +190,17 @@ typedef struct cpu_table {
 
 int cpu_table_put(cpu_table* t, uint64_t k, uint64_t v); /* 0 ok, -1 out of memory */
 int cpu_table_del(cpu_table* t, uint64_t k);             /* 1 removed, 0 absent */
-void cpu_table_free_all(cpu_table* t, int free_keys);    /* free(key) for each live key */
+void cpu_table_free_all(cpu_table* t, int free_keys);    /* cpu_memory_free(key, value) for each live key */
+
+/* ---- host memory (hostmem.c) ------------------------------------------------------------- */
+/* Blocks of at least this many bytes are mmap'ed (glibc's own initial mmap threshold), so their
+ * pages go back to the system at free whatever malloc's dynamic threshold has become. */
+#define CPU_MAP_MIN ((uint64_t)128 << 10)
+size_t cpu_page_size(void);
+/* 64-byte-aligned host memory (page-aligned when mapped); NULL when out of memory. */
+void* cpu_memory_alloc(uint64_t bytes);
+/* Give back a block of cpu_memory_alloc; `bytes` is the size it was allocated with. */
+void cpu_memory_free(void* p, uint64_t bytes);
 
 /* ---- kernel thread pool ------------------------------------------------------------------ */
 typedef struct cpu_pool_thread {
@@ -473,6 +486,8 @@ void cpu_legacy_wait_host(cpu_device* d);
 void cpu_device_wait_all(cpu_device* d); /* wait for every stream's queued work */
 /* Call fn(arg) once every stream has finished the work queued so far; never blocks. */
 void cpu_defer(cpu_device* d, void (*fn)(void*), void* arg);
+/* The same for cpu_memory_free(p, bytes): a block of cpu_memory_alloc given back. */
+void cpu_defer_memory(cpu_device* d, void* p, uint64_t bytes);
 void cpu_deferred_release(cpu_deferred* df);
 
 /* pool_mem.c */

@@ -1,6 +1,7 @@
 /*
- * cpu/device.c: the CPU device. Memory is 64-byte-aligned host memory whose device address is
- * its host address; live allocations are tracked so a bad free is an error, not a crash.
+ * cpu/device.c: the CPU device. Memory is 64-byte-aligned host memory (hostmem.c) whose device
+ * address is its host address; live allocations are tracked with their sizes so a bad free is an
+ * error, not a crash, and a large block is unmapped whole at its free.
  */
 #include "cpu.h"
 
@@ -88,7 +89,7 @@ static int cpu_table_get(cpu_table* t, uint64_t k, uint64_t* v) {
 void cpu_table_free_all(cpu_table* t, int free_keys) {
   if (free_keys)
     for (size_t i = 0; i < t->cap; i++)
-      if (t->keys[i] > 1) free((void*)(uintptr_t)t->keys[i]);
+      if (t->keys[i] > 1) cpu_memory_free((void*)(uintptr_t)t->keys[i], t->vals[i]);
   free(t->keys);
   free(t->vals);
   memset(t, 0, sizeof *t);
@@ -201,17 +202,8 @@ int cpu_checked_mode(void) {
 /* Checked mode's device allocations: [guard page][data pages][guard page], both guards
  * PROT_NONE. The pointer is placed so that its size rounded up to 64 bytes ends at the back
  * guard: a write past the (64-byte-rounded) end, or far before the start, faults at once. */
-static size_t page_size(void) {
-  static size_t ps;
-  if (!ps) {
-    long v = sysconf(_SC_PAGESIZE);
-    ps = v > 0 ? (size_t)v : 4096;
-  }
-  return ps;
-}
-
 static void guarded_geometry(uint64_t bytes, size_t* used, size_t* data) {
-  size_t ps = page_size();
+  size_t ps = cpu_page_size();
   size_t u = (size_t)((bytes + 63) / 64 * 64);
   if (u == 0) u = 64;
   *used = u;
@@ -219,7 +211,7 @@ static void guarded_geometry(uint64_t bytes, size_t* used, size_t* data) {
 }
 
 static void* guarded_alloc(uint64_t bytes) {
-  size_t ps = page_size();
+  size_t ps = cpu_page_size();
   if (bytes > (uint64_t)SIZE_MAX / 2) return NULL;
   size_t used, data;
   guarded_geometry(bytes, &used, &data);
@@ -234,7 +226,7 @@ static void* guarded_alloc(uint64_t bytes) {
 }
 
 static void guarded_free(void* p, uint64_t bytes) {
-  size_t ps = page_size();
+  size_t ps = cpu_page_size();
   size_t used, data;
   guarded_geometry(bytes, &used, &data);
   char* base = (char*)p - (data - used) - ps;
@@ -390,7 +382,7 @@ static int32_t cpu_mem_alloc(bg_device* dev, uint64_t bytes, bg_devptr* out) {
   cpu_device* d = (cpu_device*)dev;
   int32_t rc = cpu_capture_guard(d, "bg_mem_alloc");
   if (rc) return rc;
-  void* p = d->checked ? guarded_alloc(bytes) : aligned(bytes, 64);
+  void* p = d->checked ? guarded_alloc(bytes) : cpu_memory_alloc(bytes);
   if (!p)
     return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_mem_alloc: cannot allocate %llu bytes",
                         (unsigned long long)bytes);
@@ -399,7 +391,7 @@ static int32_t cpu_mem_alloc(bg_device* dev, uint64_t bytes, bg_devptr* out) {
   pthread_mutex_unlock(&d->mem_mu);
   if (bad) {
     if (d->checked) guarded_free(p, bytes);
-    else free(p);
+    else cpu_memory_free(p, bytes);
     return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_mem_alloc: out of host memory for the table");
   }
   *out = (bg_devptr)(uintptr_t)p;
@@ -418,7 +410,7 @@ static int32_t cpu_mem_free(bg_device* dev, bg_devptr p) {
   }
   pthread_mutex_lock(&d->mem_mu);
   uint64_t bytes = 0;
-  int found = d->checked ? cpu_table_get(&d->dmem, p, &bytes) : 1;
+  int found = cpu_table_get(&d->dmem, p, &bytes);
   if (found) found = cpu_table_del(&d->dmem, p);
   pthread_mutex_unlock(&d->mem_mu);
   if (!found) {
@@ -433,7 +425,7 @@ static int32_t cpu_mem_free(bg_device* dev, bg_devptr p) {
     g->bytes = bytes;
     cpu_defer(d, guarded_release, g);
   } else {
-    cpu_defer(d, free, (void*)(uintptr_t)p);
+    cpu_defer_memory(d, (void*)(uintptr_t)p, bytes);
   }
   return BG_OK;
 }
@@ -444,7 +436,7 @@ static int32_t cpu_host_alloc(bg_device* dev, uint64_t bytes, uint32_t flags, vo
   cpu_device* d = (cpu_device*)dev;
   int32_t rc = cpu_capture_guard(d, "bg_host_alloc");
   if (rc) return rc;
-  void* p = aligned(bytes, 64);
+  void* p = cpu_memory_alloc(bytes);
   if (!p)
     return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_host_alloc: cannot allocate %llu bytes",
                         (unsigned long long)bytes);
@@ -452,7 +444,7 @@ static int32_t cpu_host_alloc(bg_device* dev, uint64_t bytes, uint32_t flags, vo
   int bad = cpu_table_put(&d->hmem, (uint64_t)(uintptr_t)p, bytes);
   pthread_mutex_unlock(&d->mem_mu);
   if (bad) {
-    free(p);
+    cpu_memory_free(p, bytes);
     return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_host_alloc: out of host memory for the table");
   }
   *host = p;
@@ -463,12 +455,14 @@ static int32_t cpu_host_alloc(bg_device* dev, uint64_t bytes, uint32_t flags, vo
 static int32_t cpu_host_free(bg_device* dev, void* host) {
   cpu_device* d = (cpu_device*)dev;
   pthread_mutex_lock(&d->mem_mu);
-  int found = cpu_table_del(&d->hmem, (uint64_t)(uintptr_t)host);
+  uint64_t bytes = 0;
+  int found = cpu_table_get(&d->hmem, (uint64_t)(uintptr_t)host, &bytes);
+  if (found) found = cpu_table_del(&d->hmem, (uint64_t)(uintptr_t)host);
   pthread_mutex_unlock(&d->mem_mu);
   if (!found)
     return bg_set_error(BG_ERR_INVALID_VALUE,
                         "bg_host_free: %p is not a live host allocation of this device", host);
-  cpu_defer(d, free, host);
+  cpu_defer_memory(d, host, bytes);
   return BG_OK;
 }
 

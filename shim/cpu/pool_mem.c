@@ -56,7 +56,8 @@ struct cpu_gmem {
 static uint64_t round_up(uint64_t n) {
   return (n + BG_MEMPOOL_GRANULE - 1) / BG_MEMPOOL_GRANULE * BG_MEMPOOL_GRANULE;
 }
-static uint32_t bucket(uint64_t a) { return (uint32_t)((a >> 8) % CPU_PBUCKETS); }
+/* multiplicative hash: large blocks are page-aligned, so the low address bits carry nothing */
+static uint32_t bucket(uint64_t a) { return (uint32_t)(((a >> 8) * 0x9E3779B97F4A7C15ull) >> 56) % CPU_PBUCKETS; }
 
 /* ---- the device's block table (under pmem_mu) ------------------------------------------------ */
 static cpu_block* find(cpu_device* d, uint64_t a) {
@@ -96,7 +97,7 @@ static void release_block(cpu_mempool* p, cpu_block* b) {
   unhash(p->dev, b);
   note(p, -(int64_t)b->size, 0);
   if (b->fs) cpu_stream_release(b->fs);
-  free((void*)(uintptr_t)b->addr);
+  cpu_memory_free((void*)(uintptr_t)b->addr, b->size);
   free(b);
 }
 
@@ -129,7 +130,7 @@ void cpu_pmem_close(cpu_device* d) {
       for (cpu_block* b = d->pblocks[i]; b;) {
         cpu_block* n = b->hnext;
         if (b->fs) cpu_stream_release(b->fs);
-        free((void*)(uintptr_t)b->addr);
+        cpu_memory_free((void*)(uintptr_t)b->addr, b->size);
         free(b);
         b = n;
       }
@@ -199,8 +200,6 @@ int32_t cpu_mempool_default(bg_device* dev, void** out) {
   return rc;
 }
 
-static void free_later(void* mem) { free(mem); }
-
 int32_t cpu_mempool_destroy(void* pv) {
   cpu_mempool* p = pv;
   cpu_device* d = p->dev;
@@ -219,7 +218,7 @@ int32_t cpu_mempool_destroy(void* pv) {
     unhash(d, b);
     note(p, -(int64_t)b->size, 0);
     if (b->fs) cpu_stream_release(b->fs);
-    cpu_defer(d, free_later, (void*)(uintptr_t)b->addr);
+    cpu_defer_memory(d, (void*)(uintptr_t)b->addr, b->size);
     free(b);
   }
   if (p->live) p->dead = 1;
@@ -268,7 +267,7 @@ void cpu_gmem_retain(struct cpu_gmem* g) {
 
 void cpu_gmem_release(struct cpu_gmem* g) {
   if (!g || atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1) return;
-  for (uint32_t i = 0; i < g->n; i++) free(g->v[i].p);
+  for (uint32_t i = 0; i < g->n; i++) cpu_memory_free(g->v[i].p, g->v[i].size);
   free(g->v);
   free(g);
 }
@@ -293,8 +292,8 @@ static int32_t capture_alloc(cpu_stream* s, uint64_t bytes, bg_devptr* out, int*
     g->v = v;
     g->cap = nc;
   }
-  void* mem = NULL;
-  if (posix_memalign(&mem, 64, (size_t)round_up(bytes))) {
+  void* mem = cpu_memory_alloc(round_up(bytes));
+  if (!mem) {
     rc = bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_mem_alloc_async: cannot allocate %llu bytes of "
                       "graph memory", (unsigned long long)bytes);
     goto out;
@@ -364,7 +363,7 @@ int32_t cpu_mem_alloc_async(void* sv, void* pv, uint64_t bytes, bg_devptr* out) 
   }
   void* mem = NULL;
   cpu_block* b = calloc(1, sizeof *b);
-  if (!b || posix_memalign(&mem, 64, (size_t)size)) {
+  if (!b || !(mem = cpu_memory_alloc(size))) {
     free(b);
     rc = bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_mem_alloc_async: cannot allocate %llu bytes",
                       (unsigned long long)bytes);
@@ -406,7 +405,7 @@ int32_t cpu_mem_free_async(void* sv, bg_devptr a) {
   if (p->dead) { /* its pool is gone: the memory goes after the work queued so far */
     unhash(d, b);
     note(p, -(int64_t)b->size, 0);
-    cpu_defer(d, free_later, (void*)(uintptr_t)b->addr);
+    cpu_defer_memory(d, (void*)(uintptr_t)b->addr, b->size);
     free(b);
     if (!p->live) pool_free_struct(p);
     pthread_mutex_unlock(&d->pmem_mu);

@@ -2,8 +2,9 @@
  * cpu/queue.c: a stream's queue seen from below the worker: putting an op in it, waiting for its
  * ops to complete, the stream's references; snapshots of many streams and waiting for them; and
  * frees deferred until the work queued before them has run (cpu_defer), which queue an
- * OP_RELEASE on every busy stream. It knows no op but OP_RELEASE and calls no other file of the
- * backend: the worker that runs the ops is stream.c's, what an op does is run.c's.
+ * OP_RELEASE on every busy stream (cpu_defer_memory: a block of hostmem.c's). It knows no op but
+ * OP_RELEASE and calls no other file of the backend but hostmem.c: the worker that runs the ops
+ * is stream.c's, what an op does is run.c's.
  */
 #include "cpu.h"
 
@@ -154,7 +155,8 @@ void cpu_device_wait_all(cpu_device* d) {
 
 void cpu_deferred_release(cpu_deferred* df) {
   if (atomic_fetch_sub_explicit(&df->refs, 1, memory_order_acq_rel) != 1) return;
-  df->fn(df->arg);
+  if (df->fn) df->fn(df->arg);
+  else cpu_memory_free(df->arg, df->bytes);
   free(df);
 }
 
@@ -179,19 +181,25 @@ static void defer_on(cpu_stream* s, cpu_deferred* df) {
   }
 }
 
-void cpu_defer(cpu_device* d, void (*fn)(void*), void* arg) {
+static void defer_sized(cpu_device* d, void (*fn)(void*), void* arg, uint64_t bytes) {
   cpu_deferred* df = malloc(sizeof *df);
   if (!df) { /* out of memory: fall back to waiting */
     cpu_device_wait_all(d);
-    fn(arg);
+    if (fn) fn(arg);
+    else cpu_memory_free(arg, bytes);
     return;
   }
   atomic_init(&df->refs, 1);
   df->fn = fn;
   df->arg = arg;
+  df->bytes = bytes;
   pthread_mutex_lock(&d->streams_mu);
   defer_on((cpu_stream*)d->base.default_stream, df);
   for (cpu_stream* s = d->streams; s; s = s->next) defer_on(s, df);
   pthread_mutex_unlock(&d->streams_mu);
   cpu_deferred_release(df);
 }
+
+void cpu_defer(cpu_device* d, void (*fn)(void*), void* arg) { defer_sized(d, fn, arg, 0); }
+
+void cpu_defer_memory(cpu_device* d, void* p, uint64_t bytes) { defer_sized(d, NULL, p, bytes); }
