@@ -1,7 +1,9 @@
 // Timelines (src/trace): a traced run gives Chrome trace JSON with one lane per stream, each lane
 // in stream order with device timestamps; command lists and plan executions show their kernels;
 // BUNGPU_TRACE writes the whole process's trace at exit; tracing off leaves every wrapper, table
-// entry and method exactly as it was; scripts/trace-svg.ts draws one lane per stream.
+// entry and method exactly as it was; the JavaScript lane holds the JS thread's time in bungpu's
+// calls, its waits and the gaps between; each plan.run's work is one span; trace.toSVG and the
+// bungpu-trace command draw it (test/trace_browser.test.ts renders it in a browser).
 import { afterAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -12,7 +14,6 @@ import { Device, GpuError, Program, Status, trace, type Trace, type TraceEvent }
 import { CommandList } from "../src/commands";
 import { ExecutionPlan, Tensor } from "../src/tensor";
 import { Ring } from "../src/ring";
-import { renderSvg } from "../scripts/trace-svg";
 import { expectGpuError } from "./helpers";
 import { kernelSources } from "./kernels";
 
@@ -24,7 +25,9 @@ const addScalar = mod.kernel("add_scalar", ["buffer", "f32", "i32"]);
 const tmp = mkdtempSync(join(tmpdir(), "bungpu-trace-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
-const spans = (t: Trace) => t.traceEvents.filter((e) => e.ph === "X");
+/** The devices' spans (the host's JavaScript lanes are pid 0). */
+const spans = (t: Trace) => t.traceEvents.filter((e) => e.ph === "X" && e.pid !== 0);
+const jsLane = (t: Trace, tid = 1) => t.traceEvents.filter((e) => e.ph === "X" && e.pid === 0 && e.tid === tid);
 const laneOf = (t: Trace, stream: { handle: number }) => t.otherData.lanes.find((l) => l.stream === stream.handle)!;
 const onLane = (t: Trace, l: { pid: number; tid: number }) => spans(t).filter((e) => e.pid === l.pid && e.tid === l.tid);
 
@@ -353,8 +356,9 @@ describe("BUNGPU_TRACE and the SVG timeline", () => {
     demo = JSON.parse(readFileSync(file, "utf8")) as Trace;
     const t = demo;
     const lanes = t.otherData.lanes;
-    const declared = t.traceEvents.filter((e) => e.ph === "M" && e.name === "thread_name");
+    const declared = t.traceEvents.filter((e) => e.ph === "M" && e.name === "thread_name" && e.pid !== 0);
     expect(declared.length).toBe(lanes.length);
+    expect(t.traceEvents.some((e) => e.ph === "M" && e.name === "thread_name" && e.pid === 0 && e.args?.name === "JavaScript")).toBe(true);
     expect(new Set(lanes.map((l) => `${l.pid}/${l.tid}`)).size).toBe(lanes.length);
     // Every lane has work, every span is on a declared lane, and no two lanes are one stream at one time.
     const byLane = new Map<string, TraceEvent[]>();
@@ -390,25 +394,161 @@ describe("BUNGPU_TRACE and the SVG timeline", () => {
       spin.launch(s3, { grid: 1, block: 1, args: [10] });
       for (const s of [s1, s2, s3]) s.synchronize();
     });
-    const svg = renderSvg(t, { title: "three streams" });
+    const svg = trace.toSVG(t, { title: "three streams" });
     expect(svg.startsWith("<svg")).toBe(true);
     expect(svg.trimEnd().endsWith("</svg>")).toBe(true);
-    const lanes = [...svg.matchAll(/<g class="lane" data-pid="(\d+)" data-tid="(\d+)">/g)].map((m) => `${m[1]}/${m[2]}`);
+    const lanes = [...svg.matchAll(/<g class="lane" data-pid="(\d+)" data-tid="(\d+)"/g)].map((m) => `${m[1]}/${m[2]}`);
     expect(lanes.sort()).toEqual(t.otherData.lanes.map((l) => `${l.pid}/${l.tid}`).sort());
     expect(lanes.length).toBe(3);
-    const labels = [...svg.matchAll(/class="lane-label"[^>]*>([^<]*)</g)].map((m) => m[1]);
-    expect(labels.sort()).toEqual(t.otherData.lanes.map((l) => l.name).sort());
+    const labels = [...svg.matchAll(/class="lane-label"[^>]*><title>[^<]*<\/title>([^<]*)</g)].map((m) => m[1]);
+    expect(labels.sort()).toEqual([...t.otherData.lanes.map((l) => l.name), "JavaScript"].sort());
     expect(svg).toMatch(/class="span-label"[^>]*>spin_ms</);
-    expect((svg.match(/class="span"/g) ?? []).length).toBe(3);
+    expect((svg.match(/<g class="span" data-cat="kernel"/g) ?? []).length).toBe(3);
+    expect(svg).toContain('<g class="lane host-lane" data-pid="0" data-tid="1" data-name="JavaScript"');
+    expect(svg).toContain('<g class="legend-item" data-cat="kernel">');
+    // the events alone draw the same picture
+    expect(trace.toSVG(t.traceEvents, { title: "three streams" })).toBe(svg);
 
-    // The command line, on the demo's trace when the test above wrote it (else this one).
+    // The command line (bunx bungpu-trace), on the demo's trace when the test above wrote it (else this one).
     const input = join(tmp, "in.json"), output = join(tmp, "out.svg");
     await Bun.write(input, JSON.stringify(demo ?? t));
-    const proc = Bun.spawnSync(["bun", "scripts/trace-svg.ts", input, output], { cwd: root, timeout: 60_000 });
+    const proc = Bun.spawnSync(["bun", "src/trace/cli.ts", input, output], { cwd: root, timeout: 60_000 });
     expect(proc.exitCode).toBe(0);
     const drawn = readFileSync(output, "utf8");
     expect((drawn.match(/<g class="lane"/g) ?? []).length).toBe((demo ?? t).otherData.lanes.length);
+    expect((drawn.match(/<g class="lane host-lane" data-pid="0" data-tid="1"/g) ?? []).length).toBe(1);
   }, 90_000);
+});
+
+describe("the JavaScript lane and plan.run", () => {
+  /** Spin the JS thread for `ms` (the caller's own work, outside bungpu). */
+  const busy = (ms: number) => {
+    const end = performance.now() + ms;
+    while (performance.now() < end);
+  };
+
+  test("each plan.run's work is one span on the plan's lane; its await and its issue are on the host's lanes; the JS gaps are labelled", async () => {
+    const x = Tensor.from(new Float32Array(16 * 32), [16, 32], { name: "x" });
+    using plan = x.matmul(Tensor.randn([32, 8], { seed: 3 })).relu().prepare({ outputNames: ["y"] });
+    const feed = (v: number) => ({ x: new Float32Array(16 * 32).fill(v) });
+    trace.start();
+    let t: Trace;
+    try {
+      await plan.run(feed(1));
+      await plan.run(feed(2));
+      busy(3); // between run #2's result and run #3's call: no device work, no bungpu call
+      await plan.run(feed(3));
+      await Promise.all([plan.run(feed(4)), plan.run(feed(5))]);
+    } finally {
+      t = JSON.parse(JSON.stringify(trace.stop())) as Trace;
+    }
+    const names = new Map(t.traceEvents.filter((e) => e.ph === "M" && e.name === "thread_name" && e.pid === 0).map((e) => [e.tid, e.args?.name]));
+    expect(names.get(1)).toBe("JavaScript");
+    expect(names.get(2)).toBe("awaited runs");
+    const awaits = jsLane(t, 2).sort((a, b) => a.ts - b.ts);
+    expect(awaits.map((e) => [e.name, e.cat, e.args?.ok])).toEqual([1, 2, 3, 4, 5].map((k) => [`await run #${k}`, "js-await", true]));
+    const issues = jsLane(t).filter((e) => e.cat === "js-call" && e.name.startsWith("ExecutionPlan.run"));
+    expect(issues.map((e) => e.name).sort()).toEqual([1, 2, 3, 4, 5].map((k) => `ExecutionPlan.run #${k}`));
+    const dev = spans(t);
+    for (const k of [1, 2, 3, 4, 5]) {
+      const w = awaits[k - 1]!, issue = issues.find((e) => e.name === `ExecutionPlan.run #${k}`)!;
+      // the run was issued while its caller awaited it
+      expect(issue.ts).toBeGreaterThanOrEqual(w.ts);
+      expect(issue.ts + issue.dur!).toBeLessThanOrEqual(w.ts + w.dur! + 1);
+      // one span on the device around the run's work, its kernel inside it on its lane
+      const group = dev.filter((e) => e.name === `ExecutionPlan.run #${k}`).sort((a, b) => b.dur! - a.dur!)[0];
+      expect(group).toBeDefined();
+      const kernels = dev.filter((e) => e.cat === "kernel" && e.pid === group!.pid && e.tid === group!.tid && e.ts >= group!.ts - 1 && e.ts + e.dur! <= group!.ts + group!.dur! + 1);
+      expect(kernels.length).toBeGreaterThan(0);
+    }
+    // the caller's own 3 ms: a gap of the JavaScript lane between run #2's result and run #3's call
+    const gaps = jsLane(t).filter((e) => e.cat === "js-idle");
+    for (const g of gaps) expect(g.name).toBe("JS outside bungpu");
+    const [b0, b1] = [awaits[1]!.ts + awaits[1]!.dur!, awaits[2]!.ts];
+    const overlap = gaps.reduce((n, g) => n + Math.max(0, Math.min(b1, g.ts + g.dur!) - Math.max(b0, g.ts)), 0);
+    expect(overlap).toBeGreaterThan(2_000);
+    // host spans never cover a device span of the same instant twice: a gap holds no device work
+    for (const g of gaps) expect(dev.some((e) => e.ts > g.ts + 1 && e.ts + e.dur! < g.ts + g.dur! - 1)).toBe(false);
+  }, 60_000);
+
+  test("execute, executeAsync and runSync: the JS thread's call on the JavaScript lane, a wait where it blocked, the async one awaited", async () => {
+    const x = Tensor.from(new Float32Array(64).fill(1), [64], { name: "x" });
+    using plan = x.mul(2).add(1).prepare();
+    plan.execute();
+    trace.start();
+    let t: Trace;
+    try {
+      plan.execute();
+      await plan.executeAsync();
+      plan.runSync({ x: new Float32Array(64).fill(2) });
+      dev.defaultStream.synchronize();
+    } finally {
+      t = JSON.parse(JSON.stringify(trace.stop())) as Trace;
+    }
+    const js = jsLane(t);
+    for (const n of ["ExecutionPlan.execute", "ExecutionPlan.executeAsync", "ExecutionPlan.runSync"]) expect(js.some((e) => e.name === n && e.cat === "js-call")).toBe(true);
+    expect(js.some((e) => e.cat === "js-wait" && e.name.startsWith("submit + wait"))).toBe(true);
+    expect(js.some((e) => e.cat === "js-wait" && e.name === "stream synchronize")).toBe(true);
+    expect(jsLane(t, 2).map((e) => e.name)).toEqual(["ExecutionPlan.executeAsync"]);
+    expect(spans(t).some((e) => e.name === "ExecutionPlan.runSync")).toBe(true);
+  });
+});
+
+describe("trace.toSVG and bungpu-trace", () => {
+  const span = (name: string, ts: number, dur: number, tid = 1, cat = "kernel"): TraceEvent => ({ name, ph: "X", ts, dur, pid: 1, tid, cat });
+  const meta: TraceEvent[] = [
+    { name: "process_name", ph: "M", ts: 0, pid: 1, tid: 0, args: { name: "cpu (device 1)" } },
+    { name: "thread_name", ph: "M", ts: 0, pid: 1, tid: 1, args: { name: "stream 1" } },
+  ];
+  const long = "a_kernel_whose_name_is_far_too_long_for_its_span_0123456789";
+
+  test("a label that does not fit ends in an ellipsis; the full name is in the span's <title>; the legend lists what is drawn", () => {
+    const svg = trace.toSVG([...meta, span(long, 0, 100), span("short", 900, 100), span("copy HtoD", 300, 100, 1, "copy")], { width: 1000 });
+    const label = /data-name="a_kernel_whose[^"]*"><title>([^<]*)<\/title>\s*<rect[^>]*\/>\s*<text class="span-label"[^>]*>([^<]*)<\/text>/.exec(svg);
+    expect(label).not.toBeNull();
+    expect(label![1]).toStartWith(`${long}: 100.0 µs`);
+    expect(label![2]!.endsWith("…")).toBe(true);
+    expect(long.startsWith(label![2]!.slice(0, -1))).toBe(true);
+    expect([...svg.matchAll(/<g class="legend-item" data-cat="([^"]+)"/g)].map((m) => m[1])).toEqual(["kernel", "copy"]);
+  });
+
+  test("bad input and bad options are GpuError INVALID_VALUE", () => {
+    expectGpuError(() => trace.toSVG(null as never), Status.INVALID_VALUE, "trace.toSVG");
+    expectGpuError(() => trace.toSVG({ traceEvents: [{ nope: 1 }] } as never), Status.INVALID_VALUE, "traceEvents[0]");
+    expectGpuError(() => trace.toSVG([...meta, span("k", 0, 10)], { form: 1 } as never), Status.INVALID_VALUE, "did you mean from");
+    expectGpuError(() => trace.toSVG([...meta, span("k", 0, 10)], { startAt: "missing" }), Status.INVALID_VALUE, 'no span is named "missing"');
+    expectGpuError(() => trace.toSVG([...meta, span("k", 0, 10)], { from: "1" as never }), Status.INVALID_VALUE, "from");
+    expectGpuError(() => trace.toSVG([...meta, span("k", 0, 10)], { from: 2, to: 1 }), Status.INVALID_VALUE, "after from");
+  });
+
+  test("the command: --start-at/--length and --from/--to windows, stdout without an output file, usage errors exit 2", async () => {
+    const input = join(tmp, "cli.json");
+    await Bun.write(input, JSON.stringify({ traceEvents: [...meta, span("first", 0, 100), span("later", 8000, 100, 2)] }));
+    const run = (...a: string[]) => Bun.spawnSync(["bun", "src/trace/cli.ts", ...a], { cwd: root, timeout: 60_000 });
+    const all = run(input);
+    expect(all.exitCode).toBe(0);
+    expect((all.stdout.toString().match(/<g class="lane"/g) ?? []).length).toBe(2);
+    const win = run(input, "--start-at", "first", "--length", "1");
+    expect(win.exitCode).toBe(0);
+    expect((win.stdout.toString().match(/<g class="lane"/g) ?? []).length).toBe(1);
+    const late = run(input, "--from", "7", "--to", "9");
+    expect(late.stdout.toString()).toContain('data-name="later"');
+    expect(late.stdout.toString()).not.toContain('data-name="first"');
+    const bad = run(input, "--from", "soon");
+    expect(bad.exitCode).toBe(2);
+    expect(bad.stderr.toString()).toContain("--from wants a number");
+    expect(run(input, "--colour", "red").exitCode).toBe(2);
+    const missing = run(input, "--start-at", "nothing");
+    expect(missing.exitCode).toBe(1);
+    expect(missing.stderr.toString()).toContain('no span is named "nothing"');
+    expect(run(join(tmp, "absent.json")).exitCode).toBe(1);
+  }, 60_000);
+
+  test("package.json's bin names the command, which starts with a bun shebang", async () => {
+    const pkg = (await Bun.file(join(root, "package.json")).json()) as { bin?: Record<string, string> };
+    expect(pkg.bin?.["bungpu-trace"]).toBe("./src/trace/cli.ts");
+    expect(readFileSync(join(root, "src/trace/cli.ts"), "utf8").startsWith("#!/usr/bin/env bun\n")).toBe(true);
+  });
 });
 
 describe("every native entry that queues work on a stream is traced", () => {

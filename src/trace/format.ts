@@ -44,6 +44,36 @@ export interface Trace {
 }
 
 
+/** The host process: ring instants (thread 0), the JavaScript lane and the awaited runs. */
+export const JS_PID = 0;
+export const JS_TID = 1;
+export const AWAIT_TID = 2;
+/** Gaps shorter than this (µs) are not drawn as "JS outside bungpu": starts are exact to about 1 µs. */
+const MIN_GAP_US = 2;
+
+/**
+ * The gaps where no device ran traced work and the JavaScript thread was in none of bungpu's
+ * traced calls: the program's own code, the event loop, or nothing at all (the host cannot tell
+ * which). Each is a span on the JavaScript lane, with how many awaited calls were open meanwhile.
+ */
+export function hostGaps(device: readonly TraceEvent[], js: readonly TraceEvent[]): TraceEvent[] {
+  const busy: [number, number][] = [];
+  for (const e of device) if (e.ph === "X") busy.push([e.ts, e.ts + (e.dur ?? 0)]);
+  for (const e of js) if (e.ph === "X" && e.tid === JS_TID) busy.push([e.ts, e.ts + (e.dur ?? 0)]);
+  busy.sort((a, b) => a[0] - b[0]);
+  const awaits = js.filter((e) => e.tid === AWAIT_TID);
+  const out: TraceEvent[] = [];
+  let end = busy.length ? busy[0]![1] : 0;
+  for (const [a, b] of busy) {
+    if (a - end >= MIN_GAP_US) {
+      const open = awaits.filter((w) => w.ts <= end && w.ts + (w.dur ?? 0) >= a).length;
+      out.push({ name: "JS outside bungpu", ph: "X", ts: end, dur: a - end, pid: JS_PID, tid: JS_TID, cat: "js-idle", args: { awaited: open } });
+    }
+    end = Math.max(end, b);
+  }
+  return out;
+}
+
 /** One span per plan execution and lane, around the work it queued there (unless one submit is it). */
 export function scopeSpans(events: readonly TraceEvent[], names: ReadonlyMap<number, string>): TraceEvent[] {
   const spans = new Map<string, TraceEvent & { dur: number; n: number; names: Set<string>; submits: number }>();

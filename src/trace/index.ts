@@ -1,4 +1,6 @@
 // A timeline of every stream's work, in the Chrome trace / Perfetto JSON format.
+// It is one file over 600 lines: every tracing entry reads and writes the one session's state
+// (its devices, lanes, pending records, scope), which a split would pass across files.
 //
 //   trace.start();  ...work...;  const t = trace.stop();   // { traceEvents: [...] }
 //   trace.write("run.json", t);                            // open in ui.perfetto.dev
@@ -28,19 +30,29 @@
 // record before and after each op (one between commands in a list), itself device work: the
 // shortest kernels look a little longer.
 // Work queued into a stream capture is not timed (it does not run then); its replays are.
+//
+// The JavaScript lane (process "host", thread "JavaScript"), on the host clock the device bases
+// are matched with: the time the JS thread spent inside each traced call (issuing; "+ wait" where
+// the call also waited for the device, like a submit with BG_SUBMIT_WAIT or a synchronous copy),
+// in host waits (stream, event and device synchronize), in plan calls (execute, runSync, a run's
+// issue); and, computed at stop, the gaps where no device ran anything and the JS thread was in
+// none of these calls ("JS outside bungpu"). Beside it, "awaited runs": each plan.run from the
+// call to its promise settling. A run's device work is one span named after it ("ExecutionPlan.run
+// #3"), through the no-op hooks ExecutionPlan's run queue calls (runHooks, swapped like the table).
 import { Coll } from "../../ffi/constants";
 import { eventElapsed, keepingOuts, nativeView, swapNative, type Api, type NativeFn } from "../../ffi/result";
-import { StreamFlag } from "../../ffi/constants";
+import { StreamFlag, SUBMIT_WAIT } from "../../ffi/constants";
 import { decodeRaw, withEventRecords, type RawCommand } from "../commands";
 import { openDeviceStates } from "../device";
 import type { DeviceState } from "../device_state";
 import { GpuError, Status, illegalState } from "../errors";
 import { blockUntil } from "../hostfn";
-import { ExecutionPlan } from "../tensor/plan";
-import { scopeSpans, write, type Trace, type TraceEvent, type TraceLane } from "./format";
+import { ExecutionPlan, runHooks, type RunJob } from "../tensor/plan";
+import { hostGaps, scopeSpans, write, JS_PID, JS_TID, AWAIT_TID, type Trace, type TraceEvent, type TraceLane } from "./format";
 import { kernelNamesByHandle as kernelNames } from "../kernel_names";
 
 export { fromProfile, write, type Trace, type TraceEvent, type TraceLane } from "./format";
+export { toSVG, type SvgOptions } from "./svg";
 
 export interface StopOptions {
   /** How long stop() waits for traced work still running, in ms (default 2000). */
@@ -114,6 +126,12 @@ interface Session {
   captured: number;
   unplaced: number;
   unfinished: number;
+  /** The JavaScript lane's spans (host clock), and the awaited runs still open. */
+  readonly js: TraceEvent[];
+  readonly awaiting: Map<number, { name: string; at: number }>;
+  runs: number;
+  /** Above 0 while the tracer waits on its own account (not drawn on the JavaScript lane). */
+  quiet: number;
 }
 
 let session: Session | null = null;
@@ -124,13 +142,27 @@ function deviceOf(s: Session, st: DeviceState): Dev {
   if (d) return d;
   const a = st.api;
   const own = a.stream_create(st.handle, StreamFlag.NON_BLOCKING, 0);
-  const base = a.event_create(st.handle, 0);
-  a.event_record(base, own);
-  const baseUs = nowUs(s);
-  a.event_synchronize(base);
+  // The base's device time lies between the host times before its record and after its wait: of
+  // a few tries, the one with the shortest round trip, at its middle (a worker that woke late, on
+  // a busy host, would otherwise shift every device span against the JavaScript lane).
+  const tries: { e: number; h0: number; h1: number }[] = [];
+  s.quiet++;
+  try {
+    for (let i = 0; i < 5; i++) {
+      const e = a.event_create(st.handle, 0);
+      const h0 = nowUs(s);
+      a.event_record(e, own);
+      a.event_synchronize(e);
+      tries.push({ e, h0, h1: nowUs(s) });
+    }
+  } finally {
+    s.quiet--;
+  }
+  const best = tries.reduce((m, t) => (t.h1 - t.h0 < m.h1 - m.h0 ? t : m));
   d = {
     state: st, api: a, pid: s.devs.size + 1, label: `${st.backend} (device ${s.devs.size + 1})`,
-    own, base, baseUs, defaultStream: a.stream_default(st.handle), pool: [], all: [base], lanes: [], nextTid: 1,
+    own, base: best.e, baseUs: (best.h0 + best.h1) / 2, defaultStream: a.stream_default(st.handle),
+    pool: tries.filter((t) => t !== best).map((t) => t.e), all: tries.map((t) => t.e), lanes: [], nextTid: 1,
   };
   s.devs.set(st.handle, d);
   s.streams.set(d.defaultStream, { dev: d, lane: null, nonBlocking: false });
@@ -188,8 +220,22 @@ function take(d: Dev): number {
   return h;
 }
 
+/** A span on the JavaScript lane: the JS thread inside a call from `h0` (µs) until now. */
+function jsSpan(s: Session, name: string, cat: "js-call" | "js-wait", h0: number, args?: Record<string, unknown>): void {
+  if (s.quiet > 0) return;
+  s.js.push({ name, cat, ph: "X", ts: h0, dur: nowUs(s) - h0, pid: JS_PID, tid: JS_TID, ...(args ? { args } : {}) });
+}
+
 /** Run `run` (the native call) between two timing events on `stream`; returns its status. */
-function timed(s: Session, stream: number, name: string, cat: string, args: Record<string, unknown>, run: () => number): number {
+function timed(s: Session, stream: number, name: string, cat: string, args: Record<string, unknown>, run: () => number, blocking = false): number {
+  const h0 = nowUs(s);
+  const rc = timedOp(s, stream, name, cat, args, run);
+  const js = cat === "kernel" ? `launch ${name}` : name;
+  jsSpan(s, blocking ? `${js} + wait` : js, blocking ? "js-wait" : "js-call", h0);
+  return rc;
+}
+
+function timedOp(s: Session, stream: number, name: string, cat: string, args: Record<string, unknown>, run: () => number): number {
   const at = place(s, stream);
   if (!at) return run();
   const { dev, lane } = at;
@@ -284,7 +330,13 @@ function drain(s: Session, all: boolean): void {
 function endMark(d: Dev): number {
   const e = take(d);
   d.api.event_record(e, d.own);
-  d.api.event_synchronize(e);
+  const s = session;
+  if (s) s.quiet++;
+  try {
+    d.api.event_synchronize(e);
+  } finally {
+    if (s) s.quiet--;
+  }
   const ms = eventElapsed(d.base, e, d.state.backend);
   d.pool.push(e);
   return ms;
@@ -311,6 +363,15 @@ const OP_LABEL: Record<string, string> = { copy: "copy DtoD", copyHtoD: "copy Ht
  * each and one after the last; the refusal of a bad command names its offset in the caller's list.
  */
 function tracedSubmit(s: Session, orig: N, stream: number, bytes: unknown, len: number, rest: unknown[], badAt: number): number {
+  const h0 = nowUs(s);
+  const wait = badAt === 1 && (Number(rest[0]) & SUBMIT_WAIT) !== 0;
+  const name = { v: "command list" };
+  const rc = submitOp(s, orig, stream, bytes, len, rest, badAt, name);
+  jsSpan(s, wait ? `submit + wait: ${name.v}` : `submit: ${name.v}`, wait ? "js-wait" : "js-call", h0);
+  return rc;
+}
+
+function submitOp(s: Session, orig: N, stream: number, bytes: unknown, len: number, rest: unknown[], badAt: number, named: { v: string }): number {
   const src = rawBytes(bytes, len);
   const at = src ? place(s, stream) : null;
   if (!src || !at) return orig(stream, bytes, len, ...rest);
@@ -346,9 +407,17 @@ function tracedSubmit(s: Session, orig: N, stream: number, bytes: unknown, len: 
     } else if (c.op in OP_LABEL) items.push({ name: OP_LABEL[c.op]!, cat: c.op === "memset" ? "memset" : "copy", args: { bytes: c.bytes, list: true }, from: i, to: i + 1 });
     else if (c.op === "eventWait") items.push({ name: "event wait", cat: "wait", args: { list: true }, from: i, to: i + 1 });
   });
-  items.unshift({ name: s.scope ? s.scope.name : "command list", cat: "submit", args: { commands: cmds.length, kernels, bytes: len }, from: 0, to: cmds.length });
+  const name = !s.scope ? "command list" : kernels > 0 ? s.scope.name : copiesName(cmds);
+  named.v = name;
+  items.unshift({ name, cat: "submit", args: { commands: cmds.length, kernels, bytes: len }, from: 0, to: cmds.length });
   keepingOuts(() => push(s, { dev, lane, events, items, scope: s.scope })); // a drain reads through the scratch block
   return rc;
+}
+
+/** A list of a plan call without kernels (a run's copies in or out) is named by what it copies. */
+function copiesName(cmds: readonly RawCommand[]): string {
+  const ins = cmds.some((c) => c.op === "copyHtoD"), outs = cmds.some((c) => c.op === "copyDtoH");
+  return ins && !outs ? "copies in" : outs && !ins ? "copies out" : "copies";
 }
 
 const COLL_NAME: Record<number, string> = Object.fromEntries(Object.entries(Coll).map(([k, v]) => [v, k.toLowerCase().replace(/_(.)/g, (_, c: string) => c.toUpperCase())]));
@@ -391,7 +460,7 @@ function tracers(s: Session): Record<string, (o: NativeFn) => NativeFn> {
         d = s.devs.get(dev);
       }
       if (!d) return o(dev, ...a);
-      return timed(s, d.defaultStream, name, cat, argsOf(a), () => o(dev, ...a));
+      return timed(s, d.defaultStream, name, cat, argsOf(a), () => o(dev, ...a), true);
     });
   return {
     bg_launch: t((o) => (k: number, st: number, gx: number, gy: number, gz: number, bx: number, by: number, bz: number, sh: number, args: number, n: number) =>
@@ -477,7 +546,7 @@ function closeDev(s: Session, d: Dev, wait: boolean): void {
 
 // ---- plan executions as spans ----------------------------------------------------------------------
 
-const PLAN_METHODS = ["execute", "executeAsync", "executeWithVars", "executeProfiled", "executeWithVarsProfiled"] as const;
+const PLAN_METHODS = ["execute", "executeAsync", "executeWithVars", "executeProfiled", "executeWithVarsProfiled", "runSync"] as const;
 
 function swapPlanMethods(s: Session): () => void {
   const proto = ExecutionPlan.prototype as unknown as Record<string, (...a: unknown[]) => unknown>;
@@ -488,18 +557,94 @@ function swapPlanMethods(s: Session): () => void {
     saved.push([m, orig]);
     proto[m] = function (this: unknown, ...a: unknown[]) {
       if (s.scope) return orig.apply(this, a); // the outer call's span covers it
-      s.scope = { id: ++s.scopes, name: `ExecutionPlan.${m}` };
+      const name = `ExecutionPlan.${m}`;
+      s.scope = { id: ++s.scopes, name };
       s.scopeNames.set(s.scope.id, s.scope.name);
+      const h0 = nowUs(s);
       try {
-        return orig.apply(this, a); // the async forms queue their work before they first await
+        const r = orig.apply(this, a); // the async forms queue their work before they first await
+        if (r instanceof Promise) awaited(s, name, h0, r);
+        return r;
       } finally {
         s.scope = null;
+        jsSpan(s, name, "js-call", h0);
       }
     };
   }
   return () => {
     for (const [m, f] of saved) proto[m] = f;
   };
+}
+
+/** An awaited call on the "awaited runs" lane: from `h0` until `p` settles (written up to the stop if it has not). */
+function awaited(s: Session, name: string, h0: number, p: Promise<unknown>): void {
+  const key = ++s.runs;
+  s.awaiting.set(key, { name, at: h0 });
+  const done = (ok: boolean) => {
+    if (session !== s || !s.awaiting.delete(key)) return;
+    s.js.push({ name, cat: "js-await", ph: "X", ts: h0, dur: nowUs(s) - h0, pid: JS_PID, tid: AWAIT_TID, args: { ok } });
+  };
+  p.then(() => done(true), () => done(false));
+}
+
+/**
+ * plan.run through the run queue's hooks: each run numbered when queued, its await timed until
+ * its promise settles, and the work it issues (copies in, the plan's list, copies out; or an
+ * inline run) in one scope, a span on the device lanes and one on the JavaScript lane.
+ */
+function swapRunHooks(s: Session): () => void {
+  const saved = { ...runHooks };
+  const ids = new WeakMap<RunJob, number>();
+  let open: { job: RunJob; h0: number; scoped: boolean } | null = null;
+  runHooks.queued = (job) => {
+    const id = ++s.runs;
+    ids.set(job, id);
+    const name = `await run #${id}`, h0 = nowUs(s);
+    s.awaiting.set(id, { name, at: h0 });
+    const res = job.resolve, rej = job.reject;
+    const done = (ok: boolean) => {
+      if (session !== s || !s.awaiting.delete(id)) return;
+      s.js.push({ name, cat: "js-await", ph: "X", ts: h0, dur: nowUs(s) - h0, pid: JS_PID, tid: AWAIT_TID, args: { run: id, ok } });
+    };
+    job.resolve = (v) => {
+      done(true);
+      res(v);
+    };
+    job.reject = (e) => {
+      done(false);
+      rej(e);
+    };
+  };
+  runHooks.begin = (job) => {
+    if (open) return;
+    const scoped = s.scope === null;
+    if (scoped) {
+      const id = ids.get(job);
+      s.scope = { id: ++s.scopes, name: id ? `ExecutionPlan.run #${id}` : "ExecutionPlan.run" };
+      s.scopeNames.set(s.scope.id, s.scope.name);
+    }
+    open = { job, h0: nowUs(s), scoped };
+  };
+  runHooks.end = (job) => {
+    if (!open || open.job !== job) return;
+    const id = ids.get(job);
+    jsSpan(s, id ? `ExecutionPlan.run #${id}` : "ExecutionPlan.run", "js-call", open.h0, id ? { run: id } : undefined);
+    if (open.scoped) s.scope = null;
+    open = null;
+  };
+  return () => Object.assign(runHooks, saved);
+}
+
+/** Host waits, on the JavaScript lane only (they are not device work). */
+function hostWaits(s: Session): Record<string, (o: NativeFn) => NativeFn> {
+  const wait = (name: string) =>
+    ((o: N) => (h: number) => {
+      const h0 = nowUs(s);
+      const rc = o(h);
+      jsSpan(s, name, "js-wait", h0);
+      return rc;
+    }) as unknown as (o: NativeFn) => NativeFn;
+  return { bg_stream_synchronize: wait("stream synchronize"), bg_event_synchronize: wait("event synchronize"), bg_device_synchronize: wait("device synchronize") };
 }
 
 // ---- start, stop, write ------------------------------------------------------------------------------
@@ -518,11 +663,12 @@ export function start(): void {
   const s: Session = {
     t0: performance.now(), devs: new Map(), streams: new Map(), pending: [], done: [], host: [], lanes: [], restore: [],
     drainAt: 2048, scope: null, scopes: 0, scopeNames: new Map(), captured: 0, unplaced: 0, unfinished: 0,
+    js: [], awaiting: new Map(), runs: 0, quiet: 0,
   };
   session = s;
   try {
     rescan(s);
-    s.restore.push(swapNative(tracers(s)), swapPlanMethods(s));
+    s.restore.push(swapNative(tracers(s)), swapNative(hostWaits(s)), swapPlanMethods(s), swapRunHooks(s));
   } catch (e) {
     session = null;
     for (const r of s.restore) r();
@@ -542,6 +688,9 @@ export function stop(opts: StopOptions = {}): Trace {
   const waitMs = opts.waitMs ?? 2000;
   if (typeof waitMs !== "number" || !(waitMs >= 0)) throw new GpuError(Status.INVALID_VALUE, "trace.stop: waitMs must be a number >= 0", { backend: "typescript", call: "trace.stop" });
   for (const r of s.restore) r(); // from here on nothing new is traced
+  const stopUs = nowUs(s);
+  for (const [id, a] of s.awaiting) s.js.push({ name: a.name, cat: "js-await", ph: "X", ts: a.at, dur: stopUs - a.at, pid: JS_PID, tid: AWAIT_TID, args: { ...(a.name.startsWith("await run") ? { run: id } : {}), unfinished: true } });
+  s.awaiting.clear();
   session = null;
   const until = performance.now() + waitMs;
   const reached = () =>
@@ -566,11 +715,12 @@ export function stop(opts: StopOptions = {}): Trace {
     meta.push({ name: "thread_sort_index", ph: "M", ts: 0, pid: l.pid, tid: l.tid, args: { sort_index: l.tid } });
   }
   for (const [pid, name] of pids) meta.push({ name: "process_name", ph: "M", ts: 0, pid, tid: 0, args: { name } });
-  if (s.host.length) {
-    meta.push({ name: "process_name", ph: "M", ts: 0, pid: 0, tid: 0, args: { name: "host" } });
-    meta.push({ name: "thread_name", ph: "M", ts: 0, pid: 0, tid: 0, args: { name: "rings" } });
-  }
-  const spans = [...s.done, ...scopeSpans(s.done, s.scopeNames)];
+  const js = [...s.js, ...hostGaps(s.done, s.js)];
+  if (s.host.length || js.length) meta.push({ name: "process_name", ph: "M", ts: 0, pid: JS_PID, tid: 0, args: { name: "host" } });
+  if (s.host.length) meta.push({ name: "thread_name", ph: "M", ts: 0, pid: JS_PID, tid: 0, args: { name: "rings" } });
+  if (js.length) meta.push({ name: "thread_name", ph: "M", ts: 0, pid: JS_PID, tid: JS_TID, args: { name: "JavaScript" } });
+  if (js.some((e) => e.tid === AWAIT_TID)) meta.push({ name: "thread_name", ph: "M", ts: 0, pid: JS_PID, tid: AWAIT_TID, args: { name: "awaited runs" } });
+  const spans = [...s.done, ...scopeSpans(s.done, s.scopeNames), ...js];
   // Each lane in time order; a span before what it holds (the longer first at one start).
   spans.sort((a, b) => a.pid - b.pid || a.tid - b.tid || a.ts - b.ts || (b.dur ?? 0) - (a.dur ?? 0));
   return {
