@@ -1,6 +1,7 @@
 // BUNGPU_CHECK=1: guard pages around CPU device allocations, and a fault inside a CPU kernel is
 // a sticky GpuError 700 (ILLEGAL_ADDRESS) naming the kernel, the process surviving. Without it a
-// fault in a kernel is a crash, as a bad pointer in any native code. Each case in a subprocess.
+// fault in a kernel is a crash, as a bad pointer in any native code, but one line on stderr names
+// the kernel and BUNGPU_CHECK=1 first (issue 23 item 9). Each case in a subprocess.
 import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
 
@@ -35,11 +36,27 @@ describe("checked mode (BUNGPU_CHECK=1)", () => {
     }, 90_000);
   }
 
-  test("without BUNGPU_CHECK the same write kills the process by a signal", () => {
-    const r = run("far", false);
-    expect(r.exitCode === 0).toBe(false);
-    // Bun's crash handler re-raises the fault: the process ends by SIGSEGV (or SIGBUS/SIGILL/SIGABRT
-    // where the runtime turns it into an abort), never a normal exit
+  for (const what of ["far", "far-inline"]) {
+    test(`without BUNGPU_CHECK the same write (${what}) kills the process by a signal, after one line naming the kernel and BUNGPU_CHECK=1`, () => {
+      const r = run(what, false);
+      expect(r.exitCode === 0).toBe(false);
+      // Bun's crash handler re-raises the fault: the process ends by SIGSEGV (or SIGBUS/SIGILL/SIGABRT
+      // where the runtime turns it into an abort), never a normal exit
+      expect(["SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGTRAP"]).toContain(String(r.signalCode ?? "none"));
+      // before the runtime's crash report (which blames the runtime), one line of ours says whose it is
+      const err = r.stderr.toString();
+      const ours = err.split("\n").filter((l) => l.startsWith("bungpu:"));
+      expect(ours).toHaveLength(1);
+      expect(ours[0]).toContain('CPU kernel "oob_write" faulted (SIG');
+      expect(ours[0]).toContain("BUNGPU_CHECK=1");
+      const banner = err.indexOf("Bun has crashed");
+      if (banner >= 0) expect(err.indexOf("bungpu:")).toBeLessThan(banner);
+    }, 90_000);
+  }
+
+  test("a fault outside any kernel is left to the runtime, never named as a kernel's", () => {
+    const r = run("outside", false);
     expect(["SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGTRAP"]).toContain(String(r.signalCode ?? "none"));
+    expect(r.stderr.toString()).not.toContain("bungpu:");
   }, 90_000);
 });

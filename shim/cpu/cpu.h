@@ -5,7 +5,7 @@
  *  hostmem.c the host memory behind allocations: large blocks mapped and unmapped directly (their
  *            pages go back to the system at free), small ones from malloc.
  *  pool.c    the per-device kernel thread pool: running a launch's blocks (cpu_kernel_run),
- *            and checked mode's fault handling.
+ *            and a fault in a kernel (checked mode: caught; default: named on stderr).
  *  event.c   what an event is underneath: references, a record reached, waiting for one;
  *            the page an interprocess event keeps its numbers in.
  *  queue.c   a stream's queue from below its worker: putting an op in, waiting for ops to
@@ -409,7 +409,7 @@ static inline void cpu_relax(void) {
 }
 
 /* pool.c */
-void cpu_fault_init(void); /* checked mode: install the SIGSEGV/SIGBUS handler (once) */
+void cpu_fault_init(void); /* install the SIGSEGV/SIGBUS handler (once), chained to the previous one */
 /* Record a kernel's fault as the device's sticky error (the first one wins). */
 void cpu_set_sticky(cpu_device* d, int32_t code, const char* msg);
 int32_t cpu_pool_init(cpu_pool* p, uint32_t nslots);

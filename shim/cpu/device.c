@@ -252,7 +252,7 @@ static int32_t cpu_open(int32_t ordinal, bg_device** out) {
   if (!d) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_device_open: out of host memory");
   bg_obj_init(d, BG_KIND_DEVICE, &d->base);
   d->checked = cpu_checked_mode();
-  if (d->checked) cpu_fault_init();
+  cpu_fault_init(); /* a fault in a kernel is named (default mode) or caught (checked mode) */
   atomic_init(&d->sticky, 0);
   pthread_mutex_init(&d->sticky_mu, NULL);
   d->base.ops = d->checked ? &cpu_ops_checked : &cpu_ops;

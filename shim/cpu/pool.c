@@ -11,28 +11,97 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stddef.h>
+#include <unistd.h>
 
-/* ---- checked mode: a fault inside a kernel ----------------------------------------------- */
-/* With BUNGPU_CHECK=1 each kernel call on a stream worker or pool thread runs under sigsetjmp;
- * the SIGSEGV/SIGBUS handler jumps back when the fault happened inside one (t_kjmp set on that
- * thread), and the device takes a sticky BG_ERR_ILLEGAL_ADDRESS naming the kernel, as CUDA
- * reports an illegal address. A fault anywhere else goes to the handler installed before ours
- * (the runtime's crash handler, or the default action): it is not ours to swallow. Without
- * BUNGPU_CHECK nothing is installed and a fault in a kernel is a crash, as a bad pointer in any
- * native code is. */
+/* ---- a fault inside a kernel -------------------------------------------------------------- */
+/* The SIGSEGV/SIGBUS handler is installed when the first CPU device opens, chained to the one
+ * installed before it. Every kernel call on a stream worker, pool thread or submitting thread
+ * marks its thread (t_kname: the kernel's name) and counts itself in g_in_kernel.
+ * With BUNGPU_CHECK=1 each call also runs under sigsetjmp: the handler jumps back when the fault
+ * happened inside one (t_kjmp set on that thread), and the device takes a sticky
+ * BG_ERR_ILLEGAL_ADDRESS naming the kernel, as CUDA reports an illegal address. Without it a
+ * fault in a kernel is a crash, as a bad pointer in any native code is, but first the handler
+ * writes one line to stderr naming the kernel and BUNGPU_CHECK=1 (write(2) only), since the
+ * runtime's crash report that follows blames the runtime. Either way the fault then goes to the
+ * handler installed before ours (the runtime's crash handler, or the default action, which ends
+ * the process by the signal): it is not ours to swallow. The handler reads its thread-local
+ * state only while some kernel call is running (g_in_kernel), so a fault elsewhere, when no
+ * kernel runs, touches nothing of ours before it is passed on. */
 _Thread_local int cpu_t_serial;
 static _Thread_local sigjmp_buf* t_kjmp;
+static _Thread_local const char* volatile t_kname;
 static _Thread_local void* t_faddr;
 static _Thread_local int t_fsig;
+static _Atomic int g_in_kernel; /* kernel calls running now, on any thread */
+static atomic_int g_told;       /* the line was written (once per process) */
 static struct sigaction g_old_segv, g_old_bus;
 
+static inline void kernel_enter(const char* kname) {
+  atomic_fetch_add_explicit(&g_in_kernel, 1, memory_order_relaxed);
+  t_kname = kname;
+  atomic_signal_fence(memory_order_seq_cst);
+}
+
+static inline void kernel_leave(void) {
+  atomic_signal_fence(memory_order_seq_cst);
+  t_kname = NULL;
+  atomic_fetch_sub_explicit(&g_in_kernel, 1, memory_order_relaxed);
+}
+
+/* async-signal-safe pieces of the line */
+static size_t put_str(char* buf, size_t at, size_t cap, const char* s, size_t max) {
+  for (size_t i = 0; s[i] && i < max && at < cap; i++) buf[at++] = s[i];
+  return at;
+}
+
+static size_t put_hex(char* buf, size_t at, size_t cap, uintptr_t v) {
+  char tmp[2 + 2 * sizeof v];
+  size_t n = 0;
+  do {
+    tmp[n++] = "0123456789abcdef"[v & 15];
+    v >>= 4;
+  } while (v);
+  at = put_str(buf, at, cap, "0x", 2);
+  while (n && at < cap) buf[at++] = tmp[--n];
+  return at;
+}
+
+/* Default mode: one line on stderr saying which kernel faulted and how to find out where. */
+static void tell_fault(int sig, const siginfo_t* si, const char* kname) {
+  if (atomic_exchange(&g_told, 1)) return;
+  char line[512];
+  size_t cap = sizeof line - 1, at = 0;
+  at = put_str(line, at, cap, "bungpu: CPU kernel \"", 64);
+  at = put_str(line, at, cap, kname, 200);
+  at = put_str(line, at, cap, sig == SIGBUS ? "\" faulted (SIGBUS" : "\" faulted (SIGSEGV", 64);
+  if (si) {
+    at = put_str(line, at, cap, " at ", 8);
+    at = put_hex(line, at, cap, (uintptr_t)si->si_addr);
+  }
+  at = put_str(line, at, cap,
+               "): an illegal memory access by the kernel, not a fault of the runtime. Run with "
+               "BUNGPU_CHECK=1 to get a GpuError (ILLEGAL_ADDRESS) naming the kernel instead of a "
+               "crash, and guard pages that catch a write just past a buffer.",
+               400);
+  line[at++] = '\n';
+  for (size_t off = 0; off < at;) {
+    ssize_t w = write(2, line + off, at - off);
+    if (w <= 0) break;
+    off += (size_t)w;
+  }
+}
+
 static void fault_handler(int sig, siginfo_t* si, void* uc) {
-  sigjmp_buf* jb = t_kjmp;
-  if (jb) {
-    t_kjmp = NULL;
-    t_faddr = si ? si->si_addr : NULL;
-    t_fsig = sig;
-    siglongjmp(*jb, 1);
+  if (atomic_load_explicit(&g_in_kernel, memory_order_relaxed) > 0) {
+    sigjmp_buf* jb = t_kjmp;
+    if (jb) {
+      t_kjmp = NULL;
+      t_faddr = si ? si->si_addr : NULL;
+      t_fsig = sig;
+      siglongjmp(*jb, 1);
+    }
+    const char* kname = t_kname;
+    if (kname) tell_fault(sig, si, kname);
   }
   struct sigaction* old = sig == SIGSEGV ? &g_old_segv : &g_old_bus;
   if (old->sa_flags & SA_SIGINFO) {
@@ -64,6 +133,13 @@ static void fault_install(void) {
 }
 
 void cpu_fault_init(void) { pthread_once(&g_fault_once, fault_install); }
+
+/* One kernel call, on this thread, marked for the fault handler (unchecked mode). */
+static void call_marked(cpu_kfn fn, bg_cpu_ctx* ctx, const char* kname) {
+  kernel_enter(kname ? kname : "?");
+  fn(ctx);
+  kernel_leave();
+}
 
 /* The first fault wins; every later call on the device returns it (device.c). */
 void cpu_set_sticky(cpu_device* d, int32_t code, const char* msg) {
@@ -134,22 +210,28 @@ void cpu_name_started(pthread_t t, const char* name) {
 #endif
 }
 
-/* run_chunks under the fault trap (checked mode). After a fault the rest of the launch's chunks
- * are given up: `next` jumps to the end so no thread claims another. */
+/* run_chunks with the thread marked for the fault handler, under the fault trap in checked mode.
+ * After a caught fault the rest of the launch's chunks are given up: `next` jumps to the end so
+ * no thread claims another. */
 static void run_chunks_checked(cpu_pool* p, cpu_kfn fn, const bg_cpu_ctx* tmpl, uint64_t total,
                                uint64_t chunk, uint32_t slot, void* scratch, const char* kname) {
   cpu_device* d = pool_device(p);
   if (!d->checked) {
+    kernel_enter(kname ? kname : "?");
     run_chunks(p, fn, tmpl, total, chunk, slot, scratch);
+    kernel_leave();
     return;
   }
   sigjmp_buf jb;
   if (sigsetjmp(jb, 1) == 0) {
+    kernel_enter(kname ? kname : "?");
     t_kjmp = &jb;
     run_chunks(p, fn, tmpl, total, chunk, slot, scratch);
     t_kjmp = NULL;
+    kernel_leave();
   } else {
     t_kjmp = NULL;
+    kernel_leave();
     atomic_store(&p->next, total);
     report_fault(d, kname);
   }
@@ -262,16 +344,19 @@ void cpu_kernel_run(cpu_stream* s, cpu_kernel* k, const uint32_t g[3], const uin
     ctx.shared = s->scratch;
     ctx.worker = 0;
     if (!d->checked) {
-      fn(&ctx);
+      call_marked(fn, &ctx, k->name);
       return;
     }
     sigjmp_buf jb;
     if (sigsetjmp(jb, 1) == 0) {
+      kernel_enter(k->name ? k->name : "?");
       t_kjmp = &jb;
       fn(&ctx);
       t_kjmp = NULL;
+      kernel_leave();
     } else {
       t_kjmp = NULL;
+      kernel_leave();
       report_fault(d, k->name);
     }
     return;
