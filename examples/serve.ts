@@ -78,17 +78,24 @@ export function serveLLM(model: GPT2, port: number, tokenizer: TextTokenizer | n
   /** The decode loop: admit waiting requests into free slots, then one step for all; yield to I/O between steps. */
   async function loop(): Promise<void> {
     while (!stopped) {
-      while (queue.length > 0 && batch.free > 0) {
+      // waiting requests join together: their prompts run in one batched prompt run (one alone: join)
+      const admit: Job[] = [];
+      while (queue.length > 0 && admit.length < batch.free) {
         const j = queue.shift()!;
-        if (j.gone) continue;
-        const t = batch.join(j.prompt, j.opts); // checked when it queued
-        j.id = t.id;
-        emit(j, t.token);
-        if (t.done) finish(j, reasonOf(j, t.token), 1);
-        else {
-          live.set(t.id, j);
-          counts.set(t.id, 1);
-        }
+        if (!j.gone) admit.push(j);
+      }
+      if (admit.length > 0) {
+        const firsts = admit.length === 1 ? [batch.join(admit[0]!.prompt, admit[0]!.opts)] : batch.joinAll(admit.map((j) => j.prompt), admit.map((j) => j.opts)); // checked when they queued
+        admit.forEach((j, k) => {
+          const t = firsts[k]!;
+          j.id = t.id;
+          emit(j, t.token);
+          if (t.done) finish(j, reasonOf(j, t.token), 1);
+          else {
+            live.set(t.id, j);
+            counts.set(t.id, 1);
+          }
+        });
       }
       if (batch.active === 0) {
         await new Promise<void>((r) => (wake = r));

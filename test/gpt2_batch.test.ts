@@ -96,6 +96,46 @@ describe("GPT2.batch: continuous batching", () => {
     expect(worst).toBeLessThan(0.25);
   });
 
+  test("joinAll: prompts of different lengths in one run of the batched prompt plan (right-padded, causal) give each sequence generate()'s tokens", () => {
+    const prompts = [[1, 2, 3], [50], [7, 8, 9, 10, 11, 12, 13]];
+    const opts: GenerateOptions[] = [
+      { maxNewTokens: 9, stop: [] },
+      { maxNewTokens: 12, temperature: 0.8, topK: 5, seed: 3, stop: [] },
+      { maxNewTokens: 6, stop: [] },
+    ];
+    for (const m of [model, GPT2.fromTensors(CFG, w, { device: dev, dtype: "bfloat16", batch: { slots: 3, context: 20 } })]) {
+      const before = m.prepares;
+      using b = m.batch();
+      const tokens: number[][] = prompts.map(() => []), logits: Float32Array[][] = prompts.map(() => []);
+      const first = b.joinAll(prompts, opts);
+      expect(m.prepares).toBe(before + 1); // the batched prompt plan, made on first use
+      const row = new Map<number, number>();
+      first.forEach((t, k) => {
+        tokens[k]!.push(t.token);
+        logits[k]!.push(t.logits.slice());
+        row.set(t.id, k);
+      });
+      while (b.active > 0) for (const t of b.step()) {
+        tokens[row.get(t.id)!]!.push(t.token);
+        logits[row.get(t.id)!]!.push(t.logits.slice());
+      }
+      prompts.forEach((p, k) => {
+        const alone = m.generate(p, opts[k]!);
+        expect(tokens[k]).toEqual(alone.tokens);
+        for (let i = 0; i < alone.tokens.length; i++) expectWithin(logits[k]![i]!, alone.logits[i]!, m.dtype === "float32" ? TOL : 1e-3);
+      });
+      // a second joinAll reuses the plan: nothing compiles
+      const compiles = tensorCompileStats.compiles;
+      b.joinAll([[4, 5], [6]], 3);
+      expect(tensorCompileStats.compiles).toBe(compiles);
+      expect(m.prepares).toBe(before + 1);
+      expectGpuError(() => b.joinAll([[1], [2]], 3), Status.INVALID_VALUE, "free slots");
+      expectGpuError(() => b.joinAll([[1]], [3, 4]), Status.INVALID_VALUE, "entries");
+      expectGpuError(() => b.joinAll([], 3), Status.INVALID_VALUE, "non-empty");
+      if (m !== model) m.dispose();
+    }
+  });
+
   test("joining mid-way, leaving early, finishing at different steps and reusing freed slots changes nobody's tokens", () => {
     const jobs: Job[] = [
       { prompt: [4, 5], opts: { maxNewTokens: 14, stop: [] }, at: 0 },

@@ -278,8 +278,8 @@ export class GPT2 {
   readonly dtype: GPT2DType;
   /** Bytes of one position's keys (or values) in the cache. */
   readonly #kvRowBytes: number;
-  /** How many plans this model prepared (the prompt plan, the decode plan, and the batched decode plan if asked for). */
-  readonly prepares: number;
+  /** How many plans this model prepared (the prompt plan, the decode plan, the batched decode plan if asked for, and the batched prompt plan once a batch first joins several prompts at once). */
+  prepares: number;
   readonly promptPlan: ExecutionPlan;
   readonly decodePlan: ExecutionPlan;
   readonly #tokens: Tensor;
@@ -300,6 +300,9 @@ export class GPT2 {
   readonly #bK: Tensor[] = [];
   readonly #bV: Tensor[] = [];
   #openBatch: GPT2Batch | null = null;
+  /** The batched prompt plan (made when a batch first joins several prompts at once), and how to make it. */
+  #promptBatch: { plan: ExecutionPlan; tokens: Tensor; last: Tensor } | null = null;
+  #makePromptBatch: (() => { plan: ExecutionPlan; tokens: Tensor; last: Tensor }) | null = null;
 
   /**
    * A model from the checkpoint at `path`: a folder as transformers' save_pretrained writes it
@@ -506,6 +509,38 @@ export class GPT2 {
     this.batchSlots = S;
     this.batchContext = ctx;
     this.prepares = 3;
+
+    // Several prompts in one run (GPT2Batch.joinAll): rows [0, B) of `slots`, each prompt padded on
+    // the right to the longest, T. Causal attention is the whole mask: a real position i < its
+    // prompt's length sees positions j ≤ i only, all real, so the pads after it change nothing;
+    // what the pads compute is never read (each row's keys and values are cached for [0, length),
+    // its logits taken at length - 1). Prepared when first used: a model that never joins prompts
+    // together does not compile it.
+    this.#makePromptBatch = () => {
+      const Bq = new Variable("B", 1, S).bind(1);
+      const Tq = new Variable("T", 1, ctx).bind(1);
+      const tokens = Tensor.from(new Int32Array(S * ctx), [S, ctx], { name: "prompts.tokens" });
+      const last = Tensor.from(new Int32Array(S), [S], { name: "prompts.last" });
+      const idx = tokens.shrink([[0, Bq], [0, Tq]]).reshape([Bq, Tq, 1]).expand([Bq, Tq, C]); // [B, T, C]
+      const wte = w["wte"]!;
+      let u = load(wte.reshape([1, cfg.vocabSize, C]).expand([Bq, cfg.vocabSize, C]).gather(1, idx)).add(load(w["wpe"]!.shrink([[0, Tq], null])).reshape([1, Tq, C])); // [B, T, C]
+      const outs: Tensor[] = [];
+      for (let i = 0; i < L; i++) {
+        const qkv = lin(ln(u, `h.${i}.ln_1`), `h.${i}.attn.c_attn`); // [B, T, 3C]
+        const part = (j: number) => qkv.shrink([null, null, [j * C, (j + 1) * C]]).reshape([Bq, Tq, H, D]);
+        const [q, k, v] = [part(0), part(1), part(2)];
+        const heads = (t: Tensor) => t.permute([0, 2, 1, 3]); // [B, H, T, D]
+        const a = heads(q).scaledDotProductAttention(heads(k), heads(v), { isCausal: true, scale: scaleOf(i) }).permute([0, 2, 1, 3]).reshape([Bq, Tq, C]);
+        u = u.add(lin(a, `h.${i}.attn.c_proj`));
+        u = u.add(mlp(u, i));
+        outs.push(store(k), store(v));
+      }
+      // each row's last real position, picked by a mask summed over T (exact: the rest add zeros)
+      const at = Tensor.arange(Tq).reshape([1, Tq, 1]).cmpeq(last.shrink([[0, Bq]]).reshape([Bq, 1, 1])); // [B, T, 1]
+      const plan = Tensor.prepareBatch([head(at.where(u, 0).sum(1)), ...outs], shared);
+      this.prepares++;
+      return { plan, tokens, last };
+    };
   }
 
   /**
@@ -630,6 +665,21 @@ export class GPT2 {
       },
       copies: this.#copies,
       kvRowBytes: this.#kvRowBytes,
+      prompts: (prompts: readonly (readonly number[])[]) => {
+        const pb = (this.#promptBatch ??= this.#makePromptBatch!());
+        const S = this.batchSlots, ctx = this.batchContext;
+        const toks = new Int32Array(S * ctx), last = new Int32Array(S);
+        let T = 1;
+        prompts.forEach((p, r) => {
+          toks.set(p, r * ctx);
+          last[r] = p.length - 1;
+          T = Math.max(T, p.length);
+        });
+        pb.plan.bufferMutById(pb.tokens.node.id)!.write(toks);
+        pb.plan.bufferMutById(pb.last.node.id)!.write(last);
+        pb.plan.executeWithVars({ B: prompts.length, T });
+        return { plan: pb.plan, rowStride: ctx }; // a plan's buffers hold their maximum shape: row r's keys start at r × context positions
+      },
     });
     this.#openBatch = b;
     return b;
@@ -637,7 +687,7 @@ export class GPT2 {
 
   /** Settles once every plan of the model runs its optimized kernels (see ExecutionPlan.optimized). */
   async optimized(): Promise<void> {
-    await Promise.all([this.promptPlan, this.decodePlan, this.batchPlan].map((p) => p?.optimized()));
+    await Promise.all([this.promptPlan, this.decodePlan, this.batchPlan, this.#promptBatch?.plan].map((p) => p?.optimized()));
   }
 
   dispose(): void {
@@ -646,6 +696,7 @@ export class GPT2 {
     this.promptPlan.dispose();
     this.decodePlan.dispose();
     this.batchPlan?.dispose();
+    this.#promptBatch?.plan.dispose();
   }
   [Symbol.dispose](): void {
     this.dispose();

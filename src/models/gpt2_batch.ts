@@ -34,6 +34,12 @@ export interface BatchParts {
   copies: CommandEncoder;
   /** Bytes of one position's keys (or values) in a cache: nEmbd × the cache dtype's size. */
   kvRowBytes: number;
+  /**
+   * Run the batched prompt plan over `prompts` (right-padded to the longest): the plan, its
+   * outputs ready: each row's last logits [rows, vocab], then per layer keys and values, row r's
+   * positions starting at r × rowStride.
+   */
+  prompts(prompts: readonly (readonly number[])[]): { plan: ExecutionPlan; rowStride: number };
 }
 
 interface BatchSeq {
@@ -150,6 +156,43 @@ export class GPT2Batch {
       this.#byId.set(id, seq);
     }
     return { id, token, done, logits };
+  }
+
+  /**
+   * Start several sequences at once: their prompts run together in one run of the batched prompt
+   * plan (each padded on the right to the longest; causal attention keeps the pads out of every
+   * real position), then each first token is picked as join() would pick it. `opts` is one
+   * options value for all, or one per prompt. Returns the first tokens in prompt order; each
+   * sequence gets exactly the tokens join() gives it. Fewer free slots than prompts, or bad
+   * arguments: INVALID_VALUE, before anything runs.
+   */
+  joinAll(prompts: readonly (readonly number[])[], opts: number | GenerateOptions | readonly (number | GenerateOptions)[]): BatchToken[] {
+    const call = "GPT2Batch.joinAll";
+    this.#live(call);
+    if (!Array.isArray(prompts) || prompts.length === 0) invalid(call, "prompts must be a non-empty array of token id arrays");
+    if (Array.isArray(opts) && opts.length !== prompts.length) invalid(call, `opts has ${opts.length} entries for ${prompts.length} prompts`);
+    if (prompts.length > this.slots - this.#rows.length) invalid(call, `${prompts.length} prompts need ${prompts.length} free slots; ${this.slots - this.#rows.length} of ${this.slots} are free`);
+    const cfg = this.#p.config, V = cfg.vocabSize;
+    const setups = prompts.map((p, i) => generationSetup(call, cfg, p, Array.isArray(opts) ? (opts as (number | GenerateOptions)[])[i]! : (opts as number | GenerateOptions), this.context));
+    const { plan, rowStride } = this.#p.prompts(prompts);
+    const all = plan.readOutput(0) as Float32Array;
+    const out: BatchToken[] = [];
+    prompts.forEach((prompt, i) => {
+      const { o, n, stop, rnd } = setups[i]!;
+      const logits = all.subarray(i * V, (i + 1) * V);
+      const token = pick(logits, o, rnd);
+      const id = this.#nextId++;
+      const done = n === 1 || stop.has(token);
+      if (!done) {
+        const seq: BatchSeq = { id, row: this.#rows.length, pos: prompt.length, last: token, count: 1, n, o, stop, rnd };
+        this.#copyKV(plan, i * rowStride, seq.row, 0, prompt.length);
+        this.#rows.push(seq);
+        this.#byId.set(id, seq);
+      }
+      out.push({ id, token, done, logits });
+    });
+    this.#p.copies.submit(this.#p.plan.device.defaultStream, { wait: true });
+    return out;
   }
 
   /**
