@@ -3,8 +3,10 @@
 // the call and args[i]; a composite tensor op reports under its own name; and `fill(1)` on a
 // buffer without an element type is a readable type error (test/strict_types.test.ts checks that).
 import { describe, expect, test } from "bun:test";
-import { CommandEncoder, ComputeGraph, Device, Event, ExecMode, GraphExecutor, MemoryPool, Program, Schedule, Status, Step, Tensor } from "../src";
+import { CommandEncoder, ComputeGraph, Device, Event, ExecMode, GpuError, GraphExecutor, MemoryPool, Program, Schedule, Status, Step, Tensor, Variable } from "../src";
+import { join } from "node:path";
 import { nearest, unknownOption } from "../src/errors";
+import { loadTokenizer } from "../src/models";
 import { expectGpuError } from "./helpers";
 import { kernelSources } from "./kernels";
 
@@ -93,6 +95,14 @@ describe("a bad value is reported with describeGot", () => {
     expectGpuError(() => buf.fill(bad<0>("1"), { type: "u8" }), Status.INVALID_VALUE, 'value must be a number, got the string "1"');
   });
 
+  test("variables, tensors to prepare, and a model's tokenizer options", async () => {
+    expectGpuError(() => new Variable(bad(3), 1, 4), Status.INVALID_VALUE, "new Variable: name must be an identifier, got 3");
+    expectGpuError(() => new Variable("n", bad("1"), 4), Status.INVALID_VALUE, 'bounds must be integers with 0 <= min <= max, got [the string "1", 4]');
+    expectGpuError(() => Tensor.prepareBatch([bad("x")]), Status.INVALID_VALUE, 'Tensor.prepareBatch: tensors[0] must be a Tensor, got the string "x"');
+    const tok = await loadTokenizer(join(import.meta.dir, "fixtures", "gpt2_hf"));
+    expectGpuError(() => tok.decode([1], bad({ skipspecial: true })), Status.INVALID_VALUE, 'TextTokenizer.decode: unknown option "skipspecial" (did you mean skipSpecial?)');
+  });
+
   test("objects by their constructor, with an article", () => {
     expectGpuError(() => dev.createStream(bad({ priority: {} })), Status.INVALID_VALUE, "priority must be an integer, got an Object");
   });
@@ -140,5 +150,53 @@ describe("a composite op reports under its own name", () => {
     expectGpuError(() => x.logsumexp(1), Status.INVALID_VALUE, "Tensor.logsumexp: axis 1 is out of range");
     expectGpuError(() => x.std(3), Status.INVALID_VALUE, "Tensor.std: axis 3 is out of range");
     expectGpuError(() => x.layerNorm({ axis: 2 }), Status.INVALID_VALUE, "Tensor.layerNorm: axis 2 is out of range");
+  });
+
+  test("composites over other public ops name themselves, with the inner op's reason", () => {
+    const x = Tensor.from([1, 2, 3, 4, 5, 6], [2, 3]), y = Tensor.from([1, 2], [2]);
+    expectGpuError(() => x.clamp(0, y), Status.INVALID_VALUE, "Tensor.clamp: shapes [2, 3] and [2] cannot be broadcast together");
+    expectGpuError(() => x.hardtanh(-1, bad("1")), Status.INVALID_VALUE, 'Tensor.hardtanh: max must be a Tensor or a number, got the string "1"');
+    expectGpuError(() => x.lerp(y, 0.5), Status.INVALID_VALUE, "Tensor.lerp: shapes");
+    expectGpuError(() => x.isclose(y), Status.INVALID_VALUE, "Tensor.isclose: shapes");
+    expectGpuError(() => x.copysign(y), Status.INVALID_VALUE, "Tensor.copysign: shapes");
+    expectGpuError(() => x.maskedFill(y.cmpgt(0), 0), Status.INVALID_VALUE, "Tensor.maskedFill: shapes");
+    expectGpuError(() => x.dot(y), Status.INVALID_VALUE, "Tensor.dot: shapes [2, 3] and [2] are not aligned");
+    expectGpuError(() => x.broadcastTo([4, 4]), Status.INVALID_VALUE, "Tensor.broadcastTo: cannot expand");
+    expectGpuError(() => x.zerosLike(bad(5)), Status.INVALID_VALUE, "Tensor.zerosLike: options must be an object, got 5");
+    expectGpuError(() => x.fullLike(bad("1")), Status.INVALID_VALUE, 'Tensor.fullLike: value must be a number, got the string "1"');
+    expectGpuError(() => Tensor.ones(bad(3)), Status.INVALID_VALUE, "Tensor.ones: shape must be an array of dimensions, got 3");
+    expectGpuError(() => x.std(1, bad(2)), Status.INVALID_VALUE, "Tensor.std: keepdim must be a boolean, got 2");
+    expectGpuError(() => x.stdMean(7), Status.INVALID_VALUE, "Tensor.stdMean: axis 7 is out of range for shape [2, 3]");
+    expectGpuError(() => Tensor.prepareBatch([]), Status.INVALID_VALUE, "Tensor.prepareBatch: give at least one tensor");
+    // the error keeps its code and names the call in its fields too
+    const e = expectGpuError(() => x.clamp(0, y), Status.INVALID_VALUE);
+    expect(e.call).toBe("Tensor.clamp");
+  });
+
+  test("a sweep: every Tensor method and static, given bad arguments, reports under its own name", () => {
+    const x = Tensor.from(new Float32Array(24).map((_, i) => i), [2, 3, 4]);
+    const xi = Tensor.from(new Int32Array(24), [2, 3, 4], { dtype: "int32" });
+    const v = Tensor.from(new Float32Array(5), [5]);
+    const firsts: unknown[] = [99, -99, "s", null, {}, [], true, x, v, xi, 2, 0, -1, 1.5, NaN, [99], { axis: 99 }, { zzz: 1 }, undefined];
+    const seconds: unknown[] = [undefined, 99, x, "s", { zzz: 1 }, true, 2];
+    const wrong: string[] = [];
+    const attempt = (name: string, f: () => unknown) => {
+      try {
+        f();
+      } catch (e) {
+        const call = (e as { call?: unknown }).call;
+        if (!(e instanceof GpuError)) wrong.push(`${name}: ${(e as Error).name} ${(e as Error).message}`);
+        else if (call !== `Tensor.${name}`) wrong.push(`${name}: reported as ${String(call)}: ${e.message}`);
+      }
+    };
+    const methods = Object.getOwnPropertyNames(Tensor.prototype).filter((n) => n !== "constructor" && typeof Object.getOwnPropertyDescriptor(Tensor.prototype, n)!.value === "function");
+    expect(methods.length).toBeGreaterThan(150);
+    for (const n of methods)
+      for (const self of [x, xi, v])
+        for (const a of firsts) for (const b of seconds) attempt(n, () => (self as unknown as Record<string, (...args: unknown[]) => unknown>)[n]!(a, b));
+    // broadcastShapes(call, a, b) reports under the name its caller gives it
+    const statics = Object.getOwnPropertyNames(Tensor).filter((n) => n !== "broadcastShapes" && typeof (Tensor as unknown as Record<string, unknown>)[n] === "function");
+    for (const n of statics) for (const a of firsts) for (const b of seconds) attempt(n, () => (Tensor as unknown as Record<string, (...args: unknown[]) => unknown>)[n]!(a, b));
+    expect([...new Set(wrong)]).toEqual([]);
   });
 });

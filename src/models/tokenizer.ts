@@ -4,8 +4,10 @@
 // when a tokenizer is asked for, so a program that only passes token ids needs nothing more.
 import { existsSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { describeGot, GpuError, Status, invalid } from "../errors";
+import { describeGot, GpuError, Status, invalid, options, type OptionKeys } from "../errors";
 import { mustExist, readJson } from "./files";
+
+const DECODE_KEYS: OptionKeys<{ skipSpecial?: boolean }> = { skipSpecial: true };
 
 /** Text to token ids and back, as the model's own tokenizer does it. */
 export interface TextTokenizer {
@@ -64,10 +66,11 @@ export async function loadTokenizer(path: string): Promise<TextTokenizer> {
       if (typeof text !== "string") invalid("TextTokenizer.encode", `text must be a string, got ${describeGot(text)}`);
       return tok.encode(text).ids;
     },
-    decode(ids: readonly number[], opts: { skipSpecial?: boolean } = {}): string {
+    decode(ids: readonly number[], opts?: { skipSpecial?: boolean }): string {
+      const o = options("TextTokenizer.decode", opts, DECODE_KEYS);
       if (!Array.isArray(ids) || ids.some((t) => !Number.isInteger(t) || t < 0 || t >= size))
         invalid("TextTokenizer.decode", `ids must be token ids in [0, ${size}), got ${describeGot(ids)}`);
-      return tok.decode([...ids], { skip_special_tokens: opts.skipSpecial === true, clean_up_tokenization_spaces: false });
+      return tok.decode([...ids], { skip_special_tokens: o.skipSpecial === true, clean_up_tokenization_spaces: false });
     },
   };
 }

@@ -139,7 +139,7 @@ export class Ring {
 
   set closed(v: number) {
     this.handle;
-    if (!Number.isInteger(v) || v < 0 || v > 4294967295) invalid("Ring.closed", `expected a u32, got ${v}`);
+    if (!Number.isInteger(v) || v < 0 || v > 4294967295) invalid("Ring.closed", `expected a u32, got ${describeGot(v)}`);
     Atomics.store(this.#hdr, CLOSED_W, v);
   }
 

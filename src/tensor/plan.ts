@@ -9,7 +9,7 @@
 // modes) reads and writes; the checks and helpers that need none of them live in the modules above.
 import { hostArray, hostArrayName, hostCopy, hostView, type DType, type DefaultHostArray, type HostArray, type HostArrayOf } from "./dtype";
 import { Device } from "../device";
-import { describeGot, describeValue, disposed, illegalState, invalid, options, type OptionKeys } from "../errors";
+import { describeGot, disposed, illegalState, invalid, options, type OptionKeys } from "../errors";
 import type { Kernel } from "../kernel";
 import { ExecMode, type Executable, type Schedule } from "../schedule";
 import type { Buffer } from "../buffer";
@@ -142,7 +142,7 @@ export class ExecutionPlan<O extends string = string> {
     if (!Array.isArray(tensors) || tensors.length === 0) invalid(call, "give at least one tensor");
     opts = options(call, opts, PREPARE_KEYS);
     for (const t of tensors)
-      if (!t || typeof t !== "object" || !((t as { node?: unknown }).node instanceof Object)) invalid(call, `not a Tensor: ${describeValue(t)}`);
+      if (!t || typeof t !== "object" || !((t as { node?: unknown }).node instanceof Object)) invalid(call, `every item must be a Tensor, got ${describeGot(t)}`);
     if (opts.device !== undefined && !(opts.device instanceof Device)) invalid(call, `device must be a Device, got ${describeGot(opts.device)}`);
     this.#device = opts.device ?? Device.default();
     this.#noPlanning = opts.noMemoryPlanning ?? false;

@@ -8,7 +8,7 @@
 // Over 600 lines on purpose: the file is the Tensor class alone, the whole public op surface, one
 // short method per op; split, one class would be spread over several files.
 import { Device } from "../device";
-import { describeGot, describeValue, finiteNumber, invalid, options, type OptionKeys } from "../errors";
+import { GpuError, describeGot, describeValue, finiteNumber, invalid, options, reword, type OptionKeys } from "../errors";
 import { INSPECT } from "../inspect";
 import { LazyNode, inputNames, type BinaryOp, type DType, type ReduceOp, type UnaryOp } from "./ast";
 import { seedMix } from "./ir";
@@ -113,6 +113,21 @@ function axesArg(call: string, axis: unknown): number | readonly number[] | unde
   if (axis === undefined || typeof axis === "number") return axis;
   if (Array.isArray(axis)) return axis as number[];
   invalid(call, `axis must be a number or an array of numbers, got ${describeGot(axis)}`);
+}
+
+/**
+ * `f`, the body of a composite op, with an error of an op it calls reported under `call`, the op
+ * the user called: `x.clamp(0, y)` with a y that does not broadcast names Tensor.clamp, not the
+ * Tensor.cmplt inside it (issue 25: ops report under their own names).
+ */
+function under<T>(call: string, f: () => T): T {
+  try {
+    return f();
+  } catch (e) {
+    const inner = e instanceof GpuError ? e.call : undefined;
+    if (inner === undefined || inner === call || !inner.startsWith("Tensor.")) throw e;
+    throw reword(e as GpuError, (d) => (d.startsWith(`${inner}: `) ? `${call}: ${d.slice(inner.length + 2)}` : `${call}: ${d}`), call);
+  }
 }
 
 function boolArg(call: string, what: string, v: unknown): boolean {
@@ -228,10 +243,10 @@ export class Tensor {
     return c.reshape(shape.map(() => 1)).expand(shape);
   }
   static zeros(shape: Shape, opts: { dtype?: DType } = {}): Tensor {
-    return Tensor.full(shape, 0, opts);
+    return under("Tensor.zeros", () => Tensor.full(shape, 0, opts));
   }
   static ones(shape: Shape, opts: { dtype?: DType } = {}): Tensor {
-    return Tensor.full(shape, 1, opts);
+    return under("Tensor.ones", () => Tensor.full(shape, 1, opts));
   }
 
   /** arange(stop) | arange(start, stop, step?): numbers start, start+step, … below stop. */
@@ -343,9 +358,10 @@ export class Tensor {
    */
   realize(opts: PrepareOptions = {}): Tensor {
     const call = "Tensor.realize";
+    const o = prepareOpts(call, opts);
     if (this.node.op === "buffer") return this;
     if (varsOf(this.shape).length) invalid(call, `the shape ${shapeStr(this.shape)} holds variables; only a concrete shape can be realized`);
-    const data = this.toArray(prepareOpts(call, opts));
+    const data = this.toArray(o);
     return new Tensor(new LazyNode({ op: "buffer", data }, this.dtype, this.shape.map((d) => dimValue(d))));
   }
 
@@ -375,6 +391,7 @@ export class Tensor {
     const call = "Tensor.prepareBatch";
     if (!Array.isArray(tensors)) invalid(call, `tensors must be an array of Tensors, got ${describeGot(tensors)}`);
     tensors.forEach((t, i) => tensorArg(call, `tensors[${i}]`, t));
+    if (tensors.length === 0) invalid(call, "give at least one tensor");
     return new ExecutionPlan<N[number]>(tensors, prepareOpts(call, opts));
   }
 
@@ -488,17 +505,21 @@ export class Tensor {
   clip(min?: TensorLike, max?: TensorLike): Tensor {
     const call = "Tensor.clip";
     if (min === undefined && max === undefined) invalid(call, "at least one of min and max must be given");
-    let r: Tensor = this;
-    if (min !== undefined) r = r.cmplt(tensorLike(call, "min", min)).where(min, r);
-    if (max !== undefined) r = r.cmpgt(tensorLike(call, "max", max)).where(max, r);
-    return r;
+    if (min !== undefined) tensorLike(call, "min", min);
+    if (max !== undefined) tensorLike(call, "max", max);
+    return under(call, () => {
+      let r: Tensor = this;
+      if (min !== undefined) r = r.cmplt(min).where(min, r);
+      if (max !== undefined) r = r.cmpgt(max).where(max, r);
+      return r;
+    });
   }
-  clamp(min?: TensorLike, max?: TensorLike): Tensor { return this.clip(min, max); }
+  clamp(min?: TensorLike, max?: TensorLike): Tensor { return under("Tensor.clamp", () => this.clip(min, max)); }
   /** this + (end - this)·weight. */
   lerp(end: TensorLike, weight: TensorLike): Tensor {
     tensorLike("Tensor.lerp", "end", end);
     tensorLike("Tensor.lerp", "weight", weight);
-    return this.add(this.rsub(end).mul(weight));
+    return under("Tensor.lerp", () => this.add(this.rsub(end).mul(weight)));
   }
   silu(): Tensor { return this.mul(this.sigmoid()); }
   swish(): Tensor { return this.silu(); }
@@ -526,7 +547,7 @@ export class Tensor {
     finiteNumber("Tensor.hardsigmoid", "beta", beta);
     return this.mul(alpha).add(beta).clip(0, 1);
   }
-  hardtanh(minVal = -1, maxVal = 1): Tensor { return this.clip(minVal, maxVal); }
+  hardtanh(minVal = -1, maxVal = 1): Tensor { return under("Tensor.hardtanh", () => this.clip(minVal, maxVal)); }
   softsign(): Tensor { return this.div(this.abs().add(1)); }
   /** log(sigmoid(x)) = -softplus(-x), without overflow. */
   logsigmoid(): Tensor { return this.neg().softplus().neg(); }
@@ -572,7 +593,7 @@ export class Tensor {
     if (this.shape.length === shape.length && this.shape.every((d, i) => sameDim(d, shape[i]!))) return this;
     if (this.shape.length > shape.length) invalid("Tensor.broadcastTo", `cannot broadcast ${shapeStr(this.shape)} to ${shapeStr(shape)}`);
     const padded = [...shape.slice(0, shape.length - this.shape.length).map(() => 1), ...this.shape];
-    return this.reshape(padded).expand(shape);
+    return under("Tensor.broadcastTo", () => this.reshape(padded).expand(shape));
   }
 
   #binary(fn: BinaryOp, o: TensorLike, call: string, reverse = false): Tensor {
@@ -1052,7 +1073,7 @@ export class Tensor {
     const call = "Tensor.eye";
     const dtype = dtypeOf(call, options(call, opts, DTYPE_KEYS).dtype) ?? "float32";
     if (!Number.isSafeInteger(n) || n < 0 || (m !== undefined && (!Number.isSafeInteger(m) || m < 0)))
-      invalid(call, `sizes must be non-negative integers, got ${describeGot(n)}, ${describeValue(m)}`);
+      invalid(call, `sizes must be non-negative integers, got ${describeGot(n)}, ${describeGot(m)}`);
     checkShapeDims(call, [n, n + 1]);
     const x = Tensor.ones([n, 1], { dtype }).pad([null, [0, n]]).flatten().shrink([[0, n * n]]).reshape([n, n]);
     if (m === undefined || m === n) return x;
@@ -1074,13 +1095,14 @@ export class Tensor {
   /** A tensor of this shape filled with `value` (this dtype unless opts.dtype says). */
   fullLike(value: number, opts: { dtype?: DType } = {}): Tensor {
     const call = "Tensor.fullLike";
+    if (typeof value !== "number") invalid(call, `value must be a number, got ${describeGot(value)}`);
     return Tensor.full(this.shape, value, { dtype: dtypeOf(call, options(call, opts, DTYPE_KEYS).dtype) ?? this.dtype });
   }
-  zerosLike(opts: { dtype?: DType } = {}): Tensor { return this.fullLike(0, opts); }
-  onesLike(opts: { dtype?: DType } = {}): Tensor { return this.fullLike(1, opts); }
+  zerosLike(opts: { dtype?: DType } = {}): Tensor { return under("Tensor.zerosLike", () => this.fullLike(0, opts)); }
+  onesLike(opts: { dtype?: DType } = {}): Tensor { return under("Tensor.onesLike", () => this.fullLike(1, opts)); }
   #randLike(call: string, normal: boolean, opts: { seed?: number | undefined; dtype?: DType | undefined }): Tensor {
     const o = options(call, opts, RAND_LIKE_KEYS);
-    if ((dtypeOf(call, o.dtype) ?? "float32") !== "float32") invalid(call, `random tensors are float32, got dtype ${describeValue(o.dtype)}`);
+    if ((dtypeOf(call, o.dtype) ?? "float32") !== "float32") invalid(call, `random tensors are float32, got dtype ${describeGot(o.dtype)}`);
     return normal ? Tensor.randn(this.shape, { seed: o.seed }) : Tensor.rand(this.shape, { seed: o.seed });
   }
   /** Uniform [0, 1) float32 of this shape (see rand). */
@@ -1106,7 +1128,9 @@ export class Tensor {
   /** `value` where `mask` is non-zero, else this (broadcast). */
   maskedFill(mask: Tensor, value: TensorLike): Tensor {
     const call = "Tensor.maskedFill";
-    return tensorArg(call, "mask", mask).where(tensorLike(call, "value", value), this);
+    tensorArg(call, "mask", mask);
+    tensorLike(call, "value", value);
+    return under(call, () => mask.where(value, this));
   }
 
   #indexArgs(call: string, dim: number, index: unknown): [number, Tensor] {
@@ -1378,7 +1402,7 @@ export class Tensor {
   /** Standard deviation: sqrt(var(axis, keepdim, correction)). */
   std(axis?: number | readonly number[], keepdim = false, correction = 1): Tensor {
     this.#axes("Tensor.std", axis);
-    return this.var(axis, keepdim, correction).sqrt();
+    return under("Tensor.std", () => this.var(axis, keepdim, correction).sqrt());
   }
   /** log Σ exp(x) over `axis`, shifted by the maximum (an infinite maximum shifts by 0: all -inf gives -inf). */
   logsumexp(axis?: number | readonly number[], keepdim = false): Tensor {
@@ -1477,7 +1501,7 @@ export class Tensor {
     return r;
   }
   dot(o: Tensor): Tensor {
-    return this.matmul(o);
+    return under("Tensor.dot", () => this.matmul(o));
   }
 
   // ---- convolution and pooling (src/tensor/ops_conv.ts: windows as views, one fused reduce) ----
@@ -1583,6 +1607,9 @@ export class Tensor {
   logicalNot(): Tensor { return this.cmpeq(0); }
   /** |x| with the sign of `other` (a float -0 and a NaN's sign bit count), in the broadcast dtype. */
   copysign(other: TensorLike): Tensor {
+    return under("Tensor.copysign", () => this.#copysign(other));
+  }
+  #copysign(other: TensorLike): Tensor {
     const o = tensorLike("Tensor.copysign", "other", other);
     const t = typeof o === "number" ? Tensor.full([], o, { dtype: "float32" }) : o;
     const neg = isFloat(t.dtype) ? t.float().bitcast("int32").cmplt(0) : t.cmplt(0);
@@ -1637,7 +1664,7 @@ export class Tensor {
   }
   /** [std, mean] over `axis` (std with `correction`). */
   stdMean(axis?: number | readonly number[], keepdim = false, correction = 1): [Tensor, Tensor] {
-    return [this.std(axis, keepdim, correction), this.mean(axis, keepdim)];
+    return under("Tensor.stdMean", () => [this.std(axis, keepdim, correction), this.mean(axis, keepdim)]);
   }
   /** int32 indices that sort along `dim` (sort's, stable). */
   argsort(dim = -1, descending = false): Tensor {
@@ -1653,11 +1680,13 @@ export class Tensor {
     finiteNumber(call, "rtol", rtol);
     finiteNumber(call, "atol", atol);
     boolArg(call, "equalNan", equalNan);
-    const t = typeof o === "number" ? this.mul(0).add(o) : o;
-    const finite = this.isfinite().mul(t.isfinite()).mul(this.sub(t).abs().cmple(t.abs().mul(rtol).add(atol)));
-    const inf = this.isinf().maximum(t.isinf()).mul(this.cmpeq(t));
-    const r = finite.maximum(inf);
-    return (equalNan ? r.maximum(this.isnan().mul(t.isnan())) : r).cast("bool");
+    return under(call, () => {
+      const t = typeof o === "number" ? this.mul(0).add(o) : o;
+      const finite = this.isfinite().mul(t.isfinite()).mul(this.sub(t).abs().cmple(t.abs().mul(rtol).add(atol)));
+      const inf = this.isinf().maximum(t.isinf()).mul(this.cmpeq(t));
+      const r = finite.maximum(inf);
+      return (equalNan ? r.maximum(this.isnan().mul(t.isnan())) : r).cast("bool");
+    });
   }
   /** Each element repeated `repeats` times along `dim` (no dim: the flattened tensor). */
   repeatInterleave(repeats: number, dim?: number): Tensor {

@@ -1,7 +1,7 @@
 // Variable: a named integer with inclusive bounds, usable as a tensor dimension (a sequence
 // length, a batch size). Buffers are laid out for `max`; the value travels to kernels as an i32
 // argument, so a new value never recompiles.
-import { invalid } from "../errors";
+import { describeGot, invalid } from "../errors";
 import { INSPECT } from "../inspect";
 
 export class Variable {
@@ -12,9 +12,9 @@ export class Variable {
 
   constructor(name: string, min: number, max: number, value?: number) {
     if (typeof name !== "string" || !/^[A-Za-z_][A-Za-z0-9_]*$/.test(name))
-      invalid("new Variable", `name must be an identifier, got ${JSON.stringify(name)}`);
+      invalid("new Variable", `name must be an identifier, got ${describeGot(name)}`);
     if (!Number.isInteger(min) || !Number.isInteger(max) || min < 0 || max < min || max > 2147483647)
-      invalid("new Variable", `bounds must be integers with 0 <= min <= max, got [${min}, ${max}]`);
+      invalid("new Variable", `bounds must be integers with 0 <= min <= max, got [${describeGot(min)}, ${describeGot(max)}]`);
     this.name = name;
     this.min = min;
     this.max = max;
