@@ -447,8 +447,11 @@ describe("the JavaScript lane and plan.run", () => {
     expect(names.get(2)).toBe("awaited runs");
     const awaits = jsLane(t, 2).sort((a, b) => a.ts - b.ts);
     expect(awaits.map((e) => [e.name, e.cat, e.args?.ok])).toEqual([1, 2, 3, 4, 5].map((k) => [`await run #${k}`, "js-await", true]));
-    const issues = jsLane(t).filter((e) => e.cat === "js-call" && e.name.startsWith("ExecutionPlan.run"));
+    const issues = jsLane(t).filter((e) => e.cat === "js-call" && /^ExecutionPlan\.run #\d+$/.test(e.name));
     expect(issues.map((e) => e.name).sort()).toEqual([1, 2, 3, 4, 5].map((k) => `ExecutionPlan.run #${k}`));
+    // each run() call itself, numbered by the run it queued
+    const calls = jsLane(t).filter((e) => e.cat === "js-call" && e.name.endsWith(" queued"));
+    expect(calls.map((e) => [e.name, e.args?.run])).toEqual([1, 2, 3, 4, 5].map((k) => [`ExecutionPlan.run #${k} queued`, k]));
     const dev = spans(t);
     for (const k of [1, 2, 3, 4, 5]) {
       const w = awaits[k - 1]!, issue = issues.find((e) => e.name === `ExecutionPlan.run #${k}`)!;

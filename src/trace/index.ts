@@ -130,6 +130,7 @@ interface Session {
   readonly js: TraceEvent[];
   readonly awaiting: Map<number, { name: string; at: number }>;
   runs: number;
+  asyncs: number;
   /** Above 0 while the tracer waits on its own account (not drawn on the JavaScript lane). */
   quiet: number;
 }
@@ -428,7 +429,7 @@ const COLL_NAME: Record<number, string> = Object.fromEntries(Object.entries(Coll
  * work-issuing entry cannot be invisible in timelines by omission).
  */
 export const UNTRACED_STREAM_ENTRIES: Readonly<Record<string, string>> = {
-  bg_stream_synchronize: "a host wait, not device work",
+  bg_stream_synchronize: "a host wait, not device work (swapped apart, for the JavaScript lane only: hostWaits)",
   bg_stream_query: "a host query",
   bg_stream_wait_event: "an ordering edge between streams, not work (its wait shows as the gap before the next span)",
   bg_stream_notify: "bungpu's own completion callback (wake.ts), queued behind every awaited op",
@@ -571,6 +572,21 @@ function swapPlanMethods(s: Session): () => void {
       }
     };
   }
+  // run(): the call itself (checking the feeds, queueing, and issuing where a slot is free) on the
+  // JavaScript lane; its number comes from the run queue's hook, called inside it.
+  const run = proto["run"];
+  if (typeof run === "function") {
+    saved.push(["run", run]);
+    proto["run"] = function (this: unknown, ...a: unknown[]) {
+      const h0 = nowUs(s), before = s.runs;
+      try {
+        return run.apply(this, a);
+      } finally {
+        const id = s.runs > before ? s.runs : 0;
+        jsSpan(s, id ? `ExecutionPlan.run #${id} queued` : "ExecutionPlan.run", "js-call", h0, id ? { run: id } : undefined);
+      }
+    };
+  }
   return () => {
     for (const [m, f] of saved) proto[m] = f;
   };
@@ -578,7 +594,7 @@ function swapPlanMethods(s: Session): () => void {
 
 /** An awaited call on the "awaited runs" lane: from `h0` until `p` settles (written up to the stop if it has not). */
 function awaited(s: Session, name: string, h0: number, p: Promise<unknown>): void {
-  const key = ++s.runs;
+  const key = -++s.asyncs; // apart from the runs' numbers
   s.awaiting.set(key, { name, at: h0 });
   const done = (ok: boolean) => {
     if (session !== s || !s.awaiting.delete(key)) return;
@@ -663,7 +679,7 @@ export function start(): void {
   const s: Session = {
     t0: performance.now(), devs: new Map(), streams: new Map(), pending: [], done: [], host: [], lanes: [], restore: [],
     drainAt: 2048, scope: null, scopes: 0, scopeNames: new Map(), captured: 0, unplaced: 0, unfinished: 0,
-    js: [], awaiting: new Map(), runs: 0, quiet: 0,
+    js: [], awaiting: new Map(), runs: 0, asyncs: 0, quiet: 0,
   };
   session = s;
   try {
