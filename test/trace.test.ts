@@ -522,6 +522,9 @@ describe("trace.toSVG and bungpu-trace", () => {
     expectGpuError(() => trace.toSVG([...meta, span("k", 0, 10)], { startAt: "missing" }), Status.INVALID_VALUE, 'no span is named "missing"');
     expectGpuError(() => trace.toSVG([...meta, span("k", 0, 10)], { from: "1" as never }), Status.INVALID_VALUE, "from");
     expectGpuError(() => trace.toSVG([...meta, span("k", 0, 10)], { from: 2, to: 1 }), Status.INVALID_VALUE, "after from");
+    expectGpuError(() => trace.toSVG([...meta, span("k", 0, 10)], { width: 100 }), Status.INVALID_VALUE, "width must be 400 to 100000 px, got 100");
+    // an empty trace is an empty timeline, not an error
+    expect(trace.toSVG({ traceEvents: [] })).toContain("</svg>");
   });
 
   test("the command: --start-at/--length and --from/--to windows, stdout without an output file, usage errors exit 2", async () => {

@@ -16,7 +16,7 @@ export interface SvgOptions {
   /** Start the window 0.1 ms before the first span of this name instead, `length` ms long (default 5). */
   startAt?: string;
   length?: number;
-  /** Width in pixels (default 1400, at least 400). */
+  /** Width in pixels: 400 to 100000 (default 1400). */
   width?: number;
   /** A title above the timeline. */
   title?: string;
@@ -146,6 +146,7 @@ export function toSVG(input: Trace | { readonly traceEvents: readonly TraceEvent
   if (o.startAt !== undefined && typeof o.startAt !== "string") invalid(call, `startAt must be a span's name, got ${describeGot(o.startAt)}`);
   if (o.title !== undefined && typeof o.title !== "string") invalid(call, `title must be a string, got ${describeGot(o.title)}`);
   if (o.startAt !== undefined && (o.from !== undefined || o.to !== undefined)) invalid(call, "give either startAt (and length) or from/to, not both");
+  if (o.width !== undefined && !(o.width >= 400 && o.width <= 100_000)) invalid(call, `width must be 400 to 100000 px, got ${o.width}`);
   if (o.length !== undefined && !(o.length > 0)) invalid(call, `length must be more than 0 ms, got ${o.length}`);
   if (o.from !== undefined && o.to !== undefined && !(o.to > o.from)) invalid(call, `to (${o.to}) must be after from (${o.from})`);
 
@@ -191,7 +192,7 @@ export function toSVG(input: Trace | { readonly traceEvents: readonly TraceEvent
     i = j;
   }
 
-  const width = Math.max(400, Math.round(o.width ?? 1400));
+  const width = Math.round(o.width ?? 1400);
   const labelW = 210, rowH = 18, gap = 8, axisH = 26;
   const plotW = width - labelW - 20;
   const x = (ts: number) => labelW + ((ts - from) / span) * plotW;
@@ -214,7 +215,13 @@ export function toSVG(input: Trace | { readonly traceEvents: readonly TraceEvent
       lx = 8;
       ly += 18;
     }
-    legend.push(`<g class="legend-item" data-cat="${cat}"><title>${esc(`${cat}: ${text}`)}</title><rect x="${lx}" y="${ly}" width="12" height="12" fill="${color}" stroke="#555" stroke-width="0.4"/><text x="${lx + 17}" y="${ly + 10}" font-size="11" fill="#333">${esc(text)}</text></g>`);
+    // kernels: a swatch of three of their hues
+    const swatch =
+      cat === "kernel"
+        ? KERNEL_HUES.slice(0, 3).map((h, i) => `<rect x="${lx + i * 4}" y="${ly}" width="4" height="12" fill="hsl(${h}, 55%, 62%)"/>`).join("") +
+          `<rect x="${lx}" y="${ly}" width="12" height="12" fill="none" stroke="#555" stroke-width="0.4"/>`
+        : `<rect x="${lx}" y="${ly}" width="12" height="12" fill="${color}" stroke="#555" stroke-width="0.4"/>`;
+    legend.push(`<g class="legend-item" data-cat="${cat}"><title>${esc(`${cat}: ${text}`)}</title>${swatch}<text x="${lx + 17}" y="${ly + 10}" font-size="11" fill="#333">${esc(text)}</text></g>`);
     lx += w;
   }
   legend.push(`</g>`);
