@@ -466,7 +466,11 @@ describe("the JavaScript lane and plan.run", () => {
     }
     // the caller's own 3 ms: a gap of the JavaScript lane between run #2's result and run #3's call
     const gaps = jsLane(t).filter((e) => e.cat === "js-idle");
-    for (const g of gaps) expect(g.name).toBe("JS outside bungpu");
+    for (const g of gaps) {
+      expect(g.name).toBe("JS outside bungpu");
+      const open = awaits.filter((w) => w.ts <= g.ts && w.ts + w.dur! > g.ts).length;
+      expect(g.args?.awaited).toBe(open); // the awaited calls open at the gap's start
+    }
     const [b0, b1] = [awaits[1]!.ts + awaits[1]!.dur!, awaits[2]!.ts];
     const overlap = gaps.reduce((n, g) => n + Math.max(0, Math.min(b1, g.ts + g.dur!) - Math.max(b0, g.ts)), 0);
     expect(overlap).toBeGreaterThan(2_000);

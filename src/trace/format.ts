@@ -54,19 +54,31 @@ const MIN_GAP_US = 2;
 /**
  * The gaps where no device ran traced work and the JavaScript thread was in none of bungpu's
  * traced calls: the program's own code, the event loop, or nothing at all (the host cannot tell
- * which). Each is a span on the JavaScript lane, with how many awaited calls were open meanwhile.
+ * which). Each is a span on the JavaScript lane, with how many awaited calls were open at its start.
  */
 export function hostGaps(device: readonly TraceEvent[], js: readonly TraceEvent[]): TraceEvent[] {
   const busy: [number, number][] = [];
   for (const e of device) if (e.ph === "X") busy.push([e.ts, e.ts + (e.dur ?? 0)]);
   for (const e of js) if (e.ph === "X" && e.tid === JS_TID) busy.push([e.ts, e.ts + (e.dur ?? 0)]);
   busy.sort((a, b) => a[0] - b[0]);
+  // awaited calls open at t: those begun by t less those ended by t (two sorted lists, searched)
   const awaits = js.filter((e) => e.tid === AWAIT_TID);
+  const starts = awaits.map((w) => w.ts).sort((p, q) => p - q);
+  const ends = awaits.map((w) => w.ts + (w.dur ?? 0)).sort((p, q) => p - q);
+  const atMost = (xs: number[], t: number) => {
+    let lo = 0, hi = xs.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (xs[mid]! <= t) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  };
   const out: TraceEvent[] = [];
   let end = busy.length ? busy[0]![1] : 0;
   for (const [a, b] of busy) {
     if (a - end >= MIN_GAP_US) {
-      const open = awaits.filter((w) => w.ts <= end && w.ts + (w.dur ?? 0) >= a).length;
+      const open = atMost(starts, end) - atMost(ends, end);
       out.push({ name: "JS outside bungpu", ph: "X", ts: end, dur: a - end, pid: JS_PID, tid: JS_TID, cat: "js-idle", args: { awaited: open } });
     }
     end = Math.max(end, b);

@@ -85,7 +85,7 @@ function tooltip(e: TraceEvent, t0: number): string {
   if (typeof a["commands"] === "number") parts.push(`${a["commands"]} commands (${a["kernels"]} kernels)`);
   else if (typeof a["kernels"] === "number" && e.cat === "plan") parts.push(`${a["kernels"]} kernels`);
   if (e.cat === "js-idle")
-    parts.push(`no device ran traced work and the JS thread was in none of bungpu's calls: the program's own code, the event loop, or idle${a["awaited"] ? `; ${a["awaited"]} awaited call(s) open` : ""}`);
+    parts.push(`no device ran traced work and the JS thread was in none of bungpu's calls: the program's own code, the event loop, or idle${a["awaited"] ? `; ${a["awaited"]} awaited call(s) open at its start` : ""}`);
   if (e.cat === "js-await") parts.push(a["ok"] === false ? "from the call until its promise rejected" : "from the call until its promise resolved");
   if (e.cat === "js-wait") parts.push("the JS thread waited for the device here");
   if (a["unfinished"]) parts.push("unfinished at stop");
