@@ -29,6 +29,11 @@ test.skipIf(!hasPrebuilt)("bun add <packed tarball> then import: the prebuilt li
     writeFileSync(join(app, "package.json"), JSON.stringify({ name: "consumer", type: "module" }));
     const add = Bun.spawnSync(["bun", "add", join(dir, tgz)], { cwd: app, stdout: "pipe", stderr: "pipe" });
     expect(add.exitCode).toBe(0);
+    // the package's command (package.json bin): bunx bungpu-trace draws a trace file
+    writeFileSync(join(app, "t.json"), JSON.stringify({ traceEvents: [{ name: "k", ph: "X", ts: 0, dur: 10, pid: 1, tid: 1, cat: "kernel" }] }));
+    const bunx = Bun.spawnSync(["bun", "x", "bungpu-trace", "t.json", "t.svg"], { cwd: app, stdout: "pipe", stderr: "pipe", timeout: 60_000 });
+    expect(bunx.exitCode).toBe(0);
+    expect(readFileSync(join(app, "t.svg"), "utf8")).toContain('<g class="span" data-cat="kernel" data-name="k">');
     writeFileSync(
       join(app, "app.ts"),
       `import { Device, Program, loadInfo } from "bungpu";
