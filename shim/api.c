@@ -568,6 +568,10 @@ static int32_t ipc_read(const char* fn, const void* handle, uint32_t kind, bg_de
                         backend_name(h->backend), backend_name(d->backend));
   if (kind == BG_IPC_KIND_MEM && h->bytes == 0)
     return bg_set_error(BG_ERR_INVALID_VALUE, "%s: the handle names 0 bytes", fn);
+  /* an event's handle names no size: its exporter writes 0 there, so anything else is altered */
+  if (kind == BG_IPC_KIND_EVENT && h->bytes != 0)
+    return bg_set_error(BG_ERR_INVALID_VALUE, "%s: the handle names %llu bytes; an event's handle names none", fn,
+                        (unsigned long long)h->bytes);
   return BG_OK;
 }
 

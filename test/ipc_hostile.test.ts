@@ -43,11 +43,13 @@ describe.skipIf(!linux)("an opened shared buffer is exactly the exported allocat
     expect(o.page).toEqual(HANDLE_CODE); // the same page count, another size: still not the handle
   }, 60_000);
 
-  test("payload bytes the exporter writes as zeros, and the header's reserved word, are checked", () => {
+  test("payload bytes the exporter writes as zeros, the header's reserved word and an event handle's size are checked", () => {
     const o = run("forged-payload");
     expect(o.payload).toEqual(HANDLE_CODE);
     expect(o.reserved).toEqual({ code: Status.INVALID_VALUE, call: "bg_ipc_mem_open" });
     expect(o.real).toBe(8192 * 7);
+    expect(o.eventSize).toEqual({ code: Status.INVALID_VALUE, call: "bg_ipc_event_open" }); // was: opened as the genuine event
+    expect(o.event).toBe(true);
   }, 60_000);
 
   test("handle strings are parsed strictly: an extra trailing base64 character is refused", () => {
