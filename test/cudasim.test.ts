@@ -34,12 +34,25 @@ describe("CUDA driver simulator", () => {
     try {
       const env: Record<string, string> = baseEnv({});
       if (nvcc) {
-        // Real nvcc output for both image paths: a struct parameter, __launch_bounds__, static shared.
+        // Real nvcc output for both image paths: a struct parameter, __launch_bounds__, static
+        // shared memory, and a kernel of 128 registers (at most 512 threads a block on sm_90).
         writeFileSync(
           join(work, "k.cu"),
           `extern "C" __global__ void vadd(const float* a, const float* b, float* c, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) c[i] = a[i] + b[i]; }
 struct S { double x; int y; char z; };
 extern "C" __global__ void __launch_bounds__(256) odd(char c, short s, S st, double d, float* p) { __shared__ float sh[64]; sh[threadIdx.x % 64] = d; p[0] = c + s + st.x + st.y + sh[0]; }
+extern "C" __global__ void heavy(const float* a, float* out) {
+  float v[96];
+#pragma unroll
+  for (int i = 0; i < 96; i++) v[i] = a[threadIdx.x + i * 1024];
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 96; i++)
+#pragma unroll
+    for (int j = 0; j < 96; j += 7) s += v[i] * v[(j + i) % 96] + v[j];
+#pragma unroll
+  for (int i = 0; i < 96; i++) out[threadIdx.x + i * 1024] = v[i] * s;
+}
 `,
         );
         for (const [flag, file, key] of [["-cubin", "k.cubin", "CUDASIM_TEST_CUBIN"], ["-ptx", "k.ptx", "CUDASIM_TEST_PTX"]] as const) {
@@ -72,6 +85,7 @@ extern "C" __global__ void __launch_bounds__(256) odd(char c, short s, S st, dou
       ])
         expect(out).toContain(want);
       if (env.CUDASIM_TEST_CUBIN) expect(out).toContain("ok CUBIN from nvcc: kernels, parameter layout");
+      if (env.CUDASIM_TEST_CUBIN) expect(out).toContain("200 for a CUDA 13 CUBIN on a 12.8 driver");
       if (env.CUDASIM_TEST_PTX) expect(out).toContain("ok PTX from nvcc: kernels, parameter layout");
       expect(out).toMatch(/sim_test: \d+ checks, 0 failures/);
       expect(r.exitCode).toBe(0);

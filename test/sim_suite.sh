@@ -12,6 +12,9 @@
 # run's own kernel cache. Everything goes into a fresh temporary folder (SIM_SUITE_DIR to choose
 # it; it is removed at the end unless SIM_SUITE_KEEP=1). Extra simulator settings pass through the
 # environment (CUDASIM_DELAY_US=3000 CUDASIM_POISON=1 for the strict timing of test/cudasim.test.ts).
+# The threads of a block run in an order drawn from CUDASIM_SEED (default 1, another order every
+# launch; 0: index order; random: a new seed, printed); a failing run prints its seed, and the same
+# seed gives the same orders again.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -32,16 +35,21 @@ export BUNGPU_LIBCUDA="$work/sim/libcudasim.so"
 export BUNGPU_CACHE_DIR="$work/cache"
 export CUDASIM_TWINS_DIR="$work/twins"
 export BUNGPU_SIM_KERNELS="$CUDASIM_TWINS_DIR:$BUNGPU_CACHE_DIR/kernels/cpu"
+if [ "${CUDASIM_SEED:-}" = random ]; then CUDASIM_SEED=$(( (RANDOM << 15 | RANDOM) + 1 )); fi
+export CUDASIM_SEED=${CUDASIM_SEED:-1}
 mkdir -p "$CUDASIM_TWINS_DIR" "$BUNGPU_CACHE_DIR"
 
 # Every Bun process gets the twins preload, the suite's subprocesses (fixtures, the demo, the fuzz
 # harness, plan-cache children) included: BUN_OPTIONS reaches them, a --preload flag would not.
 export BUN_OPTIONS="${BUN_OPTIONS:+$BUN_OPTIONS }--preload=$root/shim/test/cudasim/twins_preload.ts"
 
-echo "sim_suite: BUNGPU_DEVICE=$BUNGPU_DEVICE BUNGPU_LIBCUDA=$BUNGPU_LIBCUDA BUNGPU_NVRTC=$BUNGPU_NVRTC" >&2
+echo "sim_suite: BUNGPU_DEVICE=$BUNGPU_DEVICE BUNGPU_LIBCUDA=$BUNGPU_LIBCUDA BUNGPU_NVRTC=$BUNGPU_NVRTC CUDASIM_SEED=$CUDASIM_SEED" >&2
 if [ "${1:-}" = run ]; then
   # bash test/sim_suite.sh run examples/demo.ts | bench/x.ts ...: a script instead of the suite
   bun "$@"
 else
   bun test --timeout 60000 "$@"
 fi
+rc=$?
+[ $rc = 0 ] || echo "sim_suite: failed (exit $rc) with CUDASIM_SEED=$CUDASIM_SEED; CUDASIM_SEED=$CUDASIM_SEED bash test/sim_suite.sh ... runs the same thread orders again" >&2
+exit $rc

@@ -40,8 +40,11 @@
  *  - Events: record / query / synchronize / wait / elapsed time: 400 when an event was never
  *    recorded or has timing disabled, 600 while pending, 907 when recorded in a capture.
  *  - Launch checks: block ≤ 1024 threads and ≤ (1024, 1024, 64), grid x < 2^31, y and z ≤ 65535,
- *    no zero dimension (CUDA_ERROR_INVALID_VALUE); a kernel's .maxntid (701); dynamic shared memory
- *    above 48 KiB minus the kernel's static shared memory only after
+ *    no zero dimension (CUDA_ERROR_INVALID_VALUE); a kernel's .maxntid (701); its registers: 64K
+ *    a block, given out per warp in units of 256 (a thread's count rounded up to 8), so a block
+ *    of more threads than CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK reports is
+ *    CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (701; 255 registers: 256 threads, 128: 512); dynamic
+ *    shared memory above 48 KiB minus the kernel's static shared memory only after
  *    cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), up to 227 KiB (1).
  *  - Sticky errors: a kernel faults (a host twin's SIGSEGV/SIGBUS is caught on the stream's
  *    thread; CUDASIM_NO_SEGV=1 leaves faults alone) or calls cudasim_trap(700), and the context
@@ -57,6 +60,28 @@
  *    CUBIN (ELF, EM_CUDA; another architecture gives 209); garbage gives 200 or 218. Kernel names
  *    and parameter sizes come from the image (PTX .entry lists; CUBIN .nv.info.<name> sections,
  *    EIATTR_KPARAM_INFO), so cuModuleGetFunction finds only what the image defines (else 500).
+ *    Driver versions (CUDASIM_DRIVER_VERSION, default 13000, what cuDriverGetVersion reports),
+ *    after NVIDIA's compatibility rules: PTX whose .version is newer than the driver's PTX ISA
+ *    (12.4: 8.4, 12.8: 8.7, 13.0: 9.0) is CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222); a CUBIN runs on
+ *    a driver of its toolkit's major version or newer (minor version compatibility: a 12.8 CUBIN
+ *    on a 12.4 driver loads), and a newer major's CUBIN (EIATTR_CUDA_API_VERSION, 130 for 13.0;
+ *    CUDA 13's ELF is EI_OSABI 0x41, ABI version 8, which an older driver cannot read) is
+ *    CUDA_ERROR_INVALID_IMAGE (200): what the driver returns for an ELF it cannot parse; 209
+ *    (NO_BINARY_FOR_GPU) stays the answer for another architecture.
+ *    Resources (cuFuncGetAttribute): a CUBIN's registers (EIATTR_REGCOUNT of .nv.info, by the
+ *    kernel's symbol), local memory (EIATTR_FRAME_SIZE), static shared memory (.nv.shared.<name>
+ *    less the 1 KiB reserved), EIATTR_MAX_THREADS / REQNTID; for PTX, which the simulator does not
+ *    compile, .maxntid / .reqntid, the .shared declarations and an estimate of registers (the
+ *    declared virtual registers in 32-bit units, 8 to 64, at most .maxnreg; 64 keeps a block of
+ *    1024 threads launchable, so PTX alone never fails a launch for registers).
+ *  - Threads of a block run in an order drawn from CUDASIM_SEED (default 1; 0: index order;
+ *    "random": a seed from the clock, printed on stderr), another order for every launch and
+ *    graph replay, and another between each two barriers of a block, so a missing __syncthreads()
+ *    gives wrong results rather than luck; the same seed and the same calls give the same orders
+ *    again, and a kernel's fault names the seed. The order is the twin's (twins.ts: each library
+ *    it builds exports cudasim_twin_order, which the simulator calls before each launch on the
+ *    stream's thread); twins registered by hand or the CPU kernels of last resort run in index
+ *    order.
  *  - Kernels run as host functions with the CPU backend's kernel ABI (shim/bungpu_cpu.h), found
  *    by name: registered with cudasim_register_kernel, or exported by a shared library under
  *    BUNGPU_SIM_KERNELS (colon-separated files or folders, searched recursively for *.so, in the
@@ -202,8 +227,27 @@ static pthread_cond_t GCV = PTHREAD_COND_INITIALIZER; /* broadcast on any progre
 static int g_init;
 static int g_driver_version = 13000;
 static int g_sm = 90;
+/* The simulated driver's version (CUDASIM_DRIVER_VERSION, read again at each use so a test can
+ * change it; default 13000). */
+static int driver_version(void) {
+  const char* env = getenv("CUDASIM_DRIVER_VERSION");
+  return env && atoi(env) > 0 ? atoi(env) : g_driver_version;
+}
+
 static atomic_uint g_delay_us;
 static int g_poison;
+/* CUDASIM_SEED: the threads of a block run in an order drawn from it, another for every launch
+ * (g_launches counts them, under G, so one sequence of calls gives the same orders again); 0 runs
+ * them in index order. */
+static uint64_t g_seed = 1, g_launches;
+static uint64_t launch_order(void) { /* G held */
+  if (!g_seed) return 0;
+  uint64_t x = g_seed * 0x9e3779b97f4a7c15ull + ++g_launches;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x ? x : 1;
+}
 /* Hardware queues ("connections", CUDA_DEVICE_MAX_CONNECTIONS, default 8, at most 32): created
  * streams are spread over them round-robin, and an op starts only after every op issued before it
  * to the same queue has started, so a stream held by a waiting op holds back the streams that
@@ -224,6 +268,7 @@ typedef struct kparams { /* a launch's configuration and packed arguments */
   unsigned g[3], b[3], shared;
   uint64_t* slots;
   unsigned nslots;
+  uint64_t order; /* the seed of its blocks' thread orders (set when launched; see run_kernel_body) */
 } kparams;
 
 typedef struct enode enode;
@@ -292,9 +337,12 @@ struct CUfunc_st {
   unsigned nparams;
   kparam_info* params;
   unsigned maxntid; /* 0: none declared */
+  unsigned regs;    /* registers per thread: the CUBIN's EIATTR_REGCOUNT, or the PTX estimate */
+  unsigned local;   /* local memory per thread (the CUBIN's EIATTR_FRAME_SIZE) */
   unsigned static_shared;
   unsigned max_dyn_shared;
   sim_kernel_fn host; /* resolved on first launch */
+  void (*order)(unsigned long long); /* its library's cudasim_twin_order, if it has one */
   struct CUfunc_st* next;
 };
 
@@ -471,20 +519,25 @@ static void scan_path(const char* path, int depth, int prio) {
   closedir(d);
 }
 
-static sim_kernel_fn lookup_in_libs(const char* name) {
+typedef void (*sim_order_fn)(unsigned long long);
+
+static sim_kernel_fn lookup_in_libs(const char* name, sim_order_fn* order) {
   for (lib* l = g_libs; l; l = l->next) {
     if (!l->h) continue;
     void* p = dlsym(l->h, name);
     if (p) {
       sim_kernel_fn fn;
       memcpy(&fn, &p, sizeof p);
+      void* o = dlsym(l->h, "cudasim_twin_order");
+      if (o) memcpy(order, &o, sizeof o);
       return fn;
     }
   }
   return NULL;
 }
 
-static sim_kernel_fn find_host_twin(const char* name) {
+/* A kernel's host twin by name, and the thread-order setter of the library it came from. */
+static sim_kernel_fn find_host_twin(const char* name, sim_order_fn* order) {
   pthread_mutex_lock(&g_lib_lock);
   sim_kernel_fn fn = NULL;
   for (reg_kernel* r = g_registered; r && !fn; r = r->next)
@@ -497,7 +550,7 @@ static sim_kernel_fn find_host_twin(const char* name) {
       scan_path(p, 0, prio++);
     free(copy);
   }
-  if (!fn) fn = lookup_in_libs(name);
+  if (!fn) fn = lookup_in_libs(name, order);
   pthread_mutex_unlock(&g_lib_lock);
   return fn;
 }
@@ -625,6 +678,7 @@ static void run_kernel_body(const kparams* k) {
   c.shared = sh;
   c.worker = 0;
   t_trap = 0;
+  if (k->f->order) k->f->order(k->order);
   sigjmp_buf jb;
   int faulted = 0;
   if (sh) {
@@ -640,8 +694,8 @@ static void run_kernel_body(const kparams* k) {
   free(sh);
   if (t_trap) {
     char what[300];
-    if (faulted) snprintf(what, sizeof what, "kernel %s: illegal address %p", k->f->name, t_fault_addr);
-    else snprintf(what, sizeof what, "kernel %s trapped with %u", k->f->name, t_trap);
+    if (faulted) snprintf(what, sizeof what, "kernel %s: illegal address %p (CUDASIM_SEED=%llu)", k->f->name, t_fault_addr, (unsigned long long)g_seed);
+    else snprintf(what, sizeof what, "kernel %s trapped with %u (CUDASIM_SEED=%llu)", k->f->name, t_trap, (unsigned long long)g_seed);
     pthread_mutex_lock(&G);
     set_sticky_locked(t_trap, what);
     pthread_mutex_unlock(&G);
@@ -1184,6 +1238,15 @@ EXPORT CUresult cuInit(unsigned int flags) {
     const char* sm = getenv("CUDASIM_SM");
     if (sm && atoi(sm) > 0) g_sm = atoi(sm);
     g_poison = getenv("CUDASIM_POISON") && atoi(getenv("CUDASIM_POISON")) != 0;
+    const char* seed = getenv("CUDASIM_SEED");
+    if (seed && !strcmp(seed, "random")) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      g_seed = ((uint64_t)ts.tv_nsec ^ (uint64_t)getpid() << 32) % 1000000007u + 1;
+      fprintf(stderr, "cudasim: CUDASIM_SEED=%llu\n", (unsigned long long)g_seed);
+    } else if (seed && *seed) {
+      g_seed = strtoull(seed, NULL, 10);
+    }
     const char* mc = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
     if (mc && atoi(mc) > 0) g_nconns = atoi(mc) > 32 ? 32 : atoi(mc);
     const char* d = getenv("CUDASIM_DELAY_US");
@@ -1204,8 +1267,7 @@ EXPORT CUresult cuInit(unsigned int flags) {
 
 EXPORT CUresult cuDriverGetVersion(int* v) {
   if (!v) return failf(E_INVALID_VALUE, "NULL version");
-  const char* e = getenv("CUDASIM_DRIVER_VERSION");
-  *v = e && atoi(e) > 0 ? atoi(e) : g_driver_version;
+  *v = driver_version();
   return SUCCESS;
 }
 
@@ -2100,15 +2162,25 @@ static int add_param(struct CUfunc_st* f, unsigned size, unsigned offset) {
   return 1;
 }
 
+/* The most threads a block of f can have on sm_90: 1024, its .maxntid / __launch_bounds__, and
+ * the register file: 64K 32-bit registers per block, handed out per warp in units of 256 (a
+ * thread's count rounded up to 8), so 255 registers a thread allow 256 threads, 128 allow 512. */
+static unsigned func_max_threads(const struct CUfunc_st* f) {
+  unsigned per_warp = (f->regs + 7u) / 8u * 8u * 32u, t = per_warp ? 65536u / per_warp * 32u : 1024u;
+  if (t > 1024u) t = 1024u;
+  if (f->maxntid && f->maxntid < t) t = f->maxntid;
+  return t;
+}
+
 static void finish_func(struct CUfunc_st* f) {
+  if (!f->regs) f->regs = 32; /* an image that does not say: the simulator's old constant */
   unsigned max = 232448u > f->static_shared ? 232448u - f->static_shared : 0;
   f->max_dyn_shared = 49152u > f->static_shared ? 49152u - f->static_shared : 0;
   if (f->max_dyn_shared > max) f->max_dyn_shared = max;
 }
 
 static int ptx_isa_supported(void) { /* newest PTX ISA (x10) the simulated driver JITs */
-  const char* env = getenv("CUDASIM_DRIVER_VERSION");
-  int v = env && atoi(env) > 0 ? atoi(env) : g_driver_version, major = v / 1000, minor = (v % 1000) / 10;
+  int v = driver_version(), major = v / 1000, minor = (v % 1000) / 10;
   if (major >= 13) return 90 + minor;
   if (major == 12) return minor <= 5 ? 80 + minor : minor == 6 ? 85 : 79 + minor;
   if (major == 11) return 70 + minor;
@@ -2167,6 +2239,33 @@ static int ptx_param(const char* p, const char* end, unsigned* size, unsigned* a
   *size = elem * (unsigned)count;
   *align = al ? al : elem;
   return 1;
+}
+
+/* Registers of a PTX kernel, estimated (the simulator runs no ptxas): its declared virtual
+ * registers in 32-bit units (`.reg .f32 %f<12>;` is 12, a 64-bit type counts twice, predicates
+ * not at all), at least 8 and at most 64 (ptxas reuses registers, and 64 still lets a block of
+ * 1024 threads launch, so the estimate alone never refuses a launch the JIT might accept), and at
+ * most .maxnreg. A CUBIN carries the real count. */
+static unsigned ptx_reg_estimate(const char* body, const char* end, unsigned maxnreg) {
+  unsigned long units = 0;
+  for (const char* r = body; (r = strstr(r, ".reg")) && r < end; r += 4) {
+    if (is_ident(r[4]) || (r > body && is_ident(r[-1]))) continue;
+    const char* semi = memchr(r, ';', (size_t)(end - r));
+    if (!semi) break;
+    const char* ty = skip_ws(r + 4, semi);
+    const char* te = ty;
+    while (te < semi && is_ident(*te)) te++;
+    if ((size_t)(te - ty) == 5 && !memcmp(ty, ".pred", 5)) continue;
+    unsigned w = ptx_type_size(ty, (size_t)(te - ty)) >= 8 ? 2 : 1;
+    const char* lt = memchr(te, '<', (size_t)(semi - te));
+    unsigned long n = 1;
+    if (lt) n = strtoul(lt + 1, NULL, 10);
+    else
+      for (const char* c = te; c < semi; c++) n += *c == ',';
+    units += n * w;
+  }
+  unsigned est = units < 8 ? 8 : units > 64 ? 64 : (unsigned)units;
+  return maxnreg && maxnreg < est ? maxnreg : est;
 }
 
 static CUresult load_ptx(struct CUmod_st* m, const char* src, size_t len, jit_log* log) {
@@ -2283,6 +2382,8 @@ static CUresult load_ptx(struct CUmod_st* m, const char* src, size_t len, jit_lo
       int k = sscanf(mx + 8, " %u , %u , %u", &a, &b, &c);
       if (k >= 1) f->maxntid = a * (k >= 2 ? b : 1) * (k >= 3 ? c : 1);
     }
+    const char* mr = strstr(p, ".maxnreg");
+    unsigned maxnreg = mr && mr < body ? (unsigned)strtoul(mr + 8, NULL, 10) : 0;
     if (body < end) {
       int depth = 0;
       const char* q = body;
@@ -2306,6 +2407,7 @@ static CUresult load_ptx(struct CUmod_st* m, const char* src, size_t len, jit_lo
         if (br && elem && br[1] != ']') f->static_shared += elem * (unsigned)strtoul(br + 1, NULL, 10);
         else if (!br && elem) f->static_shared += elem;
       }
+      f->regs = ptx_reg_estimate(body, q, maxnreg);
       p = q;
     }
     finish_func(f);
@@ -2334,6 +2436,7 @@ static CUresult load_cubin(struct CUmod_st* m, const unsigned char* img, size_t 
 #define SH(i, f) (shoff + (uint64_t)(i) * shentsize + (f))
   uint64_t stroff = RD64(SH(shstrndx, 24)), strsize = RD64(SH(shstrndx, 32));
   if (stroff > len || strsize > len - stroff) return failf(E_INVALID_IMAGE, "malformed section names");
+  unsigned api = 0;
   for (unsigned i = 0; i < shnum; i++) {
     uint32_t nameoff = RD32(SH(i, 0));
     if (nameoff >= strsize) return failf(E_INVALID_IMAGE, "malformed section name");
@@ -2346,15 +2449,14 @@ static CUresult load_cubin(struct CUmod_st* m, const unsigned char* img, size_t 
     if (off > len || size > len - off) return failf(E_INVALID_IMAGE, "malformed .nv.info section");
     struct CUfunc_st* f = new_func(m, kname, strlen(kname));
     if (!f) return failf(E_OUT_OF_MEMORY, "out of host memory");
-    /* EIATTR records: format byte, attribute byte, payload */
+    /* EIATTR records: format byte, attribute byte, payload; every record is a multiple of 4
+     * bytes (a 1-byte value is padded to 2: "02 4c 01 00") */
     kparam_info tmp[512];
     unsigned np = 0;
     for (uint64_t p = off; p + 2 <= off + size;) {
       unsigned fmt = img[p], attr = img[p + 1];
       uint64_t pl = p + 2, plen = 0;
-      if (fmt == 1) plen = 0;
-      else if (fmt == 2) plen = 1;
-      else if (fmt == 3) plen = 2;
+      if (fmt >= 1 && fmt <= 3) plen = 2;
       else if (fmt == 4) {
         if (pl + 2 > off + size) break;
         plen = RD16(pl);
@@ -2369,11 +2471,57 @@ static CUresult load_cubin(struct CUmod_st* m, const unsigned char* img, size_t 
         }
       } else if (fmt == 4 && (attr == 0x05 || attr == 0x10) && plen >= 12) { /* MAX_THREADS, REQNTID */
         f->maxntid = RD32(pl) * RD32(pl + 4) * RD32(pl + 8);
+      } else if (fmt == 4 && attr == 0x37 && plen >= 4) { /* EIATTR_CUDA_API_VERSION: 130 = 13.0 */
+        api = RD32(pl);
       }
       p = pl + plen;
     }
     for (unsigned k = 0; k < np; k++)
       if (!add_param(f, tmp[k].size, tmp[k].offset)) return failf(E_OUT_OF_MEMORY, "out of host memory");
+  }
+  /* The toolkit that wrote it (EIATTR_CUDA_API_VERSION, e.g. 130 for CUDA 13.0; CUDA 13's ELF
+   * is also marked EI_OSABI 0x41, ABI version 8). NVIDIA's compatibility rules: a CUBIN runs on a
+   * driver of its toolkit's major version or newer (minor version compatibility within a major:
+   * a 12.8 CUBIN loads on a 12.4 driver); a newer major's CUBIN is outside the policy, and the
+   * older driver, which cannot read its ELF, refuses it as an invalid image. */
+  unsigned tk_major = api ? api / 10 : img[7] == 0x41 ? 13 : 0;
+  if (tk_major && tk_major > (unsigned)(driver_version() / 1000))
+    return failf(E_INVALID_IMAGE, "the CUBIN was built by CUDA %u.%u (NVRTC/ptxas %u), newer than this driver (CUDA %d.%d): a CUBIN needs a driver of its toolkit's major version or newer",
+                 api ? api / 10 : tk_major, api ? api % 10 : 0, tk_major, driver_version() / 1000, driver_version() % 1000 / 10);
+  /* Registers and local memory: EIATTR_REGCOUNT (0x2f) and EIATTR_FRAME_SIZE (0x11) records of
+   * the module-wide .nv.info, {symbol index, value}, the symbol a kernel's in .symtab. */
+  uint64_t symoff = 0, symsize = 0, symstr = 0, symstrsize = 0;
+  for (unsigned i = 0; i < shnum; i++)
+    if (RD32(SH(i, 4)) == 2) { /* SHT_SYMTAB */
+      unsigned link = RD32(SH(i, 40));
+      symoff = RD64(SH(i, 24));
+      symsize = RD64(SH(i, 32));
+      if (link < shnum) symstr = RD64(SH(link, 24)), symstrsize = RD64(SH(link, 32));
+      if (symoff > len || symsize > len - symoff || symstr > len || symstrsize > len - symstr) symsize = 0;
+    }
+  for (unsigned i = 0; i < shnum && symsize; i++) {
+    if (strcmp((const char*)img + stroff + RD32(SH(i, 0)), ".nv.info") != 0) continue;
+    uint64_t off = RD64(SH(i, 24)), size = RD64(SH(i, 32));
+    if (off > len || size > len - off) return failf(E_INVALID_IMAGE, "malformed .nv.info section");
+    for (uint64_t p = off; p + 4 <= off + size;) {
+      unsigned fmt = img[p], attr = img[p + 1];
+      uint64_t plen = fmt == 4 ? RD16(p + 2) : 2, pl = fmt == 4 ? p + 4 : p + 2;
+      if (fmt < 1 || fmt > 4 || pl + plen > off + size) break;
+      if (fmt == 4 && (attr == 0x2f || attr == 0x11) && plen >= 8) {
+        uint64_t sym = RD32(pl), so = sym * 24;
+        if (so + 24 <= symsize) {
+          uint32_t nameoff = RD32(symoff + so);
+          const char* sname = nameoff < symstrsize ? (const char*)img + symstr + nameoff : NULL;
+          if (sname && memchr(sname, 0, symstrsize - nameoff))
+            for (struct CUfunc_st* f = m->funcs; f; f = f->next)
+              if (!strcmp(f->name, sname)) {
+                if (attr == 0x2f) f->regs = RD32(pl + 4);
+                else f->local = RD32(pl + 4);
+              }
+        }
+      }
+      p = pl + plen;
+    }
   }
   /* Static shared memory: the size of .nv.shared.<kernel>, less the 1 KiB the system reserves at
    * its start on sm_80 and newer (marked by a .nv.shared.reserved.* section). */
@@ -2483,10 +2631,11 @@ EXPORT CUresult cuFuncGetAttribute(int* pi, bgcu_enum attr, bgcu_function f) {
   if (!pi) RETURN(E_INVALID_VALUE);
   FUNC(f);
   switch (attr) {
-    case 0: *pi = f->maxntid ? (int)f->maxntid : 1024; break;
+    case 0: *pi = (int)func_max_threads(f); break;
     case 1: *pi = (int)f->static_shared; break;
-    case 2: case 3: *pi = 0; break;
-    case 4: *pi = 32; break;
+    case 2: *pi = 0; break;
+    case 3: *pi = (int)f->local; break;
+    case 4: *pi = (int)f->regs; break;
     case 5: case 6: *pi = g_sm; break;
     case 7: *pi = 0; break;
     case 8: *pi = (int)f->max_dyn_shared; break;
@@ -2578,11 +2727,14 @@ static CUresult check_launch(struct CUfunc_st* f, const unsigned g[3], const uns
     return failf(E_INVALID_VALUE, "grid %ux%ux%u exceeds (2^31-1, 65535, 65535)", g[0], g[1], g[2]);
   if (f->maxntid && (uint64_t)b[0] * b[1] * b[2] > f->maxntid)
     return failf(E_OUT_OF_RESOURCES, "block of %llu threads exceeds %s's .maxntid %u", (unsigned long long)b[0] * b[1] * b[2], f->name, f->maxntid);
+  if ((uint64_t)b[0] * b[1] * b[2] > func_max_threads(f))
+    return failf(E_OUT_OF_RESOURCES, "block of %llu threads needs more registers than an SM has: %s uses %u a thread, so at most %u threads a block (CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)",
+                 (unsigned long long)b[0] * b[1] * b[2], f->name, f->regs, func_max_threads(f));
   if (shared > f->max_dyn_shared)
     return failf(E_INVALID_VALUE, "%u bytes of dynamic shared memory exceed %s's limit of %u (raise it with cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES))", shared, f->name, f->max_dyn_shared);
   if ((uint64_t)g[0] * g[1] * g[2] > 0xffffffffull)
     return failf(E_NOT_SUPPORTED, "cudasim runs at most 2^32-1 blocks per launch");
-  if (!f->host && !(f->host = find_host_twin(f->name)))
+  if (!f->host && !(f->host = find_host_twin(f->name, &f->order)))
     return failf(E_NOT_FOUND, "kernel %s has no host twin: register one with cudasim_register_kernel or put a library exporting it under BUNGPU_SIM_KERNELS", f->name);
   return SUCCESS;
 }
@@ -2601,6 +2753,7 @@ EXPORT CUresult cuLaunchKernel(bgcu_function f, unsigned int gx, unsigned int gy
   memcpy(k.g, g, sizeof g);
   memcpy(k.b, b, sizeof b);
   k.shared = shared;
+  k.order = launch_order();
   if (s->cap) {
     gnode* nd = new_node(0);
     void** kp = nd ? calloc(f->nparams ? f->nparams : 1, sizeof *kp) : NULL;
@@ -2927,6 +3080,7 @@ EXPORT CUresult cuGraphLaunch(bgcu_graph_exec x, bgcu_stream h) {
   for (size_t i = 0; i < x->n; i++) {
     snap[i].orig = x->nodes[i].orig;
     copy_node(&snap[i].node, &x->nodes[i].node);
+    snap[i].node.k.order = launch_order(); /* each replay's blocks in new orders */
   }
   o->nodes = snap;
   o->nn = x->n;

@@ -119,6 +119,8 @@ static const char PTX[] =
     "\t.param .u64 .ptr .global .align 8 args_param_3,\n\t.param .u64 args_param_4,\n\t.param .u64 args_param_5\n)\n{ ret; }\n"
     ".visible .entry bounded() .maxntid 128, 1, 1 { ret; }\n"
     ".visible .entry big_static() { .shared .align 4 .b8 tile[16384]; ret; }\n"
+    ".visible .entry regs40() { .reg .pred %p<3>; .reg .f32 %f<20>; .reg .b64 %rd<10>; ret; }\n"
+    ".visible .entry regs_capped() .maxnreg 40 { .reg .f32 %f<300>; ret; }\n"
     ".func helper() { ret; }\n";
 
 static bgcu_module mod;
@@ -590,6 +592,16 @@ static void test_launch_limits(void) {
   EQ(v, 128);
   EQ(cuLaunchKernel(bd, 1, 1, 1, 129, 1, 1, 0, NULL, NULL, NULL), 701);
   OK(cuCtxSynchronize());
+  /* registers of PTX, estimated: declared 32-bit units (predicates not counted), at most 64 and
+   * at most .maxnreg */
+  OK(cuFuncGetAttribute(&v, 4, F("regs40")));
+  EQ(v, 40);
+  OK(cuFuncGetAttribute(&v, 4, F("regs_capped")));
+  EQ(v, 40);
+  OK(cuFuncGetAttribute(&v, 0, F("regs_capped")));
+  EQ(v, 1024);
+  OK(cuLaunchKernel(F("regs_capped"), 1, 1, 1, 1024, 1, 1, 0, NULL, NULL, NULL));
+  OK(cuCtxSynchronize());
   /* parameters: each packed from its declared size into a zeroed 8-byte slot */
   unsigned long long* out = NULL;
   OK(cuMemAlloc_v2((bgcu_deviceptr*)&out, 64));
@@ -623,6 +635,25 @@ static void check_nvcc_image(const unsigned char* img, const char* what) {
   OK(cuModuleGetFunction(&o, m, "odd"));
   EQ(cuModuleGetFunction(&f, m, "saxpy"), 500);
   int v = 0;
+  /* registers: a CUBIN's EIATTR_REGCOUNT (nvcc: heavy uses 128, vadd about 10); PTX's estimate */
+  bgcu_function hv;
+  OK(cuModuleGetFunction(&hv, m, "heavy"));
+  int regs = 0, vregs = 0, maxt = 0;
+  OK(cuFuncGetAttribute(&regs, 4, hv));
+  OK(cuFuncGetAttribute(&vregs, 4, f));
+  OK(cuFuncGetAttribute(&maxt, 0, hv));
+  EQ(vregs >= 8 && vregs <= 64, 1);
+  EQ(maxt, 65536 / ((regs + 7) / 8 * 8 * 32) * 32 > 1024 ? 1024 : 65536 / ((regs + 7) / 8 * 8 * 32) * 32);
+  if (!strcmp(what, "CUBIN")) {
+    EQ(regs >= 96, 1); /* ptxas: 128 */
+    EQ(maxt < 1024, 1);
+    EQ(cuLaunchKernel(hv, 1, 1, 1, 1024, 1, 1, 0, NULL, NULL, NULL), 701);
+    EQ(cuLaunchKernel(hv, 1, 1, 1, (unsigned)maxt + 1, 1, 1, 0, NULL, NULL, NULL), 701);
+    void* no_ptr = NULL;
+    void* hp[] = {&no_ptr, &no_ptr}; /* the twin registered for heavy does nothing */
+    OK(cuLaunchKernel(hv, 1, 1, 1, (unsigned)maxt, 1, 1, 0, NULL, hp, NULL));
+    OK(cuCtxSynchronize());
+  }
   OK(cuFuncGetAttribute(&v, 0, o));
   EQ(v, 256); /* __launch_bounds__(256) */
   OK(cuFuncGetAttribute(&v, 1, o));
@@ -711,9 +742,17 @@ static void test_modules(void) {
     img[49] = 0x50; /* e_flags: sm_80 */
     EQ(cuModuleLoadDataEx(&m, img, 0, NULL, NULL), 209);
     img[49] = 0x5a;
+    /* a CUBIN of CUDA 13 (EIATTR_CUDA_API_VERSION 130) on a 12.x driver: outside NVIDIA's
+     * compatibility policy, refused as an invalid image; on a 13.x driver it loads */
+    setenv("CUDASIM_DRIVER_VERSION", "12080", 1);
+    EQ(cuModuleLoadDataEx(&m, img, 0, NULL, NULL), 200);
+    setenv("CUDASIM_DRIVER_VERSION", "13010", 1);
+    OK(cuModuleLoadDataEx(&m, img, 0, NULL, NULL));
+    OK(cuModuleUnload(m));
+    unsetenv("CUDASIM_DRIVER_VERSION");
     img[18] = 62; /* e_machine: x86-64 */
     EQ(cuModuleLoadDataEx(&m, img, 0, NULL, NULL), 200);
-    printf("ok CUBIN: 209 for another architecture, 200 for another machine\n");
+    printf("ok CUBIN: 209 for another architecture, 200 for another machine, 200 for a CUDA 13 CUBIN on a 12.8 driver\n");
   }
   printf("ok modules: PTX entries only (500 otherwise), 200/218/222 for bad images\n");
 }
@@ -983,6 +1022,9 @@ int main(int argc, char** argv) {
   register_kernel("empty", empty);
   register_kernel("big_static", empty);
   register_kernel("bounded", empty);
+  register_kernel("regs40", empty);
+  register_kernel("regs_capped", empty);
+  register_kernel("heavy", empty);
   register_kernel("faulty", faulty);
   register_kernel("wild", wild);
   register_kernel("ping", ping);

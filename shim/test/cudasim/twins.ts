@@ -53,6 +53,31 @@ static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
 #define atomicAdd(p, v) __atomic_fetch_add((p), (v), __ATOMIC_SEQ_CST)
 static inline unsigned long long bg__globaltimer(void) { struct timespec t; clock_gettime(CLOCK_REALTIME, &t); return (unsigned long long)t.tv_sec * 1000000000ull + (unsigned long long)t.tv_nsec; }
+/* The order of a block's threads: the simulator sets a seed for each launch (cudasim_twin_order,
+ * found beside the kernel; 0 = threads in index order). Each block, and each stretch between two
+ * barriers of it, runs its threads in a permutation drawn from that seed, so a kernel that leans
+ * on the order (a missing __syncthreads) gives wrong results as on a GPU, and the same seed gives
+ * the same orders again. */
+static _Thread_local unsigned long long bg__order_seed;
+BG_EXPORT void cudasim_twin_order(unsigned long long seed) { bg__order_seed = seed; }
+static inline unsigned long long bg__mix(unsigned long long x) { x += 0x9e3779b97f4a7c15ull; x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull; x = (x ^ (x >> 27)) * 0x94d049bb133111ebull; return x ^ (x >> 31); }
+/* perm[0..n-1]: 0..n-1 shuffled by \`key\` (Fisher-Yates), or in order when no seed is set. */
+static void bg__permute(unsigned* perm, unsigned n, unsigned long long key) {
+  for (unsigned i = 0; i < n; i++) perm[i] = i;
+  if (!bg__order_seed) return;
+  unsigned long long r = bg__mix(bg__order_seed ^ bg__mix(key));
+  for (unsigned i = n; i > 1; i--) {
+    r = bg__mix(r);
+    unsigned j = (unsigned)(r % i), t = perm[i - 1];
+    perm[i - 1] = perm[j];
+    perm[j] = t;
+  }
+}
+static _Thread_local unsigned bg__perm[1024];
+#define BG_FOR_THREADS_SHUFFLED                                                                   \\
+  for (unsigned bg__nt = blockDim.x * blockDim.y * blockDim.z, bg__k = (bg__permute(bg__perm, bg__nt, bg__lin), 0); bg__k < bg__nt; ++bg__k) \\
+    for (int bg__t1 = 1; bg__t1; bg__t1 = 0)                                                     \\
+      for (const bg_dim3 BG_UNUSED threadIdx = {bg__perm[bg__k] % blockDim.x, (bg__perm[bg__k] / blockDim.x) % blockDim.y, bg__perm[bg__k] / (blockDim.x * blockDim.y)}; bg__t1; bg__t1 = 0)
 `;
 
 // cuda_fp16.h / cuda_bf16.h (NVRTC built-ins) as C: the storage types as structs of their bits
@@ -99,7 +124,9 @@ static _Thread_local void (*bg__entry)(unsigned);
 #define BG__STACK (64u * 1024u)
 static void __syncthreads(void) { if (!_setjmp(bg__jbs[bg__cur])) _longjmp(bg__sched, 1); }
 static void bg__trampoline(void) { bg__entry(bg__cur); bg__done[bg__cur] = 1; _longjmp(bg__sched, 1); }
-/* Run threads 0..n-1 of one block to completion, round-robin from barrier to barrier. */
+/* Run threads 0..n-1 of one block to completion, round-robin from barrier to barrier, each round
+ * in the order bg__permute draws for this block and round. */
+static _Thread_local unsigned long long bg__block_key;
 static void bg__run_block(unsigned n, void (*entry)(unsigned)) {
   if (n > bg__cap) {
     free(bg__ctxs); free(bg__stacks); free(bg__done); free(bg__jbs); free(bg__started);
@@ -119,9 +146,11 @@ static void bg__run_block(unsigned n, void (*entry)(unsigned)) {
     bg__ctxs[i].uc_link = 0;
     makecontext(&bg__ctxs[i], bg__trampoline, 0);
   }
-  for (unsigned left = n; left;) {
+  for (unsigned left = n, round = 0; left; round++) {
     left = 0;
-    for (unsigned i = 0; i < n; i++) {
+    bg__permute(bg__perm, n, bg__block_key * 0x100000001b3ull + round);
+    for (unsigned k = 0; k < n; k++) {
+      unsigned i = bg__perm[k];
       if (bg__done[i]) continue;
       bg__cur = i;
       if (!_setjmp(bg__sched)) {
@@ -221,7 +250,7 @@ export function translateCuda(source: string): Translation {
     const args = ["gridDim", "blockDim", "blockIdx", "threadIdx", ...types.map((t, i) => `BG_ARG(${i}, ${t})`)].join(", ");
     if (!/__syncthreads|__shared__/.test(body)) {
       out += `static void ${name}__bg_thread(${decl}) ${body}\n`;
-      out += `BG_KERNEL(${name}) {\n  BG_FOR_BLOCKS {\n    BG_FOR_THREADS { ${name}__bg_thread(${args}); }\n  }\n}\n`;
+      out += `BG_KERNEL(${name}) {\n  BG_FOR_BLOCKS {\n    BG_FOR_THREADS_SHUFFLED { ${name}__bg_thread(${args}); }\n  }\n}\n`;
     } else {
       // Block-shared storage: static arrays per OS thread (a block's coroutines share one), the
       // dynamic array the launch's shared bytes.
@@ -233,7 +262,7 @@ export function translateCuda(source: string): Translation {
       out += `static _Thread_local const bg_cpu_ctx* ${name}__ctx;\nstatic _Thread_local bg_dim3 ${name}__block;\n`;
       out += `static void ${name}__bg_entry(unsigned t) {\n  const bg_cpu_ctx* bg__ctx = ${name}__ctx;\n  const bg_dim3 gridDim = bg__ctx->grid, blockDim = bg__ctx->block, blockIdx = ${name}__block;\n`;
       out += `  const bg_dim3 threadIdx = {t % blockDim.x, (t / blockDim.x) % blockDim.y, t / (blockDim.x * blockDim.y)};\n  ${name}__bg_thread(${args});\n}\n`;
-      out += `BG_KERNEL(${name}) {\n  ${name}__ctx = bg__ctx;\n  bg__dyn_shared = bg__ctx->shared;\n  BG_FOR_BLOCKS {\n    ${name}__block = blockIdx;\n`;
+      out += `BG_KERNEL(${name}) {\n  ${name}__ctx = bg__ctx;\n  bg__dyn_shared = bg__ctx->shared;\n  BG_FOR_BLOCKS {\n    ${name}__block = blockIdx;\n    bg__block_key = bg__lin;\n`;
       out += `    bg__run_block(blockDim.x * blockDim.y * blockDim.z, ${name}__bg_entry);\n  }\n  bg__release();\n}\n`;
     }
     translated.push(name);

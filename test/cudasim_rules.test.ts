@@ -1,0 +1,70 @@
+// The CUDA driver simulator is no kinder than the driver (issue 22 item 2): each of its rules
+// below has a deliberately broken use that fails as it would on a GPU, beside the same work done
+// right. Scenarios run in test/fixtures/cudasim_rules.ts, in a subprocess with a time limit, with
+// the simulator as libcuda, real NVRTC, and host twins translated from the kernels' CUDA C.
+import { describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { testDriver } from "./cuda_driver";
+import { nvrtc } from "./nvrtc_env";
+
+const root = join(import.meta.dir, "..");
+const rtc = nvrtc();
+const drv = testDriver();
+const skip = !rtc.ok || !drv.ok;
+
+function run(scenario: string, env: Record<string, string> = {}, limitMs = 60_000): Record<string, any> {
+  if (!rtc.ok || !drv.ok) throw new Error("unreachable");
+  const twins = mkdtempSync(join(tmpdir(), "bungpu-twins-"));
+  try {
+    const e: Record<string, string | undefined> = { ...process.env };
+    for (const k of Object.keys(e)) if (/^(CUDASIM_|BUNGPU_SIM_KERNELS|BUNGPU_DEVICE)/.test(k)) delete e[k];
+    Object.assign(e, { BUNGPU_LIBCUDA: drv.lib, BUNGPU_NVRTC: rtc.lib, CUDASIM_TWINS_DIR: twins, BUNGPU_SIM_KERNELS: twins, ...env });
+    const r = Bun.spawnSync([process.execPath, "--preload", join(root, "shim/test/cudasim/twins_preload.ts"), join(root, "test/fixtures/cudasim_rules.ts"), scenario], {
+      cwd: root,
+      env: e,
+      stdout: "pipe",
+      stderr: "pipe",
+      timeout: limitMs,
+    });
+    const stderr = r.stderr.toString();
+    expect(r.signalCode ?? null, `${scenario} was killed (past ${limitMs} ms)\n${stderr}`).toBeNull();
+    expect(r.exitCode, `${scenario}\n${stderr}`).toBe(0);
+    return JSON.parse(r.stdout.toString().trim().split("\n").pop() ?? "{}");
+  } finally {
+    rmSync(twins, { recursive: true, force: true });
+  }
+}
+
+describe.skipIf(skip)(`CUDA driver simulator rules${skip ? ` (skipped: ${!rtc.ok ? rtc.reason : !drv.ok ? drv.reason : ""})` : ""}`, () => {
+  test("threads of a block run in a seeded order: a missing __syncthreads() gives wrong results, the barrier right ones", () => {
+    const shuffled = run("race"); // the default seed
+    expect(shuffled.thrown).toBeUndefined();
+    expect(shuffled.neighbours).toBe(0);
+    expect(shuffled.neighbours_racy).toBeGreaterThan(0);
+    // The same seed gives the same orders (and the same wrong answers); another seed other ones.
+    expect(run("race").neighbours_racy).toBe(shuffled.neighbours_racy);
+    const other = run("race", { CUDASIM_SEED: "12345" });
+    expect(other.neighbours).toBe(0);
+    expect(other.neighbours_racy).toBeGreaterThan(0);
+    // CUDASIM_SEED=0 runs threads in index order, which hides this race: the shuffle is what shows it.
+    expect(run("race", { CUDASIM_SEED: "0" })).toEqual({ neighbours_racy: 0, neighbours: 0 });
+  }, 240_000);
+
+  test("registers come from the CUBIN: a kernel past the register file gets fewer threads a block, and the launch path refuses more", () => {
+    const r = run("regs");
+    expect(r.thrown).toBeUndefined();
+    // NVRTC gives heavy more than 64 registers a thread, so fewer than 1024 threads fit (the
+    // simulator used to report 32 registers for every kernel, and 1024 threads).
+    expect(r.maxThreads).toBeLessThan(1024);
+    expect(r.maxThreads % 32).toBe(0);
+    // launch.ts checks a block against the kernel's limit before anything is queued (the driver's
+    // own refusal, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, is tested in sim_test.c)
+    expect(r.launch1024.code).toBe(1);
+    expect(r.launch1024.message).toContain(`1024 threads > ${r.maxThreads} per block for this kernel`);
+    expect(r.worst).toBeLessThan(1e-5); // the largest block that fits runs and is right
+    // 64 KiB of dynamic shared memory: the backend opts in past 48 KiB, so the launch runs
+    expect(r.sharedSum).toBeCloseTo(r.sharedWant, 4);
+  }, 120_000);
+});
