@@ -67,4 +67,23 @@ describe.skipIf(skip)(`CUDA driver simulator rules${skip ? ` (skipped: ${!rtc.ok
     // 64 KiB of dynamic shared memory: the backend opts in past 48 KiB, so the launch runs
     expect(r.sharedSum).toBeCloseTo(r.sharedWant, 4);
   }, 120_000);
+
+  test("images are checked against the simulated driver's version: NVRTC 13 on a CUDA 12.4 driver is refused at the compile, a cached CUDA 13 CUBIN at the load", () => {
+    const cache = mkdtempSync(join(tmpdir(), "bungpu-rules-cache-"));
+    try {
+      const old = run("version", { CUDASIM_DRIVER_VERSION: "12040", BUNGPU_CACHE_DIR: cache });
+      expect(old.compile.code).toBe(222); // BG_ERR_UNSUPPORTED_PTX_VERSION
+      expect(old.compile.message).toMatch(/NVRTC 13\.\d+ .*is newer than the CUDA driver \(CUDA 12\.4\)/);
+      expect(old.compile.message).toContain("nvidia-cuda-nvrtc-cu12");
+      // On a 13.0 driver the same source compiles, and its CUBIN goes into the kernel cache ...
+      expect(run("version", { BUNGPU_CACHE_DIR: cache }).compile).toBe("ok");
+      // ... which a later run on the 12.4 driver finds: the driver refuses the CUBIN (a newer
+      // CUDA major's ELF) as CUDA_ERROR_INVALID_IMAGE, and the error names the driver.
+      const cached = run("version", { CUDASIM_DRIVER_VERSION: "12040", BUNGPU_CACHE_DIR: cache });
+      expect(cached.compile.code).toBe(200);
+      expect(cached.compile.message).toContain("the driver is CUDA 12.4");
+    } finally {
+      rmSync(cache, { recursive: true, force: true });
+    }
+  }, 180_000);
 });

@@ -194,6 +194,34 @@ static int best_supported_arch(int want) {
   return best;
 }
 
+/* NVIDIA's compatibility rules: a CUBIN loads on a driver of its toolkit's major version or newer
+ * (minor version compatibility within a major), PTX on a driver whose PTX ISA is at least the
+ * PTX's .version. An NVRTC of a newer major than the driver (NVRTC 13 on a 12.x driver) writes
+ * neither in a form that driver loads, and has no option for an older PTX ISA, so the compile is
+ * refused here with both versions and what to do, rather than at the load with a bare
+ * CUDA_ERROR_INVALID_IMAGE. BG_OK when the versions agree or either is unknown. */
+static int32_t check_driver_clash(const char* name) {
+  int nmaj = 0, nmin = 0, drv = 0;
+  if (nv.nvrtcVersion(&nmaj, &nmin) != BGNVRTC_SUCCESS || !cu.cuDriverGetVersion ||
+      cu.cuDriverGetVersion(&drv) != BGCUDA_SUCCESS || drv < 1000 || nmaj <= drv / 1000)
+    return BG_OK;
+  int dmaj = drv / 1000, dmin = drv % 1000 / 10;
+  return bg_set_error(
+      BG_ERR_UNSUPPORTED_PTX_VERSION,
+      "bg_rtc_compile(%s): NVRTC %d.%d%s%s is newer than the CUDA driver (CUDA %d.%d): a CUBIN "
+      "needs a driver of its CUDA major version or newer, and NVRTC %d's PTX has an ISA the %d.%d "
+      "driver cannot JIT, so nothing it compiles would load. Use an NVRTC of CUDA %d (the "
+      "toolkit's, or pip install nvidia-cuda-nvrtc-cu%d, then BUNGPU_NVRTC=<that libnvrtc.so.%d>), "
+      "or update the NVIDIA driver to one for CUDA %d",
+      name, nmaj, nmin,
+#if !defined(__APPLE__)
+      nvrtc_path[0] ? " from " : "", nvrtc_path[0] ? nvrtc_path : "",
+#else
+      "", "",
+#endif
+      dmaj, dmin, nmaj, dmaj, dmin, dmaj, dmaj, dmaj, nmaj);
+}
+
 /* Compile `src` for the device:
  *  - CUBIN for the device's own sm_XY when want_cubin (what Program.compile asks for): a CUBIN
  *    never meets the driver's PTX ISA limit, so a newer NVRTC than the driver still works. When
@@ -202,12 +230,14 @@ static int best_supported_arch(int want) {
  *    kept: compute_XY gives PTX, sm_XY a CUBIN.
  *  - -default-device (functions without an execution space are __device__, so helpers written
  *    for C compile unchanged) and -I for the toolkit's include folders, unless given.
- * The result's code starts with "\x7fELF" for a CUBIN; PTX is text. An empty image is an error. */
+ * The result's code starts with "\x7fELF" for a CUBIN; PTX is text. An empty image is an error.
+ * An NVRTC of a newer CUDA major than the driver is refused first (check_driver_clash). */
 int32_t cu_rtc_compile(bg_device* dev, const char* src, const char* name,
                        const char* options, int32_t want_cubin, void** out) {
   cu_device* d = (cu_device*)dev;
   int32_t rc = load_nvrtc();
   if (rc != BG_OK) return rc;
+  if ((rc = check_driver_clash(name)) != BG_OK) return rc;
 
   /* Split the newline-separated options in place in a copy. */
   size_t olen = strlen(options), nopt = 8;

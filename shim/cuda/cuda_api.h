@@ -150,6 +150,7 @@ typedef struct bgcu_ipc_handle {
   X(CUDA_ERROR_NOT_READY, 600)                                                                     \
   X(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, 901)                                                    \
   X(CUDA_ERROR_NO_DEVICE, 100)                                                                     \
+  X(CUDA_ERROR_INVALID_IMAGE, 200)                                                                 \
   X(CUDA_ERROR_NO_BINARY_FOR_GPU, 209)                                                             \
   X(CUDA_ERROR_INVALID_PTX, 218)                                                                   \
   X(CUDA_ERROR_UNSUPPORTED_PTX_VERSION, 222)                                                       \
@@ -194,6 +195,8 @@ typedef struct bgcu_ipc_handle {
   X(CU_MEMHOSTALLOC_PORTABLE, 1)                                                                   \
   X(CU_MEMHOSTALLOC_DEVICEMAP, 2)                                                                  \
   X(CU_GRAPH_NODE_TYPE_KERNEL, 0)                                                                  \
+  X(CU_GRAPH_NODE_TYPE_MEM_ALLOC, 10)                                                              \
+  X(CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, 1)                                            \
   X(CU_MEMORYTYPE_HOST, 1)                                                                         \
   X(CU_MEMORYTYPE_DEVICE, 2)                                                                       \
   X(CU_JIT_ERROR_LOG_BUFFER, 5)                                                                    \

@@ -49,8 +49,17 @@ int32_t cu_module_load(bg_device* dev, int32_t kind, const void* data, uint64_t 
   if (r != BGCUDA_SUCCESS) {
     free(m);
     log[sizeof log - 1] = 0;
-    return bg_set_error(map_cu(r), "cuModuleLoadDataEx: %s (%u): %s%s%.*s", cu_err_name(r), r,
-                        cu_err_text(r), log[0] ? ": " : "", log_head(log, strlen(log)), log);
+    /* A CUBIN of a newer CUDA major, or PTX of a newer ISA, than the driver: say which driver,
+     * since a cached image (compiled when another driver was installed) meets it here. */
+    int drv = 0;
+    char hint[300] = "";
+    if ((r == BGCUDA_ERROR_UNSUPPORTED_PTX_VERSION || (r == BGCUDA_ERROR_INVALID_IMAGE && kind == BG_IMAGE_CUBIN)) &&
+        cu.cuDriverGetVersion && cu.cuDriverGetVersion(&drv) == BGCUDA_SUCCESS && drv >= 1000)
+      snprintf(hint, sizeof hint, " (the driver is CUDA %d.%d: an image from a newer CUDA toolkit or NVRTC "
+               "than that is refused; compile with an NVRTC of CUDA %d, BUNGPU_NVRTC, or update the driver)",
+               drv / 1000, drv % 1000 / 10, drv / 1000);
+    return bg_set_error(map_cu(r), "cuModuleLoadDataEx: %s (%u): %s%s%.*s%s", cu_err_name(r), r,
+                        cu_err_text(r), log[0] ? ": " : "", log_head(log, strlen(log)), log, hint);
   }
   pthread_mutex_init(&m->lock, NULL);
   m->dev = (cu_device*)dev;
