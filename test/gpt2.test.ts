@@ -100,7 +100,7 @@ describe("GPT-2-style decoder", () => {
   });
 
   test("the decode step is one prepared plan, reused across generations of any length", () => {
-    expect(model.prepares).toBe(2);
+    expect(model.prepares).toBe(3); // the prompt, head and decode plans
     const [pp, dp] = [model.promptPlan, model.decodePlan];
     const compiles = tensorCompileStats.compiles;
     const a = model.generate([1, 2], 5), b = model.generate([1, 2], 5);

@@ -165,9 +165,9 @@ describe("GPT2.fromPretrained", () => {
     const fc = tensors["h.0.mlp.c_fc.weight"]!;
     expect(m32.promptPlan.buffer(fc.node.id)!.byteLength).toBe(shapes["h.0.mlp.c_fc.weight"]!.reduce((a, b) => a * b) * 4);
     expect(mb.promptPlan.buffer(fc.node.id)).toBeUndefined();
-    const total = (m: GPT2) => m.promptPlan.buffers().reduce((a, b) => a + b.byteLength, 0);
+    const total = (m: GPT2) => [m.promptPlan, m.headPlan].flatMap((p) => p.buffers()).reduce((a, b) => a + b.byteLength, 0);
     const matrices = Object.entries(shapes).filter(([n]) => /^(wte|wpe|lm_head)$|\.(c_attn|c_proj|c_fc)\.weight$/.test(n)).reduce((a, [, sh]) => a + sh[0]! * sh[1]!, 0);
-    // the bfloat16 prompt plan holds 2 bytes less per matrix value and per key and value it outputs
+    // the bfloat16 prompt and head plans hold 2 bytes less per matrix value and per key and value output (this head is untied: no matrix in both)
     expect(total(m32) - total(mb)).toBe(matrices * 2 + cfg.nLayer * 2 * cfg.nCtx * cfg.nEmbd * 2);
     const g32 = m32.generate(PROMPT, 6), gb = mb.generate(PROMPT, 6);
     expect(gb.tokens.length).toBe(6);

@@ -365,3 +365,46 @@ describe("stated limits on what a header may declare (issue 23 item 4)", () => {
     expectGpuError(() => Tensor.fromSafetensors(p), Status.INVALID_VALUE, "1000002 entries", "1000000 tensors");
   }, 60_000);
 });
+
+describe("reading straight into device memory ({ device }; issue 21: a checkpoint takes its own size)", () => {
+  test("on the CPU backend each tensor's data is a view of a device buffer that a plan's constant uses as it is: no second copy", async () => {
+    const { ptr } = await import("bun:ffi");
+    const { constantHolders } = await import("../src/tensor/constants");
+    const dir = mkdtempSync(join(tmpdir(), "bungpu-st-device-"));
+    try {
+      const path = join(dir, "w.safetensors");
+      const wdata = Float32Array.from({ length: 64 * 32 }, (_, i) => Math.sin(i));
+      Tensor.toSafetensors(path, { W: Tensor.from(wdata, [64, 32]), b: Tensor.from(Float32Array.from({ length: 32 }, (_, i) => i / 4), [32]), n: Tensor.from(new Int32Array([7, 8]), [2]).cast("int8") });
+      const t = Tensor.fromSafetensors(path, { device: dev });
+      const W = t["W"]!, b = t["b"]!;
+      const data = (W.node.arg as { data: Float32Array }).data; // the tensor's own data array
+      expect(data).toBeInstanceOf(Float32Array);
+      expect(Array.from(data)).toEqual(Array.from(wdata));
+      const x = Tensor.from(new Float32Array(64), [1, 64], { name: "x" });
+      const plan = x.matmul(W).add(b).prepare({ device: dev, constants: [W, b] });
+      // the plan's buffer for W is the memory the file was read into
+      const wBuf = plan.buffers().find((buf) => buf.byteLength === wdata.byteLength)!;
+      expect(wBuf.address).toBe(ptr(data));
+      expect(constantHolders(wBuf)).toBe(2); // the data array's own hold and the plan's
+      const xs = Float32Array.from({ length: 64 }, (_, i) => (i % 5) - 2);
+      const got = (await plan.run({ x: xs }))[plan.outputNames[0]!] as Float32Array;
+      for (let j = 0; j < 32; j++) {
+        let want = j / 4;
+        for (let i = 0; i < 64; i++) want += xs[i]! * wdata[i * 32 + j]!;
+        expect(Math.abs(got[j]! - want)).toBeLessThan(1e-4);
+      }
+      plan.dispose();
+      expect(constantHolders(wBuf)).toBe(1);
+      expect((W.toArray() as Float32Array)[5]).toBe(wdata[5]!); // the data outlives the plan
+      // int8 is read as it is stored too; a tensor read on a device still works as a plain input
+      expect(Array.from(t["n"]!.toArray() as unknown as ArrayLike<number>)).toEqual([7, 8]);
+      const p2 = x.matmul(W).prepare({ device: dev });
+      expect(p2.buffers().some((buf) => buf.address === ptr(data))).toBe(false); // an input gets its own buffer
+      p2.dispose();
+      expectGpuError(() => Tensor.fromSafetensors(path, { device: "cpu" as never }), Status.INVALID_VALUE, "device must be a Device");
+      expectGpuError(() => Tensor.fromSafetensors(path, { devcie: dev } as never), Status.INVALID_VALUE, "did you mean device");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

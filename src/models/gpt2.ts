@@ -17,9 +17,13 @@
 // in Conv1D layout [in, out], h.{i}.ln_2, h.{i}.mlp.c_fc / c_proj, ln_f, and lm_head [vocab, embd]
 // when the head is not tied; pre-norm blocks; logits = h · lm_headᵀ (wteᵀ when tied).
 //
-// Two plans, each prepared ONCE when the model loads:
+// Three plans, each prepared ONCE when the model loads:
 //  - the prompt plan runs the whole prompt (its length a Variable T), causal attention, and
-//    returns every position's logits and each layer's keys and values [T, heads, headDim];
+//    returns every position's final hidden state (after ln_f) and each layer's keys and values
+//    [T, heads, headDim];
+//  - the head plan turns up to HEAD_ROWS of those hidden states into logits (rows a Variable R):
+//    generate() asks it for the prompt's last position only, logits() for every position, a
+//    block of rows at a time, so no buffer is [context, vocabulary] (206 MB for GPT-2 small);
 //  - the decode plan runs one token at position P (a Variable: the tokens already cached). Its KV
 //    cache is a pair of plan-owned input buffers per layer, laid out [nCtx, heads, headDim] so a
 //    token's keys are one contiguous row: the step reads the cache shrunk to [0, P] plus the new
@@ -34,173 +38,19 @@
 // device-to-device copies (the plan's key/value output buffers into the cache buffers' rows)
 // queues behind the run on one stream, and the logits read waits for both; no key or value goes
 // through the host.
-import { existsSync, statSync } from "node:fs";
+import { statSync } from "node:fs";
 import { dirname, join } from "node:path";
+import { Device } from "../device";
 import { CommandEncoder } from "../encoder";
 import { describeGot, invalid } from "../errors";
-import { mustExist, readJson } from "./files";
+import { CONFIG_KEYS, checkConfig, checkpointFiles, configFromTransformers, gpt2Name, gpt2Shapes, type GPT2Config } from "./gpt2_config";
 import { GPT2Batch } from "./gpt2_batch";
 import { generationSetup, pick, type GenerateOptions } from "./sampling";
 import { Tensor, Variable, type ExecutionPlan, type PrepareOptions } from "../tensor";
-import { seededRandom } from "../tensor/reference";
 
-export interface GPT2Config {
-  nLayer: number;
-  nEmbd: number;
-  nHead: number;
-  vocabSize: number;
-  /** The context: the positions the model has (transformers' n_positions). */
-  nCtx: number;
-  /** The MLP's inner width (transformers' n_inner; default 4 × nEmbd). */
-  nInner?: number;
-  /** The layer norms' epsilon (default 1e-5). */
-  layerNormEpsilon?: number;
-  /** The MLP's activation (transformers' activation_function; default "gelu_new", the tanh GELU). */
-  activation?: GPT2Activation;
-  /** Whether the head is the token embedding (default true); if not, the weights hold lm_head [vocab, embd]. */
-  tieWordEmbeddings?: boolean;
-  /** Attention scores divided by √headDim (default true). */
-  scaleAttnWeights?: boolean;
-  /** Layer i's attention scores also divided by i + 1 (default false). */
-  scaleAttnByInverseLayerIdx?: boolean;
-  /** The end-of-text token: generate() stops after it unless told otherwise. */
-  eosTokenId?: number;
-}
+/** Hidden-state rows the head plan turns into logits per run (its output buffer: HEAD_ROWS × vocabulary floats). */
+const HEAD_ROWS = 64;
 
-/** transformers' activation_function values this model computes. */
-export type GPT2Activation = "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" | "gelu" | "relu" | "silu" | "swish";
-const ACTIVATIONS: readonly GPT2Activation[] = ["gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu", "relu", "silu", "swish"];
-
-const CONFIG_KEYS = ["nLayer", "nEmbd", "nHead", "vocabSize", "nCtx"] as const;
-
-/**
- * A GPT2Config from transformers' config.json: the fields the forward pass reads, each checked;
- * a field that would make it another model is refused (INVALID_VALUE naming it). A config.json
- * holding this package's own GPT2Config (nLayer, nEmbd, ...) is taken as it is, then checked.
- */
-export function configFromTransformers(json: unknown, where = "config.json"): GPT2Config {
-  const call = "GPT2.fromPretrained";
-  if (json === null || typeof json !== "object" || Array.isArray(json)) invalid(call, `${where}: not a JSON object`);
-  const j = json as Record<string, unknown>;
-  if (j["nLayer"] !== undefined && j["n_layer"] === undefined) return j as unknown as GPT2Config;
-  if (j["model_type"] !== undefined && j["model_type"] !== "gpt2") invalid(call, `${where}: model_type ${JSON.stringify(j["model_type"])} is not gpt2`);
-  if (j["add_cross_attention"] === true) invalid(call, `${where}: add_cross_attention is not supported (a decoder with cross-attention)`);
-  const int = (k: string, alt?: string): number => {
-    const v = j[k] ?? (alt ? j[alt] : undefined);
-    if (typeof v !== "number" || !Number.isInteger(v) || v < 1) invalid(call, `${where}: ${k} must be a positive integer, got ${describeGot(v)}`);
-    return v;
-  };
-  const bool = (k: string, dflt: boolean): boolean => {
-    const v = j[k];
-    if (v === undefined || v === null) return dflt;
-    if (typeof v !== "boolean") invalid(call, `${where}: ${k} must be true or false, got ${describeGot(v)}`);
-    return v;
-  };
-  const act = j["activation_function"] ?? "gelu_new";
-  if (!ACTIVATIONS.includes(act as GPT2Activation)) invalid(call, `${where}: activation_function ${JSON.stringify(act)} is not supported (${ACTIVATIONS.join(", ")})`);
-  const eps = j["layer_norm_epsilon"] ?? 1e-5;
-  if (typeof eps !== "number" || !(eps > 0)) invalid(call, `${where}: layer_norm_epsilon must be a positive number, got ${describeGot(eps)}`);
-  const cfg: GPT2Config = {
-    nLayer: int("n_layer"),
-    nEmbd: int("n_embd"),
-    nHead: int("n_head"),
-    vocabSize: int("vocab_size"),
-    nCtx: int("n_positions", "n_ctx"),
-    layerNormEpsilon: eps,
-    activation: act as GPT2Activation,
-    tieWordEmbeddings: bool("tie_word_embeddings", true),
-    scaleAttnWeights: bool("scale_attn_weights", true),
-    scaleAttnByInverseLayerIdx: bool("scale_attn_by_inverse_layer_idx", false),
-  };
-  if (j["n_inner"] !== undefined && j["n_inner"] !== null) cfg.nInner = int("n_inner");
-  const eos = j["eos_token_id"];
-  if (typeof eos === "number" && Number.isInteger(eos) && eos >= 0 && eos < cfg.vocabSize) cfg.eosTokenId = eos;
-  return cfg;
-}
-
-/** The tensor names and shapes a model of `cfg` holds (GPT-2's names, Conv1D layout). */
-export function gpt2Shapes(cfg: GPT2Config): Record<string, number[]> {
-  const C = cfg.nEmbd;
-  const F = cfg.nInner ?? 4 * C;
-  const s: Record<string, number[]> = { wte: [cfg.vocabSize, C], wpe: [cfg.nCtx, C] };
-  for (let i = 0; i < cfg.nLayer; i++) {
-    const p = `h.${i}.`;
-    Object.assign(s, {
-      [`${p}ln_1.weight`]: [C], [`${p}ln_1.bias`]: [C],
-      [`${p}attn.c_attn.weight`]: [C, 3 * C], [`${p}attn.c_attn.bias`]: [3 * C],
-      [`${p}attn.c_proj.weight`]: [C, C], [`${p}attn.c_proj.bias`]: [C],
-      [`${p}ln_2.weight`]: [C], [`${p}ln_2.bias`]: [C],
-      [`${p}mlp.c_fc.weight`]: [C, F], [`${p}mlp.c_fc.bias`]: [F],
-      [`${p}mlp.c_proj.weight`]: [F, C], [`${p}mlp.c_proj.bias`]: [C],
-    });
-  }
-  s["ln_f.weight"] = [C];
-  s["ln_f.bias"] = [C];
-  if (cfg.tieWordEmbeddings === false) s["lm_head"] = [cfg.vocabSize, C];
-  return s;
-}
-
-/**
- * The model's name for a checkpoint's tensor, or null for one it does not use: transformers'
- * "transformer." prefix and the ".weight" of the embeddings and the head are dropped, and the
- * causal-mask buffers older checkpoints carry (attn.bias, attn.masked_bias) are skipped.
- */
-export function gpt2Name(name: string): string | null {
-  let n = name.startsWith("transformer.") ? name.slice("transformer.".length) : name;
-  if (/^h\.\d+\.attn\.(bias|masked_bias)$/.test(n)) return null;
-  if (n === "wte.weight" || n === "wpe.weight" || n === "lm_head.weight") n = n.slice(0, -".weight".length);
-  return n;
-}
-
-function checkConfig(call: string, cfg: GPT2Config): void {
-  if (cfg === null || typeof cfg !== "object") invalid(call, `config must be an object, got ${describeGot(cfg)}`);
-  for (const k of CONFIG_KEYS)
-    if (!Number.isInteger(cfg[k]) || cfg[k] < 1) invalid(call, `config ${k} must be a positive integer, got ${describeGot(cfg[k])}`);
-  if (cfg.nEmbd % cfg.nHead !== 0) invalid(call, `nEmbd ${cfg.nEmbd} is not a multiple of nHead ${cfg.nHead}`);
-  if (cfg.nCtx < 2) invalid(call, `nCtx must be at least 2, got ${cfg.nCtx}`);
-  if (cfg.nInner !== undefined && (!Number.isInteger(cfg.nInner) || cfg.nInner < 1)) invalid(call, `nInner must be a positive integer, got ${describeGot(cfg.nInner)}`);
-  if (cfg.layerNormEpsilon !== undefined && !(typeof cfg.layerNormEpsilon === "number" && cfg.layerNormEpsilon > 0))
-    invalid(call, `layerNormEpsilon must be a positive number, got ${describeGot(cfg.layerNormEpsilon)}`);
-  if (cfg.activation !== undefined && !ACTIVATIONS.includes(cfg.activation)) invalid(call, `activation ${JSON.stringify(cfg.activation)} is not one of ${ACTIVATIONS.join(", ")}`);
-  if (cfg.eosTokenId !== undefined && (!Number.isInteger(cfg.eosTokenId) || cfg.eosTokenId < 0 || cfg.eosTokenId >= cfg.vocabSize))
-    invalid(call, `eosTokenId ${String(cfg.eosTokenId)} is outside [0, ${cfg.vocabSize})`);
-}
-
-/**
- * Random weights for a model of `cfg` (seeded; non-unit norms and non-zero biases), as plain
- * arrays by the model's names.
- */
-export function randomGPT2Weights(cfg: GPT2Config, seed = 1): Record<string, Float32Array> {
-  checkConfig("randomGPT2Weights", cfg);
-  const rnd = seededRandom(seed);
-  const out: Record<string, Float32Array> = {};
-  for (const [name, shape] of Object.entries(gpt2Shapes(cfg))) {
-    const n = shape.reduce((a, b) => a * b, 1);
-    const a = new Float32Array(n);
-    const isNormW = /ln_\w+\.weight$/.test(name), isBias = name.endsWith(".bias");
-    for (let i = 0; i < n; i++) {
-      const r = rnd() * 2 - 1;
-      a[i] = isNormW ? 1 + 0.1 * r : isBias ? 0.05 * r : name === "wte" || name === "wpe" || name === "lm_head" ? 0.5 * r : (r * 1.5) / Math.sqrt(shape[0]!);
-    }
-    out[name] = a;
-  }
-  return out;
-}
-
-/**
- * Write a random model of `cfg` (seeded) to `path` as safetensors, the config in its metadata.
- * Returns the weights as plain arrays (for references).
- */
-export function writeRandomGPT2(path: string, cfg: GPT2Config, seed = 1): Record<string, Float32Array> {
-  const out = randomGPT2Weights(cfg, seed);
-  const tensors: Record<string, Tensor> = {};
-  const shapes = gpt2Shapes(cfg);
-  for (const [name, a] of Object.entries(out)) tensors[name] = Tensor.from(a, shapes[name]!);
-  const metadata: Record<string, string> = {};
-  for (const k of CONFIG_KEYS) metadata[k] = String(cfg[k]);
-  Tensor.toSafetensors(path, tensors, metadata);
-  return out;
-}
 
 export interface Generation {
   /** The generated token ids (the prompt not included). */
@@ -249,28 +99,6 @@ function checkBatch(call: string, cfg: GPT2Config, b: unknown): void {
     invalid(call, `batch.context must be an integer in [2, ${cfg.nCtx}] (the model's nCtx), got ${describeGot(context)}`);
 }
 
-/** A checkpoint's files: the config (or null) and the safetensors files holding its weights. */
-function checkpointFiles(call: string, path: string): { config: unknown; files: string[] } {
-  if (typeof path !== "string" || !path) invalid(call, `path must be a folder or a .safetensors file, got ${describeGot(path)}`);
-  mustExist(call, path);
-  if (statSync(path).isDirectory()) {
-    const cfg = join(path, "config.json");
-    const config = existsSync(cfg) ? readJson(call, cfg) : null;
-    const index = join(path, "model.safetensors.index.json");
-    if (existsSync(index)) {
-      const j = readJson(call, index) as { weight_map?: Record<string, unknown> };
-      if (!j || typeof j !== "object" || !j.weight_map || typeof j.weight_map !== "object") invalid(call, `${index}: no weight_map`);
-      const files = [...new Set(Object.values(j.weight_map))];
-      if (files.some((f) => typeof f !== "string" || f.includes("/") || f.includes("\\"))) invalid(call, `${index}: weight_map must name files of the folder`);
-      return { config, files: (files as string[]).map((f) => join(path, f)) };
-    }
-    const single = join(path, "model.safetensors");
-    if (!existsSync(single)) invalid(call, `${path}: no model.safetensors or model.safetensors.index.json (PyTorch .bin checkpoints are not read: save with safe_serialization)`);
-    return { config, files: [single] };
-  }
-  const beside = join(dirname(path), "config.json");
-  return { config: existsSync(beside) ? readJson(call, beside) : null, files: [path] };
-}
 
 export class GPT2 {
   readonly config: GPT2Config;
@@ -281,7 +109,10 @@ export class GPT2 {
   /** How many plans this model prepared (the prompt plan, the decode plan, the batched decode plan if asked for, and the batched prompt plan once a batch first joins several prompts at once). */
   prepares: number;
   readonly promptPlan: ExecutionPlan;
+  /** Logits of up to HEAD_ROWS hidden states (the prompt plan's output 0, copied in a block at a time). */
+  readonly headPlan: ExecutionPlan;
   readonly decodePlan: ExecutionPlan;
+  readonly #headRows: Tensor;
   readonly #tokens: Tensor;
   readonly #token: Tensor;
   readonly #kCache: Tensor[] = [];
@@ -327,8 +158,11 @@ export class GPT2 {
       }
       cfg = c as GPT2Config;
     }
+    // Read straight into device memory where it is host memory (the CPU backend): the plans then
+    // take each weight as it is, without a second copy.
+    const device = prep.device ?? Device.default();
     let tensors: Record<string, Tensor> | null = {};
-    for (const f of files) Object.assign(tensors, Tensor.fromSafetensors(f));
+    for (const f of files) Object.assign(tensors, Tensor.fromSafetensors(f, { device }));
     const model = GPT2.fromTensors(cfg, tensors, prep, path);
     // The weights are on the device now, shared by both plans, which keep no host copy: one
     // collection gives the checkpoint's host arrays back at once instead of whenever.
@@ -440,7 +274,10 @@ export class GPT2 {
     }
     // The weights are constants: both plans share one device copy of them.
     const shared: PrepareOptions = { ...opts, constants: Object.values(w) };
-    this.promptPlan = Tensor.prepareBatch([head(x), ...promptOuts], shared);
+    this.promptPlan = Tensor.prepareBatch([ln(x, "ln_f"), ...promptOuts], shared);
+    const R = new Variable("R", 1, HEAD_ROWS).bind(1);
+    this.#headRows = Tensor.from(new Float32Array(HEAD_ROWS * C), [HEAD_ROWS, C], { name: "head.rows" });
+    this.headPlan = Tensor.prepareBatch([this.#headRows.shrink([[0, R], null]).matmul(headW.transpose(0, 1))], shared);
 
     // One decode step: the token at position P, the cache holding positions [0, P).
     const P = new Variable("P", 1, nCtx - 1).bind(1);
@@ -468,7 +305,7 @@ export class GPT2 {
       stepOuts.push(store(kn), store(vn));
     }
     this.decodePlan = Tensor.prepareBatch([head(y), ...stepOuts], shared);
-    this.prepares = 2;
+    this.prepares = 3;
     this.#copies = new CommandEncoder(this.decodePlan.device);
     if (!batch) return;
 
@@ -508,7 +345,7 @@ export class GPT2 {
     this.batchPlan = Tensor.prepareBatch([head(z), ...batchOuts], shared);
     this.batchSlots = S;
     this.batchContext = ctx;
-    this.prepares = 3;
+    this.prepares = 4;
 
     // Several prompts in one run (GPT2Batch.joinAll): rows [0, B) of `slots`, each prompt padded on
     // the right to the longest, T. Causal attention is the whole mask: a real position i < its
@@ -567,7 +404,12 @@ export class GPT2 {
    * keys and values. Returns every position's logits, [tokens.length, vocabSize] row-major.
    */
   prompt(tokens: readonly number[]): Float32Array {
-    const call = "GPT2.prompt";
+    const T = this.#runPrompt("GPT2.prompt", tokens);
+    return this.#logitsOf(this.promptPlan, 0, T);
+  }
+
+  /** The prompt plan over `tokens` queued, and the cache copies behind it; returns the prompt's length. */
+  #runPrompt(call: string, tokens: readonly number[]): number {
     const { nCtx } = this.config;
     if (!Array.isArray(tokens) || tokens.length < 1 || tokens.length > nCtx) invalid(call, `the prompt must be an array of 1 to ${nCtx} token ids`);
     for (const t of tokens) this.#checkToken(call, t);
@@ -577,9 +419,26 @@ export class GPT2 {
     pp.bufferMutById(this.#tokens.node.id)!.write(toks);
     pp.executeWithVars({ T: tokens.length }, { stream: pp.device.defaultStream, async: true });
     this.#fillCache(pp, tokens.length, 0);
-    const all = pp.readOutput(0) as Float32Array; // waits for the run and the cache copies
     this.#cached = tokens.length;
-    return all;
+    return tokens.length;
+  }
+
+  /**
+   * Logits of `plan`'s hidden-state rows [from, to) (its output 0, after work queued on the default
+   * stream): through the head plan, HEAD_ROWS rows a run, each block copied on the device.
+   */
+  #logitsOf(plan: ExecutionPlan, from: number, to: number): Float32Array {
+    const hp = this.headPlan, V = this.config.vocabSize, rowBytes = this.config.nEmbd * 4, enc = this.#copies;
+    const into = this.#headRows.node.id;
+    const out = new Float32Array((to - from) * V);
+    for (let r = from; r < to; r += HEAD_ROWS) {
+      const n = Math.min(HEAD_ROWS, to - r);
+      enc.copy(hp.buffer(into)!, plan.outputBufferAt(0)!, { srcOffset: r * rowBytes, bytes: n * rowBytes });
+      enc.submit(hp.device.defaultStream, { wait: false });
+      hp.executeWithVars({ R: n }, { stream: hp.device.defaultStream, async: true });
+      out.set(hp.readOutput(0) as Float32Array, (r - from) * V); // waits for the block
+    }
+    return out;
   }
 
   /**
@@ -607,6 +466,12 @@ export class GPT2 {
     return this.prompt(tokens);
   }
 
+  /** The prompt's last position's logits [vocabSize] (the head runs for that row only); fills the cache. */
+  promptLast(tokens: readonly number[]): Float32Array {
+    const T = this.#runPrompt("GPT2.promptLast", tokens);
+    return this.#logitsOf(this.promptPlan, T - 1, T);
+  }
+
   /**
    * Generate after `prompt`: `generate(prompt, n)` takes n greedy tokens; `generate(prompt, {
    * maxNewTokens, temperature, topK, topP, seed, stop })` samples (greedy without a temperature)
@@ -618,7 +483,7 @@ export class GPT2 {
     const V = this.config.vocabSize;
     const T = prompt.length;
     const t0 = performance.now();
-    let logits: Float32Array = this.prompt(prompt).slice((T - 1) * V, T * V);
+    let logits: Float32Array = this.promptLast(prompt);
     const promptMs = performance.now() - t0;
     const tokens = [pick(logits, o, rnd)];
     const out = [logits];
@@ -660,8 +525,8 @@ export class GPT2 {
         const toks = new Int32Array(this.config.nCtx);
         toks.set(tokens);
         pp.bufferMutById(this.#tokens.node.id)!.write(toks);
-        pp.executeWithVars({ T: tokens.length });
-        return pp;
+        pp.executeWithVars({ T: tokens.length }, { stream: pp.device.defaultStream, async: true });
+        return { plan: pp, logits: this.#logitsOf(pp, tokens.length - 1, tokens.length) };
       },
       copies: this.#copies,
       kvRowBytes: this.#kvRowBytes,
@@ -687,13 +552,14 @@ export class GPT2 {
 
   /** Settles once every plan of the model runs its optimized kernels (see ExecutionPlan.optimized). */
   async optimized(): Promise<void> {
-    await Promise.all([this.promptPlan, this.decodePlan, this.batchPlan, this.#promptBatch?.plan].map((p) => p?.optimized()));
+    await Promise.all([this.promptPlan, this.headPlan, this.decodePlan, this.batchPlan, this.#promptBatch?.plan].map((p) => p?.optimized()));
   }
 
   dispose(): void {
     this.#openBatch?.dispose();
     this.#copies.reset();
     this.promptPlan.dispose();
+    this.headPlan.dispose();
     this.decodePlan.dispose();
     this.batchPlan?.dispose();
     this.#promptBatch?.plan.dispose();

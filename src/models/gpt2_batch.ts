@@ -29,8 +29,8 @@ export interface BatchParts {
   pos: Buffer;
   k: Buffer[];
   v: Buffer[];
-  /** Run the prompt plan over `tokens`; the plan, its outputs ready. */
-  prompt(tokens: readonly number[]): ExecutionPlan;
+  /** Run the prompt plan over `tokens`: the plan (its keys and values ready) and the last position's logits. */
+  prompt(tokens: readonly number[]): { plan: ExecutionPlan; logits: Float32Array };
   copies: CommandEncoder;
   /** Bytes of one position's keys (or values) in a cache: nEmbd × the cache dtype's size. */
   kvRowBytes: number;
@@ -142,9 +142,8 @@ export class GPT2Batch {
     if (this.#rows.length >= this.slots) invalid(call, `all ${this.slots} slots are taken; wait until a sequence is done or leaves`);
     const cfg = this.#p.config;
     const { o, n, stop, rnd } = generationSetup(call, cfg, prompt, opts, this.context);
-    const T = prompt.length, V = cfg.vocabSize;
-    const pp = this.#p.prompt(prompt);
-    const logits = (pp.readOutput(0) as Float32Array).subarray((T - 1) * V, T * V);
+    const T = prompt.length;
+    const { plan: pp, logits } = this.#p.prompt(prompt);
     const token = pick(logits, o, rnd);
     const id = this.#nextId++;
     const done = n === 1 || stop.has(token);

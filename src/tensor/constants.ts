@@ -6,6 +6,8 @@
 import type { Buffer } from "../buffer";
 import type { Device } from "../device";
 import type { DeviceState } from "../device_state";
+import { backends } from "../backends";
+import { nativeView } from "../../ffi/result";
 import type { HostArray } from "./dtype";
 
 interface Entry {
@@ -55,4 +57,44 @@ export function releaseConstant(buf: Buffer): void {
 /** Plans holding the constant buffer `buf` (tests read this). */
 export function constantHolders(buf: Buffer): number {
   return byBuffer.get(buf)?.refs ?? 0;
+}
+
+/** Releases a data array's own hold on the constant it was read into, once the array is collected. */
+const readHolds = new FinalizationRegistry<Buffer>((buf) => releaseConstant(buf));
+
+/**
+ * Where a loader reads data straight into device memory: on a backend whose device memory is host
+ * memory (the CPU backend), `alloc(bytes)` gives the memory of a new device buffer as an
+ * ArrayBuffer, and `keep(data)` makes a host array over it that buffer's constant (found by
+ * acquireConstant like an uploaded one: preparing with it as a constant copies nothing), held for
+ * as long as the array lives; memory whose bytes were converted instead is freed by `drop`. Other
+ * backends get null: their loaders read into host arrays, uploaded at prepare.
+ */
+export function deviceReader(device: Device): { alloc(bytes: number): ArrayBuffer; keep(data: HostArray): void; drop(): void } | null {
+  if (!backends[device.backend].computesOnHost) return null;
+  const pending = new Map<ArrayBuffer, Buffer>();
+  return {
+    alloc(bytes) {
+      if (bytes === 0) return new ArrayBuffer(0);
+      const buf = device.alloc(bytes);
+      const ab = nativeView(buf.address, bytes);
+      pending.set(ab, buf);
+      return ab;
+    },
+    keep(data) {
+      const buf = pending.get(data.buffer as ArrayBuffer);
+      if (!buf || data.byteOffset !== 0 || data.byteLength !== buf.byteLength) return;
+      pending.delete(data.buffer as ArrayBuffer);
+      let m = byDevice.get(device.state);
+      if (!m) byDevice.set(device.state, (m = new WeakMap()));
+      const entry: Entry = { buf, refs: 1, map: m, key: new WeakRef(data) };
+      m.set(data, entry);
+      byBuffer.set(buf, entry);
+      readHolds.register(data, buf);
+    },
+    drop() {
+      for (const buf of pending.values()) buf.dispose();
+      pending.clear();
+    },
+  };
 }

@@ -221,10 +221,10 @@ function parseHeader(call: string, path: string, total: number, read: (into: Uin
 
 /**
  * Read and check a safetensors file: the header, then each tensor read into its own array (never
- * a mapping of the file). Throws GpuError (FILE_NOT_FOUND, INVALID_VALUE) naming the path and the
+ * a mapping of the file), whose memory `alloc` gives (a device's, see constants.ts deviceReader). Throws GpuError (FILE_NOT_FOUND, INVALID_VALUE) naming the path and the
  * reason, a file that changes while it is read included.
  */
-export function readSafetensors(path: unknown, call = "Tensor.fromSafetensors", headerOnly = false): SafetensorsFile {
+export function readSafetensors(path: unknown, call = "Tensor.fromSafetensors", headerOnly = false, alloc: (bytes: number) => ArrayBuffer = (n) => new ArrayBuffer(n)): SafetensorsFile {
   if (typeof path !== "string" || !path) invalid(call, `path must be a non-empty string, got ${describeGot(path)}`);
   const { fd, size } = openFile(call, path);
   try {
@@ -233,7 +233,7 @@ export function readSafetensors(path: unknown, call = "Tensor.fromSafetensors", 
     const tensors = new Map<string, SafetensorsEntry>();
     if (headerOnly) return { tensors, metadata }; // checked, not read
     for (const e of entries) {
-      const buf = new ArrayBuffer(e.end - e.begin);
+      const buf = alloc(e.end - e.begin);
       read(new Uint8Array(buf), dataStart + e.begin);
       const { dtype, data } = convert(call, path, e.name, e.dtype, buf);
       tensors.set(e.name, { dtype, shape: e.shape, data });

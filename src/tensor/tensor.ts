@@ -18,6 +18,7 @@ import { ShapeTracker, checkShapeDims, maxStrides } from "./view";
 import { expectDType } from "./io";
 import { ExecutionPlan, type PrepareOptions } from "./plan";
 import { own, readSafetensors, writeSafetensors, type SafetensorsEntry } from "./safetensors";
+import { deviceReader } from "./constants";
 import * as conv from "./ops_conv";
 import type { AvgPoolOptions, Conv2dOptions, ConvTranspose2dOptions, InterpolateMode, PoolOptions } from "./ops_conv";
 import * as attention from "./ops_attention";
@@ -31,6 +32,7 @@ const FROM_KEYS: OptionKeys<{ dtype?: DType; name?: string }> = { dtype: true, n
 const DTYPE_KEYS: OptionKeys<{ dtype?: DType }> = { dtype: true };
 const SEED_KEYS: OptionKeys<{ seed?: number | undefined }> = { seed: true };
 const RAND_LIKE_KEYS: OptionKeys<{ seed?: number | undefined; dtype?: DType | undefined }> = { seed: true, dtype: true };
+const FROM_SAFETENSORS_KEYS: OptionKeys<{ device?: Device }> = { device: true };
 const CROSS_ENTROPY_KEYS: OptionKeys<{ reduction?: "none" | "sum" | "mean"; labelSmoothing?: number }> = { reduction: true, labelSmoothing: true };
 const CONV_KEYS: OptionKeys<Conv2dOptions> = { stride: true, padding: true, dilation: true, groups: true };
 const CONV_T_KEYS: OptionKeys<ConvTranspose2dOptions> = { ...CONV_KEYS, outputPadding: true };
@@ -308,14 +310,28 @@ export class Tensor {
    * U64 and U32 load as int64 where every value fits, F64 as float32 where every value is exact. A
    * missing file is FILE_NOT_FOUND; a truncated or inconsistent one, or a dtype with no exact
    * conversion, INVALID_VALUE naming the path and the reason.
+   *
+   * With `{ device }` on a backend whose device memory is host memory (the CPU backend), each
+   * tensor is read straight into a buffer of that device, its data array a view of it: preparing
+   * with it as a constant (`prepare({ constants })`) then copies nothing, so a checkpoint takes
+   * its own size in memory, not twice it. Elsewhere the option changes nothing.
    */
-  static fromSafetensors(path: string): Record<string, Tensor> {
-    const file = readSafetensors(path, "Tensor.fromSafetensors");
+  static fromSafetensors(path: string, opts: { device?: Device } = {}): Record<string, Tensor> {
+    const call = "Tensor.fromSafetensors";
+    const { device } = options(call, opts, FROM_SAFETENSORS_KEYS);
+    if (device !== undefined && !(device instanceof Device)) invalid(call, `device must be a Device, got ${describeGot(device)}`);
+    const reader = device ? deviceReader(device) : null;
     const out: Record<string, Tensor> = {};
-    for (const [name, e] of file.tensors) {
-      const node = new LazyNode({ op: "buffer", data: e.data }, e.dtype, [...e.shape]);
-      inputNames.set(node, name);
-      own(out, name, new Tensor(node)); // a tensor named __proto__ is a tensor, not the record's prototype
+    try {
+      const file = readSafetensors(path, call, false, reader?.alloc);
+      for (const [name, e] of file.tensors) {
+        reader?.keep(e.data);
+        const node = new LazyNode({ op: "buffer", data: e.data }, e.dtype, [...e.shape]);
+        inputNames.set(node, name);
+        own(out, name, new Tensor(node)); // a tensor named __proto__ is a tensor, not the record's prototype
+      }
+    } finally {
+      reader?.drop(); // memory read into but converted to another array
     }
     return out;
   }
