@@ -35,7 +35,7 @@ export interface BatchOptions {
 let checkedMode = false;
 function env(): Record<string, string> {
   const e = { ...process.env } as Record<string, string>;
-  e.BUNGPU_CPU_DEVICES = "2";
+  e.BUNGPU_CPU_DEVICES = "3"; // cpu:0 and cpu:1 for every handler, cpu:2 for a third rank of communicators
   delete e.BUNGPU_DEVICE;
   if (checkedMode) e.BUNGPU_CHECK = "1";
   else delete e.BUNGPU_CHECK;

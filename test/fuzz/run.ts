@@ -1,6 +1,6 @@
 // The fuzzer's driver: one batch of random public calls, valid and invalid, with a model of what
 // every live buffer (and pinned host buffer, and ring) must hold. Run by test/fuzz.test.ts (and
-// test/fuzz/harness.ts) in a subprocess, with BUNGPU_CPU_DEVICES=2:
+// test/fuzz/harness.ts) in a subprocess, with BUNGPU_CPU_DEVICES=3 (cpu:2 only for communicators):
 //
 //   bun test/fuzz/run.ts --seed S --calls N [--exclude a,b] [--record FILE] [--replay FILE] [--print]
 //
@@ -41,6 +41,7 @@ import {
   type Kernel,
 } from "../../src";
 import { appendFileSync, readFileSync, writeFileSync, writeSync } from "node:fs";
+import { installSurfaces } from "./surfaces";
 
 // ---- arguments --------------------------------------------------------------------------------
 const argv = process.argv.slice(2);
@@ -103,7 +104,8 @@ function call<T>(src: () => string, expect: Expect, fn: () => T): Res<T> {
 }
 
 // ---- state ------------------------------------------------------------------------------------
-// BUNGPU_CPU_DEVICES=2: two CPU devices, for wrong-device calls.
+// BUNGPU_CPU_DEVICES=3: two CPU devices for every handler (wrong-device calls); surfaces.ts opens
+// the third for a third rank of communicators.
 const devs: Device[] = [Device.open("cpu:0"), Device.open("cpu:1")];
 const KSRC = `#include "bungpu_cpu.h"
 BG_KERNEL(fz_add) {
@@ -164,6 +166,8 @@ function newStream(i: number): void {
 for (let i = 0; i < 5; i++) newStream(i);
 
 const anyCapture = () => streams.some((s) => s?.cap);
+/** Run after the driver synchronized device d (surfaces.ts models what a synchronize releases). */
+const devSyncHooks: ((d: number) => void)[] = [];
 let pendingCheck = false;
 
 // ---- ownership: which stream may still be writing an allocation's bytes -----------------------
@@ -241,6 +245,7 @@ function check(why: string): void {
     for (let d = 0; d < 2; d++) {
       const r = call(() => `dev${d}.synchronize()`, "any", () => devs[d]!.synchronize());
       if (!r.ok) return; // (a sticky or capture error: nothing to compare against)
+      for (const f of devSyncHooks) f(d);
       for (let i = 0; i < 5; i++) if (streams[i]?.dev === d) hostFnsDone(i);
     }
     clearOwner(() => true);
@@ -819,7 +824,7 @@ h("graph.dispose", "capture", 1, (w) => {
  * (a capture makes some waits illegal). */
 function syncAll(): boolean {
   if (!anyCapture()) {
-    for (let d = 0; d < 2; d++) call(() => `dev${d}.synchronize()`, "ok", () => devs[d]!.synchronize());
+    for (let d = 0; d < 2; d++) if (call(() => `dev${d}.synchronize()`, "ok", () => devs[d]!.synchronize()).ok) for (const f of devSyncHooks) f(d);
     clearOwner(() => true);
     return true;
   }
@@ -1111,6 +1116,24 @@ h("device.recycle", "device", 0.2, (w) => {
   void w;
 });
 
+// -- issue 23 item 10: memory pools, communicators, safetensors bytes, IPC handles and a
+// communicator across two processes (a peer process), cache damage (test/fuzz/surfaces.ts)
+const surfaces = installSurfaces({
+  call,
+  h,
+  fail: (kind, message) => {
+    throw new Failure(kind, message);
+  },
+  devs,
+  mods,
+  anyCapture,
+  L,
+  dataFor,
+  seed: SEED,
+  calls: CALLS,
+  devSyncHooks,
+});
+
 // ---- main loop ------------------------------------------------------------------------------------
 const active = handlers.map((hh, i) => ({ hh, i })).filter(({ hh }) => !EXCLUDE.has(hh.cat) && !EXCLUDE.has(hh.name) && hh.weight > 0);
 const total = active.reduce((s, x) => s + x.hh.weight, 0);
@@ -1151,6 +1174,11 @@ try {
 } catch (e) {
   if (e instanceof Failure) failed = e;
   else failed = new Failure("driver error", `${(e as Error)?.stack ?? e}`);
+}
+try {
+  surfaces.close();
+} catch (e) {
+  failed ??= new Failure("driver error", `closing the surfaces: ${(e as Error)?.stack ?? e}`);
 }
 if (RECORD && !RECORD_SYNC) writeFileSync(RECORD, steps.slice(0, stepNo + 1).map((s) => JSON.stringify(s)).join("\n") + "\n");
 const ms = Math.round(performance.now() - t0);
