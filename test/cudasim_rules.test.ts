@@ -86,4 +86,17 @@ describe.skipIf(skip)(`CUDA driver simulator rules${skip ? ` (skipped: ${!rtc.ok
       rmSync(cache, { recursive: true, force: true });
     }
   }, 180_000);
+
+  test("graph memory: a captured allocation without its free relaunches (AUTO_FREE_ON_LAUNCH), and a second exec while the first lives is refused", () => {
+    // Without the backend's handling (instantiated with flags 0, no exec count) the simulator
+    // refuses the second launch with INVALID_VALUE, as the driver does; sim_test.c checks the
+    // driver-level rules (801 for a second exec, 1 for a relaunch, cuMemFreeAsync in between).
+    const r = run("graphmem");
+    expect(r.thrown).toBeUndefined();
+    expect(r.launch).toBeUndefined();
+    expect(r.runs).toEqual([256, 256, 256]);
+    expect(r.second.code).toBe(801);
+    expect(r.second.message).toContain("one executable graph of such a graph at a time");
+    expect(r.again).toBe("ok");
+  }, 120_000);
 });

@@ -152,6 +152,7 @@ int32_t cu_end_capture(void* sp, void** out) {
   }
   gr->g = g;
   atomic_init(&gr->refs, 1);
+  gr->mem_nodes = -1; /* a capture may hold stream-ordered allocations: graph.c looks */
   if (c) {
     gr->nk = c->n;
     gr->knodes = c->nodes;

@@ -204,6 +204,8 @@ typedef struct cu_graph {
   struct cu_module** kmods; /* their modules, kept loaded while the graph (or an exec) lives */
   uint32_t nev;             /* events of a graph built from a command list, held (event_unref) */
   struct cu_event** evs;
+  int mem_nodes;            /* memory allocation nodes: -1 not looked at yet, 0 none, 1 some */
+  _Atomic int execs;        /* its execs alive (a graph with memory nodes may have one) */
 } cu_graph;
 
 typedef struct cu_exec {

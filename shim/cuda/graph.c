@@ -55,6 +55,7 @@ static int32_t exec_free(cu_exec* x) {
   bgcu_result r = x->x ? cu.cuGraphExecDestroy(x->x) : BGCUDA_SUCCESS;
   int32_t rc = r != BGCUDA_SUCCESS ? cu_fail(r, "cuGraphExecDestroy") : BG_OK;
   if (x->graph) {
+    if (x->x) atomic_fetch_sub_explicit(&x->graph->execs, 1, memory_order_acq_rel);
     int32_t grc = graph_unref(x->graph);
     if (rc == BG_OK) rc = grc;
   }
@@ -65,16 +66,52 @@ static int32_t exec_free(cu_exec* x) {
   return rc;
 }
 
+/* Whether g holds memory allocation nodes (stream-ordered allocations captured without their
+ * free, or with it): 1, 0, or -1 when the driver could not say. Looked at once (graphs do not
+ * change after capture). */
+static int graph_mem_nodes(cu_graph* g) {
+  if (g->mem_nodes >= 0) return g->mem_nodes;
+  size_t n = 0;
+  if (cu.cuGraphGetNodes(g->g, NULL, &n) != BGCUDA_SUCCESS) return -1;
+  bgcu_graph_node* all = n ? malloc(n * sizeof *all) : NULL;
+  if (n && !all) return -1;
+  int found = 0;
+  bgcu_result r = n ? cu.cuGraphGetNodes(g->g, all, &n) : BGCUDA_SUCCESS;
+  for (size_t i = 0; r == BGCUDA_SUCCESS && i < n && !found; i++) {
+    bgcu_enum t = 0;
+    r = cu.cuGraphNodeGetType(all[i], &t);
+    found = r == BGCUDA_SUCCESS && t == BGCU_GRAPH_NODE_TYPE_MEM_ALLOC;
+  }
+  free(all);
+  if (r != BGCUDA_SUCCESS) return -1;
+  return g->mem_nodes = found;
+}
+
+/* The driver's rules for graphs with memory allocation nodes: one exec of the graph at a time (a
+ * second cuGraphInstantiate is CUDA_ERROR_NOT_SUPPORTED), and a launch while an allocation of
+ * the previous one is unfreed is CUDA_ERROR_INVALID_VALUE. bungpu's graph memory lives with the
+ * graph (a buffer allocated in the capture and not freed there is the graph's, reused by every
+ * replay, as on the CPU backend), so such a graph is instantiated with AUTO_FREE_ON_LAUNCH, and a
+ * second exec while the first lives is refused here with what to do. */
 int32_t cu_graph_instantiate(void* gp, void** out) {
   cu_graph* g = gp;
   ENTER(CUDEV(g));
+  int mem = graph_mem_nodes(g);
+  if (mem > 0 && atomic_load_explicit(&g->execs, memory_order_acquire) > 0)
+    return bg_set_error(BG_ERR_NOT_SUPPORTED,
+                        "bg_graph_instantiate: the graph holds stream-ordered allocations made during "
+                        "its capture (memory allocation nodes), and the driver allows one executable "
+                        "graph of such a graph at a time: dispose of the first GraphExec before "
+                        "instantiating again, or capture the work once more for a second");
   cu_exec* x = calloc(1, sizeof *x);
   if (!x) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_graph_instantiate: out of host memory");
-  bgcu_result r = cu.cuGraphInstantiateWithFlags(&x->x, g->g, 0);
+  unsigned long long flags = mem > 0 ? BGCUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH : 0;
+  bgcu_result r = cu.cuGraphInstantiateWithFlags(&x->x, g->g, flags);
   if (r != BGCUDA_SUCCESS) {
     free(x);
     return cu_fail(r, "cuGraphInstantiateWithFlags");
   }
+  atomic_fetch_add_explicit(&g->execs, 1, memory_order_acq_rel);
   atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
   x->graph = g;
   int32_t rc = BG_OK;

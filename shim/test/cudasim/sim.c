@@ -111,16 +111,22 @@
  *    (the driver's granularity is coarser). In a capture, cuMemAllocAsync adds a memory
  *    allocation node (type 10) whose memory is reserved at once, at a fixed address, for as long
  *    as the graph or an exec of it lives; cuMemFreeAsync adds a free node (type 11); a free node
- *    of memory allocated outside the graph returns it to its pool when it runs. Errors: 1 for a
+ *    of memory allocated outside the graph returns it to its pool when it runs. The driver's
+ *    rules for such graphs: a graph with memory allocation or free nodes has one exec at a time
+ *    (a second cuGraphInstantiate is CUDA_ERROR_NOT_SUPPORTED until the first is destroyed); a
+ *    launch marks the graph's allocations without a free node as out, cuMemFreeAsync of one
+ *    outside the graph frees it (a second free is 1), and a launch while one is out is
+ *    CUDA_ERROR_INVALID_VALUE unless the exec was instantiated with
+ *    CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH (flag 1). Errors: 1 for a
  *    NULL out-pointer, 0 bytes, an unknown or already freed pointer, a bad attribute or value,
  *    bad pool properties, destroying the default pool; 400 for a pool handle that is not live.
  * What it does not model: more than one device or context, per-thread default streams, real
- * timing or concurrency limits, virtual memory management, cuMemFree of pool memory, the
- * one-instantiation limit of graphs with memory nodes, textures, cooperative launches,
+ * timing or concurrency limits, virtual memory management, cuMemFree of pool memory (or of graph
+ * memory), graph memory outliving its graph and execs (it goes with them), textures, cooperative launches,
  * child-graph nodes (a graph launch during capture is refused with 900), fatbins (200), device
  * side faults that do not fault on the host (a small overrun stays silent), and most
  * of the API beyond what bungpu uses. CUDASIM_DRIVER_VERSION (default 13000) sets the reported
- * driver version and the newest PTX ISA accepted.
+ * driver version, the newest PTX ISA accepted and the newest CUBIN toolkit (see Modules).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -374,6 +380,8 @@ struct CUgraph_st {
   gnode** nodes;
   size_t n, cap;
   struct gmem* gm; /* memory of its allocation nodes (shared with its execs) */
+  int mem_nodes;   /* it has memory allocation or free nodes: one exec at a time */
+  struct CUgraphExec_st* exec; /* that exec, while it lives */
 };
 
 struct enode { /* a node of an instantiated graph */
@@ -388,6 +396,8 @@ struct CUgraphExec_st {
   struct CUstream_st* last_s; /* the previous launch: the next one is ordered after it */
   uint64_t last_seq;
   struct gmem* gm;
+  struct CUgraph_st* graph; /* a graph with memory nodes, whose one exec this is (NULL once gone) */
+  unsigned long long flags;
 };
 
 typedef struct capture {
@@ -942,14 +952,23 @@ static pblock* g_pblocks;
 /* Graph memory: the blocks of a graph's allocation nodes, shared by the graph and its execs. */
 struct gmem {
   int refs;
-  struct gblock { uintptr_t addr; size_t size; int freed; } * v;
+  /* freed: the graph frees it itself (a free node); live: a launch allocated it and nothing has
+   * freed it since (cuMemFreeAsync outside the graph, or AUTO_FREE_ON_LAUNCH at the next launch) */
+  struct gblock { uintptr_t addr; size_t size; int freed, live; } * v;
   size_t n, cap;
+  struct gmem* next_all;
 };
+static struct gmem* g_gmems; /* every live graph memory, for frees outside the graph */
 
 static void gmem_ref(struct gmem* m) { m->refs++; }
 
 static void gmem_unref(struct gmem* m) {
   if (!m || --m->refs > 0) return;
+  for (struct gmem** q = &g_gmems; *q; q = &(*q)->next_all)
+    if (*q == m) {
+      *q = m->next_all;
+      break;
+    }
   for (size_t i = 0; i < m->n; i++) {
     region* r = find_region(m->v[i].addr);
     if (r && r->base == m->v[i].addr) remove_region(r);
@@ -2801,6 +2820,7 @@ static void gmem_ref(struct gmem* m);
 
 static void graph_free(struct CUgraph_st* g) {
   if (!g) return;
+  if (g->exec) g->exec->graph = NULL;
   gmem_unref(g->gm);
   for (size_t i = 0; i < g->n; i++) node_free(g->nodes[i]);
   free(g->nodes);
@@ -2999,6 +3019,8 @@ EXPORT CUresult cuGraphInstantiateWithFlags(bgcu_graph_exec* px, bgcu_graph g, u
   ENTER();
   GRAPH(g);
   if (!px || (flags & ~0xfull)) RETURN(failf(E_INVALID_VALUE, "instantiate flags 0x%llx", flags));
+  if (g->mem_nodes && g->exec)
+    RETURN(failf(E_NOT_SUPPORTED, "the graph has memory allocation or free nodes, and such a graph can have one executable graph at a time: destroy the first (cuGraphExecDestroy) before instantiating it again"));
   struct CUgraphExec_st* x = calloc(1, sizeof *x);
   enode* nodes = calloc(g->n ? g->n : 1, sizeof *nodes);
   size_t* indeg = calloc(g->n ? g->n : 1, sizeof *indeg);
@@ -3040,6 +3062,11 @@ EXPORT CUresult cuGraphInstantiateWithFlags(bgcu_graph_exec* px, bgcu_graph g, u
   x->n = g->n;
   x->gm = g->gm;
   if (x->gm) gmem_ref(x->gm);
+  x->flags = flags;
+  if (g->mem_nodes) {
+    x->graph = g;
+    g->exec = x;
+  }
   *px = x;
   RETURN(SUCCESS);
 }
@@ -3049,6 +3076,7 @@ EXPORT CUresult cuGraphExecDestroy(bgcu_graph_exec x) {
   EXEC(x);
   for (size_t i = 0; i < x->n; i++) free_kparams(&x->nodes[i].node.k);
   free(x->nodes);
+  if (x->graph && x->graph->exec == x) x->graph->exec = NULL;
   gmem_unref(x->gm);
   x->magic = MAGIC_DEAD;
   free(x);
@@ -3070,6 +3098,12 @@ EXPORT CUresult cuGraphLaunch(bgcu_graph_exec x, bgcu_stream h) {
   CUresult rc = stream_use(s, "cuGraphLaunch");
   if (rc) RETURN(rc);
   if (s->cap) RETURN(failf(E_CAP_UNSUPPORTED, "cudasim does not model child-graph nodes (a graph launch during capture)"));
+  /* Graph allocations a launch made and nobody freed: another launch would allocate them again,
+   * which the driver refuses unless the exec frees them itself (AUTO_FREE_ON_LAUNCH). */
+  for (size_t i = 0; x->gm && i < x->gm->n; i++)
+    if (!x->gm->v[i].freed && x->gm->v[i].live && !(x->flags & 1))
+      RETURN(failf(E_INVALID_VALUE, "the graph's allocation at 0x%llx from an earlier launch was not freed: free it (cuMemFreeAsync) before relaunching, or instantiate with CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH",
+                   (unsigned long long)x->gm->v[i].addr));
   op* o = new_op(OP_GRAPH);
   enode* snap = calloc(x->n ? x->n : 1, sizeof *snap);
   if (!o || !snap) {
@@ -3085,6 +3119,8 @@ EXPORT CUresult cuGraphLaunch(bgcu_graph_exec x, bgcu_stream h) {
   o->nodes = snap;
   o->nn = x->n;
   if (x->last_s) add_dep(o, x->last_s, x->last_seq); /* launches of one exec do not overlap */
+  for (size_t i = 0; x->gm && i < x->gm->n; i++)
+    if (!x->gm->v[i].freed) x->gm->v[i].live = 1;
   x->last_seq = enqueue(s, o);
   x->last_s = s;
   RETURN(SUCCESS);
@@ -3373,8 +3409,13 @@ static CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, struct CUmemPoolHan
   if (size < bytes || size > g_total - g_used) return failf(E_OUT_OF_MEMORY, "%s: %zu bytes: the device has %zu free", call, bytes, g_total - g_used);
   if (s->cap) { /* a memory allocation node: the graph's memory, at a fixed address */
     struct CUgraph_st* g = s->cap->g;
-    if (!g->gm && !(g->gm = calloc(1, sizeof *g->gm))) return failf(E_OUT_OF_MEMORY, "out of host memory");
+    if (!g->gm) {
+      if (!(g->gm = calloc(1, sizeof *g->gm))) return failf(E_OUT_OF_MEMORY, "out of host memory");
+      g->gm->next_all = g_gmems;
+      g_gmems = g->gm;
+    }
     if (!g->gm->refs) g->gm->refs = 1;
+    g->mem_nodes = 1;
     struct gmem* m = g->gm;
     if (m->n == m->cap) {
       size_t nc = m->cap ? 2 * m->cap : 8;
@@ -3389,7 +3430,7 @@ static CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, struct CUmemPoolHan
       return failf(E_OUT_OF_MEMORY, "%s: out of host memory", call);
     }
     g_used += size;
-    m->v[m->n++] = (struct gblock){(uintptr_t)mem, size, 0};
+    m->v[m->n++] = (struct gblock){(uintptr_t)mem, size, 0, 0};
     gnode* nd = new_node(10);
     if (nd) {
       nd->dst = mem;
@@ -3452,10 +3493,20 @@ EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, bgcu_stream h) {
     if (!gb && !(b && b->in_use))
       RETURN(failf(E_INVALID_VALUE, "cuMemFreeAsync(0x%llx): not a live stream-ordered allocation", dptr));
     if (gb) gb->freed = 1;
+    s->cap->g->mem_nodes = 1;
     gnode* nd = new_node(11);
     if (nd) nd->dst = (void*)(uintptr_t)dptr;
     RETURN(capture_node(s, nd));
   }
+  if (!b) /* a graph's allocation, freed after a launch made it */
+    for (struct gmem* m = g_gmems; m; m = m->next_all) {
+      struct gblock* gb = gmem_find(m, (uintptr_t)dptr);
+      if (!gb) continue;
+      if (!gb->live)
+        RETURN(failf(E_INVALID_VALUE, "cuMemFreeAsync(0x%llx): a graph allocation that no launch has made since it was last freed", dptr));
+      gb->live = 0;
+      RETURN(SUCCESS);
+    }
   if (!b || !b->in_use)
     RETURN(failf(E_INVALID_VALUE, "cuMemFreeAsync(0x%llx): not a live stream-ordered allocation%s", dptr,
                  b ? " (freed already)" : ""));

@@ -976,6 +976,32 @@ static void test_memory_pools(void) {
   OK(cuGraphExecDestroy(x));
   OK(cuMemPoolSetAttribute(dflt, BGCU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &zero));
 
+  /* graph memory rules: a graph with memory nodes has one exec at a time (801 for a second); an
+   * allocation a launch made and nobody freed fails the next launch (1) unless freed with
+   * cuMemFreeAsync, or the exec was instantiated with AUTO_FREE_ON_LAUNCH */
+  bgcu_graph gk = NULL;
+  bgcu_graph_exec x1 = NULL, x2 = NULL;
+  bgcu_deviceptr kept = 0;
+  OK(cuStreamBeginCapture_v2(a, BGCU_STREAM_CAPTURE_MODE_GLOBAL));
+  OK(cuMemAllocAsync(&kept, 64, a)); /* no free in the graph */
+  OK(cuMemsetD8Async(kept, 7, 64, a));
+  OK(cuStreamEndCapture(a, &gk));
+  OK(cuGraphInstantiateWithFlags(&x1, gk, 0));
+  EQ(cuGraphInstantiateWithFlags(&x2, gk, 0), 801);
+  OK(cuGraphLaunch(x1, a));
+  EQ(cuGraphLaunch(x1, a), 1); /* its allocation is still out */
+  OK(cuMemFreeAsync(kept, a));
+  EQ(cuMemFreeAsync(kept, a), 1); /* freed already */
+  OK(cuGraphLaunch(x1, a));
+  OK(cuStreamSynchronize(a));
+  EQ(((unsigned char*)(uintptr_t)kept)[63], 7);
+  OK(cuGraphExecDestroy(x1));
+  OK(cuGraphInstantiateWithFlags(&x2, gk, 1)); /* the first is gone: a second may be made */
+  for (int r = 0; r < 3; r++) OK(cuGraphLaunch(x2, a)); /* AUTO_FREE_ON_LAUNCH */
+  OK(cuStreamSynchronize(a));
+  OK(cuGraphExecDestroy(x2));
+  OK(cuGraphDestroy(gk));
+
   /* a destroyed pool's blocks stay valid until freed */
   bgcu_mempool p2pool = NULL;
   OK(cuMemPoolCreate(&p2pool, &pr));
@@ -995,7 +1021,8 @@ static void test_memory_pools(void) {
   OK(cuStreamDestroy_v2(a));
   OK(cuStreamDestroy_v2(b));
   printf("ok memory pools: reuse in stream order (same stream, completed free, event order), stats, "
-         "threshold, trim, memory nodes in capture, errors\n");
+         "threshold, trim, memory nodes in capture, one exec of a graph with memory nodes, unfreed "
+         "graph allocations refuse a relaunch, errors\n");
 }
 
 int main(int argc, char** argv) {
