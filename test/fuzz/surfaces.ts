@@ -1254,6 +1254,8 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
     }
     return out;
   };
+  const isRoot = typeof process.getuid === "function" && process.getuid() === 0;
+  let faultEnv = "";
   function damage(w: number[]): string {
     if (!existsSync(cachePlace!.cache)) return "nothing to damage yet";
     const all = listAll(cachePlace!.cache).filter((p) => !/\.probe\./.test(p));
@@ -1288,9 +1290,12 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
         }
         case 5: if (f) { chmodSync(f, 0o444); return `${rel(f)} made read-only`; } break;
         case 6: {
+          // permission bits do not stop root: there the child is told to fail such writes as a
+          // read-only mount would (BUNGPU_TEST_CACHE_FAULT, which only tests set), or as a full disk
           const d = dirs.length ? pick(dirs, w[2]!) : cachePlace!.cache;
           chmodSync(d, 0o555);
-          return `${rel(d) || "the cache folder"} made read-only`;
+          if (isRoot) faultEnv = w[3]! % 3 === 0 ? "ENOSPC" : `EROFS:${rel(d)}`;
+          return `${rel(d) || "the cache folder"} made read-only${faultEnv ? ` (${faultEnv})` : ""}`;
         }
         case 7: if (f) { writeFileSync(f, ""); return `${rel(f)} emptied`; } break;
         default: {
@@ -1364,13 +1369,14 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
     }
     // the shim's case: the driver's library seeded into the cache, then damaged
     const shimAt = shimNo < SHIM_BUDGET && cacheNo >= 2 ? seedShim() : null;
+    faultEnv = "";
     if (shimAt) shimNo++;
     const how = shimAt ? `the shim's cache: ${damageShim(shimAt, w.slice(1))}` : cacheNo === 1 && w[0]! % 2 ? "first run" : damage(w.slice(1));
     const K = w[5]! % 3, P = w[6]! % 3;
     L(() => `// cache_child.ts ${K} ${P} after: ${how}`);
     const shimEnv = shimAt ? { BUNGPU_LIB: "", BUNGPU_NO_PREBUILT: "1" } : { BUNGPU_LIB: loadInfo.path };
     const r = Bun.spawnSync([process.execPath, join(import.meta.dir, "cache_child.ts"), String(K), String(P)], {
-      env: { ...process.env, ...shimEnv, BUNGPU_CACHE_DIR: cachePlace.cache, TMPDIR: cachePlace.tmp, BUNGPU_TIER: "optimized", BUNGPU_TEST_CACHE_FAULT: "", BUNGPU_CPU_DEVICES: "1" } as Record<string, string>,
+      env: { ...process.env, ...shimEnv, BUNGPU_CACHE_DIR: cachePlace.cache, TMPDIR: cachePlace.tmp, BUNGPU_TIER: "optimized", BUNGPU_TEST_CACHE_FAULT: faultEnv, BUNGPU_CPU_DEVICES: "1" } as Record<string, string>,
       stdout: "pipe",
       stderr: "pipe",
       timeout: 120_000,
