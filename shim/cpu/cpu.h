@@ -2,8 +2,9 @@
  * cpu/cpu.h: what the files of the CPU backend share.
  *
  * From the bottom up; each file calls only files above it in this list:
- *  hostmem.c the host memory behind allocations: large blocks mapped and unmapped directly (their
- *            pages go back to the system at free), small ones from malloc.
+ *  hostmem.c the host memory behind allocations: large blocks mapped for themselves and, beyond
+ *            16 MiB of freed ones kept for reuse, unmapped at free (their pages go back to the
+ *            system); small ones from malloc.
  *  pool.c    the per-device kernel thread pool: running a launch's blocks (cpu_kernel_run),
  *            and a fault in a kernel (checked mode: caught; default: named on stderr).
  *  event.c   what an event is underneath: references, a record reached, waiting for one;
@@ -194,8 +195,10 @@ void cpu_table_free_all(cpu_table* t, int free_keys);    /* cpu_memory_free(key,
 
 /* ---- host memory (hostmem.c) ------------------------------------------------------------- */
 /* Blocks of at least this many bytes are mmap'ed (glibc's own initial mmap threshold), so their
- * pages go back to the system at free whatever malloc's dynamic threshold has become. */
+ * pages go back to the system at free whatever malloc's dynamic threshold has become; freed
+ * mappings totalling at most CPU_MAP_KEEP bytes are kept for reuse. */
 #define CPU_MAP_MIN ((uint64_t)128 << 10)
+#define CPU_MAP_KEEP ((size_t)16 << 20)
 size_t cpu_page_size(void);
 /* 64-byte-aligned host memory (page-aligned when mapped); NULL when out of memory. */
 void* cpu_memory_alloc(uint64_t bytes);
