@@ -102,6 +102,7 @@ export {
   type PlanRunOptions,
   type RunInput,
   type RunOutput,
+  type RunFeeds,
   RunBatcher,
   type BatchOptions,
   type DType,
@@ -110,6 +111,7 @@ export {
   type HostArrayOfDType,
   type Dim,
   type TensorLike,
+  type FromOptions,
   type Shape,
 } from "./tensor";
 export {

@@ -3,7 +3,7 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { Device, ExecMode, GpuError, Status, Tensor, Variable } from "../src";
+import { Device, ExecMode, GpuError, Status, Tensor, Variable, memoryStats } from "../src";
 
 const dev = Device.open("cpu");
 afterAll(() => dev.dispose());
@@ -227,3 +227,106 @@ test("the serving guide's server example runs as pasted and answers every reques
   expect(lines[1]).toMatch(/^400 GpuError: .*INVALID_VALUE.*ExecutionPlan\.run: input "x" has 5 elements/);
   expect(r.exitCode).toBe(0);
 }, 60_000);
+
+describe("constant weights are the plan's own, not inputs (issue 25 item 5)", () => {
+  const IN = 4, HID = 3, OUT = 2, B = 2;
+  const w1d = Float32Array.from({ length: IN * HID }, (_, i) => ((i * 5) % 7) / 4 - 0.6);
+  const b1d = Float32Array.from([0.5, -0.25, 1]);
+  const w2d = Float32Array.from({ length: HID * OUT }, (_, i) => 1 - i / 4);
+  // float64 reference of relu(x·W1 + b1)·W2 + r, r the plan's random row (read back below)
+  const mlp = (x: Float32Array, rows: number, r: ArrayLike<number>) =>
+    Array.from({ length: rows * OUT }, (_, k) => {
+      const row = Math.floor(k / OUT), o = k % OUT;
+      let y = r[o]!;
+      for (let h = 0; h < HID; h++) {
+        let a = b1d[h]!;
+        for (let i = 0; i < IN; i++) a += x[row * IN + i]! * w1d[i * HID + h]!;
+        y += Math.max(a, 0) * w2d[h * OUT + o]!;
+      }
+      return y;
+    });
+  const xs = Float32Array.from({ length: B * IN }, (_, i) => i - 3.5);
+
+  test("Tensor.from(…, { constant: true }), prepare({ constants }) and random sources computed once: inputNames is only x", async () => {
+    // the weights come first, so their buffers come before x's: run's positions skip them
+    const w1 = Tensor.from(w1d, [IN, HID], { constant: true, name: "w1" });
+    const b1 = Tensor.from(b1d, [HID], { constant: true });
+    const w2 = Tensor.from(w2d, [HID, OUT], { name: "w2" });
+    const r = Tensor.randn([1, 4], { seed: 3 }).matmul(Tensor.ones([4, OUT])); // computed once at prepare: a constant too
+    const x = Tensor.from(new Float32Array(B * IN), [B, IN], { name: "x" });
+    const y = x.matmul(w1).add(b1).relu().matmul(w2).add(r);
+    await using plan = y.prepare({ device: dev, outputNames: ["y"], constants: [w2] });
+    expect(plan.inputNames).toEqual(["x"]);
+    expect(String(plan)).toContain(`inputs x [${B}, ${IN}] float32; outputs y`);
+    const rrow = r.toArray({ device: dev });
+    const want = mlp(xs, B, rrow);
+    const byName = await plan.run({ x: xs });
+    expect(byName.y.length).toBe(B * OUT);
+    byName.y.forEach((v, k) => expect(v).toBeCloseTo(want[k]!, 4));
+    const [byPosition] = plan.runSync([xs]);
+    expect([...byPosition!]).toEqual([...byName.y]);
+    // a run cannot give a constant: by name it is refused as one, by position there is no room
+    await expect(plan.run({ x: xs, w1: w1d } as never)).rejects.toThrow(`"w1" is one of the plan's constants, not an input`);
+    await expect(plan.run({ x: xs, w2: w2d } as never)).rejects.toMatchObject({ code: Status.INVALID_VALUE });
+    await expect(plan.run([xs, w1d])).rejects.toThrow("2 inputs given, the plan has 1");
+    expect(() => plan.setWeights({ w1: w1d })).toThrow("constant");
+    // and after all that, the plan still computes the same
+    expect([...(await plan.run({ x: xs })).y]).toEqual([...byName.y]);
+  });
+
+  test("a constant is shared by the plans prepared with it; unnamed inputs are numbered among the inputs only", () => {
+    const w = Tensor.from(w1d, [IN, HID], { constant: true });
+    const a = Tensor.from(new Float32Array(IN), [1, IN]); // unnamed: input0, though it is the plan's second buffer
+    using p = a.matmul(w).prepare({ device: dev });
+    using q = a.matmul(w).relu().prepare({ device: dev });
+    expect(p.inputNames).toEqual(["input0"]);
+    expect(p.buffer(w.id)!.address).toBe(q.buffer(w.id)!.address);
+    const one = Float32Array.from({ length: IN }, (_, i) => i + 1);
+    const want = Array.from({ length: HID }, (_, h) => one.reduce((s, v, i) => s + v * w1d[i * HID + h]!, 0));
+    p.runSync({ input0: one })["output0"]!.forEach((v, h) => expect(v).toBeCloseTo(want[h]!, 5));
+    q.runSync([one])[0]!.forEach((v, h) => expect(v).toBeCloseTo(Math.max(want[h]!, 0), 5));
+    expect(() => Tensor.from(w1d, [IN, HID], { constant: "yes" as never })).toThrow('constant must be a boolean, got the string "yes"');
+  });
+
+  test("a batched plan's inputs are its real inputs", async () => {
+    const S = new Variable("S", 1, 8);
+    const w1 = Tensor.from(w1d, [IN, HID], { constant: true });
+    const x = Tensor.from(new Float32Array(8 * IN), [8, IN], { name: "x" }).shrink([[0, S], null]);
+    await using plan = x.matmul(w1).prepare({ device: dev, outputNames: ["h"] });
+    expect(plan.inputNames).toEqual(["x"]);
+    const batcher = plan.batched({ variable: "S", maxBatch: 8, maxDelayMs: 1 });
+    const row = xs.subarray(0, IN);
+    const got = (await batcher.run({ x: row })).h!;
+    const want = Array.from({ length: HID }, (_, h) => row.reduce((s, v, i) => s + v * w1d[i * HID + h]!, 0));
+    got.forEach((v, h) => expect(v).toBeCloseTo(want[h]!, 5));
+    expect(batcher.stats.rows).toBe(1);
+  });
+});
+
+describe("prepare({ inputNames }): the inputs a caller expects, checked, and typed (issue 25 item 5)", () => {
+  test("the names match: runs by name take exactly them; a mismatch names the plan's inputs and its constants", async () => {
+    const w = Tensor.from([1, 2, 3, 4], [2, 2], { constant: true, name: "w" });
+    const x = Tensor.from(new Float32Array(2), [1, 2], { name: "x" });
+    await using plan = x.matmul(w).prepare({ device: dev, inputNames: ["x"], outputNames: ["y"] });
+    expect([...(await plan.run({ x: Float32Array.from([1, 1]) })).y]).toEqual([4, 6]);
+    // @ts-expect-error a name the plan's inputs do not have is a compile error once inputNames are literal
+    await expect(plan.run({ X: Float32Array.from([1, 1]) })).rejects.toThrow('no input or variable named "X"');
+    const live = { ...memoryStats };
+    const v = Tensor.from(new Float32Array(4), [2, 2]); // a weight left an input
+    expectGpuErrorHere(() => x.matmul(v).prepare({ device: dev, inputNames: ["x"] }), "inputNames says [x], the plan's inputs are [x, input1]; weights that never change can be made constant");
+    expectGpuErrorHere(() => x.matmul(w).prepare({ device: dev, inputNames: ["y"] }), "the plan's inputs are [x] (constants: w)");
+    expect({ ...memoryStats }).toEqual(live); // nothing stays allocated
+  });
+});
+
+function expectGpuErrorHere(f: () => unknown, text: string): void {
+  try {
+    f();
+  } catch (e) {
+    expect(e).toBeInstanceOf(GpuError);
+    expect((e as GpuError).code).toBe(Status.INVALID_VALUE);
+    expect((e as GpuError).message).toContain(text);
+    return;
+  }
+  throw new Error("no error");
+}

@@ -90,6 +90,12 @@ export interface HasNode {
 /** Names given to input tensors (Tensor.from(..., { name })), for ExecutionPlan.run by name. */
 export const inputNames = new WeakMap<LazyNode, string>();
 
+/**
+ * Data tensors made constant (Tensor.from(..., { constant: true }), fromSafetensors(path, {
+ * constant: true })): every plan holds them as it holds PrepareOptions.constants, never as inputs.
+ */
+export const constantData = new WeakSet<LazyNode>();
+
 /** Every node reachable from `roots`, sources before consumers (ascending id). */
 export function toposort(roots: readonly LazyNode[]): LazyNode[] {
   const seen = new Set<LazyNode>();

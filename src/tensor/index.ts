@@ -1,5 +1,5 @@
 // The tensor compiler's public API (re-exported from src/index.ts).
-export { Tensor, type TensorLike, type Shape } from "./tensor";
+export { Tensor, type TensorLike, type Shape, type FromOptions } from "./tensor";
 export type { PadMode } from "./tensor";
 export type { Conv2dOptions, ConvTranspose2dOptions, PoolOptions, AvgPoolOptions, InterpolateMode } from "./ops_conv";
 export type { AttentionOptions } from "./ops_attention";
@@ -17,6 +17,7 @@ export {
   type PlanRunOptions,
   type RunInput,
   type RunOutput,
+  type RunFeeds,
   RunBatcher,
   type BatchOptions,
 } from "./plan";

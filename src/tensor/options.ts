@@ -16,14 +16,23 @@ const RUN_KEYS: OptionKeys<PlanRunOptions> = { vars: true, mode: true };
 export interface PrepareOptions extends ScheduleOptions {
   /** Names of the outputs, in order, for ExecutionPlan.run by name (default output0, output1, …). */
   outputNames?: readonly string[];
+  /**
+   * The names of the inputs a run takes, in order, as the caller expects them: prepare checks that
+   * they are the plan's inputNames (INVALID_VALUE listing the plan's own otherwise, such as weights
+   * not marked constant), and literal names type run's inputs by name (`run({ X })` does not
+   * compile where the input is `x`; variables then go in `{ vars }`).
+   */
+  inputNames?: readonly string[];
   /** Device to run on (default Device.default()). */
   device?: Device;
   /** Disable the memory planner: every intermediate gets its own allocation. */
   noMemoryPlanning?: boolean;
   /**
    * Data tensors (weights) whose values never change: uploaded once per device and shared by every
-   * plan prepared with the same data (a model's plans hold one copy); not inputs a run or
-   * setWeights can change (INVALID_VALUE).
+   * plan prepared with the same data (a model's plans hold one copy); not inputs of the plan (not in
+   * inputNames, not given to run) and not weights setWeights can change (INVALID_VALUE). A tensor
+   * made with `Tensor.from(data, shape, { constant: true })` is one in every plan without being
+   * listed here.
    */
   constants?: readonly { readonly node: object }[];
   /**
@@ -68,6 +77,13 @@ export type PreparedOp =
  */
 export type RunInput = HostArray;
 /**
+ * What ExecutionPlan.run and runSync take by name: any input and variable names where the plan's
+ * input names are not known to the types (`I` is string); where they are (prepare's literal
+ * `inputNames`), those inputs only, each optional (a run may keep an input's prepared data).
+ */
+export type RunFeeds<I extends string> = string extends I ? Readonly<Record<string, RunInput | number>> : { readonly [K in I]?: RunInput | undefined };
+
+/**
  * What ExecutionPlan.run gives back for one output: a fresh array of the output's dtype the caller
  * owns (its HostArray), typed as the float32 / int32 arrays (dtype.ts DefaultHostArray).
  */
@@ -83,18 +99,20 @@ export interface PlanRunOptions {
 /** What runArgs needs of the plan. */
 export interface RunPlan {
   readonly bufs: readonly PlanBuffer[];
+  /** The run's inputs in order (constants are none of them): their names and buffer indices. */
   readonly inputNames: readonly string[];
+  readonly inputs: readonly number[];
   readonly vars: ReadonlyMap<string, Variable>;
-  /** Each input name's position, -1 for a name several inputs share (inputIndex builds it). */
-  readonly inputIndex?: ReadonlyMap<string, number>;
-  /** Per input: a constant, which a run cannot give. */
-  readonly constant?: readonly boolean[];
+  /** Each input name's buffer index, -1 for a name several inputs share (inputIndex builds it). */
+  readonly inputIndex: ReadonlyMap<string, number>;
+  /** Names of the plan's constants, which a run cannot give. */
+  readonly constantNames: ReadonlySet<string>;
 }
 
-/** RunPlan.inputIndex for these input names. */
-export function inputIndex(names: readonly string[]): Map<string, number> {
+/** RunPlan.inputIndex for inputs of these names and buffer indices. */
+export function inputIndex(names: readonly string[], bufs: readonly number[]): Map<string, number> {
   const m = new Map<string, number>();
-  names.forEach((n, i) => m.set(n, m.has(n) ? -1 : i));
+  names.forEach((n, i) => m.set(n, m.has(n) ? -1 : bufs[i]!));
   return m;
 }
 
@@ -123,17 +141,14 @@ export function runArgs(
     if (!vr) invalid(call, `the plan has no variable ${name} (it has ${[...plan.vars.keys()].join(", ") || "none"})`);
     vals.set(name, vr.check(v, call));
   };
-  const setInput = (i: number, what: string, data: unknown) => {
-    if (plan.constant?.[i]) invalid(call, `${what} was prepared as a constant: a run cannot change it`);
-    inputs.set(i, inputCopy(call, what, plan.bufs[i]!, data, copy));
-  };
+  const setInput = (i: number, what: string, data: unknown) => inputs.set(i, inputCopy(call, what, plan.bufs[i]!, data, copy));
   let byName = false;
   if (feeds === undefined || feeds === null) {
     if (feeds === null) invalid(call, "inputs must be an array or an object, got null");
   } else if (Array.isArray(feeds)) {
     if (feeds.length > plan.inputNames.length) invalid(call, `${feeds.length} inputs given, the plan has ${plan.inputNames.length}`);
     feeds.forEach((d, i) => {
-      if (d !== undefined && d !== null) setInput(i, `input ${i} (${plan.inputNames[i]})`, d);
+      if (d !== undefined && d !== null) setInput(plan.inputs[i]!, `input ${i} (${plan.inputNames[i]})`, d);
     });
   } else if (typeof feeds === "object" && !ArrayBuffer.isView(feeds)) {
     byName = true;
@@ -142,16 +157,14 @@ export function runArgs(
         setVar(name, d);
         continue;
       }
-      const at = plan.inputIndex ? plan.inputIndex.get(name) : undefined;
+      const at = plan.inputIndex.get(name);
       if (at !== undefined && at >= 0) {
         setInput(at, `input ${JSON.stringify(name)}`, d);
         continue;
       }
-      const all = plan.inputNames.flatMap((n, i) => (n === name ? [i] : []));
-      if (all.length === 0)
-        invalid(call, `no input or variable named ${JSON.stringify(name)} (inputs: ${plan.inputNames.join(", ") || "none"}; variables: ${[...plan.vars.keys()].join(", ") || "none"})`);
-      if (all.length > 1) invalid(call, `${all.length} inputs are named ${JSON.stringify(name)}; give them by position`);
-      setInput(all[0]!, `input ${JSON.stringify(name)}`, d);
+      if (at === -1) invalid(call, `${plan.inputNames.filter((n) => n === name).length} inputs are named ${JSON.stringify(name)}; give them by position`);
+      if (plan.constantNames.has(name)) invalid(call, `${JSON.stringify(name)} is one of the plan's constants, not an input: a run cannot change it (prepare without it as a constant to feed it)`);
+      invalid(call, `no input or variable named ${JSON.stringify(name)} (inputs: ${plan.inputNames.join(", ") || "none"}; variables: ${[...plan.vars.keys()].join(", ") || "none"})`);
     }
   } else invalid(call, `inputs must be an array or an object, got ${describeGot(feeds)}`);
   if (o.vars !== undefined) {

@@ -28,13 +28,13 @@ import { PlanCommands } from "./cmdlist";
 import type { GeneratedKernel } from "./codegen";
 import { allocateIntermediates, readValue, releaseBuffer, valueBytes, type BufferLayout, type PlanBuffer } from "./memory";
 import { kernelsOptimized, prepare, type CachedKernel, type PreparedKernel } from "./prepare";
-import { inputCopy, inputIndex, runArgs, type ExecuteOptions, type RunPlan, type PlanRunOptions, type PrepareOptions, type PreparedOp, type RunInput, type RunOutput } from "./options";
+import { inputCopy, inputIndex, runArgs, type RunFeeds, type ExecuteOptions, type RunPlan, type PlanRunOptions, type PrepareOptions, type PreparedOp, type RunInput, type RunOutput } from "./options";
 import { Variable, dimValue, shapeStr } from "./variable";
 import { asSchedule, launchEach, type BoundKernels, type KernelProfile } from "./issue";
 import { expectDType, outputTargets, readOutputInto, type PlanRunSyncOptions } from "./io";
 
 // The keys each options argument may have (errors.ts `options` refuses any other).
-const PREPARE_KEYS: OptionKeys<PrepareOptions> = { fusion: true, outputNames: true, device: true, noMemoryPlanning: true, constants: true, planCache: true };
+const PREPARE_KEYS: OptionKeys<PrepareOptions> = { fusion: true, outputNames: true, inputNames: true, device: true, noMemoryPlanning: true, constants: true, planCache: true };
 const EXEC_KEYS: OptionKeys<ExecuteOptions> = { mode: true, stream: true, async: true, launch: true };
 const BATCH_KEYS: OptionKeys<BatchOptions> = { variable: true, maxBatch: true, maxDelayMs: true, inputs: true };
 const RUN_SYNC_KEYS: OptionKeys<PlanRunSyncOptions> = { vars: true, mode: true, outputs: true };
@@ -44,7 +44,7 @@ export { planCacheContext, tensorCompileStats } from "./cache";
 export type { PlanBuffer } from "./memory";
 export type { KernelProfile } from "./issue";
 export { langOf, type CachedKernel, type PreparedKernel } from "./prepare";
-export type { ExecuteOptions, PlanRunOptions, PrepareOptions, PreparedOp, RunInput, RunOutput } from "./options";
+export type { ExecuteOptions, PlanRunOptions, PrepareOptions, PreparedOp, RunFeeds, RunInput, RunOutput } from "./options";
 export type { PlanRunSyncOptions } from "./io";
 export { RunBatcher, type BatchOptions } from "./batcher";
 
@@ -77,8 +77,11 @@ export const runHooks = {
   end(_job: RunJob): void {},
 };
 
-/** A prepared program; `O` names its outputs (from literal `outputNames`; `string` otherwise). */
-export class ExecutionPlan<O extends string = string> {
+/**
+ * A prepared program; `O` names its outputs (from literal `outputNames`), `I` its inputs (from
+ * literal `inputNames`); `string` otherwise.
+ */
+export class ExecutionPlan<O extends string = string, I extends string = string> {
   readonly #device: Device;
   readonly #kernels: PreparedKernel[];
   readonly #compiled: Kernel[];
@@ -97,7 +100,7 @@ export class ExecutionPlan<O extends string = string> {
   readonly #noPlanning: boolean;
   #released = false;
   #disposed = false;
-  /** Prepare-time data of each input (buffers 0..n-1), its name, and whether a run changed it. */
+  /** Prepare-time data of each input (buffers 0..n-1, constants among them), its name, and whether a run changed it. */
   readonly #inputData: HostArray[];
   readonly #inputNames: string[];
   readonly #inputChanged: boolean[];
@@ -107,6 +110,8 @@ export class ExecutionPlan<O extends string = string> {
   readonly #runPlan: RunPlan;
   /** Per input: a constant (PrepareOptions.constants): shared with other plans, never written. */
   readonly #constant: boolean[];
+  /** The buffer indices of the inputs a run takes, in inputNames order: every input but the constants. */
+  readonly #runInputs: number[];
   /** Variable values at prepare time: what run() uses for variables it is not given. */
   readonly #defaultVals: Map<string, number>;
   /** run() calls not yet issued, in order (waiting for a slot, a mode run or an executeAsync). */
@@ -171,7 +176,9 @@ export class ExecutionPlan<O extends string = string> {
     }
     this.#defaultVals = new Map(this.#vals);
     this.#inputData = p.inputData;
-    this.#inputNames = sched.inputs.map((n, i) => inputNames.get(n) ?? `input${i}`);
+    // unnamed inputs are input0, input1, … by their place among the run's inputs; constants are none of them
+    this.#runInputs = sched.inputs.flatMap((_, i) => (p.constant[i] ? [] : [i]));
+    this.#inputNames = sched.inputs.map((n, i) => inputNames.get(n) ?? (p.constant[i] ? `constant${i}` : `input${this.#runInputs.indexOf(i)}`));
     this.#inputChanged = sched.inputs.map(() => false);
     this.#inputShapes = sched.inputs.map((n) => n.shape.map((d) => dimValue(d)));
     this.#outputNames = sched.outputs.map((_, i) => outNames?.[i] ?? `output${i}`);
@@ -179,7 +186,29 @@ export class ExecutionPlan<O extends string = string> {
     // A constant's data is on the device and shared; the plan keeps no host copy of it, so the
     // caller's arrays (a checkpoint's weights) can be collected once the plans are made.
     for (let i = 0; i < this.#inputData.length; i++) if (p.constant[i]) this.#inputData[i] = hostArray(p.layout.bufs[i]!.dtype, 0);
-    this.#runPlan = { bufs: p.layout.bufs, inputNames: this.#inputNames, vars: this.#vars, inputIndex: inputIndex(this.#inputNames), constant: p.constant };
+    const runNames = this.#runInputs.map((i) => this.#inputNames[i]!);
+    const want = opts.inputNames;
+    if (want !== undefined) {
+      if (!Array.isArray(want) || want.some((x) => typeof x !== "string")) invalid(call, `inputNames must be an array of strings, got ${describeGot(want)}`);
+      if (want.length !== runNames.length || want.some((n, i) => n !== runNames[i])) {
+        const consts = this.#inputNames.filter((_, i) => p.constant[i]);
+        for (let i = 0; i < p.mem.length; i++) releaseBuffer(p.mem, i, p.constant); // nothing stays allocated
+        p.arena?.dispose();
+        invalid(
+          call,
+          `inputNames says [${want.join(", ")}], the plan's inputs are [${runNames.join(", ")}]${consts.length ? ` (constants: ${consts.join(", ")})` : ""}` +
+            "; weights that never change can be made constant (Tensor.from(data, shape, { constant: true }) or prepare({ constants }))",
+        );
+      }
+    }
+    this.#runPlan = {
+      bufs: p.layout.bufs,
+      inputNames: runNames,
+      inputs: this.#runInputs,
+      vars: this.#vars,
+      inputIndex: inputIndex(runNames, this.#runInputs),
+      constantNames: new Set(this.#inputNames.filter((_, i) => p.constant[i])),
+    };
     this.#bufs = p.layout.bufs;
     for (const [n, i] of p.layout.nodeToBuf) this.#astToBuf.set(n.id, i);
     this.#layout = { ...p.layout, nodeToBuf: new Map() }; // by id from here on (#astToBuf): the nodes hold data
@@ -477,8 +506,14 @@ export class ExecutionPlan<O extends string = string> {
     }
   }
 
+  /**
+   * The names of the inputs a run takes, in the order run() takes them by position: a name given
+   * with `Tensor.from(data, shape, { name })` (or a safetensors key), else input0, input1, … by
+   * place. Constants (PrepareOptions.constants, `Tensor.from(…, { constant: true })`, random
+   * sources computed once at prepare) are none of them: their data is the plan's own.
+   */
   get inputNames(): readonly string[] {
-    return [...this.#inputNames];
+    return this.#runInputs.map((i) => this.#inputNames[i]!);
   }
   get outputNames(): readonly string[] {
     return [...this.#outputNames];
@@ -497,8 +532,8 @@ export class ExecutionPlan<O extends string = string> {
    * the next begins. (execute/executeAsync refuse with "plan busy" while a run is in flight.)
    */
   run(feeds?: readonly RunInput[], opts?: PlanRunOptions): Promise<RunOutput[]>;
-  run(feeds: Readonly<Record<string, RunInput | number>>, opts?: PlanRunOptions): Promise<Record<O, RunOutput>>;
-  run(feeds?: readonly RunInput[] | Readonly<Record<string, RunInput | number>>, opts?: PlanRunOptions): Promise<RunOutput[] | Record<string, RunOutput>> {
+  run(feeds: RunFeeds<I>, opts?: PlanRunOptions): Promise<Record<O, RunOutput>>;
+  run(feeds?: readonly RunInput[] | RunFeeds<I> | Readonly<Record<string, RunInput | number>>, opts?: PlanRunOptions): Promise<RunOutput[] | Record<string, RunOutput>> {
     const call = "ExecutionPlan.run";
     try {
       this.#live(call);
@@ -542,9 +577,9 @@ export class ExecutionPlan<O extends string = string> {
         variable: v.name,
         min: v.min,
         max: v.max,
-        inputs: this.#inputNames.map((name, i) => ({ name, dtype: this.#bufs[i]!.dtype, shape: this.#inputShapes[i]! })),
+        inputs: this.#runInputs.map((i) => ({ name: this.#inputNames[i]!, dtype: this.#bufs[i]!.dtype, shape: this.#inputShapes[i]! })),
         outputs,
-        run: (feeds) => this.run(feeds),
+        run: (feeds) => (this as ExecutionPlan).run(feeds),
       },
       o,
     );
@@ -700,7 +735,7 @@ export class ExecutionPlan<O extends string = string> {
   #takeSlot(job: RunJob): RunSlot | null {
     const free = this.#freeSlots.pop();
     if (free) return free;
-    const inBytes = this.#inputData.map((_, i) => this.#bufs[i]!.bytes);
+    const inBytes = this.#inputData.map((_, i) => (this.#constant[i] ? 0 : this.#bufs[i]!.bytes)); // a run never stages a constant
     const outBytes = this.#outputs.map((b) => this.#bufs[b]!.bytes);
     if (this.#slotMax === 0) this.#slotMax = slotLimit(inBytes, outBytes);
     if (this.#slots >= this.#slotMax) return null;
@@ -840,7 +875,7 @@ export class ExecutionPlan<O extends string = string> {
     const writes: [number, RunInput][] = [];
     for (const [name, w] of Object.entries(weights)) {
       const at = this.#inputNames.flatMap((n, i) => (n === name ? [i] : []));
-      if (at.length === 0) invalid(call, `the plan has no input named ${JSON.stringify(name)} (inputs: ${this.#inputNames.join(", ") || "none"})`);
+      if (at.length === 0) invalid(call, `the plan has no input named ${JSON.stringify(name)} (inputs: ${this.inputNames.join(", ") || "none"})`);
       if (at.length > 1) invalid(call, `${at.length} inputs are named ${JSON.stringify(name)}`);
       const i = at[0]!;
       if (this.#constant[i]) invalid(call, `${JSON.stringify(name)} was prepared as a constant (shared with other plans): prepare again to change it`);
@@ -880,8 +915,8 @@ export class ExecutionPlan<O extends string = string> {
    * with "plan busy" while an execution or a run is in flight.
    */
   runSync(feeds?: readonly RunInput[], opts?: PlanRunSyncOptions): RunOutput[];
-  runSync(feeds: Readonly<Record<string, RunInput | number>>, opts?: PlanRunSyncOptions): Record<O, RunOutput>;
-  runSync(feeds?: readonly RunInput[] | Readonly<Record<string, RunInput | number>>, opts?: PlanRunSyncOptions): RunOutput[] | Record<string, RunOutput> {
+  runSync(feeds: RunFeeds<I>, opts?: PlanRunSyncOptions): Record<O, RunOutput>;
+  runSync(feeds?: readonly RunInput[] | RunFeeds<I> | Readonly<Record<string, RunInput | number>>, opts?: PlanRunSyncOptions): RunOutput[] | Record<string, RunOutput> {
     const call = "ExecutionPlan.runSync";
     this.#live(call);
     this.#idle(call);
@@ -1102,7 +1137,7 @@ export class ExecutionPlan<O extends string = string> {
   toString(): string {
     const names = this.#kernels.map((k) => k.entryPoint);
     const kernels = `${plural(names.length, "kernel")}${names.length ? `: ${names.length > 6 ? `${names.slice(0, 6).join(", ")} and ${names.length - 6} more` : names.join(", ")}` : ""}`;
-    const ins = this.#inputNames.map((n, i) => `${n} [${this.#inputShapes[i]!.join(", ")}] ${this.#bufs[i]!.dtype}`);
+    const ins = this.#runInputs.map((i) => `${this.#inputNames[i]} [${this.#inputShapes[i]!.join(", ")}] ${this.#bufs[i]!.dtype}`);
     const outs = this.#outputNames.map((n, i) => `${n} ${shapeStr(this.#outputNodes[i]!.shape)} ${this.#outputNodes[i]!.dtype}`);
     const state = this.#disposed || this.#releasePending ? "; disposed" : this.#released ? "; buffers released" : "";
     return `ExecutionPlan(${this.#device.spec}, ${kernels}, peak ${bytesText(this.peakBytes)}; inputs ${ins.join(", ") || "none"}; outputs ${outs.join(", ")}${state})`;

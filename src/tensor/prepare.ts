@@ -16,7 +16,7 @@ import type { Device } from "../device";
 import { GpuError, Status } from "../errors";
 import { Program, loadModule, type Kernel, type Module } from "../kernel";
 import { Stream } from "../stream";
-import { toposort, type LazyNode } from "./ast";
+import { constantData, toposort, type LazyNode } from "./ast";
 import {
   cachedSchedule,
   discardPlan,
@@ -190,8 +190,8 @@ const computedData = new WeakMap<LazyNode, HostArray>();
 /**
  * The kernels that compute a random source on its own (the scheduler realizes one read by a
  * reduction: rule 7 of scheduler.ts), run once here, at prepare, on `device`; their nodes become
- * inputs holding the values they computed, so an execute reads them instead of generating them
- * again. A source whose shape holds a variable, or that is an output, stays a kernel.
+ * constants (buffers of the plan, not inputs of its runs) holding the values they computed, so an
+ * execute reads them instead of generating them again. A source whose shape holds a variable, or that is an output, stays a kernel.
  */
 function constantsOnce(device: Device, sched: Scheduled, gens: GeneratedKernel[], compiled: Kernel[], kvars: (readonly string[])[]): { sched: Scheduled; gens: GeneratedKernel[]; compiled: Kernel[]; kvars: (readonly string[])[] } {
   const outs = new Set(sched.outputs);
@@ -290,7 +290,7 @@ export function prepare(outputs: readonly LazyNode[], device: Device, opts: Pipe
   }
   compiled = compile(device, gens);
   if (cacheKey && !fromPlanCache) storePlan(cacheKey, planToCache(sched, gens, p.nodes, lang));
-  // constants: random sources computed once, now, and held as inputs from here on
+  // random sources computed once, now, and held as constant buffers from here on
   ({ sched, gens, compiled, kvars } = constantsOnce(device, sched, gens, compiled, kvars));
   const inputData = sched.inputs.map((n) => (n.arg as { data?: HostArray }).data ?? computedData.get(n)!);
   // allocate
@@ -313,7 +313,8 @@ export function prepare(outputs: readonly LazyNode[], device: Device, opts: Pipe
     };
   });
   const mem: (Buffer | null)[] = layout.bufs.map(() => null);
-  const constant = sched.inputs.map((n) => opts.constantNodes?.has(n) ?? false);
+  // constants: data given or made constant, and random sources computed once (their values never change)
+  const constant = sched.inputs.map((n) => opts.constantNodes?.has(n) === true || constantData.has(n) || (n.op === "rand" && computedData.has(n)));
   let arena: Buffer | null = null;
   try {
     arena = allocateBuffers(device, layout, inputData, mem, noPlanning, constant);

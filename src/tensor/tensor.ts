@@ -10,7 +10,7 @@
 import { Device } from "../device";
 import { GpuError, describeGot, describeValue, finiteNumber, invalid, options, reword, type OptionKeys } from "../errors";
 import { INSPECT } from "../inspect";
-import { LazyNode, inputNames, type BinaryOp, type DType, type ReduceOp, type UnaryOp } from "./ast";
+import { LazyNode, constantData, inputNames, type BinaryOp, type DType, type ReduceOp, type UnaryOp } from "./ast";
 import { seedMix } from "./ir";
 import { DTYPES, ITEMSIZE, hostGet as hostToNumber, dtypeOfArray, hostArrayName, hostCopy, hostFromNumbers, isDType, isFloat, isHostArrayOf, promoteScalar, promoteTypes, roundTo, type DefaultHostArray, type HostArray, type HostArrayOf } from "./dtype";
 import { Variable, type Dim, dimMax, dimValue, shapeStr } from "./variable";
@@ -27,8 +27,21 @@ import * as more from "./ops_more";
 import type { MoreMake } from "./ops_more";
 
 // The keys each options argument may have (errors.ts `options` refuses any other).
-const PREPARE_KEYS: OptionKeys<PrepareOptions> = { fusion: true, outputNames: true, device: true, noMemoryPlanning: true, constants: true, planCache: true };
-const FROM_KEYS: OptionKeys<{ dtype?: DType; name?: string }> = { dtype: true, name: true };
+const PREPARE_KEYS: OptionKeys<PrepareOptions> = { fusion: true, outputNames: true, inputNames: true, device: true, noMemoryPlanning: true, constants: true, planCache: true };
+/** Tensor.from's options. */
+export interface FromOptions {
+  /** The dtype the data is (or is converted to). */
+  dtype?: DType | undefined;
+  /** Its name as an input of the plans it is prepared into (ExecutionPlan.run by name). */
+  name?: string | undefined;
+  /**
+   * Weights that never change: every plan holds the data as its own (uploaded once per device,
+   * shared by the plans prepared with it), not as an input: not in `plan.inputNames`, not given to
+   * `run`, not changed by `setWeights` (as PrepareOptions.constants, without listing it there).
+   */
+  constant?: boolean | undefined;
+}
+const FROM_KEYS: OptionKeys<FromOptions> = { dtype: true, name: true, constant: true };
 const DTYPE_KEYS: OptionKeys<{ dtype?: DType }> = { dtype: true };
 const SEED_KEYS: OptionKeys<{ seed?: number | undefined }> = { seed: true };
 const RAND_LIKE_KEYS: OptionKeys<{ seed?: number | undefined; dtype?: DType | undefined }> = { seed: true, dtype: true };
@@ -192,7 +205,8 @@ export class Tensor {
 
   /**
    * A tensor from host data (copied at prepare time). `shape` defaults to [data.length].
-   * `name` names it as an input of the plans it is prepared into (ExecutionPlan.run by name).
+   * `name` names it as an input of the plans it is prepared into (ExecutionPlan.run by name);
+   * `constant: true` makes it weights the plans hold as their own instead of an input (FromOptions).
    *
    * `data` is the natural typed array of a dtype (dtype.ts HostArray: Float32Array float32,
    * Int32Array int32, Float16Array float16 where the runtime has it (else a Uint16Array of bits,
@@ -202,7 +216,7 @@ export class Tensor {
    * (default float32: floats round to nearest even, integers truncate toward zero and wrap, bool
    * is x != 0). Any other array, or a typed array that is neither, is INVALID_VALUE.
    */
-  static from(data: HostArray | Float64Array | readonly number[] | number, shape?: readonly number[], opts: { dtype?: DType; name?: string } = {}): Tensor {
+  static from(data: HostArray | Float64Array | readonly number[] | number, shape?: readonly number[], opts: FromOptions = {}): Tensor {
     const call = "Tensor.from";
     opts = options(call, opts, FROM_KEYS);
     const dtype = dtypeOf(call, opts.dtype);
@@ -231,7 +245,9 @@ export class Tensor {
     if (n !== arr.length) invalid(call, `shape ${shapeStr(sh)} holds ${n} elements but the data has ${arr.length}`);
     if (opts.name !== undefined && (typeof opts.name !== "string" || !opts.name)) invalid(call, `name must be a non-empty string, got ${describeGot(opts.name)}`);
     const node = new LazyNode({ op: "buffer", data: arr }, dt, sh);
+    if (opts.constant !== undefined && typeof opts.constant !== "boolean") invalid(call, `constant must be a boolean, got ${describeGot(opts.constant)}`);
     if (opts.name !== undefined) inputNames.set(node, opts.name);
+    if (opts.constant) constantData.add(node);
     return new Tensor(node);
   }
 
@@ -397,18 +413,24 @@ export class Tensor {
   /**
    * Prepare this tensor's program on a device. Literal `outputNames` type the plan's outputs:
    * `prepare({ outputNames: ["y"] })` gives an `ExecutionPlan<"y">`, whose `run({...})` resolves
-   * to `{ y }` (reading `.z` does not compile).
+   * to `{ y }` (reading `.z` does not compile); literal `inputNames` (checked against the plan's
+   * inputs) type what `run({...})` takes: `{ x }` only.
    */
-  prepare<const N extends readonly string[] = readonly string[]>(opts: PrepareOptions & { outputNames?: N } = {}): ExecutionPlan<N[number]> {
-    return Tensor.prepareBatch([this], prepareOpts("Tensor.prepare", opts)) as ExecutionPlan<N[number]>;
+  prepare<const N extends readonly string[] = readonly string[], const M extends readonly string[] = readonly string[]>(
+    opts: PrepareOptions & { outputNames?: N; inputNames?: M } = {},
+  ): ExecutionPlan<N[number], M[number]> {
+    return Tensor.prepareBatch([this], prepareOpts("Tensor.prepare", opts)) as ExecutionPlan<N[number], M[number]>;
   }
 
-  static prepareBatch<const N extends readonly string[] = readonly string[]>(tensors: readonly Tensor[], opts: PrepareOptions & { outputNames?: N } = {}): ExecutionPlan<N[number]> {
+  static prepareBatch<const N extends readonly string[] = readonly string[], const M extends readonly string[] = readonly string[]>(
+    tensors: readonly Tensor[],
+    opts: PrepareOptions & { outputNames?: N; inputNames?: M } = {},
+  ): ExecutionPlan<N[number], M[number]> {
     const call = "Tensor.prepareBatch";
     if (!Array.isArray(tensors)) invalid(call, `tensors must be an array of Tensors, got ${describeGot(tensors)}`);
     tensors.forEach((t, i) => tensorArg(call, `tensors[${i}]`, t));
     if (tensors.length === 0) invalid(call, "give at least one tensor");
-    return new ExecutionPlan<N[number]>(tensors, prepareOpts(call, opts));
+    return new ExecutionPlan<N[number], M[number]>(tensors, prepareOpts(call, opts));
   }
 
   /**
