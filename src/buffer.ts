@@ -664,16 +664,22 @@ export class GpuBuffer extends Resource {
 // The package's own modules still call the class Buffer; users get GpuBuffer (src/index.ts).
 
 /**
- * `fill`'s options after the value: optional where the element type is known (the buffer was
- * allocated with `{ type }`, or the value is 0), else required with `type`. A rest tuple rather
- * than overloads so that `untyped.fill(1)` reads "Expected 2 arguments, but got 1" (and "Arguments
- * for the rest parameter 'optsWithType' were not provided"), not a mismatched `this` context.
+ * `fill`'s options (`O`: Buffer.fill's, a Step's, …) after the value: optional where the element
+ * type is known (the buffer was allocated with `{ type }`, or the value is 0), else required with
+ * `type` (`WithType`: O with `type` required). A rest tuple rather than overloads, at every fill
+ * (Buffer, Stream, CommandEncoder, Step, Schedule, ComputeGraph, GraphSession), so that
+ * `untyped.fill(1)` reads "Expected 2 arguments, but got 1" (and "Arguments for the rest parameter
+ * 'optsWithType' were not provided"), not a mismatched `this` context, and
+ * `s.fill(untyped, 1, { bytes: 8 })` reads "not assignable to parameter of type 'FillRange & {
+ * type: FillType; }'" (Property 'type' is missing), not "No overload matches this call".
  */
-export type FillOptionsFor<B, V extends number> = B extends { readonly elementType: FillType }
-  ? [opts?: FillRange & { type?: FillType | undefined }]
+export type FillOptionsFor<B, V extends number, O = FillRange & { type?: FillType | undefined }, WithType = FillRange & { type: FillType }> = B extends {
+  readonly elementType: FillType;
+}
+  ? [opts?: O]
   : [V] extends [0]
-    ? [opts?: FillRange & { type?: FillType | undefined }]
-    : [opts: FillRange & { type: FillType }];
+    ? [opts?: O]
+    : [opts: WithType];
 
 /** A buffer allocated with `{ type: E }`: its `fill(v)` writes `v` as `E` (the types know it). */
 export type GpuBufferOf<E extends FillType> = GpuBuffer & { readonly elementType: E };

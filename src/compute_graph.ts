@@ -5,7 +5,7 @@
 // ranges since the last barrier), and none elsewhere. setArgs() rewrites only a dispatch's
 // argument words, and submit() hands the same bytes to the shim again: one crossing, no
 // re-encoding.
-import { Buffer, checkSize, type FillType, type GpuBufferOf } from "./buffer";
+import { Buffer, checkSize, type FillType, type FillOptionsFor } from "./buffer";
 import type { Device, DeviceState } from "./device";
 import { describeGot, disposed, invalid, options, type OptionKeys } from "./errors";
 import type { CopyOptions, EncoderMark, FillOptions } from "./commands";
@@ -195,9 +195,7 @@ export class ComputeGraph {
   }
 
   /** Record a fill; returns its node index. */
-  fill(buf: Buffer, value: number, opts: FillOptions & { type: FillType }): number;
-  fill(buf: GpuBufferOf<FillType>, value: number, opts?: FillOptions): number;
-  fill(buf: Buffer, value: 0, opts?: FillOptions): number;
+  fill<B extends Buffer, V extends number>(buf: B, value: V, ...optsWithType: FillOptionsFor<B, V, FillOptions, FillOptions & { type: FillType }>): number;
   fill(buf: Buffer, value: number, opts: FillOptions = {}): number {
     opts = options("ComputeGraph.fill", opts, FILL_KEYS);
     const n = this.#begin("fill");

@@ -2,7 +2,7 @@
 // TypeScript into one command list, then handed to the shim in ONE crossing by commit(stream).
 // It is the command list under the names of the encoder API: everything (the format, validation,
 // argument packing, growth, references) lives in commands.ts.
-import type { Buffer, FillType, GpuBufferOf } from "./buffer";
+import type { Buffer, FillType, FillOptionsFor } from "./buffer";
 import type { Device } from "./device";
 import type { Event } from "./event";
 import type { Kernel, Signature } from "./kernel";
@@ -28,9 +28,7 @@ export class CommandEncoder extends CommandList {
   }
 
   /** Append a fill of `value` as elements of `type` (Buffer.fill's rules: default the buffer's elementType, else only 0). */
-  fill(buf: Buffer, value: number, opts: FillOptions & { type: FillType }): this;
-  fill(buf: GpuBufferOf<FillType>, value: number, opts?: FillOptions): this;
-  fill(buf: Buffer, value: 0, opts?: FillOptions): this;
+  fill<B extends Buffer, V extends number>(buf: B, value: V, ...optsWithType: FillOptionsFor<B, V, FillOptions, FillOptions & { type: FillType }>): this;
   fill(buf: Buffer, value: number, opts: FillOptions = {}): this {
     return this.memset(buf, value, opts, "CommandEncoder.fill");
   }

@@ -8,7 +8,7 @@
 //    commit in ONE crossing (bg_submit) without waiting; finish() commits and waits; finishAsync()
 //    commits and awaits stream.done(). A finished session throws ILLEGAL_STATE; one disposed
 //    without finish() runs nothing it had not committed and gives its encoder back.
-import type { Buffer, FillType, GpuBufferOf } from "./buffer";
+import type { Buffer, FillType, FillOptionsFor } from "./buffer";
 import type { Device } from "./device";
 import { describeGot, disposed, illegalState, invalid, options, type OptionKeys } from "./errors";
 import type { CopyOptions, FillOptions } from "./commands";
@@ -132,9 +132,7 @@ export class GraphSession {
     return this;
   }
 
-  fill(buf: Buffer, value: number, opts: FillOptions & { type: FillType }): this;
-  fill(buf: GpuBufferOf<FillType>, value: number, opts?: FillOptions): this;
-  fill(buf: Buffer, value: 0, opts?: FillOptions): this;
+  fill<B extends Buffer, V extends number>(buf: B, value: V, ...optsWithType: FillOptionsFor<B, V, FillOptions, FillOptions & { type: FillType }>): this;
   fill(buf: Buffer, value: number, opts: FillOptions = {}): this {
     opts = options("GraphSession.fill", opts, FILL_KEYS);
     if (this.#state !== "open") this.#closed("GraphSession.fill");

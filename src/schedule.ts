@@ -9,7 +9,7 @@
 // Every mode gives the results of running the steps one by one, in order.
 import { describeGot, invalid, options, type OptionKeys } from "./errors";
 import type { Device } from "./device";
-import type { Buffer, FillType, GpuBufferOf } from "./buffer";
+import type { Buffer, FillType, FillOptionsFor } from "./buffer";
 import { dependencies } from "./hazards";
 import { INSPECT, plural } from "./inspect";
 import type { Kernel, Signature } from "./kernel";
@@ -56,9 +56,7 @@ export class Schedule {
     return this.add(Step.copy(dst, src, opts));
   }
 
-  addFill(buffer: Buffer, value: number, opts: FillStepOptions & { type: FillType }): this;
-  addFill(buffer: GpuBufferOf<FillType>, value: number, opts?: FillStepOptions): this;
-  addFill(buffer: Buffer, value: 0, opts?: FillStepOptions): this;
+  addFill<B extends Buffer, V extends number>(buffer: B, value: V, ...optsWithType: FillOptionsFor<B, V, FillStepOptions, FillStepOptions & { type: FillType }>): this;
   addFill(buffer: Buffer, value: number, opts?: FillStepOptions): this {
     return this.add(Step.fill(buffer, value, opts as FillStepOptions & { type: FillType })); // the type rule holds at run time (fillTypeOf)
   }

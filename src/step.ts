@@ -1,7 +1,7 @@
 // Steps: one unit of schedule work (a kernel launch, a copy, a fill) with the byte ranges it reads
 // and writes, validated as it is made by the command list's own checks, and lowered to one
 // command of a list when a schedule is compiled.
-import { Buffer, checkSize, fillPattern, fillTypeOf, type FillType, type GpuBufferOf } from "./buffer";
+import { Buffer, checkSize, fillPattern, fillTypeOf, type FillType, type FillOptionsFor } from "./buffer";
 import type { Device } from "./device";
 import { describeGot, invalid, disposed, options, type OptionKeys } from "./errors";
 import { CommandList, validateCommand } from "./commands";
@@ -185,9 +185,7 @@ export class Step {
   }
 
   /** A memset of `value` as elements of `type` (Buffer.fill's rules: default the buffer's elementType, else only 0). Writes its range. */
-  static fill(buffer: Buffer, value: number, opts: FillStepOptions & { type: FillType }): Step;
-  static fill(buffer: GpuBufferOf<FillType>, value: number, opts?: FillStepOptions): Step;
-  static fill(buffer: Buffer, value: 0, opts?: FillStepOptions): Step;
+  static fill<B extends Buffer, V extends number>(buffer: B, value: V, ...optsWithType: FillOptionsFor<B, V, FillStepOptions, FillStepOptions & { type: FillType }>): Step;
   static fill(buffer: Buffer, value: number, opts: FillStepOptions = {}): Step {
     const call = "Step.fill";
     opts = options(call, opts, FILL_KEYS);

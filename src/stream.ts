@@ -1,7 +1,7 @@
 // Stream: an in-order queue of device work. Enqueueing returns at once; synchronize() blocks,
 // done() is its awaitable twin: the stream wakes the event loop when it gets there (wake.ts).
 import { CaptureStatusId, CopyPath, StreamFlag } from "../ffi/constants";
-import { Buffer, HostBuffer, checkSize, fillPattern, fillTypeOf, type FillRange, type FillType, type GpuBufferOf } from "./buffer";
+import { Buffer, HostBuffer, checkSize, fillPattern, fillTypeOf, type FillRange, type FillType, type FillOptionsFor } from "./buffer";
 import { captureEnded, isDevice, noteCaptured, type DeviceRef, type DeviceState } from "./device_state";
 import { GpuError, Status, describeGot, invalid, disposed, options, type OptionKeys } from "./errors";
 import { HOLD } from "./lifetime";
@@ -354,9 +354,7 @@ export class Stream extends Resource {
   }
 
   /** Fill elements in stream order (see Buffer.fill: `type`, else the buffer's elementType, else only 0). */
-  fill(buf: Buffer, value: number, opts: FillRange & { type: FillType }): this;
-  fill(buf: GpuBufferOf<FillType>, value: number, opts?: FillRange & { type?: FillType | undefined }): this;
-  fill(buf: Buffer, value: 0, opts?: FillRange & { type?: FillType | undefined }): this;
+  fill<B extends Buffer, V extends number>(buf: B, value: V, ...optsWithType: FillOptionsFor<B, V>): this;
   fill(buf: Buffer, value: number, opts: FillRange & { type?: FillType | undefined } = {}): this {
     const call = "Stream.fill";
     this.handle; // a disposed stream is an error even for an empty range

@@ -100,6 +100,11 @@ const typed = Tensor.from(new Float32Array(4), [4]).add(1).prepare({ outputNames
 const y: Float32Array = typed.runSync({}).y as Float32Array;
 const untyped = Tensor.from(new Float32Array(4), [4]).prepare();
 console.log(y[0], untyped.runSync({})["output0"]);
+// literal inputNames type what a run takes by name; constant weights are no input
+const w = Tensor.from([1, 2, 3, 4], [2, 2], { constant: true });
+const withInputs = Tensor.from(new Float32Array(2), [1, 2], { name: "x" }).matmul(w).prepare({ inputNames: ["x"], outputNames: ["y"] });
+const yx: Float32Array = withInputs.runSync({ x: new Float32Array(2) }).y as Float32Array;
+console.log(yx[0], withInputs.runSync({}).y, withInputs.runSync([new Float32Array(2)]));
 dev.dispose();
 `;
 
@@ -126,7 +131,9 @@ new ComputeGraph(dev).dispatch(vadd, { grid: 1, block: 16, args: [a, 1, a, 1] })
 Graph.capture(s, () => {}).instantiate().setKernelArgs(0, vadd, [a, a, a]); // TS2345: '[GpuBuffer, GpuBuffer, GpuBuffer]'
 a.fill(1, { type: "f64" }); // TS2322: Type '"f64"' is not assignable to type 'FillType'
 a.fill(1); // TS2554: Expected 2 arguments, but got 1
-s.fill(a, 1, { bytes: 8 }); // TS2769: No overload matches this call
+s.fill(a, 1, { bytes: 8 }); // TS2345: Argument of type '{ bytes: number; }' is not assignable to parameter of type 'FillRange & { type: FillType; }'
+new CommandEncoder(dev).fill(a, 1); // TS2554: Expected 3 arguments, but got 2
+new Schedule().addFill(a, 2, { label: "two" }); // TS2345: is not assignable to parameter of type 'FillStepOptions & { type: FillType; }'
 const host = Buffer.from("hello"); // TS2339: Property 'from' does not exist on type 'typeof GpuBuffer'
 console.log(host);
 const plan = Tensor.from(new Float32Array(4), [4]).add(1).prepare();
@@ -135,6 +142,8 @@ const big64: BigInt64Array = Tensor.arange(4).toArray("int32"); // TS2322: is no
 console.log(ids, big64, plan.readOutput(0, "float64")); // TS2345: Argument of type '"float64"' is not assignable
 const typed = Tensor.from(new Float32Array(4), [4]).prepare({ outputNames: ["y"] });
 console.log(typed.runSync({}).z); // TS2339: Property 'z' does not exist on type 'Record<"y",
+const byInput = Tensor.from(new Float32Array(4), [4], { name: "x" }).prepare({ inputNames: ["x"] });
+console.log(byInput.runSync({ X: new Float32Array(4) })); // TS2769: No overload matches this call
 `;
 
 function expected(src: string): { at: string; text: string }[] {
@@ -181,7 +190,7 @@ describe("a strict user project (bun init's tsconfig, every stricter flag on)", 
 
   test("each deliberate mistake is an error on its line, and nothing else is", () => {
     const want = expected(BAD);
-    expect(want.length).toBe(18);
+    expect(want.length).toBe(21);
     const got = errors.filter((e) => e.file === "bad.ts");
     expect(got.map((e) => `${e.line}:${e.code}`).sort()).toEqual(want.map((w) => w.at).sort());
     for (const w of want) expect(got.find((e) => `${e.line}:${e.code}` === w.at)!.text).toContain(w.text);
