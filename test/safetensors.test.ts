@@ -243,6 +243,8 @@ describe("malformed files are GpuError, never a TypeError or a crash", () => {
     ["an entry that is not an object", { x: 3 }, [], "not an object"],
     ["a missing dtype", { x: { shape: [2], data_offsets: [0, 8] } }, data8, "dtype"],
     ["an unknown dtype", { x: { dtype: "F33", shape: [2], data_offsets: [0, 8] } }, data8, "unknown dtype"],
+    // found by the fuzzer: Object.prototype's names were looked up as dtypes (a size of NaN bytes)
+    ...["constructor", "__proto__", "toString"].map((d): [string, unknown, number[], string] => [`a dtype named ${d}`, { x: { dtype: d, shape: [], data_offsets: [0, 0] } }, [], `unknown dtype "${d}"`]),
     ["a negative dimension", { x: { dtype: "F32", shape: [-2], data_offsets: [0, 8] } }, data8, "shape"],
     ["a fractional dimension", { x: { dtype: "F32", shape: [1.5], data_offsets: [0, 8] } }, data8, "shape"],
     ["a shape that is not an array", { x: { dtype: "F32", shape: "2", data_offsets: [0, 8] } }, data8, "shape"],

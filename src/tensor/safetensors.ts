@@ -190,7 +190,7 @@ function parseHeader(call: string, path: string, total: number, read: (into: Uin
     for (const k of Object.keys(e)) if (k !== "dtype" && k !== "shape" && k !== "data_offsets") bad(`${what} has an unknown field ${JSON.stringify(k)}`);
     if (typeof e.dtype !== "string") bad(`${what} has no dtype string`);
     const dtype = e.dtype as string;
-    const size = DTYPE_SIZE[dtype] ?? 0;
+    const size = Object.hasOwn(DTYPE_SIZE, dtype) ? DTYPE_SIZE[dtype]! : 0; // "constructor" is no dtype
     if (!size) bad(`${what} has an unknown dtype ${JSON.stringify(e.dtype)}`);
     if (Array.isArray(e.shape) && e.shape.length > MAX_RANK) bad(`${what} has ${e.shape.length} dimensions, more than the ${MAX_RANK} a tensor may have here`);
     if (!Array.isArray(e.shape) || e.shape.some((d) => typeof d !== "number" || !Number.isSafeInteger(d) || d < 0))

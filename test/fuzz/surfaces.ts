@@ -869,6 +869,8 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
     const r = call(() => `readSafetensors("${path}") /* ${what}; the reference says ${typeof want === "string" ? `refused: ${want}` : "ok"} */`, typeof want === "string" ? "err" : "ok", () => readSafetensors(path));
     if (!r.ok) {
       expectCode(r, [Status.INVALID_VALUE], what);
+      // a dtype refused for what it is (Object.prototype's names are no dtypes, not NaN-byte sizes)
+      if (want === "dtype" && !/dtype/.test(r.e.message)) fail("safetensors", `${what}: refused as ${r.e.message}; the reference refuses its dtype`);
       return;
     }
     sameRead(r.v, want as Exclude<typeof want, string>, what);
