@@ -842,6 +842,17 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
   h("safetensors", "safetensors", 1, (w) => {
     const path = join(stDir(), `f${stNo++ % 4}.safetensors`);
     const op = w[0]! % 8;
+    if (op === 7 && w[5]! % 3 === 0) {
+      // the writer refuses what is no tensor of this project, and names it cannot write
+      const bad: [string, SafetensorsEntry][] = [
+        ["x", { dtype: pick(["constructor", "__proto__", "toString", "F32", "float64"], w[6]!) as never, shape: [1], data: Int32Array.of(1) }],
+        ["x", { dtype: "int32", shape: [1], data: Float32Array.of(1) as never }],
+        [pick(["", "__metadata__"], w[6]!), { dtype: "int32", shape: [1], data: Int32Array.of(1) }],
+      ];
+      const [name, e] = pick(bad, w[1]!);
+      expectCode(call(() => `writeSafetensors(path, new Map([[${JSON.stringify(name)}, { dtype: ${JSON.stringify(e.dtype)}, data: ${e.data.constructor.name} }]]))`, "err", () => writeSafetensors(path, new Map([[name, e]]))), [Status.INVALID_VALUE], "a bad entry written");
+      return;
+    }
     if (op === 7) {
       // a round trip through the writer: names such as __proto__ survive both ways
       const m = new Map<string, SafetensorsEntry>();
