@@ -6,7 +6,7 @@ import { describe, expect, test } from "bun:test";
 import { CommandEncoder, ComputeGraph, Device, Event, ExecMode, GpuError, GraphExecutor, MemoryPool, Program, Schedule, Status, Step, Tensor, Variable } from "../src";
 import { join } from "node:path";
 import { nearest, unknownOption } from "../src/errors";
-import { loadTokenizer } from "../src/models";
+import { GPT2, loadTokenizer, randomGPT2Weights } from "../src/models";
 import { expectGpuError } from "./helpers";
 import { kernelSources } from "./kernels";
 
@@ -95,10 +95,14 @@ describe("a bad value is reported with describeGot", () => {
     expectGpuError(() => buf.fill(bad<0>("1"), { type: "u8" }), Status.INVALID_VALUE, 'value must be a number, got the string "1"');
   });
 
-  test("variables, tensors to prepare, and a model's tokenizer options", async () => {
+  test("variables, tensors to prepare, a model's options and its tokenizer's", async () => {
     expectGpuError(() => new Variable(bad(3), 1, 4), Status.INVALID_VALUE, "new Variable: name must be an identifier, got 3");
     expectGpuError(() => new Variable("n", bad("1"), 4), Status.INVALID_VALUE, 'bounds must be integers with 0 <= min <= max, got [the string "1", 4]');
     expectGpuError(() => Tensor.prepareBatch([bad("x")]), Status.INVALID_VALUE, 'Tensor.prepareBatch: tensors[0] must be a Tensor, got the string "x"');
+    const cfg = { nLayer: 1, nEmbd: 8, nHead: 2, vocabSize: 16, nCtx: 8 };
+    const w = randomGPT2Weights(cfg, 1);
+    expectGpuError(() => GPT2.fromTensors(cfg, w, bad({ dtyp: "float16" })), Status.INVALID_VALUE, 'GPT2.fromTensors: unknown option "dtyp" (did you mean dtype?)');
+    expectGpuError(() => GPT2.fromTensors(cfg, w, { batch: bad({ slots: 2, contxt: 4 }) }), Status.INVALID_VALUE, 'GPT2.fromTensors: batch: unknown option "contxt" (did you mean context?)');
     const tok = await loadTokenizer(join(import.meta.dir, "fixtures", "gpt2_hf"));
     expectGpuError(() => tok.decode([1], bad({ skipspecial: true })), Status.INVALID_VALUE, 'TextTokenizer.decode: unknown option "skipspecial" (did you mean skipSpecial?)');
   });

@@ -164,6 +164,7 @@ describe("RingKernel (CPU)", () => {
     expect(readState(rk).count).toBe(N);
     expect(readState(rk).errors).toBe(0);
     await expectGpuErrorAsync(() => rk.receive(), Status.NOT_READY);
+    await expectGpuErrorAsync(() => rk.receive({ timeout: 10 } as never), Status.INVALID_VALUE, 'RingKernel.receive: unknown option "timeout" (did you mean timeoutMs?)');
     expectGpuError(() => rk.trySend(seqMessages(0, 1)), Status.ILLEGAL_STATE);
   }, 20000);
 

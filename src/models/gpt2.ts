@@ -42,7 +42,7 @@ import { statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { Device } from "../device";
 import { CommandEncoder } from "../encoder";
-import { describeGot, invalid } from "../errors";
+import { describeGot, invalid, options, unknownOption, type OptionKeys } from "../errors";
 import { CONFIG_KEYS, checkConfig, checkpointFiles, configFromTransformers, gpt2Name, gpt2Shapes, type GPT2Config } from "./gpt2_config";
 import { GPT2Batch } from "./gpt2_batch";
 import { generationSetup, pick, type GenerateOptions } from "./sampling";
@@ -90,9 +90,17 @@ export interface FromPretrainedOptions extends GPT2Options {
   config?: GPT2Config;
 }
 
+// The keys each options argument may have (errors.ts `options` refuses any other).
+const GPT2_KEYS: OptionKeys<GPT2Options> = {
+  fusion: true, outputNames: true, inputNames: true, device: true, noMemoryPlanning: true, constants: true, planCache: true, dtype: true, batch: true,
+};
+const FROM_PRETRAINED_KEYS: OptionKeys<FromPretrainedOptions> = { ...GPT2_KEYS, config: true };
+const BATCH_KEYS: OptionKeys<NonNullable<GPT2Options["batch"]>> = { slots: true, context: true };
+
 function checkBatch(call: string, cfg: GPT2Config, b: unknown): void {
   if (b === undefined) return;
   if (b === null || typeof b !== "object") invalid(call, `batch must be { slots, context? }, got ${describeGot(b)}`);
+  for (const k in b) if (!Object.hasOwn(BATCH_KEYS, k)) unknownOption(call, k, Object.keys(BATCH_KEYS), "batch: ");
   const { slots, context } = b as { slots?: unknown; context?: unknown };
   if (!Number.isInteger(slots) || (slots as number) < 1 || (slots as number) > 4096) invalid(call, `batch.slots must be an integer in [1, 4096], got ${describeGot(slots)}`);
   if (context !== undefined && (!Number.isInteger(context) || (context as number) < 2 || (context as number) > cfg.nCtx))
@@ -145,7 +153,7 @@ export class GPT2 {
    */
   static fromPretrained(path: string, opts: FromPretrainedOptions = {}): GPT2 {
     const call = "GPT2.fromPretrained";
-    const { config: given, ...prep } = opts ?? {};
+    const { config: given, ...prep } = options(call, opts, FROM_PRETRAINED_KEYS);
     const { config, files } = checkpointFiles(call, path);
     let cfg = given;
     if (!cfg && config !== null) cfg = configFromTransformers(config, join(statSync(path).isDirectory() ? path : dirname(path), "config.json"));
@@ -178,6 +186,7 @@ export class GPT2 {
    */
   static fromTensors(config: GPT2Config, tensors: Readonly<Record<string, Tensor | Float32Array>>, opts: GPT2Options = {}, where = "tensors"): GPT2 {
     const call = "GPT2.fromTensors";
+    opts = options(call, opts, GPT2_KEYS);
     checkConfig(call, config);
     checkBatch(call, config, opts?.batch);
     if (tensors === null || typeof tensors !== "object") invalid(call, `tensors must be an object of Tensors by name, got ${describeGot(tensors)}`);

@@ -40,6 +40,7 @@ import { wakeWaiter } from "../wake";
 const RING_KERNEL_KEYS: OptionKeys<RingKernelOptions> = {
   handler: true, entry: true, messageBytes: true, responseBytes: true, stateBytes: true, capacity: true, state: true, mode: true, compileOptions: true,
 };
+const RECEIVE_KEYS: OptionKeys<{ timeoutMs?: number }> = { timeoutMs: true };
 
 export interface RingKernelOptions extends RingSourceOptions {
   /** Ring capacity in messages (power of two); in Batch mode, the most messages per launch. */
@@ -611,12 +612,13 @@ export class RingKernel {
   }
 
   #receive(call: string, max: number, opts: { timeoutMs?: number }): Promise<Uint8Array> {
+    let ms: number | undefined;
     try {
       this.#alive(call);
+      ms = options(call, opts, RECEIVE_KEYS).timeoutMs;
     } catch (e) {
       return Promise.reject(e);
     }
-    const ms = opts?.timeoutMs;
     if (ms !== undefined && (typeof ms !== "number" || !(ms >= 0)))
       return Promise.reject(new GpuError(Status.INVALID_VALUE, `${call}: timeoutMs must be a non-negative number`, { backend: "typescript", call }));
     return new Promise<Uint8Array>((resolve, reject) => {
