@@ -98,6 +98,8 @@ describe("a bad value is reported with describeGot", () => {
   test("variables, tensors to prepare, a model's options and its tokenizer's", async () => {
     expectGpuError(() => new Variable(bad(3), 1, 4), Status.INVALID_VALUE, "new Variable: name must be an identifier, got 3");
     expectGpuError(() => new Variable("n", bad("1"), 4), Status.INVALID_VALUE, 'bounds must be integers with 0 <= min <= max, got [the string "1", 4]');
+    expectGpuError(() => new Variable("n", 1, 4).bind(bad("3")), Status.INVALID_VALUE, 'Variable.bind: variable n must be an integer within its bounds [1, 4], got the string "3"');
+    expectGpuError(() => new Variable("n", 1, 4).bind(5), Status.INVALID_VALUE, "Variable.bind: variable n = 5 is outside its bounds [1, 4]");
     expectGpuError(() => Tensor.prepareBatch([bad("x")]), Status.INVALID_VALUE, 'Tensor.prepareBatch: tensors[0] must be a Tensor, got the string "x"');
     const cfg = { nLayer: 1, nEmbd: 8, nHead: 2, vocabSize: 16, nCtx: 8 };
     const w = randomGPT2Weights(cfg, 1);

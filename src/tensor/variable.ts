@@ -29,8 +29,9 @@ export class Variable {
   }
 
   check(value: unknown, call: string): number {
-    if (typeof value !== "number" || !Number.isInteger(value) || value < this.min || value > this.max)
-      invalid(call, `variable ${this.name} = ${String(value)} is outside its bounds [${this.min}, ${this.max}]`);
+    if (typeof value !== "number" || !Number.isInteger(value))
+      invalid(call, `variable ${this.name} must be an integer within its bounds [${this.min}, ${this.max}], got ${describeGot(value)}`);
+    if (value < this.min || value > this.max) invalid(call, `variable ${this.name} = ${value} is outside its bounds [${this.min}, ${this.max}]`);
     return value;
   }
 
