@@ -80,6 +80,8 @@ function opOf(call: string, o: unknown): number {
 let groupDepth = 0;
 /** What the calls recorded in the open group use, held until the outermost groupEnd issues them. */
 const groupHolds: (() => void)[] = [];
+/** Device disposals kept until the group issued their collectives (DeviceState.afterGroup). */
+const afterGroup: (() => void)[] = [];
 
 export class Communicator {
   /** The device of this rank. */
@@ -163,8 +165,9 @@ export class Communicator {
 
   /**
    * End a group: the outermost end issues every recorded call together (ncclGroupEnd). What the
-   * recorded calls use (their buffers, their communicators) is held until then: a buffer disposed
-   * inside the group is freed behind the collective, as it is behind queued work.
+   * recorded calls use (their buffers, their communicators, their devices) is held until then: a
+   * buffer disposed inside the group is freed behind the collective, as it is behind queued work,
+   * and a device disposed inside it closes once the group has issued its collectives.
    */
   static groupEnd(): void {
     if (groupDepth === 0) throw new GpuError(Status.ILLEGAL_STATE, "Communicator.groupEnd: no group was started", { backend: "typescript", call: "Communicator.groupEnd" });
@@ -172,7 +175,10 @@ export class Communicator {
     try {
       api().comm_group_end();
     } finally {
-      if (groupDepth === 0) for (const drop of groupHolds.splice(0)) drop();
+      if (groupDepth === 0) {
+        for (const drop of groupHolds.splice(0)) drop();
+        for (const dispose of afterGroup.splice(0)) dispose();
+      }
     }
   }
 
@@ -380,7 +386,18 @@ export class Communicator {
       invalid(call, `the stream is on ${s.device.spec}, the communicator's rank ${this.rank} on ${this.device.spec}`);
     const sh = s.handle;
     this.device.state.api.comm_collective(h, sh, coll, send ? send.address : 0, recv ? recv.address : 0, count, dtype, op, peer);
-    if (groupDepth > 0) groupHolds.push(this[HOLD](), ...[send, recv].filter((b) => b !== null).map((b) => b[HOLD]()));
+    if (groupDepth > 0) {
+      // its device too: a Device.dispose() before the group ends waits for the group's end
+      const st = this.device.state;
+      st.grouped++;
+      const unhold = () => {
+        if (--st.grouped === 0 && st.afterGroup) {
+          afterGroup.push(st.afterGroup);
+          st.afterGroup = null;
+        }
+      };
+      groupHolds.push(this[HOLD](), ...[send, recv].filter((b) => b !== null).map((b) => b[HOLD]()), unhold);
+    }
     if (this.device.state.captures > 0) noteCaptured(this.device.state, sh, null, [this, send, recv]);
     return this;
   }

@@ -399,6 +399,12 @@ export class Device {
    */
   dispose(): void {
     if (!this.state.open) return;
+    // A collective of one of its communicators is recorded in the open Communicator group: the
+    // group's end issues it, then the device closes (as a buffer the group uses is held).
+    if (this.state.grouped > 0) {
+      this.state.afterGroup = () => this.dispose();
+      return;
+    }
     // Closing the device drains its streams: queued host functions must run first. A running
     // ring kernel's stream is left out (it never idles; its RingKernel is stopped just below).
     const all = this.#waitedHandles();

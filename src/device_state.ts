@@ -48,6 +48,13 @@ export interface DeviceState {
    * asks to be called back (wake.ts): destroyed when the device closes.
    */
   wakeStreams: number[];
+  /**
+   * Collectives of this device's communicators recorded in the thread's open Communicator group,
+   * not yet issued: a dispose() meanwhile is kept in `afterGroup` and runs once the group has
+   * issued them (closing now would leave the group a collective on a closed device).
+   */
+  grouped: number;
+  afterGroup: (() => void) | null;
 }
 
 /** What the work captured while captures were open uses; see DeviceState.captureLog. */
@@ -84,6 +91,8 @@ export function newDeviceState(
     captureLog: null,
     peerStreams: new Set(),
     wakeStreams: [],
+    grouped: 0,
+    afterGroup: null,
   };
 }
 

@@ -112,6 +112,13 @@ describe.skipIf(!linux)("nothing waits on another process forever (item 2)", () 
     }
   }, 60_000);
 
+  test("a rank's device disposed inside Communicator.group() closes once the group issued its collective (it crashed)", () => {
+    for (const check of ["", "1"]) {
+      const o = collective("device-dispose-in-group", 30_000, { BUNGPU_CHECK: check }); // was: SIGSEGV
+      expect(o).toEqual({ openInGroup: true, closedAfter: true, sum: [11, 22, 33, 44], check: "no error" });
+    }
+  }, 60_000);
+
   test("after every rank joined, a second initRank with a taken rank is refused (it waited forever)", () => {
     const o = collective("rejoin");
     expect(o.again).toEqual({ code: Status.INVALID_VALUE, call: "bg_comm_init_rank" });

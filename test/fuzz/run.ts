@@ -91,6 +91,7 @@ function call<T>(src: () => string, expect: Expect, fn: () => T): Res<T> {
   try {
     v = fn();
   } catch (e) {
+    if (e instanceof Failure) throw e; // (a check inside fn, e.g. in a Communicator.group body)
     if (!(e instanceof GpuError)) {
       throw new Failure("non-GpuError throw", `${src()} threw ${(e as Error)?.constructor?.name}: ${(e as Error)?.message ?? e}`);
     }

@@ -563,7 +563,7 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
     const order = Array.from({ length: n }, (_, i) => i);
     if (w[2]! % 2) order.reverse();
     const src = `${cs.name}: ${planSrc(p)}${grouped ? " in a group" : ""}${priv ? " on private streams" : ""}${inPlace ? " in place" : ""}`;
-    let disposedRecv = -1, disposedComm = -1;
+    let disposedRecv = -1, disposedComm = -1, disposedDev = -1;
     const badAt = mode === 2 ? w[4]! % n : -1;
     const badKind = w[5]! % 8;
     const bad = (cm: Communicator, r: number): (() => void) => {
@@ -593,7 +593,13 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
           }
         }
         if (grouped && mode === 1 && r === w[3]! % n) {
-          cs.comms[r]!.dispose();
+          if (r === 2 && w[4]! % 2 === 0) {
+            // the rank's device (cpu:2, which only communicators use): it closes once the group
+            // has issued the call
+            cs.devs[2]!.dispose();
+            if (cs.devs[2]!.disposed) fail("collective", `${src}: dev2.dispose() inside the group closed it before the group issued its collective`);
+            disposedDev = 2;
+          } else cs.comms[r]!.dispose();
           disposedComm = r;
         }
       }
@@ -611,11 +617,15 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
       const res = call(() => (grouped ? `Communicator.group(() => { ${src} })` : src), "ok", () => (grouped ? Communicator.group(body) : body()));
       if (!res.ok) return;
     }
-    for (let r = 0; r < n; r++) call(() => `${cs.name}[${r}] stream.synchronize()`, "ok", () => streams[r]!.synchronize());
+    if (disposedDev >= 0) {
+      if (!cs.devs[disposedDev]!.disposed) fail("collective", `${src}: dev${disposedDev}, disposed inside the group, is still open after it`);
+      dev2 = null;
+    }
+    for (let r = 0; r < n; r++) if (r !== disposedDev) call(() => `${cs.name}[${r}] stream.synchronize()`, "ok", () => streams[r]!.synchronize());
     if (disposedComm < 0 && mode !== 2) for (const cm of cs.comms) call(() => `${cs.name}[${cm.rank}].check()`, "ok", () => cm.check());
     for (let r = 0; r < n; r++) {
       const rb = recvB[r];
-      if (!rb || rb.disposed || r === disposedRecv) continue;
+      if (!rb || rb.disposed || r === disposedRecv || r === disposedDev) continue;
       const got = call(() => `${cs.name}[${r}] recv.read()`, "ok", () => rb.read(Uint8Array) as Uint8Array);
       if (!got.ok) continue;
       const want = new Uint8Array(rb.byteLength);
@@ -625,7 +635,7 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
         if (mode !== 2 && ex.want[r]) want.set(ex.want[r]!);
       }
       const at = sameBytes(got.v, want);
-      if (at >= 0) fail("collective", `${src}${mode === 2 ? " (refused: nothing may run)" : ""}${mode === 0 ? ` (rank ${w[3]! % n}'s ${disposedRecv >= 0 ? "recv" : "send"} buffer disposed after its call)` : mode === 1 ? ` (rank ${disposedComm}'s communicator disposed mid-group)` : ""}: rank ${r} recv byte ${at} is ${got.v[at]}, want ${want[at]} (got ${hex(got.v)}, want ${hex(want)})`);
+      if (at >= 0) fail("collective", `${src}${mode === 2 ? " (refused: nothing may run)" : ""}${mode === 0 ? ` (rank ${w[3]! % n}'s ${disposedRecv >= 0 ? "recv" : "send"} buffer disposed after its call)` : mode === 1 ? ` (rank ${disposedComm}'s ${disposedDev >= 0 ? "device" : "communicator"} disposed mid-group)` : ""}: rank ${r} recv byte ${at} is ${got.v[at]}, want ${want[at]} (got ${hex(got.v)}, want ${hex(want)})`);
     }
     for (const b of [...sendB, ...recvB]) b?.dispose();
     if (disposedComm >= 0) {
