@@ -449,9 +449,9 @@ export class GpuBuffer extends Resource {
     return { address: this.#alloc.address, bytes: this.#alloc.bytes };
   }
 
-  #live(call: string): number {
-    if (!this.#alloc.dev.open) disposed(call, "device of this buffer");
-    if (!this.#alloc.live) disposed(call, "buffer");
+  #live(call: string, what = "buffer"): number {
+    if (!this.#alloc.dev.open) disposed(call, `device of this ${what}`);
+    if (!this.#alloc.live) disposed(call, what);
     return this.#alloc.dev.handle;
   }
 
@@ -539,7 +539,7 @@ export class GpuBuffer extends Resource {
     const h = this.#live("Buffer.copyTo");
     if (hostFnsPending()) this.device.beforeSyncCopy("Buffer.copyTo");
     if (!(dst instanceof GpuBuffer)) invalid("Buffer.copyTo", "dst must be a Buffer");
-    dst.#live("Buffer.copyTo");
+    dst.#live("Buffer.copyTo", "dst buffer");
     if (dst.#alloc.dev.handle !== this.#alloc.dev.handle)
       invalid("Buffer.copyTo", `dst is on ${dst.device.spec}, this buffer on ${this.device.spec}`);
     const srcOffset = opts.srcOffset ?? 0;

@@ -252,14 +252,14 @@ export class CommandList {
   #buffer(call: string, what: string, b: unknown): Buffer {
     if (!(b instanceof Buffer)) invalid(call, `${what} must be a Buffer`);
     if (b.device.state !== this.#dev) invalid(call, `${what} is a buffer of another device (${b.device.spec})`);
-    if (b.disposed) disposed(call, "buffer");
+    if (b.disposed) disposed(call, what === "buffer" ? "buffer" : `${what} buffer`);
     return b;
   }
 
   #host(call: string, what: string, h: unknown): HostBuffer {
     if (!(h instanceof HostBuffer)) invalid(call, `${what} must be a HostBuffer (pinned host memory)`);
     if (h.device.state !== this.#dev) invalid(call, `${what} is host memory of another device`);
-    if (h.disposed) disposed(call, "host buffer");
+    if (h.disposed) disposed(call, `${what} host buffer`);
     return h;
   }
 

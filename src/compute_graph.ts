@@ -181,9 +181,15 @@ export class ComputeGraph {
 
   /** Record a device-to-device copy; returns its node index. */
   copy(dst: Buffer, src: Buffer, opts: CopyOptions = {}): number {
-    opts = options("ComputeGraph.copy", opts, COPY_KEYS);
+    return this.recordCopy("ComputeGraph.copy", dst, src, opts);
+  }
+
+  /** @internal copy() under the name of the door it came through (GraphSession passes its own). */
+  recordCopy(door: string, dst: Buffer, src: Buffer, opts: CopyOptions = {}): number {
+    const call = typeof door === "string" ? door : "ComputeGraph.copy"; // anything but a door's name is ignored
+    opts = options(call, opts, COPY_KEYS);
     const n = this.#begin("copy");
-    this.#seq.copy(dst, src, opts);
+    this.#seq.copy(dst, src, opts, call);
     const so = opts.srcOffset ?? 0, dO = opts.dstOffset ?? 0;
     const bytes = opts.bytes ?? src.byteLength - so;
     n.args = [dst, src];
@@ -197,9 +203,15 @@ export class ComputeGraph {
   /** Record a fill; returns its node index. */
   fill<B extends Buffer, V extends number>(buf: B, value: V, ...optsWithType: FillOptionsFor<B, V, FillOptions, FillOptions & { type: FillType }>): number;
   fill(buf: Buffer, value: number, opts: FillOptions = {}): number {
-    opts = options("ComputeGraph.fill", opts, FILL_KEYS);
+    return this.recordFill("ComputeGraph.fill", buf, value, opts);
+  }
+
+  /** @internal fill() under the name of the door it came through (GraphSession passes its own). */
+  recordFill(door: string, buf: Buffer, value: number, opts: FillOptions = {}): number {
+    const call = typeof door === "string" ? door : "ComputeGraph.fill"; // anything but a door's name is ignored
+    opts = options(call, opts, FILL_KEYS);
     const n = this.#begin("fill");
-    this.#seq.fill(buf, value, opts as FillOptions & { type: FillType }); // the type rule holds at run time (fillTypeOf)
+    this.#seq.memset(buf, value, opts, call); // Buffer.fill's type rule, at run time (fillTypeOf)
     const off = opts.offset ?? 0;
     const bytes = opts.bytes ?? buf.byteLength - off;
     n.args = [buf];

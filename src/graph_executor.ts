@@ -126,8 +126,8 @@ export class GraphSession {
   copy(dst: Buffer, src: Buffer, opts: CopyOptions = {}): this {
     opts = options("GraphSession.copy", opts, COPY_KEYS);
     if (this.#state !== "open") this.#closed("GraphSession.copy");
-    if (this.#graph) this.#graph.copy(dst, src, opts);
-    else this.#enc!.copy(dst, src, opts);
+    if (this.#graph) this.#graph.recordCopy("GraphSession.copy", dst, src, opts);
+    else this.#enc!.copy(dst, src, opts, "GraphSession.copy");
     this.stats.copies++;
     return this;
   }
@@ -137,8 +137,8 @@ export class GraphSession {
     opts = options("GraphSession.fill", opts, FILL_KEYS);
     if (this.#state !== "open") this.#closed("GraphSession.fill");
     const o = opts as FillOptions & { type: FillType }; // the type rule holds at run time (fillTypeOf)
-    if (this.#graph) this.#graph.fill(buf, value, o);
-    else this.#enc!.fill(buf, value, o);
+    if (this.#graph) this.#graph.recordFill("GraphSession.fill", buf, value, o);
+    else this.#enc!.memset(buf, value, o, "GraphSession.fill");
     this.stats.fills++;
     return this;
   }

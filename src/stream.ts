@@ -242,10 +242,11 @@ export class Stream extends Resource {
     return ev;
   }
 
-  #sameDevice(call: string, b: Buffer | HostBuffer): void {
+  /** `b` (named `what`: "dst", "src" or "buffer" in messages) is live and of this stream's device. */
+  #sameDevice(call: string, b: Buffer | HostBuffer, what: string): void {
     if (b.device.handle !== this.device.handle)
-      invalid(call, `buffer is on ${b.device.spec}, stream on ${this.device.spec}`);
-    if (b.disposed) disposed(call, "buffer");
+      invalid(call, `${what} is on ${b.device.spec}, stream on ${this.device.spec}`);
+    if (b.disposed) disposed(call, what === "buffer" ? "buffer" : `${what} buffer`);
   }
 
   #range(call: string, what: string, len: number, off: number, bytes: number): void {
@@ -260,8 +261,8 @@ export class Stream extends Resource {
   /** Validate a copy's devices and ranges; returns [dstOffset, srcOffset, bytes]. */
   #copyRange(call: string, dst: Buffer | HostBuffer, src: Buffer | HostBuffer, opts: CopyOptions): [number, number, number] {
     opts = options(call, opts, COPY_KEYS);
-    this.#sameDevice(call, dst);
-    this.#sameDevice(call, src);
+    this.#sameDevice(call, dst, "dst");
+    this.#sameDevice(call, src, "src");
     const so = opts.srcOffset ?? 0, dO = opts.dstOffset ?? 0;
     const bytes = checkSize(call, "byte count", opts.bytes ?? src.byteLength - so);
     this.#range(call, "src", src.byteLength, so, bytes);
@@ -360,7 +361,7 @@ export class Stream extends Resource {
     this.handle; // a disposed stream is an error even for an empty range
     if (!(buf instanceof Buffer)) invalid(call, "expected a Buffer");
     opts = options(call, opts, FILL_KEYS);
-    this.#sameDevice(call, buf);
+    this.#sameDevice(call, buf, "buffer");
     const { pattern, size } = fillPattern(call, value, fillTypeOf(call, buf, value, opts.type));
     const off = opts.offset ?? 0;
     const bytes = checkSize(call, "byte count", opts.bytes ?? buf.byteLength - off);

@@ -128,6 +128,28 @@ describe("a launch names the call and args[i]", () => {
   });
 });
 
+describe("a disposed buffer is named by its argument, at the door the call came through", () => {
+  test("copies and fills at every door", () => {
+    const s = dev.createStream();
+    using a = dev.alloc(64);
+    const gone = dev.alloc(64);
+    gone.dispose();
+    expectGpuError(() => s.copy(a, gone), Status.INVALID_HANDLE, "Stream.copy: the src buffer was disposed");
+    expectGpuError(() => s.copy(gone, a), Status.INVALID_HANDLE, "Stream.copy: the dst buffer was disposed");
+    expectGpuError(() => a.copyTo(gone), Status.INVALID_HANDLE, "Buffer.copyTo: the dst buffer was disposed");
+    expectGpuError(() => gone.copyTo(a), Status.INVALID_HANDLE, "Buffer.copyTo: the buffer was disposed");
+    expectGpuError(() => new CommandEncoder(dev).copy(gone, a), Status.INVALID_HANDLE, "CommandEncoder.copy: the dst buffer was disposed");
+    expectGpuError(() => new ComputeGraph(dev).copy(a, gone), Status.INVALID_HANDLE, "ComputeGraph.copy: the src buffer was disposed");
+    expectGpuError(() => new ComputeGraph(dev).fill(gone, 0), Status.INVALID_HANDLE, "ComputeGraph.fill: the buffer was disposed");
+    const direct = new GraphExecutor(dev).begin(), recorded = new GraphExecutor(dev).beginRecorded();
+    for (const session of [direct, recorded]) {
+      expectGpuError(() => session.copy(a, gone), Status.INVALID_HANDLE, "GraphSession.copy: the src buffer was disposed");
+      expectGpuError(() => session.fill(gone, 0), Status.INVALID_HANDLE, "GraphSession.fill: the buffer was disposed");
+      session.dispose();
+    }
+  });
+});
+
 describe("a buffer disposed after its command was recorded is named by the command and argument", () => {
   test("an encoder's commit, a schedule's compile, an executable's run", () => {
     const s = dev.createStream();
