@@ -8,8 +8,10 @@
 // buffers make RSS a sawtooth up to the budget, and where a window catches it depends on how fast
 // a loaded machine runs the loop; memory that stays raises the whole second half.
 //
-//   bun run bench/soak.ts                       # 180 s, windows of 10 s, warm-up 60 s
-//   bun run bench/soak.ts --seconds 10 --every 1 --warmup 4 --json   # what test/soak.test.ts runs
+//   bun run bench/soak.ts     # 180 s, windows of 10 s, warm-up 60 s, budget 64 MiB, margin 32 MiB
+//   bun run bench/soak.ts --seconds 10 --every 1 --warmup 4 --budget 16 --margin 48 --json
+//                             # what test/soak.test.ts runs
+//   --only plans | --only buffers: half of the work, to tell which half grows
 //
 // Every plan's answer is checked (one output element against float64), so a soak that stays
 // flat by doing nothing fails. Not a bench file of `bun run bench` (no `.bench.ts`).
@@ -29,7 +31,6 @@ const warmup = flag("warmup", Math.min(60, seconds / 3));
 const margin = flag("margin", 32) * MiB;
 const budget = flag("budget", 64); // MiB: the sawtooth of forgotten buffers stays this tall
 const json = process.argv.includes("--json");
-// --only plans | --only buffers: one half of the work, to tell which one grows
 const only = process.argv.includes("--only") ? process.argv[process.argv.indexOf("--only") + 1] : undefined;
 if (only !== undefined && only !== "plans" && only !== "buffers") throw new Error(`--only wants plans or buffers, got ${only}`);
 
