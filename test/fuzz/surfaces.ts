@@ -378,6 +378,8 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
         if (p && !p.dead) cases.push([`${p.name}.trim(-5)`, () => p.pool.trim(-5), Status.INVALID_VALUE]);
         const x = pbufs[ww(4) % pbufs.length];
         if (x?.live && x.bytes > 1) cases.push([`${x.name}.view(0, 1).free(ps0)`, () => x.b.view(0, 1).free(s), Status.INVALID_VALUE]);
+        if (x?.live) cases.push([`${x.name}.free(dev1.defaultStream) /* another device's stream */`, () => x.b.free(devs[1]!.defaultStream), Status.INVALID_VALUE]);
+        cases.push(["ps0.alloc(2 ** 50)", () => s.alloc(2 ** 50), Status.OUT_OF_MEMORY]);
         const [src, f, code] = cases[ww(2) % cases.length]!;
         expectCode(call(() => src, "err", f), [code], src);
       }
