@@ -270,6 +270,8 @@ describe("constant weights are the plan's own, not inputs (issue 25 item 5)", ()
     await expect(plan.run({ x: xs, w2: w2d } as never)).rejects.toMatchObject({ code: Status.INVALID_VALUE });
     await expect(plan.run([xs, w1d])).rejects.toThrow("2 inputs given, the plan has 1");
     expect(() => plan.setWeights({ w1: w1d })).toThrow("constant");
+    expect(() => plan.bufferMutById(w1.id)).toThrow("w1, a constant of the plan");
+    expect(plan.bufferMutById(x.id)).toBe(plan.buffer(x.id)); // an input's is the caller's to write
     // and after all that, the plan still computes the same
     expect([...(await plan.run({ x: xs })).y]).toEqual([...byName.y]);
   });

@@ -314,9 +314,15 @@ export class ExecutionPlan<O extends string = string, I extends string = string>
     const i = this.#astToBuf.get(astId);
     return i === undefined ? undefined : this.#mem[i] ?? undefined;
   }
-  /** The buffer of AST node `astId`, to write new input data into. */
+  /**
+   * The buffer of AST node `astId`, to write new input data into. A constant's is refused
+   * (INVALID_VALUE): the plans prepared with it share it, and none expects it to change.
+   */
   bufferMutById(astId: number): Buffer | undefined {
-    this.#idle("ExecutionPlan.bufferMutById");
+    const call = "ExecutionPlan.bufferMutById";
+    this.#idle(call);
+    const i = this.#astToBuf.get(astId);
+    if (i !== undefined && this.#constant[i]) invalid(call, `node ${astId} is ${this.#inputNames[i]}, a constant of the plan (shared by the plans prepared with it): prepare without it as a constant to write it`);
     return this.buffer(astId);
   }
   buffers(): Buffer[] {
