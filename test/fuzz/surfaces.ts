@@ -1097,11 +1097,20 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
       S.model.set(data, off);
       sharedCheck(S, S.opens[0]!, "after the exporter wrote");
     } else if (op <= 5) {
-      // an altered handle: refused with the code the shim uses, never opened; the genuine one still works
+      // an altered handle: refused with the code the shim uses, never opened; the genuine one still
+      // works, opened before it or (every other time) only after it
+      const fresh = w[6]! % 2 === 0;
+      if (fresh) for (const b of S.opens.splice(0)) call(() => `${S.name}.dispose()`, "ok", () => b.dispose());
       const a = alter(S.handle, w.slice(4));
       const r = call(() => `dev0.openSharedBuffer(${S.name}Handle /* ${a.how} */)`, "err", () => d0.openSharedBuffer(a.h as string));
       expectCode(r, a.codes, `an altered handle (${a.how})`);
       if (w[6]! % 3 === 0) expectCode(call(() => `dev0.openSharedEvent(${S.name}Handle /* a buffer's handle */)`, "err", () => d0.openSharedEvent(S.handle)), [Status.INVALID_VALUE], "a buffer's handle opened as an event");
+      if (fresh) {
+        const g = call(() => `const ${S.name} = dev0.openSharedBuffer(${S.name}Handle) /* after the altered one */`, "ok", () => d0.openSharedBuffer(S.handle));
+        if (!g.ok) return;
+        if (g.v.byteLength !== S.size) fail("ipc", `${S.name} opened after an altered handle (${a.how}) as ${g.v.byteLength} bytes; the exporter allocated ${S.size}`);
+        S.opens.push(g.v);
+      }
       sharedCheck(S, S.opens[0]!, `after an altered handle (${a.how}) was refused`);
     } else if (op === 6) {
       // close one open (the mapping stays while another is open)
