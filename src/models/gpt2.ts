@@ -489,7 +489,6 @@ export class GPT2 {
    */
   generate(prompt: readonly number[], opts: number | GenerateOptions): Generation {
     const { o, n, stop, rnd } = generationSetup("GPT2.generate", this.config, prompt, opts, this.config.nCtx);
-    const V = this.config.vocabSize;
     const T = prompt.length;
     const t0 = performance.now();
     let logits: Float32Array = this.promptLast(prompt);
