@@ -543,23 +543,52 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
     const priv = w[0]! % 3 === 0;
     const grouped = p.kind === "ring" || w[5]! % 2 === 0;
     const mode = w[6]! % 8; // 0: a buffer disposed after its call, 1: a communicator disposed mid-group, 2: a bad call (alone or ending a group), 3: in place
-    const inPlace = mode === 3 && p.kind === "allReduce";
-    // buffers: recv with a tail that must stay untouched
+    // in place (NCCL's rules): all-reduce send === recv; broadcast and reduce at the root send ===
+    // recv; all-gather send = recv's own slice; reduce-scatter recv = send's own slice
+    const inPlace = mode === 3 && p.kind !== "ring";
+    const es = CTYPED[p.dtype].BYTES_PER_ELEMENT, c1 = p.count * es;
+    // buffers: recv with a tail that must stay untouched. Per rank, the buffer read back after
+    // (`checkB`: recv, or the whole buffer a slice of which is in place) and what it held before
     const tails = ex.recvBytes.map((_, r) => (w[4]! + r) % 9);
-    const sendB: (Buffer | null)[] = [], recvB: (Buffer | null)[] = [];
+    const sendB: (Buffer | null)[] = [], recvB: (Buffer | null)[] = [], checkB: (Buffer | null)[] = [], before: Uint8Array[] = [], after: (Uint8Array | null)[] = [];
     for (let r = 0; r < n; r++) {
       const d = cs.devs[r]!;
       const s = ex.send[r];
-      const sb = s ? d.alloc(s.length) : null;
-      if (sb) sb.write(s!);
-      let rb: Buffer | null = null;
-      if (inPlace) rb = sb;
-      else if (p.kind !== "reduce" || r === p.root || w[3]! % 2) {
-        rb = d.alloc(ex.recvBytes[r]! + tails[r]!);
-        rb.fill(TAIL, { type: "u8" });
+      let sb: Buffer | null = null, rb: Buffer | null = null, ck: Buffer | null = null;
+      let init = new Uint8Array(0), fin: Uint8Array | null = null;
+      const whole = (b: Buffer, bytes: Uint8Array) => {
+        b.write(bytes);
+        init = bytes.slice();
+        return b;
+      };
+      if (inPlace && p.kind === "allGather") {
+        const all = new Uint8Array(n * c1 + tails[r]!).fill(TAIL);
+        all.set(s!, r * c1);
+        ck = rb = whole(d.alloc(all.length), all);
+        sb = rb.view(r * c1, c1);
+        fin = init.slice();
+        fin.set(ex.want[r]!);
+      } else if (inPlace && p.kind === "reduceScatter") {
+        ck = sb = whole(d.alloc(s!.length), s!);
+        rb = sb.view(r * c1, c1);
+        fin = init.slice();
+        fin.set(ex.want[r]!, r * c1);
+      } else if (inPlace && (p.kind === "allReduce" || r === p.root)) {
+        ck = rb = sb = whole(d.alloc(s!.length), s!);
+        fin = ex.want[r]!;
+      } else {
+        if (s) sb = d.alloc(s.length).write(s);
+        if (p.kind !== "reduce" || r === p.root || w[3]! % 2) {
+          ck = rb = whole(d.alloc(ex.recvBytes[r]! + tails[r]!), new Uint8Array(ex.recvBytes[r]! + tails[r]!).fill(TAIL));
+          fin = init.slice();
+          if (ex.want[r]) fin.set(ex.want[r]!);
+        }
       }
       sendB.push(sb);
       recvB.push(rb);
+      checkB.push(ck);
+      before.push(init);
+      after.push(fin);
     }
     const streams = cs.devs.map((d) => streamFor(d, priv));
     const order = Array.from({ length: n }, (_, i) => i);
@@ -626,20 +655,15 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
     for (let r = 0; r < n; r++) if (r !== disposedDev) call(() => `${cs.name}[${r}] stream.synchronize()`, "ok", () => streams[r]!.synchronize());
     if (disposedComm < 0 && mode !== 2) for (const cm of cs.comms) call(() => `${cs.name}[${cm.rank}].check()`, "ok", () => cm.check());
     for (let r = 0; r < n; r++) {
-      const rb = recvB[r];
-      if (!rb || rb.disposed || r === disposedRecv || r === disposedDev) continue;
-      const got = call(() => `${cs.name}[${r}] recv.read()`, "ok", () => rb.read(Uint8Array) as Uint8Array);
+      const ck = checkB[r];
+      if (!ck || ck.disposed || r === disposedRecv || r === disposedDev) continue;
+      const got = call(() => `${cs.name}[${r}] ${ck === recvB[r] ? "recv" : "send"}.read()`, "ok", () => ck.read(Uint8Array) as Uint8Array);
       if (!got.ok) continue;
-      const want = new Uint8Array(rb.byteLength);
-      if (inPlace) want.set(ex.want[r]!);
-      else {
-        want.fill(TAIL);
-        if (mode !== 2 && ex.want[r]) want.set(ex.want[r]!);
-      }
+      const want = mode === 2 ? before[r]! : after[r]!;
       const at = sameBytes(got.v, want);
-      if (at >= 0) fail("collective", `${src}${mode === 2 ? " (refused: nothing may run)" : ""}${mode === 0 ? ` (rank ${w[3]! % n}'s ${disposedRecv >= 0 ? "recv" : "send"} buffer disposed after its call)` : mode === 1 ? ` (rank ${disposedComm}'s ${disposedDev >= 0 ? "device" : "communicator"} disposed mid-group)` : ""}: rank ${r} recv byte ${at} is ${got.v[at]}, want ${want[at]} (got ${hex(got.v)}, want ${hex(want)})`);
+      if (at >= 0) fail("collective", `${src}${mode === 2 ? " (refused: nothing may run)" : ""}${mode === 0 ? ` (rank ${w[3]! % n}'s ${disposedRecv >= 0 ? "recv" : "send"} buffer disposed after its call)` : mode === 1 ? ` (rank ${disposedComm}'s ${disposedDev >= 0 ? "device" : "communicator"} disposed mid-group)` : ""}: rank ${r} ${ck === recvB[r] ? "recv" : "send"} byte ${at} is ${got.v[at]}, want ${want[at]} (got ${hex(got.v)}, want ${hex(want)})`);
     }
-    for (const b of [...sendB, ...recvB]) b?.dispose();
+    for (const b of [...sendB, ...recvB]) if (b && !b.isView) b.dispose();
     if (disposedComm >= 0) {
       for (const cm of cs.comms) cm.dispose();
       cset = null;
