@@ -269,14 +269,14 @@ export class CommandList {
    * ArgsOf<NoInfer<Signature>> as an object that no array satisfies, so they come through here.
    */
   launchArgs(kernel: Kernel, cfg: Omit<LaunchOptions, "args"> & { args: readonly ArgValue[] }, call = "CommandList.launch"): this {
-    return this.launch(kernel, cfg as LaunchOptions, call);
+    return this.launch(kernel, cfg as LaunchOptions, call, null); // built by the package: its keys are known
   }
 
   /**
    * Append a kernel launch: checked by ./launch as Kernel.launch is (under `call`'s name, its
    * config's keys against `known`: a door with more keys passes its own), no FFI crossing.
    */
-  launch<S extends Signature>(kernel: Kernel<S>, cfg: LaunchOptions<NoInfer<S>>, call = "CommandList.launch", known: LaunchKeys = LAUNCH_KEYS): this {
+  launch<S extends Signature>(kernel: Kernel<S>, cfg: LaunchOptions<NoInfer<S>>, call = "CommandList.launch", known: LaunchKeys | null = LAUNCH_KEYS): this {
     if (kernel !== this.#kernel || this.#kernel === null) this.#useKernel(call, kernel);
     const m = this.#module!;
     if (m.disposed) kernel.handle; // throws: its module or device is gone
@@ -628,7 +628,7 @@ export class CommandList {
    */
   patchLaunch(call: string, argOffset: number, kernel: Kernel, cfg: LaunchOptions): void {
     const w = this.#launchAt(call, argOffset, kernel);
-    const g = checkGeometry(call, kernel, cfg);
+    const g = checkGeometry(call, kernel, cfg, null); // @internal callers build cfg themselves
     const gx = g[0]!, gy = g[1]!, gz = g[2]!, bx = g[3]!, by = g[4]!, bz = g[5]!, shared = g[6]!;
     checkArgs(call, kernel, cfg.args);
     const u32 = this.#u32, src = CHECK_AREA.u32, a = argOffset >>> 2;

@@ -123,10 +123,11 @@ const AXES = ["x", "y", "z"] as const;
  */
 export const GEO = new Uint32Array(7);
 
-export function checkGeometry(call: string, k: LaunchTarget, cfg: Omit<LaunchConfig, "args">, known: LaunchKeys = LAUNCH_KEYS): Uint32Array {
+export function checkGeometry(call: string, k: LaunchTarget, cfg: Omit<LaunchConfig, "args">, known: LaunchKeys | null = LAUNCH_KEYS): Uint32Array {
   if (cfg !== null && typeof cfg === "object") {
-    // Every key known (a for-in over a literal's few keys: no allocation, ~10 ns a launch).
-    for (const key in cfg) if (known[key] !== true) unknownOption(call, key, Object.keys(known), `${k.name}: `);
+    // Every key known (a for-in over a literal's few keys: no allocation, 10-20 ns a launch);
+    // null: a config the package built itself (a Step's lowering, a plan's list), not looked at.
+    if (known !== null) for (const key in cfg) if (known[key] !== true) unknownOption(call, key, Object.keys(known), `${k.name}: `);
     // The common launch (numbers, no shared memory) in a few comparisons; anything else below.
     const g = cfg.grid, b = cfg.block, L = k.launchLimits;
     if (typeof g === "number" && typeof b === "number" && cfg.sharedBytes === undefined &&
