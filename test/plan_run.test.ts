@@ -1,7 +1,8 @@
 // ExecutionPlan.run: inputs in, outputs out, safe under any number of concurrent callers; and
 // execute/executeAsync never interleave (they refuse with "plan busy" instead).
 import { afterAll, describe, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Device, ExecMode, GpuError, Status, Tensor, Variable, memoryStats } from "../src";
 
@@ -288,6 +289,28 @@ describe("constant weights are the plan's own, not inputs (issue 25 item 5)", ()
     p.runSync({ input0: one })["output0"]!.forEach((v, h) => expect(v).toBeCloseTo(want[h]!, 5));
     q.runSync([one])[0]!.forEach((v, h) => expect(v).toBeCloseTo(Math.max(want[h]!, 0), 5));
     expect(() => Tensor.from(w1d, [IN, HID], { constant: "yes" as never })).toThrow('constant must be a boolean, got the string "yes"');
+  });
+
+  test("a checkpoint's tensors, loaded with fromSafetensors(path, { constant: true }), are constants", () => {
+    const dir = mkdtempSync(join(tmpdir(), "bungpu-const-"));
+    try {
+      const path = join(dir, "w.safetensors");
+      Tensor.toSafetensors(path, { w1: Tensor.from(w1d, [IN, HID]), b1: Tensor.from(b1d, [HID]) });
+      const w = Tensor.fromSafetensors(path, { constant: true });
+      const x = Tensor.from(new Float32Array(B * IN), [B, IN], { name: "x" });
+      using plan = x.matmul(w["w1"]!).add(w["b1"]!).prepare({ device: dev, inputNames: ["x"] });
+      const want = Array.from({ length: B * HID }, (_, k) => {
+        const r = Math.floor(k / HID), h = k % HID;
+        return b1d[h]! + Array.from({ length: IN }, (_, i) => xs[r * IN + i]! * w1d[i * HID + h]!).reduce((p, q) => p + q, 0);
+      });
+      plan.runSync({ x: xs })["output0"]!.forEach((v, k) => expect(v).toBeCloseTo(want[k]!, 4));
+      expect(() => plan.runSync({ x: xs, w1: w1d } as never)).toThrow('"w1" is one of the plan\'s constants');
+      const loaded = Tensor.fromSafetensors(path); // without the option they are inputs, named by their keys
+      using open = x.matmul(loaded["w1"]!).add(loaded["b1"]!).prepare({ device: dev });
+      expect(open.inputNames).toEqual(["x", "w1", "b1"]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   test("a batched plan's inputs are its real inputs", async () => {

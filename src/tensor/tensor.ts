@@ -45,7 +45,7 @@ const FROM_KEYS: OptionKeys<FromOptions> = { dtype: true, name: true, constant: 
 const DTYPE_KEYS: OptionKeys<{ dtype?: DType }> = { dtype: true };
 const SEED_KEYS: OptionKeys<{ seed?: number | undefined }> = { seed: true };
 const RAND_LIKE_KEYS: OptionKeys<{ seed?: number | undefined; dtype?: DType | undefined }> = { seed: true, dtype: true };
-const FROM_SAFETENSORS_KEYS: OptionKeys<{ device?: Device }> = { device: true };
+const FROM_SAFETENSORS_KEYS: OptionKeys<{ device?: Device; constant?: boolean | undefined }> = { device: true, constant: true };
 const CROSS_ENTROPY_KEYS: OptionKeys<{ reduction?: "none" | "sum" | "mean"; labelSmoothing?: number }> = { reduction: true, labelSmoothing: true };
 const CONV_KEYS: OptionKeys<Conv2dOptions> = { stride: true, padding: true, dilation: true, groups: true };
 const CONV_T_KEYS: OptionKeys<ConvTranspose2dOptions> = { ...CONV_KEYS, outputPadding: true };
@@ -331,11 +331,15 @@ export class Tensor {
    * tensor is read straight into a buffer of that device, its data array a view of it: preparing
    * with it as a constant (`prepare({ constants })`) then copies nothing, so a checkpoint takes
    * its own size in memory, not twice it. Elsewhere the option changes nothing.
+   *
+   * With `{ constant: true }` every tensor is a constant of the plans it is prepared into, as
+   * `Tensor.from(…, { constant: true })` makes one: weights the plans hold as their own, not inputs.
    */
-  static fromSafetensors(path: string, opts: { device?: Device } = {}): Record<string, Tensor> {
+  static fromSafetensors(path: string, opts: { device?: Device; constant?: boolean | undefined } = {}): Record<string, Tensor> {
     const call = "Tensor.fromSafetensors";
-    const { device } = options(call, opts, FROM_SAFETENSORS_KEYS);
+    const { device, constant } = options(call, opts, FROM_SAFETENSORS_KEYS);
     if (device !== undefined && !(device instanceof Device)) invalid(call, `device must be a Device, got ${describeGot(device)}`);
+    if (constant !== undefined && typeof constant !== "boolean") invalid(call, `constant must be a boolean, got ${describeGot(constant)}`);
     const reader = device ? deviceReader(device) : null;
     const out: Record<string, Tensor> = {};
     try {
@@ -344,6 +348,7 @@ export class Tensor {
         reader?.keep(e.data);
         const node = new LazyNode({ op: "buffer", data: e.data }, e.dtype, [...e.shape]);
         inputNames.set(node, name);
+        if (constant) constantData.add(node);
         own(out, name, new Tensor(node)); // a tensor named __proto__ is a tensor, not the record's prototype
       }
     } finally {
