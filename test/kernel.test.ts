@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Device, Program, Status, compileStats } from "../src";
@@ -155,6 +155,39 @@ describe("the compile cache", () => {
     rmSync(join(kdir, libs[0]!.replace(/\.(so|dylib)$/, ".json")));
     expect(run()).toEqual([2, 4, 6, 8]);
     expect(compileStats.compilerRuns).toBe(runs0 + 2);
+  });
+
+  test("entries swapped between two keys (each library with its own record) are rebuilt, not run as the other kernel", () => {
+    // found by the fuzzer's cache damage: records named no key, so a swapped pair passed their
+    // size and hash checks and each key ran the other's code
+    process.env.BUNGPU_CACHE_DIR = dir;
+    const kdir = join(dir, "kernels", "cpu");
+    const scale = (k: number) => `#include "bungpu_cpu.h"\n/* ${Math.random()} */\nBG_KERNEL(scale) {\n  float* x = BG_ARG(0, float*);\n  BG_FOR_BLOCKS { BG_FOR_THREADS { x[threadIdx.x] *= ${k}.0f; } }\n}\n`;
+    const [s3, s5] = [scale(3), scale(5)];
+    const runScale = (source: string) => {
+      const m = Program.compile(dev, source);
+      using X = dev.alloc(8).write(new Float32Array([1, 2]));
+      m.kernel("scale", ["buffer"]).launch(s, { grid: 1, block: 2, args: [X] });
+      s.synchronize();
+      m.dispose();
+      return [...X.read(Float32Array)];
+    };
+    const before = new Set(existsSync(kdir) ? readdirSync(kdir) : []);
+    expect(runScale(s3)).toEqual([3, 6]);
+    const k3 = readdirSync(kdir).filter((f) => !before.has(f));
+    expect(runScale(s5)).toEqual([5, 10]);
+    const k5 = readdirSync(kdir).filter((f) => !before.has(f) && !k3.includes(f));
+    const base = (fs: string[]) => fs.find((f) => f.endsWith(".json"))!.replace(/\.json$/, "");
+    const [a, b] = [base(k3), base(k5)];
+    for (const ext of [".json", ...k3.filter((f) => !f.endsWith(".json")).map((f) => f.slice(a.length))]) {
+      renameSync(join(kdir, a + ext), join(kdir, "swap"));
+      renameSync(join(kdir, b + ext), join(kdir, a + ext));
+      renameSync(join(kdir, "swap"), join(kdir, b + ext));
+    }
+    const bad0 = compileStats.rebuiltCorrupt;
+    expect(runScale(s3)).toEqual([3, 6]); // was [5, 10]
+    expect(runScale(s5)).toEqual([5, 10]);
+    expect(compileStats.rebuiltCorrupt).toBe(bad0 + 2);
   });
 
   test("a compile error throws COMPILE with the compiler's log and the line", () => {

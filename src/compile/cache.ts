@@ -1,6 +1,7 @@
 // The on-disk kernel cache under the per-user cache folder: one folder per backend, artifacts
 // keyed by a hash of source, options, device and compiler. Artifacts are written atomically and
-// checked against their recorded hash before use, so a corrupt entry is rebuilt, never trusted.
+// checked against their record (size, hash, and the key it was built for) before use, so a
+// corrupt or misplaced entry is rebuilt, never trusted.
 // A write fault (read-only, full, something in the way) moves the process to a private folder
 // (ffi/load.ts cacheWrite): the kernel is still built and used, only not cached.
 import { existsSync, readFileSync, rmSync } from "node:fs";
@@ -32,6 +33,8 @@ interface Meta {
   sha256: string;
   bytes: number;
   compiler: string;
+  /** The key the artifact was built for: a record beside another key's file is not its record. */
+  key: string;
 }
 
 /** The kernel cache folder of `backend` (made if missing; after a write fault, the process's private one). */
@@ -52,7 +55,9 @@ export function cached(backend: string, key: string, ext: string): string | null
   try {
     const meta = JSON.parse(readFileSync(metaPath, "utf8")) as Meta;
     const data = readFileSync(art);
-    if (data.byteLength === meta.bytes && sha256(data) === meta.sha256) return art;
+    // the record must be this key's: entries swapped or copied under another key's name (their
+    // own size and hash intact) would run another kernel's code
+    if (meta.key === key && data.byteLength === meta.bytes && sha256(data) === meta.sha256) return art;
   } catch {
     /* unreadable (a folder in its place, say): treated as corrupt */
   }
@@ -78,7 +83,7 @@ export function store(backend: string, key: string, ext: string, built: string, 
 
 /** store() for an artifact in memory. */
 export function storeData(backend: string, key: string, ext: string, data: Uint8Array, compiler: string): string {
-  const meta: Meta = { sha256: sha256(data), bytes: data.byteLength, compiler };
+  const meta: Meta = { sha256: sha256(data), bytes: data.byteLength, compiler, key };
   return cacheWrite(() => {
     const dir = cacheDir(backend);
     const art = join(dir, `${key}.${ext}`);

@@ -8,7 +8,7 @@
 // genuine and altered, and a communicator across the two processes; and cache damage (each case
 // a subprocess, test/fuzz/cache_child.ts, over a private BUNGPU_CACHE_DIR the driver damages).
 // Every case checks values read back against its model, or the exact GpuError code.
-import { chmodSync, closeSync, constants, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync, truncateSync, writeFileSync, writeSync } from "node:fs";
+import { chmodSync, closeSync, constants, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readSync, renameSync, rmSync, statSync, truncateSync, writeFileSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
 import {
@@ -1325,9 +1325,25 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
       }
     });
     const dirs = all.filter((p) => !files.includes(p));
-    const kind = w[0]! % 9;
+    const kind = w[0]! % 10;
     const f = files.length ? pick(files, w[1]!) : null;
     const rel = (p: string) => p.slice(cachePlace!.cache.length + 1);
+    if (kind === 9) {
+      // two entries swapped, each with its own record (sizes and hashes intact): a kernel's
+      // library and .json, or two plans
+      const kdir = join(cachePlace!.cache, "kernels", "cpu"), pdir = join(cachePlace!.cache, "plans");
+      const bases = (d: string, ext: string) => files.filter((p) => dirname(p) === d && p.endsWith(ext)).map((p) => p.slice(0, -ext.length));
+      const plans = w[2]! % 2 === 0;
+      const b = plans ? bases(pdir, ".json") : bases(kdir, ".json").filter((x) => files.includes(`${x}.so`));
+      if (b.length < 2) return "nothing to swap yet";
+      const i = w[3]! % b.length, j = (i + 1 + (w[4]! % (b.length - 1))) % b.length;
+      for (const ext of plans ? [".json"] : [".json", ".so"]) {
+        renameSync(b[i]! + ext, join(dirname(b[i]!), "swap.tmp"));
+        renameSync(b[j]! + ext, b[i]! + ext);
+        renameSync(join(dirname(b[i]!), "swap.tmp"), b[j]! + ext);
+      }
+      return `${rel(b[i]!)} and ${basename(b[j]!)} swapped (${plans ? "plans" : "libraries with their records"})`;
+    }
     try {
       switch (kind) {
         case 0: if (f) { truncateSync(f, w[2]! % Math.max(1, statSync(f).size)); return `${rel(f)} truncated`; } break;
