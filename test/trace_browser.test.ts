@@ -10,12 +10,15 @@
 // Chromium is found as BUNGPU_CHROMIUM or on PATH (chromium, chromium-browser, google-chrome); where
 // there is none the tests are skipped and their names say so (Debian: apt-get install -y chromium).
 import { afterAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Tensor, trace, type Trace } from "../src";
 
 const root = join(import.meta.dir, "..");
+// .ci/run installs Chromium beside the suite and marks it pending: wait (up to 4 minutes) for it.
+const pending = process.env["BUNGPU_CHROMIUM_PENDING"];
+for (let waited = 0; pending && existsSync(pending) && waited < 240_000; waited += 500) await Bun.sleep(500);
 const chromium = process.env["BUNGPU_CHROMIUM"] || ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable"].map((n) => Bun.which(n)).find((p) => p);
 const NO_BROWSER = "skipped: no Chromium here (apt-get install -y chromium, or set BUNGPU_CHROMIUM to a Chrome or Chromium binary)";
 const tmp = mkdtempSync(join(tmpdir(), "bungpu-browser-"));
