@@ -16,6 +16,7 @@ import { ExecutionPlan, Tensor } from "../src/tensor";
 import { Ring } from "../src/ring";
 import { expectGpuError } from "./helpers";
 import { kernelSources } from "./kernels";
+import { demoTrace } from "./fixtures/demo_trace";
 
 const root = join(import.meta.dir, "..");
 const dev = Device.default(); // BUNGPU_DEVICE picks the backend; the CPU one where there is no GPU
@@ -337,23 +338,15 @@ describe("off costs nothing; one trace at a time", () => {
 });
 
 describe("BUNGPU_TRACE and the SVG timeline", () => {
-  const file = join(tmp, "demo.json");
   let demo: Trace | null = null;
 
   test("BUNGPU_TRACE=file: the demo, run in a subprocess, writes a trace with one lane per stream it used", async () => {
-    const proc = Bun.spawn(["bun", "examples/demo.ts"], {
-      cwd: root,
-      env: { ...process.env, BUNGPU_DEVICE: "cpu", BUNGPU_TRACE: file, BUNGPU_DEMO_MS: "1", BUNGPU_DEMO_TENSOR_MS: "1" },
-      stdout: "pipe",
-      stderr: "pipe",
-    });
-    const timer = setTimeout(() => proc.kill(9), 150_000);
-    const [out, err, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
-    clearTimeout(timer);
+    const { trace: written, out, err, code } = await demoTrace();
     if (code !== 0) console.error(out.slice(-2000), err.slice(-2000));
     expect(code).toBe(0);
     expect(out).toContain("PASS: all checks");
-    demo = JSON.parse(readFileSync(file, "utf8")) as Trace;
+    expect(written).not.toBeNull();
+    demo = written!;
     const t = demo;
     const lanes = t.otherData.lanes;
     const declared = t.traceEvents.filter((e) => e.ph === "M" && e.name === "thread_name" && e.pid !== 0);

@@ -14,6 +14,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "no
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Tensor, trace, type Trace } from "../src";
+import { demoTrace } from "./fixtures/demo_trace";
 
 const root = join(import.meta.dir, "..");
 // .ci/run installs Chromium beside the suite and marks it pending: wait (up to 4 minutes) for it.
@@ -133,20 +134,11 @@ async function render(svgs: string[]): Promise<Seen[]> {
   return JSON.parse(text) as Seen[];
 }
 
-/** The demo run under BUNGPU_TRACE in a subprocess: its trace. */
-async function demoTrace(): Promise<Trace> {
-  const file = join(tmp, "demo.json");
-  const proc = Bun.spawn(["bun", "examples/demo.ts"], {
-    cwd: root,
-    env: { ...process.env, BUNGPU_DEVICE: "cpu", BUNGPU_TRACE: file, BUNGPU_DEMO_MS: "1", BUNGPU_DEMO_TENSOR_MS: "1" },
-    stdout: "pipe",
-    stderr: "pipe",
-  });
-  const timer = setTimeout(() => proc.kill(9), 150_000);
-  const [out, err, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
-  clearTimeout(timer);
-  if (code !== 0) throw new Error(`the demo exited ${code}: ${out.slice(-1000)} ${err.slice(-1000)}`);
-  return JSON.parse(readFileSync(file, "utf8")) as Trace;
+/** The demo run under BUNGPU_TRACE in a subprocess (once for the suite: test/fixtures/demo_trace.ts): its trace. */
+async function demoTraceOf(): Promise<Trace> {
+  const { trace, out, err, code } = await demoTrace();
+  if (code !== 0 || !trace) throw new Error(`the demo exited ${code}: ${out.slice(-1000)} ${err.slice(-1000)}`);
+  return trace;
 }
 
 /** plan.run traced here: three awaited one after another (the caller working 2 ms between two), then two together. */
@@ -176,7 +168,7 @@ describe(`the timeline in a headless browser${chromium ? "" : ` (${NO_BROWSER})`
   const whenBrowser = test.skipIf(!chromium);
 
   whenBrowser("Chromium renders the demo's timeline and a traced plan.run's without parse or script errors; each SVG file loads as an image", async () => {
-    [demo, runs] = [await demoTrace(), await runsTrace()];
+    [demo, runs] = [await demoTraceOf(), await runsTrace()];
     seen = await render([
       trace.toSVG(demo, { startAt: "event wait", length: 3, title: "the demo's first MultiStream(2) run" }),
       trace.toSVG(runs, { title: "five plan.run calls" }),
