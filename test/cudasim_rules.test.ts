@@ -99,4 +99,20 @@ describe.skipIf(skip)(`CUDA driver simulator rules${skip ? ` (skipped: ${!rtc.ok
     expect(r.second.message).toContain("one executable graph of such a graph at a time");
     expect(r.again).toBe("ok");
   }, 120_000);
+
+  test("two simulated devices: peer copies after a cross-device event, a kernel reaching the peer's memory with peer access and the peer's pool with pool access, a fault without", () => {
+    const r = run("peer", { CUDASIM_DEVICES: "2" });
+    expect(r.thrown).toBeUndefined();
+    expect(r.devices).toEqual(["cuda:0", "cuda:1"]);
+    expect(r.canAccess).toBe(true);
+    expect(r.copyPath).toBe("peer");
+    expect(r.copied).toBe("right");
+    expect(r.plain).toBe("right"); // cuMemAlloc memory: peer access suffices
+    // stream-ordered memory: peer access does not extend to pools; the backend grants cuda:1
+    // access to cuda:0's default pool when peer access is enabled (before it did not, and this
+    // read faulted with 700 on the simulator, as it would on a GPU)
+    expect(r.pooled).toBe("right");
+    expect(r.withoutAccess.code).toBe(700);
+    expect(r.withoutAccess.message).toContain("without peer access");
+  }, 120_000);
 });

@@ -224,7 +224,8 @@ static int32_t check_driver_clash(const char* name) {
 
 /* Compile `src` for the device:
  *  - CUBIN for the device's own sm_XY when want_cubin (what Program.compile asks for): a CUBIN
- *    never meets the driver's PTX ISA limit, so a newer NVRTC than the driver still works. When
+ *    never meets the driver's PTX ISA limit, so a newer NVRTC of the driver's CUDA major still
+ *    works (minor version compatibility; a newer major is refused, check_driver_clash). When
  *    this NVRTC does not know sm_XY (older than the GPU) it falls back to PTX for the newest
  *    architecture it knows, which the driver JIT-compiles. A caller's own --gpu-architecture is
  *    kept: compute_XY gives PTX, sm_XY a CUBIN.

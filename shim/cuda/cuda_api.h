@@ -132,6 +132,18 @@ typedef struct bgcu_mempool_props {
 #define BGCU_POOLPROPS bgcu_mempool_props
 #endif
 
+/* CUmemAccessDesc_v1: a device's access to a pool's memory (cuMemPoolSetAccess). */
+typedef struct bgcu_mem_access_desc {
+  struct {
+    bgcu_enum type; /* CUmemLocationType */
+    int id;
+  } location;
+  bgcu_enum flags; /* CUmemAccess_flags */
+} bgcu_mem_access_desc;
+#ifndef BGCU_ACCESSDESC
+#define BGCU_ACCESSDESC bgcu_mem_access_desc
+#endif
+
 /* CUipcMemHandle_v1 and CUipcEventHandle_v1: CU_IPC_HANDLE_SIZE opaque bytes, passed by value to
  * the open calls. The check file sets BGCU_IPCMEM / BGCU_IPCEVENT to the real structs. */
 typedef struct bgcu_ipc_handle {
@@ -205,6 +217,8 @@ typedef struct bgcu_ipc_handle {
   X(CU_MEM_ALLOCATION_TYPE_PINNED, 1)                                                              \
   X(CU_MEM_HANDLE_TYPE_NONE, 0)                                                                    \
   X(CU_MEM_LOCATION_TYPE_DEVICE, 1)                                                                \
+  X(CU_MEM_ACCESS_FLAGS_PROT_NONE, 0)                                                              \
+  X(CU_MEM_ACCESS_FLAGS_PROT_READWRITE, 3)                                                         \
   X(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, 4)                                                          \
   X(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, 5)                                                       \
   X(CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, 6)                                                          \
@@ -340,6 +354,7 @@ enum { BGCU_CONSTANTS(BGCU_DECLARE_CONSTANT) BGNVRTC_CONSTANTS(BGCU_DECLARE_CONS
      bgcu_event e))                                                                                \
   X(bgcu_result, cuDeviceGetDefaultMemPool, (bgcu_mempool * pool, bgcu_device dev))                \
   X(bgcu_result, cuMemPoolCreate, (bgcu_mempool * pool, const BGCU_POOLPROPS* props))              \
+  X(bgcu_result, cuMemPoolSetAccess, (bgcu_mempool pool, const BGCU_ACCESSDESC* map, size_t count)) \
   X(bgcu_result, cuMemPoolDestroy, (bgcu_mempool pool))                                            \
   X(bgcu_result, cuMemPoolSetAttribute, (bgcu_mempool pool, bgcu_enum attr, void* value))          \
   X(bgcu_result, cuMemPoolGetAttribute, (bgcu_mempool pool, bgcu_enum attr, void* value))          \

@@ -6,7 +6,7 @@
  */
 #include "cuda_internal.h"
 
-static const bg_ops cu_ops;
+extern const bg_ops bg_cuda_ops; /* the table below */
 
 static int32_t cu_open(int32_t ordinal, bg_device** out) {
   int32_t rc = load_driver();
@@ -46,9 +46,8 @@ static int32_t cu_open(int32_t ordinal, bg_device** out) {
   atomic_init(&d->ngates, 0);
   pthread_mutex_init(&d->str_lock, NULL);
   bg_obj_init(d, BG_KIND_DEVICE, &d->base);
-  d->base.ops = &cu_ops;
+  d->base.ops = &bg_cuda_ops;
   d->base.ordinal = ordinal;
-  d->base.backend = BG_BACKEND_CUDA;
   bg_obj_init(ds, BG_KIND_STREAM, &d->base);
   ds->s = NULL;
   d->base.default_stream = ds;
@@ -63,8 +62,6 @@ fail:
   free(ds);
   return rc;
 }
-
-const bg_backend bg_cuda_backend = {cu_probe, cu_open};
 
 /* ---- device ----------------------------------------------------------------------------------- */
 
@@ -141,7 +138,6 @@ static int32_t cu_device_props(bg_device* dev, bg_device_props* out) {
   cu_device* d = (cu_device*)dev;
   CALL(cuDeviceGetName, (out->name, (int)sizeof out->name, d->cudev));
   out->name[sizeof out->name - 1] = 0;
-  out->backend = BG_BACKEND_CUDA;
   out->ordinal = dev->ordinal;
   static const struct {
     bgcu_enum attr;
@@ -216,10 +212,35 @@ static int32_t cu_device_can_access_peer(bg_device* dev, bg_device* peer, int32_
   return BG_OK;
 }
 
+/* Peer access reaches the peer's cuMemAlloc memory only: its stream-ordered memory (Stream.alloc,
+ * the tensor arena) is its default pool's, which a device may touch only once cuMemPoolSetAccess
+ * grants it. So enabling gives dev read-write access to peer's default pool too, and disabling
+ * takes it back. (Pools created with MemoryPool are not covered: their own access is theirs.) */
+static bgcu_result default_pool_access(cu_device* dev, cu_device* peer, bgcu_enum flags) {
+  if (!cu.cuMemPoolSetAccess || !cu.cuDeviceGetDefaultMemPool) return BGCUDA_SUCCESS;
+  int ok = 0;
+  if (cu.cuDeviceGetAttribute(&ok, BGCU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, peer->cudev) != BGCUDA_SUCCESS || !ok)
+    return BGCUDA_SUCCESS;
+  bgcu_mempool pool = NULL;
+  bgcu_result r = cu.cuDeviceGetDefaultMemPool(&pool, peer->cudev);
+  if (r != BGCUDA_SUCCESS) return r;
+  bgcu_mem_access_desc a;
+  memset(&a, 0, sizeof a);
+  a.location.type = BGCU_MEM_LOCATION_TYPE_DEVICE;
+  a.location.id = dev->cudev;
+  a.flags = flags;
+  return cu.cuMemPoolSetAccess(pool, &a, 1);
+}
+
 static int32_t cu_peer_enable(bg_device* dev, bg_device* peer) {
   if (!cu.cuCtxEnablePeerAccess) return bg_set_error(BG_ERR_NOT_SUPPORTED, "cuCtxEnablePeerAccess: not in this driver");
   ENTER((cu_device*)dev);
   CALL(cuCtxEnablePeerAccess, (((cu_device*)peer)->ctx, 0));
+  bgcu_result r = default_pool_access((cu_device*)dev, (cu_device*)peer, BGCU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  if (r != BGCUDA_SUCCESS) {
+    cu.cuCtxDisablePeerAccess(((cu_device*)peer)->ctx);
+    return cu_fail(r, "cuMemPoolSetAccess (the peer's default pool)");
+  }
   return BG_OK;
 }
 
@@ -227,13 +248,18 @@ static int32_t cu_peer_disable(bg_device* dev, bg_device* peer) {
   if (!cu.cuCtxDisablePeerAccess) return bg_set_error(BG_ERR_NOT_SUPPORTED, "cuCtxDisablePeerAccess: not in this driver");
   ENTER((cu_device*)dev);
   CALL(cuCtxDisablePeerAccess, (((cu_device*)peer)->ctx));
+  bgcu_result r = default_pool_access((cu_device*)dev, (cu_device*)peer, BGCU_MEM_ACCESS_FLAGS_PROT_NONE);
+  if (r != BGCUDA_SUCCESS) return cu_fail(r, "cuMemPoolSetAccess (the peer's default pool)");
   return BG_OK;
 }
 
 /* ---- the table -------------------------------------------------------------------------------- */
 extern const bg_coll_ops bg_cuda_coll_ops; /* nccl.c */
-static const bg_ops cu_ops = {
+/* The backend's record in the table (backends.c). */
+const bg_ops bg_cuda_ops = {
     .name = "cuda",
+    .probe = cu_probe,
+    .open = cu_open,
     .coll = &bg_cuda_coll_ops,
     .device_close = cu_device_close,
     .device_props = cu_device_props,

@@ -29,6 +29,7 @@
 #define BGCU_MEMCPY3D CUDA_MEMCPY3D_v2
 #define BGCU_MEMSETP CUDA_MEMSET_NODE_PARAMS_v1
 #define BGCU_POOLPROPS CUmemPoolProps_v1
+#define BGCU_ACCESSDESC CUmemAccessDesc_v1
 #define BGCU_IPCMEM CUipcMemHandle_v1
 #define BGCU_IPCEVENT CUipcEventHandle_v1
 #include "cuda/cuda_api.h"
@@ -212,6 +213,12 @@ _Static_assert(offsetof(bgcu_mempool_props, location.type) == offsetof(CUmemPool
                    sizeof(((bgcu_mempool_props*)0)->location) == sizeof(CUmemLocation),
                "field location of CUmemPoolProps_v1");
 _Static_assert(SAME(CUmemPoolProps, CUmemPoolProps_v1), "CUmemPoolProps");
+_Static_assert(sizeof(bgcu_mem_access_desc) == sizeof(CUmemAccessDesc_v1) &&
+                   offsetof(bgcu_mem_access_desc, location.type) == offsetof(CUmemAccessDesc_v1, location.type) &&
+                   offsetof(bgcu_mem_access_desc, location.id) == offsetof(CUmemAccessDesc_v1, location.id) &&
+                   offsetof(bgcu_mem_access_desc, flags) == offsetof(CUmemAccessDesc_v1, flags),
+               "layout of CUmemAccessDesc_v1");
+_Static_assert(SAME(bgcu_enum, CUmemAccess_flags), "bgcu_enum as CUmemAccess_flags");
 _Static_assert(SAME(bgcu_mempool, CUmemoryPool), "bgcu_mempool is CUmemoryPool");
 _Static_assert(SAME(bgcu_enum, CUmemPool_attribute), "bgcu_enum as CUmemPool_attribute");
 _Static_assert(SAME(bgcu_enum, CUmemAllocationType), "bgcu_enum as CUmemAllocationType");

@@ -4,7 +4,8 @@
  * implicit synchronisation, capture legality, launch limits, sticky errors) on a machine without a
  * GPU, and fails the way the driver would.
  *
- * What it models (one device shaped like an H100 SXM, sm_90, one primary context):
+ * What it models (devices shaped like an H100 SXM, sm_90, each with its primary context: one, or
+ * CUDASIM_DEVICES=n up to 8):
  *  - Streams execute asynchronously, each on its own worker thread, in order. The legacy default
  *    stream (NULL / CU_STREAM_LEGACY) waits for prior work on every blocking stream and blocking
  *    streams wait for prior legacy work; CU_STREAM_NON_BLOCKING streams are exempt.
@@ -120,7 +121,7 @@
  *    CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH (flag 1). Errors: 1 for a
  *    NULL out-pointer, 0 bytes, an unknown or already freed pointer, a bad attribute or value,
  *    bad pool properties, destroying the default pool; 400 for a pool handle that is not live.
- * What it does not model: more than one device or context, per-thread default streams, real
+ * What it does not model: contexts other than the primary ones, per-thread default streams, real
  * timing or concurrency limits, virtual memory management, cuMemFree of pool memory (or of graph
  * memory), graph memory outliving its graph and execs (it goes with them), textures, cooperative launches,
  * child-graph nodes (a graph launch during capture is refused with 900), fatbins (200), device
@@ -319,6 +320,7 @@ struct CUstream_st {
   dep* seen; /* per other stream, the latest point this stream waited for (event waits) */
   size_t nseen;
   struct CUstream_st* next_all;
+  struct CUctx_st* ctx; /* the context (device) it belongs to */
 };
 
 struct CUevent_st {
@@ -410,15 +412,27 @@ typedef struct capture {
   struct capture* next;
 } capture;
 
+/* CUDASIM_DEVICES=n (1 to SIM_MAXDEV, default 1) devices, each with its primary context, its
+ * legacy stream, its sticky error, its default memory pool and the peers it may access. */
+#define SIM_MAXDEV 8
 struct CUctx_st {
   unsigned magic;
   int refs;
   unsigned sticky;
   char sticky_msg[320];
+  int dev;
+  struct CUstream_st legacy;
+  unsigned char peer[SIM_MAXDEV]; /* cuCtxEnablePeerAccess: this context may access device j */
 };
 
-static struct CUctx_st g_ctx = {MAGIC_CTX, 0, 0, {0}};
-static struct CUstream_st g_legacy;
+static struct CUctx_st g_ctxs[SIM_MAXDEV];
+static int g_ndev = 1;
+static _Thread_local struct CUctx_st* t_run_ctx; /* the context of the op a stream worker runs */
+static int is_ctx(const struct CUctx_st* c) {
+  for (int i = 0; i < g_ndev; i++)
+    if (c == &g_ctxs[i]) return 1;
+  return 0;
+}
 static struct CUstream_st* g_streams; /* every stream ever created (never freed: waits refer to them) */
 static capture* g_caps;
 static uint64_t g_capture_ids;
@@ -431,7 +445,15 @@ static _Thread_local unsigned t_trap;
 
 /* ---- memory registry ------------------------------------------------------------------------- */
 enum { MEM_DEVICE = 1, MEM_PINNED = 2, MEM_REGISTERED = 3, MEM_POOL = 4 /* pools and graph memory */ };
-typedef struct region { uintptr_t base; size_t size; int kind; unsigned flags; } region;
+struct CUmemPoolHandle_st;
+typedef struct region {
+  uintptr_t base;
+  size_t size;
+  int kind;
+  unsigned flags;
+  int dev;                         /* the device whose memory it is */
+  struct CUmemPoolHandle_st* pool; /* stream-ordered memory: its pool (access per pool) */
+} region;
 static region* g_regions;
 static size_t g_nregions, g_capregions;
 static size_t g_used;
@@ -451,7 +473,7 @@ static int add_region(uintptr_t base, size_t size, int kind, unsigned flags) {
     g_regions = r;
     g_capregions = nc;
   }
-  g_regions[g_nregions++] = (region){base, size, kind, flags};
+  g_regions[g_nregions++] = (region){base, size, kind, flags, t_ctx ? t_ctx->dev : 0, NULL};
   return 1;
 }
 
@@ -584,7 +606,8 @@ EXPORT void cudasim_trap(unsigned code) { t_trap = code ? code : E_ILLEGAL_ADDRE
 EXPORT int cudasim_pending(void) {
   pthread_mutex_lock(&G);
   int n = 0;
-  if (g_legacy.submitted != g_legacy.completed) n++;
+  for (int d = 0; d < g_ndev; d++)
+    if (g_ctxs[d].legacy.submitted != g_ctxs[d].legacy.completed) n++;
   for (struct CUstream_st* s = g_streams; s; s = s->next_all)
     if (s->submitted != s->completed) n++;
   pthread_mutex_unlock(&G);
@@ -624,10 +647,10 @@ static void run_host_fn_locked(bgcu_host_fn fn, void* user) {
 }
 
 /* ---- executing work (stream workers) ----------------------------------------------------------- */
-static void set_sticky_locked(unsigned code, const char* what) {
-  if (!g_ctx.sticky) {
-    g_ctx.sticky = code;
-    snprintf(g_ctx.sticky_msg, sizeof g_ctx.sticky_msg, "%s", what);
+static void set_sticky_locked(struct CUctx_st* c, unsigned code, const char* what) {
+  if (!c->sticky) {
+    c->sticky = code;
+    snprintf(c->sticky_msg, sizeof c->sticky_msg, "%s", what);
   }
   pthread_cond_broadcast(&GCV);
 }
@@ -675,6 +698,8 @@ static void run_kernel(const kparams* k) {
   if (persistent) atomic_fetch_sub(&g_persistent_running, 1);
 }
 
+static int pool_grants(const struct CUmemPoolHandle_st* p, int dev);
+
 static void run_kernel_body(const kparams* k) {
   bg_cpu_ctx c;
   memset(&c, 0, sizeof c);
@@ -689,6 +714,29 @@ static void run_kernel_body(const kparams* k) {
   c.worker = 0;
   t_trap = 0;
   if (k->f->order) k->f->order(k->order);
+  /* Another device's memory among the arguments: a kernel may touch it only with peer access
+   * (cuMemAlloc memory) or the pool's access (stream-ordered memory); otherwise it faults. Only
+   * pointers passed as arguments are seen (the start of any allocation or any address in one). */
+  if (g_ndev > 1 && t_run_ctx) {
+    char why[300] = "";
+    pthread_mutex_lock(&G);
+    for (unsigned i = 0; i < k->nslots && !why[0]; i++) {
+      region* r = k->slots[i] > 4096 ? find_region((uintptr_t)k->slots[i]) : NULL;
+      if (!r || r->dev == t_run_ctx->dev || (r->kind != MEM_DEVICE && r->kind != MEM_POOL)) continue;
+      if (r->pool && !pool_grants(r->pool, t_run_ctx->dev))
+        snprintf(why, sizeof why, "kernel %s on device %d: argument %u is stream-ordered memory of device %d's pool, which device %d was not given access to (cuMemPoolSetAccess; peer access does not extend to pools)",
+                 k->f->name, t_run_ctx->dev, i, r->dev, t_run_ctx->dev);
+      else if (!r->pool && !t_run_ctx->peer[r->dev])
+        snprintf(why, sizeof why, "kernel %s on device %d: argument %u is memory of device %d without peer access (cuCtxEnablePeerAccess)",
+                 k->f->name, t_run_ctx->dev, i, r->dev);
+    }
+    if (why[0]) set_sticky_locked(t_run_ctx, E_ILLEGAL_ADDRESS, why);
+    pthread_mutex_unlock(&G);
+    if (why[0]) {
+      free(sh);
+      return;
+    }
+  }
   sigjmp_buf jb;
   int faulted = 0;
   if (sh) {
@@ -707,7 +755,7 @@ static void run_kernel_body(const kparams* k) {
     if (faulted) snprintf(what, sizeof what, "kernel %s: illegal address %p (CUDASIM_SEED=%llu)", k->f->name, t_fault_addr, (unsigned long long)g_seed);
     else snprintf(what, sizeof what, "kernel %s trapped with %u (CUDASIM_SEED=%llu)", k->f->name, t_trap, (unsigned long long)g_seed);
     pthread_mutex_lock(&G);
-    set_sticky_locked(t_trap, what);
+    set_sticky_locked(t_run_ctx ? t_run_ctx : &g_ctxs[0], t_trap, what);
     pthread_mutex_unlock(&G);
     t_trap = 0;
   }
@@ -734,7 +782,7 @@ static void wait_value(uint32_t* addr, uint32_t v, unsigned flags) {
   for (;;) {
     uint32_t cur = __atomic_load_n(addr, __ATOMIC_ACQUIRE);
     if (wait_value_ok(cur, v, flags)) return;
-    if (__atomic_load_n(&g_ctx.sticky, __ATOMIC_RELAXED)) return;
+    if (t_run_ctx && __atomic_load_n(&t_run_ctx->sticky, __ATOMIC_RELAXED)) return;
     struct timespec t = {0, ++spins < 100 ? 2000 : 50000};
     nanosleep(&t, NULL);
   }
@@ -811,7 +859,8 @@ static void* stream_worker(void* arg) {
       g_conns[o->conn].started = o->ticket;
       pthread_cond_broadcast(&GCV);
     }
-    int dead = g_ctx.sticky != 0;
+    t_run_ctx = s->ctx;
+    int dead = s->ctx->sticky != 0;
     switch (o->kind) {
       case OP_HOST:
         if (!dead) run_host_fn_locked(o->fn, o->user);
@@ -834,7 +883,7 @@ static void* stream_worker(void* arg) {
             case OP_WAITVAL: wait_value(o->dst, o->value, o->flags); break;
             case OP_WRITEVAL: __atomic_store_n((uint32_t*)o->dst, o->value, __ATOMIC_RELEASE); break;
             case OP_GRAPH:
-              for (size_t i = 0; i < o->nn && !__atomic_load_n(&g_ctx.sticky, __ATOMIC_RELAXED); i++)
+              for (size_t i = 0; i < o->nn && !__atomic_load_n(&s->ctx->sticky, __ATOMIC_RELAXED); i++)
                 run_node(&o->nodes[i].node);
               break;
           }
@@ -872,12 +921,13 @@ static int add_dep(op* o, struct CUstream_st* s, uint64_t seq) {
 
 /* Append o to s with the legacy stream's implicit dependencies. Returns the op's sequence. */
 static uint64_t enqueue(struct CUstream_st* s, op* o) {
+  struct CUstream_st* lg = &s->ctx->legacy; /* the legacy stream's rules hold within a context */
   if (s->legacy) {
     for (struct CUstream_st* t = g_streams; t; t = t->next_all)
-      if (!(t->flags & BGCU_STREAM_NON_BLOCKING) && t->submitted > t->completed)
+      if (t->ctx == s->ctx && !(t->flags & BGCU_STREAM_NON_BLOCKING) && t->submitted > t->completed)
         add_dep(o, t, t->submitted);
-  } else if (!(s->flags & BGCU_STREAM_NON_BLOCKING) && g_legacy.submitted > g_legacy.completed) {
-    add_dep(o, &g_legacy, g_legacy.submitted);
+  } else if (!(s->flags & BGCU_STREAM_NON_BLOCKING) && lg->submitted > lg->completed) {
+    add_dep(o, lg, lg->submitted);
   }
   o->seq = ++s->submitted;
   o->conn = s->legacy ? -1 : s->conn;
@@ -894,8 +944,8 @@ static void wait_seq(struct CUstream_st* s, uint64_t seq) {
 }
 
 /* Everything submitted so far on the context, finished (the implicit synchronisation). */
-static void wait_all(void) {
-  uint64_t lseq = g_legacy.submitted;
+static void wait_all_ctx(struct CUctx_st* c) {
+  uint64_t lseq = c->legacy.submitted;
   size_t n = 0;
   for (struct CUstream_st* t = g_streams; t; t = t->next_all) n++;
   uint64_t* seqs = malloc((n + 1) * sizeof *seqs);
@@ -904,12 +954,13 @@ static void wait_all(void) {
     if (seqs) seqs[i] = t->submitted;
     i++;
   }
-  wait_seq(&g_legacy, lseq);
+  wait_seq(&c->legacy, lseq);
   i = 0;
   for (struct CUstream_st* t = g_streams; t; t = t->next_all, i++)
-    wait_seq(t, seqs ? seqs[i] : t->submitted);
+    if (t->ctx == c) wait_seq(t, seqs ? seqs[i] : t->submitted);
   free(seqs);
 }
+#define wait_all() wait_all_ctx(t_ctx)
 
 static int start_worker(struct CUstream_st* s) {
   pthread_attr_t a;
@@ -943,10 +994,15 @@ struct CUmemPoolHandle_st {
   uint64_t reserved, used, reserved_high, used_high;
   uint64_t live;
   struct CUmemPoolHandle_st* next;
+  int dev;                         /* its memory's device */
+  unsigned char access[SIM_MAXDEV]; /* cuMemPoolSetAccess: 0 none, 1 read, 3 read-write */
 };
 
-static struct CUmemPoolHandle_st g_default_pool = {MAGIC_POOL, 0, 0, 0, 0, 0, 0, 0, NULL};
-static struct CUmemPoolHandle_st* g_pools = &g_default_pool;
+/* Each device's default pool (cuDeviceGetDefaultMemPool), linked into g_pools at cuInit. */
+static struct CUmemPoolHandle_st g_dpools[SIM_MAXDEV];
+static struct CUmemPoolHandle_st* g_pools;
+static int is_default_pool(const struct CUmemPoolHandle_st* p) { return p >= g_dpools && p < g_dpools + SIM_MAXDEV; }
+static int pool_grants(const struct CUmemPoolHandle_st* p, int dev) { return (p->access[dev] & 1) != 0; }
 static pblock* g_pblocks;
 
 /* Graph memory: the blocks of a graph's allocation nodes, shared by the graph and its execs. */
@@ -1020,7 +1076,7 @@ static void pool_unlink_free(struct CUmemPoolHandle_st* p) {
       break;
     }
   p->magic = MAGIC_DEAD;
-  if (p != &g_default_pool) free(p);
+  if (!is_default_pool(p)) free(p);
 }
 
 /* Give a block's memory back (b unlinked from g_pblocks by the caller's loop). */
@@ -1082,7 +1138,7 @@ static CUresult enter_locked(void) {
   if (t_in_host_fn) return failf(E_NOT_PERMITTED, "a CUDA call from a host function (cuLaunchHostFunc) is not permitted");
   if (!t_ctx || t_ctx->magic != MAGIC_CTX || t_ctx->refs <= 0)
     return failf(E_INVALID_CONTEXT, "no current context (cuCtxSetCurrent / cuCtxPushCurrent) or it was released");
-  if (g_ctx.sticky) return failf(g_ctx.sticky, "the context has a sticky error: %s", g_ctx.sticky_msg);
+  if (t_ctx->sticky) return failf(t_ctx->sticky, "the context has a sticky error: %s", t_ctx->sticky_msg);
   return SUCCESS;
 }
 
@@ -1104,7 +1160,7 @@ static CUresult enter_locked(void) {
 
 static struct CUstream_st* stream_of(bgcu_stream h, CUresult* rc) {
   *rc = SUCCESS;
-  if (h == NULL || h == (bgcu_stream)(uintptr_t)1) return &g_legacy;
+  if (h == NULL || h == (bgcu_stream)(uintptr_t)1) return &t_ctx->legacy;
   if (h == (bgcu_stream)(uintptr_t)2) {
     *rc = failf(E_NOT_SUPPORTED, "cudasim does not model the per-thread default stream");
     return NULL;
@@ -1270,12 +1326,28 @@ EXPORT CUresult cuInit(unsigned int flags) {
     if (mc && atoi(mc) > 0) g_nconns = atoi(mc) > 32 ? 32 : atoi(mc);
     const char* d = getenv("CUDASIM_DELAY_US");
     if (d && atoi(d) > 0) atomic_store(&g_delay_us, (unsigned)atoi(d));
-    g_legacy.magic = MAGIC_STREAM;
-    g_legacy.legacy = 1;
+    const char* nd = getenv("CUDASIM_DEVICES");
+    if (nd && atoi(nd) > 0) g_ndev = atoi(nd) > SIM_MAXDEV ? SIM_MAXDEV : atoi(nd);
+    int ok = 1;
+    for (int i = 0; i < g_ndev; i++) {
+      struct CUctx_st* c = &g_ctxs[i];
+      c->magic = MAGIC_CTX;
+      c->dev = i;
+      c->legacy.magic = MAGIC_STREAM;
+      c->legacy.legacy = 1;
+      c->legacy.ctx = c;
+      ok = ok && start_worker(&c->legacy);
+      struct CUmemPoolHandle_st* p = &g_dpools[i];
+      p->magic = MAGIC_POOL;
+      p->dev = i;
+      p->access[i] = 3;
+      p->next = g_pools;
+      g_pools = p;
+    }
     pthread_attr_t a;
     pthread_attr_init(&a);
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    int ok = start_worker(&g_legacy) && pthread_create(&g_host_th, &a, host_thread, NULL) == 0;
+    ok = ok && pthread_create(&g_host_th, &a, host_thread, NULL) == 0;
     pthread_attr_destroy(&a);
     if (!ok) RETURN(failf(E_UNKNOWN, "could not start the simulator's threads"));
     install_fault_handler();
@@ -1330,30 +1402,31 @@ EXPORT const char* cudasim_last_detail(void) { return t_detail; }
 EXPORT CUresult cuDeviceGetCount(int* n) {
   NEED_INIT();
   if (!n) return E_INVALID_VALUE;
-  *n = 1;
+  *n = g_ndev;
   return SUCCESS;
 }
 
 EXPORT CUresult cuDeviceGet(bgcu_device* d, int ordinal) {
   NEED_INIT();
   if (!d) return E_INVALID_VALUE;
-  if (ordinal != 0) return failf(E_INVALID_DEVICE, "device %d: the simulator has one device", ordinal);
-  *d = 0;
+  if (ordinal < 0 || ordinal >= g_ndev) return failf(E_INVALID_DEVICE, "device %d: the simulator has %d (CUDASIM_DEVICES)", ordinal, g_ndev);
+  *d = ordinal;
   return SUCCESS;
 }
 
 EXPORT CUresult cuDeviceGetName(char* name, int len, bgcu_device d) {
   NEED_INIT();
   if (!name || len <= 0) return E_INVALID_VALUE;
-  if (d != 0) return E_INVALID_DEVICE;
-  snprintf(name, (size_t)len, "cudasim H100 (sm_%d)", g_sm);
+  if (d < 0 || d >= g_ndev) return E_INVALID_DEVICE;
+  if (g_ndev > 1) snprintf(name, (size_t)len, "cudasim H100 #%d (sm_%d)", (int)d, g_sm);
+  else snprintf(name, (size_t)len, "cudasim H100 (sm_%d)", g_sm);
   return SUCCESS;
 }
 
 EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, bgcu_device d) {
   NEED_INIT();
   if (!bytes) return E_INVALID_VALUE;
-  if (d != 0) return E_INVALID_DEVICE;
+  if (d < 0 || d >= g_ndev) return E_INVALID_DEVICE;
   *bytes = g_total;
   return SUCCESS;
 }
@@ -1361,7 +1434,7 @@ EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, bgcu_device d) {
 EXPORT CUresult cuDeviceGetAttribute(int* pi, bgcu_enum attr, bgcu_device d) {
   NEED_INIT();
   if (!pi) return E_INVALID_VALUE;
-  if (d != 0) return E_INVALID_DEVICE;
+  if (d < 0 || d >= g_ndev) return E_INVALID_DEVICE;
   int v;
   switch (attr) {
     case 1: v = 1024; break;           /* max threads per block */
@@ -1403,36 +1476,39 @@ EXPORT CUresult cuDeviceGetAttribute(int* pi, bgcu_enum attr, bgcu_device d) {
 EXPORT CUresult cuDevicePrimaryCtxRetain(bgcu_context* pctx, bgcu_device d) {
   NEED_INIT();
   if (!pctx) return E_INVALID_VALUE;
-  if (d != 0) return E_INVALID_DEVICE;
+  if (d < 0 || d >= g_ndev) return E_INVALID_DEVICE;
   pthread_mutex_lock(&G);
-  g_ctx.refs++;
-  *pctx = &g_ctx;
+  g_ctxs[d].refs++;
+  *pctx = &g_ctxs[d];
   RETURN(SUCCESS);
 }
 
-static void reset_context_locked(void) {
-  wait_all();
-  g_ctx.sticky = 0;
-  g_ctx.sticky_msg[0] = 0;
+static void reset_context_locked(struct CUctx_st* c) {
+  wait_all_ctx(c);
+  c->sticky = 0;
+  c->sticky_msg[0] = 0;
 }
 
 EXPORT CUresult cuDevicePrimaryCtxRelease_v2(bgcu_device d) {
   NEED_INIT();
-  if (d != 0) return E_INVALID_DEVICE;
+  if (d < 0 || d >= g_ndev) return E_INVALID_DEVICE;
   pthread_mutex_lock(&G);
-  if (g_ctx.refs <= 0) RETURN(failf(E_INVALID_CONTEXT, "the primary context is not retained"));
-  if (--g_ctx.refs == 0) { /* destroyed: its sticky error goes with it (work still queued runs on) */
-    g_ctx.sticky = 0;
-    g_ctx.sticky_msg[0] = 0;
+  struct CUctx_st* c = &g_ctxs[d];
+  if (c->refs <= 0) RETURN(failf(E_INVALID_CONTEXT, "the primary context is not retained"));
+  if (--c->refs == 0) { /* destroyed: its sticky error and peer access go with it (queued work runs on) */
+    c->sticky = 0;
+    c->sticky_msg[0] = 0;
+    memset(c->peer, 0, sizeof c->peer);
+    for (int i = 0; i < g_ndev; i++) g_ctxs[i].peer[d] = 0;
   }
   RETURN(SUCCESS);
 }
 
 EXPORT CUresult cuDevicePrimaryCtxReset_v2(bgcu_device d) {
   NEED_INIT();
-  if (d != 0) return E_INVALID_DEVICE;
+  if (d < 0 || d >= g_ndev) return E_INVALID_DEVICE;
   pthread_mutex_lock(&G);
-  reset_context_locked();
+  reset_context_locked(&g_ctxs[d]);
   RETURN(SUCCESS);
 }
 
@@ -1445,7 +1521,7 @@ EXPORT CUresult cuCtxGetCurrent(bgcu_context* pctx) {
 
 EXPORT CUresult cuCtxSetCurrent(bgcu_context ctx) {
   NEED_INIT();
-  if (ctx && ctx != &g_ctx) return failf(E_INVALID_CONTEXT, "not a context of the simulator");
+  if (ctx && !is_ctx(ctx)) return failf(E_INVALID_CONTEXT, "not a context of the simulator");
   if (t_ctx_depth > 0) t_ctx_stack[t_ctx_depth - 1] = ctx;
   t_ctx = ctx;
   return SUCCESS;
@@ -1453,7 +1529,7 @@ EXPORT CUresult cuCtxSetCurrent(bgcu_context ctx) {
 
 EXPORT CUresult cuCtxPushCurrent_v2(bgcu_context ctx) {
   NEED_INIT();
-  if (!ctx || ctx != &g_ctx) return failf(E_INVALID_CONTEXT, "not a context of the simulator");
+  if (!ctx || !is_ctx(ctx)) return failf(E_INVALID_CONTEXT, "not a context of the simulator");
   if (t_ctx_depth == (int)(sizeof t_ctx_stack / sizeof t_ctx_stack[0]))
     return failf(E_OUT_OF_MEMORY, "context stack full");
   t_ctx_stack[t_ctx_depth++] = t_ctx;
@@ -1473,7 +1549,7 @@ EXPORT CUresult cuCtxGetDevice(bgcu_device* d) {
   NEED_INIT();
   if (!d) return E_INVALID_VALUE;
   if (!t_ctx) return E_INVALID_CONTEXT;
-  *d = 0;
+  *d = t_ctx->dev;
   return SUCCESS;
 }
 
@@ -1485,7 +1561,7 @@ EXPORT CUresult cuCtxSynchronize(void) {
   }
   wait_all();
   pools_release_locked();
-  RETURN(g_ctx.sticky ? failf(g_ctx.sticky, "%s", g_ctx.sticky_msg) : SUCCESS);
+  RETURN(t_ctx->sticky ? failf(t_ctx->sticky, "%s", t_ctx->sticky_msg) : SUCCESS);
 }
 
 EXPORT CUresult cuThreadExchangeStreamCaptureMode(bgcu_enum* mode) {
@@ -1651,20 +1727,20 @@ static CUresult sync_copy(int kind, void* dst, const void* src, size_t n, const 
   uint64_t seq = 0;
   if (kind == 0) { /* HtoD */
     if (is_pinned_host(src)) {
-      rc = queue_copy(&g_legacy, dst, src, n, 0, &seq);
-      if (!rc) wait_seq(&g_legacy, seq);
+      rc = queue_copy(&t_ctx->legacy, dst, src, n, 0, &seq);
+      if (!rc) wait_seq(&t_ctx->legacy, seq);
     } else {
       /* Pageable: a stream sync, then the bytes are staged and the call returns before the DMA. */
-      rc = queue_nop_and_wait(&g_legacy);
-      if (!rc) rc = queue_copy(&g_legacy, dst, src, n, 1, NULL);
+      rc = queue_nop_and_wait(&t_ctx->legacy);
+      if (!rc) rc = queue_copy(&t_ctx->legacy, dst, src, n, 1, NULL);
     }
   } else if (kind == 1) { /* DtoH: returns once the copy has completed */
-    rc = queue_copy(&g_legacy, dst, src, n, 0, &seq);
-    if (!rc) wait_seq(&g_legacy, seq);
+    rc = queue_copy(&t_ctx->legacy, dst, src, n, 0, &seq);
+    if (!rc) wait_seq(&t_ctx->legacy, seq);
   } else { /* DtoD: no host-side synchronisation */
-    rc = queue_copy(&g_legacy, dst, src, n, 0, NULL);
+    rc = queue_copy(&t_ctx->legacy, dst, src, n, 0, NULL);
   }
-  if (!rc && g_ctx.sticky) rc = failf(g_ctx.sticky, "%s", g_ctx.sticky_msg);
+  if (!rc && t_ctx->sticky) rc = failf(t_ctx->sticky, "%s", t_ctx->sticky_msg);
   return rc;
 }
 
@@ -1746,37 +1822,55 @@ EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n,
   RETURN(rc);
 }
 
-/* ---- peer access: the simulator has one device, so no peer. What it models: a device is not its
- * own peer (cuDeviceCanAccessPeer 0; enabling access to the current context itself is
- * CUDA_ERROR_INVALID_DEVICE), nothing to disable (CUDA_ERROR_PEER_ACCESS_NOT_ENABLED), and
- * cuMemcpyPeerAsync within its one context, which is a device-to-device copy. Several devices
- * (peer paths, cross-context events) are exercised on several CPU devices instead. */
+/* ---- several devices (CUDASIM_DEVICES=n): each context has its own legacy stream (whose implicit
+ * ordering holds within the context), sticky error (a fault breaks the faulting kernel's device
+ * only), default memory pool and synchronisation (cuCtxSynchronize and the implicitly
+ * synchronising frees wait for their own context's streams). Memory is one address space (host
+ * memory) whose allocations know their device; streams wait on events of any device. What a kernel
+ * may touch: another device's cuMemAlloc memory only with peer access from its own context
+ * (cuCtxEnablePeerAccess, per direction: 704 twice, 705 disabling what was not enabled, 101 for
+ * its own device), another device's stream-ordered memory (pools and graph memory) only once the
+ * pool grants its device access (cuMemPoolSetAccess; peer access does not extend to pools);
+ * otherwise the kernel faults with 700 on its own context. Only pointers passed as arguments are
+ * checked (an address inside any allocation). cuMemcpyPeerAsync copies in either case (the driver
+ * stages without access). Not modelled: a stream or module of one context used from another
+ * (accepted), and device memory totals (one 80 GB budget shared by all devices). */
 EXPORT CUresult cuDeviceCanAccessPeer(int* can, bgcu_device dev, bgcu_device peer) {
   NEED_INIT();
   if (!can) return E_INVALID_VALUE;
-  if (dev != 0 || peer != 0) return failf(E_INVALID_DEVICE, "cuDeviceCanAccessPeer: the simulator has one device");
-  *can = 0;
+  if (dev < 0 || dev >= g_ndev || peer < 0 || peer >= g_ndev)
+    return failf(E_INVALID_DEVICE, "cuDeviceCanAccessPeer(%d, %d): the simulator has %d device(s)", dev, peer, g_ndev);
+  *can = dev != peer; /* a device is not its own peer */
   return SUCCESS;
 }
 
+/* Peer access, per direction: the current context may then reach the peer's cuMemAlloc memory
+ * from its kernels (not its pool memory: that takes cuMemPoolSetAccess). 704 when enabled
+ * already, 705 when disabling what was not enabled, 101 for a context's own device. */
 EXPORT CUresult cuCtxEnablePeerAccess(bgcu_context peer, unsigned int flags) {
-  NEED_INIT();
-  if (flags) return failf(E_INVALID_VALUE, "cuCtxEnablePeerAccess: flags must be 0");
-  if (!t_ctx) return failf(E_INVALID_CONTEXT, "cuCtxEnablePeerAccess: no current context");
-  if (peer != &g_ctx) return failf(E_INVALID_CONTEXT, "cuCtxEnablePeerAccess: not a context of the simulator");
-  return failf(E_INVALID_DEVICE, "cuCtxEnablePeerAccess: a device cannot be its own peer");
+  ENTER();
+  if (flags) RETURN(failf(E_INVALID_VALUE, "cuCtxEnablePeerAccess: flags must be 0"));
+  if (!peer || !is_ctx(peer) || peer->refs <= 0) RETURN(failf(E_INVALID_CONTEXT, "cuCtxEnablePeerAccess: not a live context of the simulator"));
+  if (peer == t_ctx) RETURN(failf(E_INVALID_DEVICE, "cuCtxEnablePeerAccess: a device cannot be its own peer"));
+  if (t_ctx->peer[peer->dev]) RETURN(failf(704 /* CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED */, "cuCtxEnablePeerAccess: device %d has access to device %d already", t_ctx->dev, peer->dev));
+  t_ctx->peer[peer->dev] = 1;
+  RETURN(SUCCESS);
 }
 
 EXPORT CUresult cuCtxDisablePeerAccess(bgcu_context peer) {
-  NEED_INIT();
-  if (!t_ctx) return failf(E_INVALID_CONTEXT, "cuCtxDisablePeerAccess: no current context");
-  if (peer != &g_ctx) return failf(E_INVALID_CONTEXT, "cuCtxDisablePeerAccess: not a context of the simulator");
-  return failf(705 /* CUDA_ERROR_PEER_ACCESS_NOT_ENABLED */, "cuCtxDisablePeerAccess: peer access was never enabled");
+  ENTER();
+  if (!peer || !is_ctx(peer)) RETURN(failf(E_INVALID_CONTEXT, "cuCtxDisablePeerAccess: not a context of the simulator"));
+  if (peer == t_ctx || !t_ctx->peer[peer->dev])
+    RETURN(failf(705 /* CUDA_ERROR_PEER_ACCESS_NOT_ENABLED */, "cuCtxDisablePeerAccess: peer access was never enabled"));
+  t_ctx->peer[peer->dev] = 0;
+  RETURN(SUCCESS);
 }
 
+/* A copy between devices: the driver copies directly with peer access and stages through the host
+ * without it; here memory is one address space, so both are the same copy on stream s. */
 EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, bgcu_context dst_ctx, CUdeviceptr src, bgcu_context src_ctx,
                                   size_t n, bgcu_stream s) {
-  if (dst_ctx != &g_ctx || src_ctx != &g_ctx) {
+  if (!dst_ctx || !src_ctx || !is_ctx(dst_ctx) || !is_ctx(src_ctx)) {
     NEED_INIT();
     return failf(E_INVALID_CONTEXT, "cuMemcpyPeerAsync: not a context of the simulator");
   }
@@ -1791,7 +1885,7 @@ static CUresult memset_common(CUdeviceptr dst, uint32_t v, unsigned esz, size_t 
   if (rc) return rc;
   struct CUstream_st* s;
   if (sync) {
-    s = &g_legacy;
+    s = &t_ctx->legacy;
     if ((rc = legacy_use(call)) || (rc = unsafe_call(call))) return rc;
   } else {
     s = stream_of(h, &rc);
@@ -1837,6 +1931,7 @@ EXPORT CUresult cuStreamCreateWithPriority(bgcu_stream* ps, unsigned int flags, 
   s->magic = MAGIC_STREAM;
   s->flags = flags;
   s->conn = (int)(g_streams_created++ % (unsigned)g_nconns);
+  s->ctx = t_ctx;
   if (!start_worker(s)) {
     free(s);
     RETURN(failf(E_OUT_OF_MEMORY, "could not start a stream thread"));
@@ -1861,7 +1956,7 @@ EXPORT CUresult cuStreamGetFlags(bgcu_stream h, unsigned int* flags) {
 EXPORT CUresult cuStreamDestroy_v2(bgcu_stream h) {
   pthread_mutex_lock(&G);
   CUresult rc = enter_locked();
-  if (rc && rc != g_ctx.sticky) RETURN(rc);
+  if (rc && rc != t_ctx->sticky) RETURN(rc);
   CUresult srcrc;
   struct CUstream_st* s = stream_of(h, &srcrc);
   if (!s) RETURN(srcrc);
@@ -1895,7 +1990,7 @@ EXPORT CUresult cuStreamSynchronize(bgcu_stream h) {
     wait_seq(s, s->submitted);
   }
   pools_release_locked();
-  RETURN(g_ctx.sticky ? failf(g_ctx.sticky, "%s", g_ctx.sticky_msg) : SUCCESS);
+  RETURN(t_ctx->sticky ? failf(t_ctx->sticky, "%s", t_ctx->sticky_msg) : SUCCESS);
 }
 
 EXPORT CUresult cuStreamQuery(bgcu_stream h) {
@@ -2064,7 +2159,7 @@ EXPORT CUresult cuEventCreate(bgcu_event* pe, unsigned int flags) {
 EXPORT CUresult cuEventDestroy_v2(bgcu_event h) {
   pthread_mutex_lock(&G);
   CUresult rc = enter_locked();
-  if (rc && rc != g_ctx.sticky) RETURN(rc);
+  if (rc && rc != t_ctx->sticky) RETURN(rc);
   EVENT(e, h);
   e->magic = MAGIC_DEAD; /* a pending record still completes; the memory goes with the last ref */
   event_unref_locked(e);
@@ -2122,11 +2217,11 @@ EXPORT CUresult cuEventSynchronize(bgcu_event he) {
   if (e->recorded) {
     e->refs++;
     uint64_t gen = e->gen;
-    while (e->done_gen < gen && !g_ctx.sticky) pthread_cond_wait(&GCV, &G);
+    while (e->done_gen < gen && !(e->s ? e->s->ctx : t_ctx)->sticky) pthread_cond_wait(&GCV, &G);
     event_unref_locked(e);
   }
   pools_release_locked();
-  RETURN(g_ctx.sticky ? failf(g_ctx.sticky, "%s", g_ctx.sticky_msg) : SUCCESS);
+  RETURN(t_ctx->sticky ? failf(t_ctx->sticky, "%s", t_ctx->sticky_msg) : SUCCESS);
 }
 
 EXPORT CUresult cuEventElapsedTime_v2(float* ms, bgcu_event ha, bgcu_event hb) {
@@ -2999,7 +3094,7 @@ EXPORT CUresult cuGraphKernelNodeGetParams_v2(bgcu_graph_node node, bgcu_kernel_
   p->blockDimZ = node->k.b[2];
   p->sharedMemBytes = node->k.shared;
   p->kernelParams = node->kp;
-  p->ctx = &g_ctx;
+  p->ctx = t_ctx;
   RETURN(SUCCESS);
 }
 
@@ -3228,7 +3323,7 @@ EXPORT CUresult cuGraphAddMemcpyNode(bgcu_graph_node* out, bgcu_graph g, const b
   ENTER();
   GRAPH(g);
   if (!out || !p) RETURN(E_INVALID_VALUE);
-  if (ctx != &g_ctx) RETURN(failf(E_INVALID_CONTEXT, "cuGraphAddMemcpyNode: not the primary context"));
+  if (ctx != t_ctx) RETURN(failf(E_INVALID_CONTEXT, "cuGraphAddMemcpyNode: not the current context"));
   if (p->srcXInBytes || p->srcY || p->srcZ || p->srcLOD || p->dstXInBytes || p->dstY || p->dstZ ||
       p->dstLOD || p->Height != 1 || p->Depth != 1 || p->srcArray || p->dstArray || p->reserved0 || p->reserved1)
     RETURN(failf(E_NOT_SUPPORTED, "cudasim models 1D memcpy nodes only (offsets 0, Height = Depth = 1, no arrays)"));
@@ -3266,7 +3361,7 @@ EXPORT CUresult cuGraphAddMemsetNode(bgcu_graph_node* out, bgcu_graph g, const b
   ENTER();
   GRAPH(g);
   if (!out || !p) RETURN(E_INVALID_VALUE);
-  if (ctx != &g_ctx) RETURN(failf(E_INVALID_CONTEXT, "cuGraphAddMemsetNode: not the primary context"));
+  if (ctx != t_ctx) RETURN(failf(E_INVALID_CONTEXT, "cuGraphAddMemsetNode: not the current context"));
   if (p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4)
     RETURN(failf(E_INVALID_VALUE, "cuGraphAddMemsetNode: elementSize %u", p->elementSize));
   if (p->height != 1) RETURN(failf(E_NOT_SUPPORTED, "cudasim models 1D memset nodes only (height 1)"));
@@ -3309,8 +3404,8 @@ EXPORT CUresult cuGraphAddEventWaitNode(bgcu_graph_node* out, bgcu_graph g, cons
 EXPORT CUresult cuDeviceGetDefaultMemPool(bgcu_mempool* pool, bgcu_device d) {
   ENTER();
   if (!pool) RETURN(failf(E_INVALID_VALUE, "NULL pool out-pointer"));
-  if (d != 0) RETURN(failf(E_INVALID_DEVICE, "device %d", d));
-  *pool = &g_default_pool;
+  if (d < 0 || d >= g_ndev) RETURN(failf(E_INVALID_DEVICE, "device %d", d));
+  *pool = &g_dpools[d];
   RETURN(SUCCESS);
 }
 
@@ -3319,8 +3414,8 @@ EXPORT CUresult cuMemPoolCreate(bgcu_mempool* pool, const bgcu_mempool_props* pr
   if (!pool || !props) RETURN(failf(E_INVALID_VALUE, "NULL pool or props"));
   if (props->allocType != BGCU_MEM_ALLOCATION_TYPE_PINNED)
     RETURN(failf(E_INVALID_VALUE, "allocType %u (must be CU_MEM_ALLOCATION_TYPE_PINNED)", props->allocType));
-  if (props->location.type != BGCU_MEM_LOCATION_TYPE_DEVICE || props->location.id != 0)
-    RETURN(failf(E_INVALID_VALUE, "location (%u, %d): cudasim has device 0 only", props->location.type, props->location.id));
+  if (props->location.type != BGCU_MEM_LOCATION_TYPE_DEVICE || props->location.id < 0 || props->location.id >= g_ndev)
+    RETURN(failf(E_INVALID_VALUE, "location (%u, %d): cudasim has devices 0 to %d", props->location.type, props->location.id, g_ndev - 1));
   if (props->handleTypes != BGCU_MEM_HANDLE_TYPE_NONE)
     RETURN(failf(E_NOT_SUPPORTED, "cudasim does not model exportable pools"));
   for (size_t i = 0; i < sizeof props->reserved; i++)
@@ -3328,6 +3423,8 @@ EXPORT CUresult cuMemPoolCreate(bgcu_mempool* pool, const bgcu_mempool_props* pr
   struct CUmemPoolHandle_st* p = calloc(1, sizeof *p);
   if (!p) RETURN(failf(E_OUT_OF_MEMORY, "out of host memory"));
   p->magic = MAGIC_POOL;
+  p->dev = props->location.id;
+  p->access[p->dev] = 3;
   p->next = g_pools;
   g_pools = p;
   *pool = p;
@@ -3337,7 +3434,7 @@ EXPORT CUresult cuMemPoolCreate(bgcu_mempool* pool, const bgcu_mempool_props* pr
 EXPORT CUresult cuMemPoolDestroy(bgcu_mempool p) {
   ENTER();
   POOL(p);
-  if (p == &g_default_pool) RETURN(failf(E_INVALID_VALUE, "the device's default pool cannot be destroyed"));
+  if (is_default_pool(p)) RETURN(failf(E_INVALID_VALUE, "the device's default pool cannot be destroyed"));
   /* "If any pointers obtained from this pool haven't been freed or the pool has free operations
    * that haven't completed, the function returns immediately and the resources are released once
    * there are no more outstanding allocations." */
@@ -3397,6 +3494,37 @@ EXPORT CUresult cuMemPoolTrimTo(bgcu_mempool p, size_t keep) {
   RETURN(SUCCESS);
 }
 
+/* cuMemPoolSetAccess / cuMemPoolGetAccess: which devices may touch a pool's memory (its own
+ * always: read-write; others none until granted, whatever their peer access). */
+typedef struct sim_location { bgcu_enum type; int id; } sim_location;
+
+EXPORT CUresult cuMemPoolSetAccess(bgcu_mempool p, const bgcu_mem_access_desc* map, size_t count) {
+  ENTER();
+  POOL(p);
+  if (!map && count) RETURN(failf(E_INVALID_VALUE, "cuMemPoolSetAccess: NULL map"));
+  for (size_t i = 0; i < count; i++) {
+    int id = map[i].location.id;
+    if (map[i].location.type != BGCU_MEM_LOCATION_TYPE_DEVICE || id < 0 || id >= g_ndev)
+      RETURN(failf(E_INVALID_DEVICE, "cuMemPoolSetAccess: location (%u, %d) is not a device", map[i].location.type, id));
+    if (map[i].flags != 0 && map[i].flags != 1 && map[i].flags != 3)
+      RETURN(failf(E_INVALID_VALUE, "cuMemPoolSetAccess: flags %u", map[i].flags));
+    if (id == p->dev && map[i].flags != 3)
+      RETURN(failf(E_INVALID_VALUE, "cuMemPoolSetAccess: a pool's own device keeps read-write access"));
+  }
+  for (size_t i = 0; i < count; i++) p->access[map[i].location.id] = (unsigned char)map[i].flags;
+  RETURN(SUCCESS);
+}
+
+EXPORT CUresult cuMemPoolGetAccess(bgcu_enum* flags, bgcu_mempool p, const sim_location* loc) {
+  ENTER();
+  POOL(p);
+  if (!flags || !loc) RETURN(failf(E_INVALID_VALUE, "NULL argument"));
+  if (loc->type != BGCU_MEM_LOCATION_TYPE_DEVICE || loc->id < 0 || loc->id >= g_ndev)
+    RETURN(failf(E_INVALID_DEVICE, "cuMemPoolGetAccess: location (%u, %d) is not a device", loc->type, loc->id));
+  *flags = p->access[loc->id];
+  RETURN(SUCCESS);
+}
+
 static CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, struct CUmemPoolHandle_st* p, bgcu_stream h, const char* call) {
   if (!dptr) return failf(E_INVALID_VALUE, "%s: NULL dptr", call);
   *dptr = 0;
@@ -3429,6 +3557,8 @@ static CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, struct CUmemPoolHan
       free(mem);
       return failf(E_OUT_OF_MEMORY, "%s: out of host memory", call);
     }
+    g_regions[g_nregions - 1].dev = s->ctx->dev; /* graph memory: access as the device's default pool's */
+    g_regions[g_nregions - 1].pool = &g_dpools[s->ctx->dev];
     g_used += size;
     m->v[m->n++] = (struct gblock){(uintptr_t)mem, size, 0, 0};
     gnode* nd = new_node(10);
@@ -3451,6 +3581,8 @@ static CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, struct CUmemPoolHan
       free(best);
       return failf(E_OUT_OF_MEMORY, "%s: out of host memory", call);
     }
+    g_regions[g_nregions - 1].dev = p->dev;
+    g_regions[g_nregions - 1].pool = p;
     if (g_poison) memset(mem, 0xff, size);
     g_used += size;
     best->addr = (uintptr_t)mem;
@@ -3470,7 +3602,10 @@ static CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, struct CUmemPoolHan
 
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, bgcu_stream h) {
   ENTER();
-  RETURN(alloc_async(dptr, bytes, &g_default_pool, h, "cuMemAllocAsync"));
+  struct CUstream_st* as = NULL;
+  CUresult arc;
+  if (!(as = stream_of(h, &arc))) RETURN(arc);
+  RETURN(alloc_async(dptr, bytes, &g_dpools[as->ctx->dev], h, "cuMemAllocAsync"));
 }
 
 EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, bgcu_mempool p, bgcu_stream h) {

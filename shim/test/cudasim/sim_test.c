@@ -1025,6 +1025,91 @@ static void test_memory_pools(void) {
          "graph allocations refuse a relaunch, errors\n");
 }
 
+/* ---- two devices (CUDASIM_DEVICES=2) --------------------------------------------------------- */
+
+static void test_two_devices(bgcu_context ctx0) {
+  int n = 0;
+  OK(cuDeviceGetCount(&n));
+  EQ(n, 2);
+  bgcu_context ctx1 = NULL;
+  OK(cuDevicePrimaryCtxRetain(&ctx1, 1));
+  EQ(ctx1 != ctx0, 1);
+  int can = -1;
+  OK(cuDeviceCanAccessPeer(&can, 0, 1));
+  EQ(can, 1);
+  OK(cuDeviceCanAccessPeer(&can, 1, 1));
+  EQ(can, 0);
+  bgcu_stream s0, s1;
+  OK(cuStreamCreateWithPriority(&s0, BGCU_STREAM_NON_BLOCKING, 0));
+  int* a0 = dev_int(); /* device 0's memory */
+  OK(cuCtxPushCurrent_v2(ctx1));
+  bgcu_context cur = NULL;
+  OK(cuCtxGetCurrent(&cur));
+  EQ(cur == ctx1, 1);
+  OK(cuStreamCreateWithPriority(&s1, BGCU_STREAM_NON_BLOCKING, 0));
+  int* b1 = dev_int(); /* device 1's */
+  /* peer access per direction: 101 for its own device, 705 before, 704 twice */
+  EQ(cuCtxEnablePeerAccess(ctx1, 0), 101);
+  EQ(cuCtxDisablePeerAccess(ctx0), 705);
+  OK(cuCtxEnablePeerAccess(ctx0, 0));
+  EQ(cuCtxEnablePeerAccess(ctx0, 0), 704);
+  OK(cuCtxPopCurrent_v2(NULL));
+  /* a cross-device event orders device 1's read after device 0's slow write */
+  bgcu_event ev;
+  OK(cuEventCreate(&ev, BGCU_EVENT_DISABLE_TIMING));
+  OK(slow_store(s0, a0, 41, 30));
+  OK(cuEventRecord(ev, s0));
+  OK(cuCtxPushCurrent_v2(ctx1));
+  OK(cuStreamWaitEvent(s1, ev, 0));
+  OK(copy_int(s1, a0, b1)); /* device 1 reads device 0's cuMemAlloc memory: peer access is on */
+  OK(cuMemcpyPeerAsync((bgcu_deviceptr)(uintptr_t)(b1 + 1), ctx1, (bgcu_deviceptr)(uintptr_t)a0, ctx0, 4, s1));
+  OK(cuStreamSynchronize(s1));
+  EQ(b1[0], 41);
+  EQ(b1[1], 41);
+  OK(cuCtxPopCurrent_v2(NULL));
+  /* device 0's pool memory: peer access does not extend to it */
+  bgcu_mempool p0 = NULL;
+  OK(cuDeviceGetDefaultMemPool(&p0, 0));
+  bgcu_deviceptr pm = 0;
+  OK(cuMemAllocAsync(&pm, 64, s0));
+  OK(cuMemsetD32Async(pm, 7, 16, s0));
+  OK(cuStreamSynchronize(s0));
+  OK(cuCtxPushCurrent_v2(ctx1));
+  OK(copy_int(s1, (int*)(uintptr_t)pm, b1));
+  EQ(cuStreamSynchronize(s1), 700); /* device 1 faulted: its context is broken */
+  OK(cuCtxPopCurrent_v2(NULL));
+  OK(cuStreamSynchronize(s0)); /* device 0's is not */
+  OK(cuDevicePrimaryCtxReset_v2(1));
+  bgcu_mem_access_desc ad = {{BGCU_MEM_LOCATION_TYPE_DEVICE, 1}, 3};
+  OK(cuMemPoolSetAccess(p0, &ad, 1));
+  bgcu_mem_access_desc own = {{BGCU_MEM_LOCATION_TYPE_DEVICE, 0}, 0};
+  EQ(cuMemPoolSetAccess(p0, &own, 1), 1); /* the pool's own device keeps its access */
+  OK(cuCtxPushCurrent_v2(ctx1));
+  OK(copy_int(s1, (int*)(uintptr_t)pm, b1));
+  OK(cuStreamSynchronize(s1));
+  EQ(b1[0], 7);
+  /* peer access off again: device 0's cuMemAlloc memory faults device 1's kernel */
+  OK(cuCtxDisablePeerAccess(ctx0));
+  OK(copy_int(s1, a0, b1));
+  EQ(cuStreamSynchronize(s1), 700);
+  OK(cuCtxPopCurrent_v2(NULL));
+  OK(cuDevicePrimaryCtxReset_v2(1));
+  ad.flags = 0;
+  OK(cuMemPoolSetAccess(p0, &ad, 1));
+  OK(cuMemFreeAsync(pm, s0));
+  OK(cuStreamSynchronize(s0));
+  OK(cuEventDestroy_v2(ev));
+  OK(cuStreamDestroy_v2(s0));
+  OK(cuMemFree_v2((bgcu_deviceptr)(uintptr_t)a0));
+  OK(cuCtxPushCurrent_v2(ctx1));
+  OK(cuStreamDestroy_v2(s1));
+  OK(cuMemFree_v2((bgcu_deviceptr)(uintptr_t)b1));
+  OK(cuCtxPopCurrent_v2(NULL));
+  OK(cuDevicePrimaryCtxRelease_v2(1));
+  printf("ok two devices: peer access per direction (101 704 705), cross-device events and peer copies, "
+         "a kernel touching another device's memory without peer access or pool access faults 700 on its own context\n");
+}
+
 int main(int argc, char** argv) {
   const char* path = getenv("BUNGPU_LIBCUDA");
   void* h = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
@@ -1059,6 +1144,7 @@ int main(int argc, char** argv) {
   register_kernel("vadd", vadd);
   register_kernel("odd", odd);
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8", 1); /* the driver's default */
+  setenv("CUDASIM_DEVICES", "2", 1); /* device 1 for test_two_devices; the rest use device 0 */
   OK(cuInit(0));
   bgcu_context ctx;
   OK(cuDevicePrimaryCtxRetain(&ctx, 0));
@@ -1081,6 +1167,7 @@ int main(int argc, char** argv) {
   test_hardware_queues();
   test_memory_pools();
   test_sticky_error();
+  test_two_devices(ctx);
   OK(cuModuleUnload(mod));
   OK(cuDevicePrimaryCtxRelease_v2(0));
   printf("sim_test: %d checks, %d failures\n", checks, fails);
