@@ -13,11 +13,11 @@
 // build, only without a cache (cacheRoot, cacheWrite below).
 import { dlopen } from "bun:ffi";
 import { accessSync, constants, copyFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { homedir, tmpdir } from "node:os";
+import { availableParallelism, homedir, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { GpuError, Status } from "./errors";
 import { findCompilers } from "./compilers";
-import { compileArgs, hostTarget, libName, PREBUILT_DIR, sourceHash } from "./shimsrc";
+import { compileArgs, hostTarget, libName, linkArgs, objectArgs, PREBUILT_DIR, shimSources, sourceHash } from "./shimsrc";
 import { ABI_VERSION, symbols, type Symbols } from "./sys";
 
 export type Lib = ReturnType<typeof dlopen<Symbols>>;
@@ -454,6 +454,33 @@ function installShim(out: string, built: string, rec: LibRecord, steps: string[]
   return out;
 }
 
+/** One word for sh: single-quoted. */
+const shWord = (w: string) => `'${w.replace(/'/g, `'\\''`)}'`;
+
+/**
+ * Compile shim/ into `out` with the compiler `argv`: on several cores, its sources in as many
+ * groups compiled at once (one `sh` running a loop per group in the background), then one link;
+ * on one core, or where `sh` is missing, one compiler run. The load is synchronous (import time),
+ * hence one blocking `sh`, not promises.
+ */
+function compileShim(argv: readonly string[], out: string, target: string, work: string): { exitCode: number | null; stderr: Uint8Array } {
+  const sources = shimSources();
+  const jobs = Math.min(availableParallelism(), 8, sources.length);
+  const sh = jobs > 1 ? Bun.which("sh") : null;
+  if (!sh) return Bun.spawnSync([...argv, ...compileArgs(out, target)], { stdout: "pipe", stderr: "pipe" });
+  const objs = sources.map((_, i) => join(work, `${i}.o`));
+  const cmd = (args: readonly string[]) => [...argv, ...args].map(shWord).join(" ");
+  const groups: string[][] = Array.from({ length: jobs }, () => []);
+  sources.forEach((src, i) => groups[i % jobs]!.push(cmd(objectArgs(src, objs[i]!))));
+  const script = [
+    ...groups.map((g, k) => `( ${g.join(" && ")} ) & p${k}=$!`),
+    `ok=0; for p in ${groups.map((_, k) => `$p${k}`).join(" ")}; do wait "$p" || ok=1; done`,
+    `[ "$ok" = 0 ] || exit 1`,
+    `exec ${cmd(linkArgs(objs, out, target))}`,
+  ].join("\n");
+  return Bun.spawnSync([sh, "-c", script], { stdout: "pipe", stderr: "pipe" });
+}
+
 /**
  * Build shim/ with the first compiler that succeeds, in a private folder, then put it at `out()`
  * in the cache with its size and SHA-256 in `<out>.json`. `out` is asked again after a write
@@ -470,7 +497,7 @@ export function buildShim(out: () => string, steps: string[]): { compiler: strin
   try {
     const tmp = join(work, libName(target));
     for (const cc of list) {
-      const r = Bun.spawnSync([...cc.argv, ...compileArgs(tmp, target)], { stdout: "pipe", stderr: "pipe" });
+      const r = compileShim(cc.argv, tmp, target, work);
       if (r.exitCode === 0 && existsSync(tmp)) {
         const data = readFileSync(tmp);
         const rec: LibRecord = { bytes: data.byteLength, sha256: sha256File(data) };

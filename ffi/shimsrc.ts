@@ -59,23 +59,24 @@ export function libName(target: string): string {
   return target.startsWith("darwin") ? "libbungpu.dylib" : "libbungpu.so";
 }
 
-/** Compiler arguments (after the compiler itself) that build the library into `out`. */
+/** The flags every source file is compiled with. */
+function cflags(hash: string): string[] {
+  return ["-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", `-DBG_SOURCE_HASH="${hash}"`, `-I${SHIM_DIR}`];
+}
+/** What the library links with. */
+function libs(target: string): string[] {
+  return ["-lpthread", "-lm", ...(target.startsWith("darwin") ? ["-Wl,-install_name,@rpath/libbungpu.dylib"] : ["-ldl"])];
+}
+
+/** Compiler arguments (after the compiler itself) that build the library into `out` in one run. */
 export function compileArgs(out: string, target: string, hash = sourceHash()): string[] {
-  const darwin = target.startsWith("darwin");
-  return [
-    "-std=c11",
-    "-O2",
-    "-fPIC",
-    "-shared",
-    "-fvisibility=hidden",
-    "-Wall",
-    `-DBG_SOURCE_HASH="${hash}"`,
-    `-I${SHIM_DIR}`,
-    ...shimSources().map((f) => join(SHIM_DIR, f)),
-    "-o",
-    out,
-    "-lpthread",
-    "-lm",
-    ...(darwin ? ["-Wl,-install_name,@rpath/libbungpu.dylib"] : ["-ldl"]),
-  ];
+  return [...cflags(hash), "-shared", ...shimSources().map((f) => join(SHIM_DIR, f)), "-o", out, ...libs(target)];
+}
+
+/** The same build in steps, so that it can use every core: each source to an object, then one link. */
+export function objectArgs(source: string, obj: string, hash = sourceHash()): string[] {
+  return [...cflags(hash), "-c", join(SHIM_DIR, source), "-o", obj];
+}
+export function linkArgs(objs: readonly string[], out: string, target: string): string[] {
+  return ["-shared", ...objs, "-o", out, ...libs(target)];
 }
