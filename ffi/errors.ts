@@ -1,10 +1,11 @@
 // GpuError: every failure bungpu reports. `code` is the shim's status (CUDA's numbering where
 // CUDA has the same error), `codeName` its symbolic name, `backend` where it happened and `call`
 // the bg_* (or TypeScript) call that refused.
-import { Status, StatusName, type BackendName } from "./sys";
+import { Status, StatusName } from "./sys";
 
-/** Where an error happened: a backend (the shim's numbering, which src/backends' table matches) or a layer. */
-export type BackendLabel = BackendName | "loader" | "compiler" | "typescript";
+/** Where an error happened: a backend, by the name the shim's table gives it (shim/backends.c, which
+ * src/backends' records match), or a layer. */
+export type BackendLabel = "loader" | "compiler" | "typescript" | (string & {});
 
 export class GpuError extends Error {
   readonly code: number;

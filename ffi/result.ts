@@ -16,7 +16,7 @@ import { MSG_AREA, N, SCRATCH, cstr, fail, lastError, readF32, readI32, readMsg,
 import { symbols, type Symbols } from "./sys";
 
 export { GpuError, Status, type BackendLabel };
-export { Backend, ImageKind, StatusName, type BackendName } from "./sys";
+export { ImageKind, StatusName } from "./sys";
 
 /** What a native call accepts for a pointer: an address (number), a view of memory, or null. */
 export type Pointer = number | ArrayBufferView | ArrayBuffer | null;
@@ -112,6 +112,21 @@ export function api(backend?: BackendLabel): Api {
 }
 
 // ---- calls whose out-values are not trailing slots ---------------------------------------------
+
+let numbers: ReadonlyMap<string, number> | undefined;
+/** The loaded library's backends, name to number (bg_backend_count, bg_backend_name): a number is
+ * the backend's line in the shim's table (shim/backends.c). Read once. */
+export function backendNumbers(): ReadonlyMap<string, number> {
+  if (numbers) return numbers;
+  const m = new Map<string, number>();
+  for (let b = 0, n = N.bg_backend_count(); b < n; b++) {
+    scratchU8.fill(0, 1024, 1536);
+    const rc = N.bg_backend_name(b, MSG_AREA, 512);
+    if (rc !== 0) fail(rc, "bg_backend_name");
+    m.set(readMsg(), b);
+  }
+  return (numbers = m);
+}
 
 /** bg_backend_info: whether the backend loaded, its device count, and why not. */
 export function backendInfo(backend: number): { available: boolean; devices: number; message: string } {

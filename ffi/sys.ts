@@ -11,7 +11,7 @@
 // Device addresses (bg_devptr, a uint64_t) cross as "ptr" so they stay plain numbers: user-space
 // and CUDA unified addresses fit in 53 bits.
 import { FFIType } from "bun:ffi";
-import { BackendId, ImageKindId, Status, bg_device_props } from "./constants";
+import { ImageKindId, Status, bg_device_props } from "./constants";
 
 const { i32, u32, u64, ptr } = FFIType;
 
@@ -27,6 +27,8 @@ export const symbols = {
   bg_noop: { args: [], returns: i32 },
 
   // ---- backends and devices
+  bg_backend_count: { args: [], returns: i32, value: true },
+  bg_backend_name: { args: [i32 /* backend */, ptr /* char* buf */, u64 /* cap */], returns: i32 },
   bg_backend_info: {
     args: [i32 /* backend */, ptr /* i32* available */, ptr /* i32* count */, ptr /* char* msg */, u64 /* cap */],
     returns: i32,
@@ -213,9 +215,6 @@ export { Cmd, Signal, Status, RING_HEAD_OFFSET, RING_TAIL_OFFSET, RING_META_OFFS
 export const StatusName: Record<number, string> = Object.fromEntries(
   Object.entries(Status).map(([k, v]) => [v, k === "OK" ? "BG_OK" : `BG_ERR_${k}`]),
 );
-
-export const Backend = { cpu: BackendId.CPU, cuda: BackendId.CUDA, metal: BackendId.METAL } as const;
-export type BackendName = keyof typeof Backend;
 
 export const ImageKind = {
   sharedLibrary: ImageKindId.SHARED_LIBRARY,

@@ -74,23 +74,27 @@ BG_API int32_t bg_source_hash(char* buf, uint64_t cap) {
 
 BG_API int32_t bg_noop(void) { return BG_OK; }
 
-static const bg_backend* backend_of(int32_t b) {
-  switch (b) {
-    case BG_BACKEND_CPU: return &bg_cpu_backend;
-    case BG_BACKEND_CUDA: return &bg_cuda_backend;
-    case BG_BACKEND_METAL: return &bg_metal_backend;
-    default: return NULL;
-  }
-}
-
 BG_API int32_t bg_init(void) {
   bg_clear_error();
   return BG_OK;
 }
 
+/* ---- backends: the table's lines (backends.c) ----------------------------------------------- */
+BG_API int32_t bg_backend_count(void) { return bg_backends_count(); }
+
+BG_API int32_t bg_backend_name(int32_t backend, char* buf, uint64_t cap) {
+  NONNULL(buf, "bg_backend_name", "buf");
+  const bg_ops* be = bg_backend_at(backend);
+  if (!be) return bg_set_error(BG_ERR_INVALID_VALUE, "bg_backend_name: no backend %d", backend);
+  size_t n = strlen(be->name);
+  if (cap < n + 1) return bg_set_error(BG_ERR_INVALID_VALUE, "bg_backend_name: buffer too small");
+  memcpy(buf, be->name, n + 1);
+  return BG_OK;
+}
+
 BG_API int32_t bg_backend_info(int32_t backend, int32_t* available, int32_t* count, char* msg,
                                uint64_t cap) {
-  const bg_backend* be = backend_of(backend);
+  const bg_ops* be = bg_backend_at(backend);
   if (!be) return bg_set_error(BG_ERR_INVALID_VALUE, "bg_backend_info: no backend %d", backend);
   int32_t n = 0;
   char local[512] = {0};
@@ -105,13 +109,12 @@ BG_API int32_t bg_backend_info(int32_t backend, int32_t* available, int32_t* cou
 #define MAX_ORDINALS 64
 static pthread_mutex_t dev_lock = PTHREAD_MUTEX_INITIALIZER;
 static void plain_pools_close(bg_device* d); /* the core's plain pools of `d` (below) */
-static const char* backend_name(int32_t b);
-static bg_device* dev_table[BG_BACKEND_COUNT][MAX_ORDINALS];
-static int32_t dev_refs[BG_BACKEND_COUNT][MAX_ORDINALS];
+static bg_device* dev_table[BG_MAX_BACKENDS][MAX_ORDINALS];
+static int32_t dev_refs[BG_MAX_BACKENDS][MAX_ORDINALS];
 
 BG_API int32_t bg_device_open(int32_t backend, int32_t ordinal, void** out) {
   NONNULL(out, "bg_device_open", "out");
-  const bg_backend* be = backend_of(backend);
+  const bg_ops* be = bg_backend_at(backend);
   if (!be) return bg_set_error(BG_ERR_INVALID_VALUE, "bg_device_open: no backend %d", backend);
   if (ordinal < 0 || ordinal >= MAX_ORDINALS)
     return bg_set_error(BG_ERR_INVALID_DEVICE, "bg_device_open: ordinal %d out of range", ordinal);
@@ -133,8 +136,7 @@ BG_API int32_t bg_device_open(int32_t backend, int32_t ordinal, void** out) {
   if (ordinal >= n) {
     pthread_mutex_unlock(&dev_lock);
     return bg_set_error(BG_ERR_INVALID_DEVICE, "bg_device_open: %s has %d device(s), no ordinal %d",
-                        backend == BG_BACKEND_CPU ? "cpu" : backend == BG_BACKEND_CUDA ? "cuda" : "metal",
-                        n, ordinal);
+                        be->name, n, ordinal);
   }
   rc = be->open(ordinal, &d);
   if (rc == BG_OK) {
@@ -171,7 +173,9 @@ BG_API int32_t bg_device_props_get(void* dev, bg_device_props* out) {
   NONNULL(out, "bg_device_props_get", "out");
   memset(out, 0, sizeof *out);
   BG_HOOK(DEV(dev));
-  return OPS(dev)->device_props(dev, out);
+  int32_t rc = OPS(dev)->device_props(dev, out);
+  out->backend = DEV(dev)->backend; /* the table's number, which the backend need not know */
+  return rc;
 }
 
 BG_API int32_t bg_device_mem_info(void* dev, uint64_t* free_b, uint64_t* total_b) {
@@ -557,7 +561,7 @@ static int32_t ipc_read(const char* fn, const void* handle, uint32_t kind, bg_de
                         bg_ipc_handle* h) {
   memcpy(h, handle, sizeof *h);
   if (h->magic != BG_IPC_MAGIC || (h->kind != BG_IPC_KIND_MEM && h->kind != BG_IPC_KIND_EVENT) ||
-      h->backend < 0 || h->backend >= BG_BACKEND_COUNT || h->pid <= 0 || h->reserved != 0)
+      !bg_backend_at(h->backend) || h->pid <= 0 || h->reserved != 0)
     return bg_set_error(BG_ERR_INVALID_VALUE, "%s: not a bungpu interprocess handle", fn);
   if (h->kind != kind)
     return bg_set_error(BG_ERR_INVALID_VALUE, "%s: the handle is of %s, not of %s", fn,
@@ -565,7 +569,7 @@ static int32_t ipc_read(const char* fn, const void* handle, uint32_t kind, bg_de
                         kind == BG_IPC_KIND_MEM ? "memory" : "an event");
   if (h->backend != d->backend)
     return bg_set_error(BG_ERR_INVALID_VALUE, "%s: the handle comes from a %s device, not %s", fn,
-                        backend_name(h->backend), backend_name(d->backend));
+                        bg_backend_at(h->backend)->name, d->ops->name);
   if (kind == BG_IPC_KIND_MEM && h->bytes == 0)
     return bg_set_error(BG_ERR_INVALID_VALUE, "%s: the handle names 0 bytes", fn);
   /* an event's handle names no size: its exporter writes 0 there, so anything else is altered */
@@ -635,10 +639,6 @@ BG_API int32_t bg_ipc_event_open(void* dev, const void* handle, void** out) {
 }
 
 /* ---- several devices: peer access and copies between devices ------------------------------- */
-static const char* backend_name(int32_t b) {
-  return b == BG_BACKEND_CPU ? "cpu" : b == BG_BACKEND_CUDA ? "cuda" : "metal";
-}
-
 static uint64_t peer_bit(const bg_device* peer) { return (uint64_t)1 << (uint32_t)peer->ordinal; }
 
 static int32_t can_access(bg_device* d, bg_device* p, int32_t* out) {
@@ -661,7 +661,7 @@ static int32_t peer_check(const char* fn, bg_device* d, bg_device* p) {
   if (rc) return rc;
   if (!ok)
     return bg_set_error(BG_ERR_INVALID_DEVICE, "%s: %s:%d cannot access %s:%d%s", fn,
-                        backend_name(d->backend), (int)d->ordinal, backend_name(p->backend),
+                        d->ops->name, (int)d->ordinal, p->ops->name,
                         (int)p->ordinal,
                         d == p ? " (the same device)" : d->backend != p->backend ? " (another backend)" : "");
   return BG_OK;
@@ -678,7 +678,7 @@ BG_API int32_t bg_device_enable_peer_access(void* dev, void* peer) {
   if (atomic_load(&d->peer_enabled) & peer_bit(p)) {
     pthread_mutex_unlock(&dev_lock);
     return bg_set_error(BG_ERR_PEER_ACCESS_ALREADY_ENABLED, "%s: %s:%d already has access to %s:%d", fn,
-                        backend_name(d->backend), (int)d->ordinal, backend_name(p->backend), (int)p->ordinal);
+                        d->ops->name, (int)d->ordinal, p->ops->name, (int)p->ordinal);
   }
   if (d->ops->peer_enable) {
     BG_HOOK(d);
@@ -700,7 +700,7 @@ BG_API int32_t bg_device_disable_peer_access(void* dev, void* peer) {
   if (d == p || d->backend != p->backend || !(atomic_load(&d->peer_enabled) & peer_bit(p))) {
     pthread_mutex_unlock(&dev_lock);
     return bg_set_error(BG_ERR_PEER_ACCESS_NOT_ENABLED, "%s: %s:%d has no peer access to %s:%d", fn,
-                        backend_name(d->backend), (int)d->ordinal, backend_name(p->backend), (int)p->ordinal);
+                        d->ops->name, (int)d->ordinal, p->ops->name, (int)p->ordinal);
   }
   int32_t rc = BG_OK;
   if (d->ops->peer_disable) {
@@ -723,7 +723,7 @@ BG_API int32_t bg_memcpy_peer_async(void* s, bg_devptr dst, void* dst_dev, bg_de
     return bg_set_error(BG_ERR_INVALID_VALUE, "%s: the stream is on neither device of the copy", fn);
   if (dd->backend != xd->backend)
     return bg_set_error(BG_ERR_NOT_SUPPORTED, "%s: a copy between the %s and %s backends", fn,
-                        backend_name(xd->backend), backend_name(dd->backend));
+                        xd->ops->name, dd->ops->name);
   bg_device* other = sd == dd ? xd : dd;
   int32_t path = other == sd ? BG_COPY_PATH_DEVICE
                  : (atomic_load(&sd->peer_enabled) & peer_bit(other)) ? BG_COPY_PATH_PEER
@@ -791,12 +791,12 @@ BG_API int32_t bg_comm_init_all(void* const* devs, int32_t n, void** out) {
     bg_device *a = devs[i], *b = devs[0];
     if (a->backend != b->backend)
       return bg_set_error(BG_ERR_INVALID_VALUE, "%s: device %d is %s:%d, device 0 %s:%d (one backend)",
-                          fn, (int)i, backend_name(a->backend), (int)a->ordinal,
-                          backend_name(b->backend), (int)b->ordinal);
+                          fn, (int)i, a->ops->name, (int)a->ordinal,
+                          b->ops->name, (int)b->ordinal);
     for (int32_t j = 0; j < i; j++)
       if (devs[j] == a)
         return bg_set_error(BG_ERR_INVALID_DEVICE, "%s: %s:%d is named twice (devices %d and %d)", fn,
-                            backend_name(a->backend), (int)a->ordinal, (int)j, (int)i);
+                            a->ops->name, (int)a->ordinal, (int)j, (int)i);
   }
   COLL_NEED((bg_device*)devs[0], fn);
   for (int32_t i = 0; i < n; i++) out[i] = NULL;
@@ -840,7 +840,7 @@ BG_API int32_t bg_comm_set_timeout(void* c, uint32_t ms) {
 /* Grouping: the depth and the backends that took part (their tables), per thread. */
 static _Thread_local int32_t group_depth;
 static _Thread_local uint32_t group_backends;
-static _Thread_local const bg_coll_ops* group_ops[BG_BACKEND_COUNT];
+static _Thread_local const bg_coll_ops* group_ops[BG_MAX_BACKENDS];
 static _Thread_local int group_abandoned;
 
 static uint32_t dtype_size(int32_t t) {
@@ -860,8 +860,7 @@ BG_API int32_t bg_comm_collective(void* c, void* s, int32_t coll, bg_devptr send
   CHECK(s, BG_KIND_STREAM, fn);
   if (DEV(s) != DEV(c))
     return bg_set_error(BG_ERR_INVALID_VALUE, "%s: the stream is on %s:%d, the communicator on %s:%d", fn,
-                        backend_name(DEV(s)->backend), (int)DEV(s)->ordinal,
-                        backend_name(DEV(c)->backend), (int)DEV(c)->ordinal);
+                        OPS(s)->name, (int)DEV(s)->ordinal, OPS(c)->name, (int)DEV(c)->ordinal);
   if (coll < BG_COLL_ALL_REDUCE || coll > BG_COLL_RECV)
     return bg_set_error(BG_ERR_INVALID_VALUE, "%s: no collective %d", fn, (int)coll);
   if (!dtype_size(dtype)) return bg_set_error(BG_ERR_INVALID_VALUE, "%s: no data type %d", fn, (int)dtype);
@@ -908,7 +907,7 @@ BG_API int32_t bg_comm_group_end(void) {
   group_abandoned = 0;
   int32_t first = BG_OK;
   char msg[512] = {0};
-  for (int32_t b = 0; b < BG_BACKEND_COUNT; b++) {
+  for (int32_t b = 0; b < BG_MAX_BACKENDS; b++) {
     if (!(used & (1u << (uint32_t)b))) continue;
     const bg_coll_ops* co = group_ops[b];
     group_ops[b] = NULL;

@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 /* Bump on any change of a signature, a struct layout, a constant or the command format. */
-#define BG_ABI_VERSION 4
+#define BG_ABI_VERSION 5
 
 /* ---- status codes ------------------------------------------------------------------------ */
 enum {
@@ -85,7 +85,9 @@ enum {
 };
 
 /* ---- backends ---------------------------------------------------------------------------- */
-enum { BG_BACKEND_CPU = 0, BG_BACKEND_CUDA = 1, BG_BACKEND_METAL = 2, BG_BACKEND_COUNT = 3 };
+/* A backend's number is its line in the library's backend table (shim/backends.c); these name
+ * the lines every build has. bg_backend_count and bg_backend_name list them all. */
+enum { BG_BACKEND_CPU = 0, BG_BACKEND_CUDA = 1, BG_BACKEND_METAL = 2 };
 
 /* ---- flags ------------------------------------------------------------------------------- */
 enum { BG_HOST_ALLOC_MAPPED = 1u, BG_HOST_ALLOC_PORTABLE = 2u };
@@ -147,6 +149,10 @@ BG_API int32_t bg_init(void);
 BG_API int32_t bg_noop(void);                          /* the cheapest possible crossing */
 
 /* ---- backends and devices ---------------------------------------------------------------- */
+/* Backends are numbered 0 .. bg_backend_count() - 1; bg_backend_name gives each one's name
+ * ("cpu", "cuda", "metal"); a number past the end is BG_ERR_INVALID_VALUE everywhere. */
+BG_API int32_t bg_backend_count(void); /* returns the count, not a status */
+BG_API int32_t bg_backend_name(int32_t backend, char* buf, uint64_t cap);
 /* available: 1 if the backend loaded; count: its devices; msg: why not, naming what was tried. */
 BG_API int32_t bg_backend_info(int32_t backend, int32_t* available, int32_t* count, char* msg,
                                uint64_t cap);

@@ -1,6 +1,6 @@
 /*
- * internal.h: what the core (api.c, commands.c, base.c) and the backends (cpu/, cuda/, metal/)
- * share.
+ * internal.h: what the core (api.c, commands.c, base.c, backends.c) and the backends (one folder
+ * each, listed in backends.c's table) share.
  *
  * Every handle begins with bg_obj, so the core can check a handle's kind before it trusts it
  * and find its device. The core validates arguments, then calls the device's vtable. Backends
@@ -62,9 +62,9 @@ typedef struct bg_signal bg_signal;
 /* One function per device-level operation. Handles arrive already checked for kind; `dev` is
  * always the handle's own device. Each returns BG_OK or a code, having called bg_set_error.
  *
- * Required: device_close, device_props, device_mem_info, device_synchronize; mem_alloc,
- * mem_free, host_alloc, host_free; stream_create, stream_destroy, stream_synchronize,
- * stream_query, stream_wait_event; memcpy_htod_async, memcpy_dtoh_async, memcpy_dtod_async,
+ * Required: name, probe, open; device_close, device_props, device_mem_info,
+ * device_synchronize; mem_alloc, mem_free, host_alloc, host_free; stream_create, stream_destroy,
+ * stream_synchronize, stream_query, stream_wait_event; memcpy_htod_async, memcpy_dtoh_async, memcpy_dtod_async,
  * memset_async, launch_host_func; event_create, event_destroy, event_record, event_query,
  * event_synchronize, event_elapsed; module_load, module_unload, module_get_kernel,
  * kernel_max_threads, launch. That is a whole backend.
@@ -89,7 +89,14 @@ typedef struct bg_signal bg_signal;
  *    backend (Metal: an autorelease pool). CUDA keeps its context push/pop in its entries: it
  *    can fail, and the backend's own threads and internal paths need it too. */
 struct bg_ops {
-  const char* name; /* "cpu", "cuda", "metal" */
+  /* The backend: its name (bg_backend_name, error messages), and its entry points, read from the
+   * record in backends.c's table (a device may carry another record of the same backend, as the
+   * CPU's checked mode does). probe loads the driver once; on failure it fills msg (naming what
+   * was tried) and returns its code. open makes the device `ordinal` (< probe's count), its ops
+   * set; the core sets its backend number and ordinal. */
+  const char* name;
+  int32_t (*probe)(int32_t* count, char* msg, uint64_t cap);
+  int32_t (*open)(int32_t ordinal, bg_device** out);
   int32_t (*device_close)(bg_device* dev);
   int32_t (*device_props)(bg_device* dev, bg_device_props* out);
   int32_t (*device_mem_info)(bg_device* dev, uint64_t* free_b, uint64_t* total_b);
@@ -389,16 +396,13 @@ typedef struct bg_coll_ops { /* bg_ops.coll */
   int32_t (*group_end)(int discard); /* discard: bg_comm_group_abandon was called */
 } bg_coll_ops;
 
-/* ---- backend entry points ----------------------------------------------------------------- */
-typedef struct bg_backend {
-  /* Load the driver once; on failure fill msg (naming what was tried) and return its code. */
-  int32_t (*probe)(int32_t* count, char* msg, uint64_t cap);
-  int32_t (*open)(int32_t ordinal, bg_device** out);
-} bg_backend;
-
-extern const bg_backend bg_cpu_backend;
-extern const bg_backend bg_cuda_backend;
-extern const bg_backend bg_metal_backend;
+/* ---- the backend table (backends.c) -------------------------------------------------------- */
+/* Backends are numbered by their line in the table (bungpu.h's BG_BACKEND_* name the first
+ * ones); at most BG_MAX_BACKENDS (the core keeps a bit per backend). */
+#define BG_MAX_BACKENDS 32
+int32_t bg_backends_count(void);
+/* The record of backend `b`, or NULL where the table has no such line. */
+const bg_ops* bg_backend_at(int32_t b);
 
 /* Portable monotonic nanoseconds (base.c). */
 uint64_t bg_now_ns(void);

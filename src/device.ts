@@ -1,9 +1,8 @@
 // Device: one opened backend device. Device.open("cpu" | "cuda[:N]" | "metal[:N]": a backend name
 // of ./backends, then an ordinal), Device.default() (the backends by rank: CUDA, then Metal, then
 // CPU; BUNGPU_DEVICE overrides), Device.list().
-import { api, backendInfo, devicePropsBytes } from "../ffi/result";
+import { api, backendInfo, backendNumbers, devicePropsBytes } from "../ffi/result";
 import { bg_device_props } from "../ffi/constants";
-import { Backend } from "../ffi/result";
 import { backends, type BackendName } from "./backends";
 import { Buffer, HostBuffer, releaseDeviceMemory, type FillType, type GpuBufferOf } from "./buffer";
 import { DEVICE, newDeviceState, type DeviceState } from "./device_state";
@@ -84,6 +83,11 @@ function devicesHere(): string {
 }
 
 /** An error of opening a device, with the devices that can be opened (and "1 device", not "1 device(s)"). */
+/** Why a backend with a record here is absent from the loaded library. */
+function notBuilt(b: BackendName): string {
+  return `the loaded libbungpu has no ${b} backend (no line in its shim/backends.c)`;
+}
+
 function openError(e: unknown): unknown {
   if (!(e instanceof GpuError) || (e.code !== Status.INVALID_DEVICE && e.code !== Status.BACKEND_UNAVAILABLE && e.code !== Status.NO_DEVICE)) return e;
   return reword(e, (d) => `${d.replace(/\b(\d+) device\(s\)/g, (_, n: string) => plural(Number(n), "device"))}; ${devicesHere()}`);
@@ -132,7 +136,10 @@ export class Device {
 
   /** Every backend, whether it loaded, how many devices it has, and why not. */
   static backends(): BackendInfo[] {
-    return BACKEND_NAMES.map((b) => ({ backend: b, ...backendInfo(Backend[b]) }));
+    return BACKEND_NAMES.map((b) => {
+      const n = backendNumbers().get(b);
+      return { backend: b, ...(n === undefined ? { available: false, devices: 0, message: notBuilt(b) } : backendInfo(n)) };
+    });
   }
 
   /** Device specs that can be opened here, e.g. ["cuda:0", "cpu"]. */
@@ -148,7 +155,9 @@ export class Device {
     const { backend, ordinal } = parseSpec(spec);
     let handle: number;
     try {
-      handle = api(backend).device_open(Backend[backend], ordinal);
+      const n = backendNumbers().get(backend);
+      if (n === undefined) throw new GpuError(Status.BACKEND_UNAVAILABLE, `bg_device_open: ${notBuilt(backend)}`, { backend, call: "bg_device_open" });
+      handle = api(backend).device_open(n, ordinal);
     } catch (e) {
       throw openError(e);
     }

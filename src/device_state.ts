@@ -4,7 +4,7 @@
 // and imports theirs; nothing here imports them, so no module is completed by another's side
 // effects.
 import { api, type Api } from "../ffi/result";
-import type { BackendName } from "../ffi/result";
+import type { BackendName } from "./backends";
 
 /** Shared state a device's resources hold, so a finalizer never touches a closed device. */
 export interface DeviceState {

@@ -114,7 +114,7 @@ describe("the core in C against a recording fake backend, under sanitizers", () 
     try {
       const bin = join(dir, "core_test");
       const sh = join(root, "shim");
-      const b = Bun.spawnSync([gcc!, "-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", `-I${sh}`, "-o", bin, join(sh, "test/core_test.c"), join(sh, "api.c"), join(sh, "commands.c"), join(sh, "base.c"), "-lpthread"], { stderr: "pipe" });
+      const b = Bun.spawnSync([gcc!, "-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", `-I${sh}`, "-DBG_STUBS(X)=X(cpu, 0) X(cuda, 0) X(metal, 0)", "-o", bin, join(sh, "test/core_test.c"), join(sh, "test/stub_backend.c"), join(sh, "api.c"), join(sh, "backends.c"), join(sh, "commands.c"), join(sh, "base.c"), "-lpthread"], { stderr: "pipe" });
       expect(b.stderr.toString()).not.toMatch(/error|warning/);
       expect(b.exitCode).toBe(0);
       const r = Bun.spawnSync([bin], { stdout: "pipe", stderr: "pipe", env: { ...process.env, ASAN_OPTIONS: "detect_leaks=1" } });

@@ -615,7 +615,7 @@ int32_t cpu_graph_from_commands(bg_device* dev, const uint8_t* p, uint64_t len, 
 extern const bg_coll_ops cpu_coll_ops;
 
 /* device.c */
-extern const bg_ops cpu_ops;
+extern const bg_ops bg_cpu_ops;     /* the backend's record in the table (backends.c) */
 extern const bg_ops cpu_ops_checked; /* the same, each entry first returning the sticky error */
 int cpu_checked_mode(void);          /* BUNGPU_CHECK=1 (read once) */
 

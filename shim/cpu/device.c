@@ -255,8 +255,7 @@ static int32_t cpu_open(int32_t ordinal, bg_device** out) {
   cpu_fault_init(); /* a fault in a kernel is named (default mode) or caught (checked mode) */
   atomic_init(&d->sticky, 0);
   pthread_mutex_init(&d->sticky_mu, NULL);
-  d->base.ops = d->checked ? &cpu_ops_checked : &cpu_ops;
-  d->base.backend = BG_BACKEND_CPU;
+  d->base.ops = d->checked ? &cpu_ops_checked : &bg_cpu_ops;
   d->base.ordinal = ordinal;
   d->ncores = online_cores();
   d->total_mem = phys_total();
@@ -286,8 +285,6 @@ static int32_t cpu_open(int32_t ordinal, bg_device** out) {
   free(d);
   return rc;
 }
-
-const bg_backend bg_cpu_backend = {cpu_probe, cpu_open};
 
 static int32_t cpu_device_close(bg_device* dev) {
   cpu_device* d = (cpu_device*)dev;
@@ -332,7 +329,6 @@ static int32_t cpu_device_close(bg_device* dev) {
 static int32_t cpu_device_props(bg_device* dev, bg_device_props* out) {
   cpu_device* d = (cpu_device*)dev;
   snprintf(out->name, sizeof out->name, "%s", d->name);
-  out->backend = BG_BACKEND_CPU;
   out->ordinal = dev->ordinal;
   out->compute_units = d->ncores;
   out->cc_major = 0;
@@ -579,8 +575,11 @@ static int32_t cpu_device_can_access_peer(bg_device* dev, bg_device* peer, int32
 }
 
 /* ---- the vtable ------------------------------------------------------------------------------ */
-const bg_ops cpu_ops = {
+/* The backend's record in the table (backends.c). */
+const bg_ops bg_cpu_ops = {
     .name = "cpu",
+    .probe = cpu_probe,
+    .open = cpu_open,
     .coll = &cpu_coll_ops,
     .device_close = cpu_device_close,
     .device_props = cpu_device_props,

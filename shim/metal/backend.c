@@ -33,7 +33,7 @@ static oc_id device_at(int32_t ordinal, int32_t* count) {
   return found;
 }
 
-static const bg_ops metal_ops;
+extern const bg_ops bg_metal_ops; /* the table below */
 
 /* ---- device --------------------------------------------------------------------------------- */
 
@@ -79,8 +79,7 @@ static int32_t open_impl(int32_t ordinal, bg_device** out) {
     return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_device_open: out of host memory");
   }
   bg_obj_init(d, BG_KIND_DEVICE, &d->d);
-  d->d.ops = &metal_ops;
-  d->d.backend = BG_BACKEND_METAL;
+  d->d.ops = &bg_metal_ops;
   d->d.ordinal = ordinal;
   d->dev = dev;
   pthread_mutex_init(&d->mu, NULL);
@@ -137,7 +136,6 @@ static int32_t props_impl(bg_device* dv, bg_device_props* out) {
   oc_id nm = m_id(d->dev, mtl_S.name);
   const char* c = nm ? (const char*)m_ptr(nm, mtl_S.utf8) : NULL;
   snprintf(out->name, sizeof out->name, "%s", c ? c : "Metal device");
-  out->backend = BG_BACKEND_METAL;
   out->ordinal = dv->ordinal;
   out->compute_units = 0; /* Metal does not say */
   out->max_threads_per_block = (int32_t)(d->max_tg.w > 0x7fffffff ? 0x7fffffff : d->max_tg.w);
@@ -233,8 +231,11 @@ static void m_leave(bg_device* dv, void* pool) {
   mtl_rt.pool_pop(pool);
 }
 
-static const bg_ops metal_ops = {
+/* The backend's record in the table (backends.c). */
+const bg_ops bg_metal_ops = {
     .name = "metal",
+    .probe = metal_probe,
+    .open = metal_open,
     .enter = m_enter,
     .leave = m_leave,
     .device_close = m_device_close,
@@ -300,7 +301,7 @@ static int32_t metal_open(int32_t ordinal, bg_device** out) {
   return bg_set_error(BG_ERR_BACKEND_UNAVAILABLE, "Metal is only available on macOS");
 }
 
-#endif
+const bg_ops bg_metal_ops = {.name = "metal", .probe = metal_probe, .open = metal_open};
 
-const bg_backend bg_metal_backend = {metal_probe, metal_open};
+#endif
 

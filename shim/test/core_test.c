@@ -5,8 +5,11 @@
  * generic command-list graph (replay, argument patches, holds), and the plain memory pool the core
  * gives a backend without pools (Metal): stream-ordered calls on plain allocations.
  *
- *   cc -std=c11 -g -Ishim -o /tmp/core_test shim/test/core_test.c shim/api.c shim/commands.c
+ *   cc -std=c11 -g -Ishim '-DBG_STUBS(X)=X(cpu, 0) X(cuda, 0) X(metal, 0)' -o /tmp/core_test
+ *      shim/test/core_test.c shim/test/stub_backend.c shim/api.c shim/backends.c shim/commands.c
  *      shim/base.c -lpthread && /tmp/core_test
+ *
+ * No real backend is linked: the table's lines find stand-ins (stub_backend.c).
  *
  * Prints "core_test: N checks passed".
  */
@@ -26,21 +29,6 @@ static int checks, fails;
       fprintf(stderr, "FAIL %s:%d: %s (last error: %s)\n", __FILE__, __LINE__, #c, m_);           \
     }                                                                                             \
   } while (0)
-
-/* ---- no real backends ------------------------------------------------------------------------- */
-static int32_t none_probe(int32_t* count, char* msg, uint64_t cap) {
-  *count = 0;
-  snprintf(msg, (size_t)cap, "not built into this test");
-  return BG_ERR_BACKEND_UNAVAILABLE;
-}
-static int32_t none_open(int32_t ordinal, bg_device** out) {
-  (void)ordinal;
-  (void)out;
-  return BG_ERR_BACKEND_UNAVAILABLE;
-}
-const bg_backend bg_cpu_backend = {none_probe, none_open};
-const bg_backend bg_cuda_backend = {none_probe, none_open};
-const bg_backend bg_metal_backend = {none_probe, none_open};
 
 /* ---- a fake backend that records what it is asked to do --------------------------------------- */
 static char trace[4096];
@@ -180,7 +168,31 @@ static void barrier(list* l) {
 }
 static void raw32(list* l, uint32_t v) { put(l, &v, 4); }
 
+/* The backend table (backends.c): numbers are lines, names the records', an unknown number an
+ * error rather than some backend's. */
+static void table_checks(void) {
+  CHECK(bg_backend_count() == 3);
+  static const char* const want[] = {"cpu", "cuda", "metal"};
+  char name[16];
+  for (int32_t b = 0; b < 3; b++) CHECK(bg_backend_name(b, name, sizeof name) == BG_OK && !strcmp(name, want[b]));
+  CHECK(bg_backend_name(BG_BACKEND_METAL, name, 5) == BG_ERR_INVALID_VALUE);
+  int32_t avail = 7, count = 7;
+  char msg[128];
+  CHECK(bg_backend_info(BG_BACKEND_CUDA, &avail, &count, msg, sizeof msg) == BG_OK && !avail && !count &&
+        strstr(msg, "cuda"));
+  void* d = NULL;
+  CHECK(bg_device_open(BG_BACKEND_CPU, 0, &d) == BG_ERR_BACKEND_UNAVAILABLE && !d);
+  for (int32_t bad = -1; bad <= 3; bad += 4) {
+    CHECK(bg_backend_name(bad, name, sizeof name) == BG_ERR_INVALID_VALUE);
+    CHECK(bg_backend_info(bad, &avail, &count, msg, sizeof msg) == BG_ERR_INVALID_VALUE);
+    CHECK(bg_device_open(bad, 0, &d) == BG_ERR_INVALID_VALUE);
+    bg_last_error(msg, sizeof msg);
+    CHECK(strstr(msg, "no backend") != NULL);
+  }
+}
+
 int main(void) {
+  table_checks();
   bg_device dev;
   memset(&dev, 0, sizeof dev);
   fake ds = {.name = "ds"}, s1 = {.name = "s1"}, k1 = {.name = "k1"}, k2 = {.name = "k2"},

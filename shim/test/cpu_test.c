@@ -2,7 +2,8 @@
  * cpu_test.c: the CPU backend through the public bg_* API only.
  *
  *   cc -std=c11 -O1 -g -pthread -Ishim -o /tmp/cpu_test shim/test/cpu_test.c shim/[core .c files]
- *      shim/cpu/[all .c files] shim/test/null_backends.c -ldl -lm && /tmp/cpu_test
+ *      shim/cpu/[all .c files] shim/test/stub_backend.c '-DBG_STUBS(X)=X(cuda, 0) X(metal, 0)'
+ *      -ldl -lm && /tmp/cpu_test
  *
  * Kernels are compiled at run time from a source this test writes into a temporary folder
  * with the system `cc` (skipped when there is none). Prints "cpu_test: N checks passed".

@@ -14,7 +14,7 @@ modes=${BG_SANITIZE:-address}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bg-san-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
-srcs="$shim/test/cpu_test.c $shim/test/null_backends.c"
+srcs="$shim/test/cpu_test.c $shim/test/stub_backend.c"
 for f in "$shim"/*.c; do srcs="$srcs $f"; done
 for f in "$shim"/cpu/*.c; do srcs="$srcs $f"; done
 
@@ -40,7 +40,7 @@ for mode in $modes; do
   echo "run_sanitizers: building with $cc $flags"
   # shellcheck disable=SC2086
   "$cc" -std=c11 -g -O1 -fno-omit-frame-pointer $flags -Wall -Wextra -pthread \
-    -I"$shim" -DBG_SHIM_DIR="\"$shim\"" -o "$bin" $srcs -ldl -lm
+    -I"$shim" '-DBG_STUBS(X)=X(cuda, 0) X(metal, 0)' -DBG_SHIM_DIR="\"$shim\"" -o "$bin" $srcs -ldl -lm
   echo "run_sanitizers: running ($mode)"
   rc=0
   "$bin" >"$log" 2>&1 || rc=$?

@@ -11,7 +11,7 @@ trap 'rm -rf "$out"' EXIT
 cc=${CC:-gcc}
 san="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all"
 "$cc" -std=c11 -g -O1 $san -fPIC -shared -o "$out/libcudasim.so" "$sim/sim.c" -lpthread -ldl
-"$cc" -std=c11 -g -O1 $san -I"$shim" -I"$sim" -o "$out/backend_test" "$here/backend_test.c" "$shim/"*.c "$shim/cuda/"*.c "$sim/stubs.c" -rdynamic -lpthread -ldl -lm
+"$cc" -std=c11 -g -O1 $san -I"$shim" -I"$sim" -o "$out/backend_test" "$here/backend_test.c" "$shim/"*.c "$shim/cuda/"*.c "$shim/test/stub_backend.c" '-DBG_STUBS(X)=X(cpu, 0) X(metal, 0)' -rdynamic -lpthread -ldl -lm
 export BUNGPU_LIBCUDA="$out/libcudasim.so" ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1
 # the backend's defaults: whatever the caller's environment sets (a suite run with its own
 # CUDA_DEVICE_MAX_CONNECTIONS, say) is not what this run checks

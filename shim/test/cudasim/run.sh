@@ -19,7 +19,7 @@ for w in $what; do
       "$cc" -std=c11 -g -O1 $san -I"$shim" -o "$out/sim_test" "$here/sim_test.c" -lpthread -ldl
       "$out/sim_test" ;;
     flow)
-      "$cc" -std=c11 -g -O1 $san -I"$shim" -I"$here" -o "$out/flow" "$here/flow.c" "$shim/"*.c "$shim/cuda/"*.c "$here/stubs.c" -rdynamic -lpthread -ldl -lm
+      "$cc" -std=c11 -g -O1 $san -I"$shim" -I"$here" -o "$out/flow" "$here/flow.c" "$shim/"*.c "$shim/cuda/"*.c "$shim/test/stub_backend.c" '-DBG_STUBS(X)=X(cpu, 0) X(metal, 0)' -rdynamic -lpthread -ldl -lm
       "$out/flow" ;;
     *) echo "unknown part $w" >&2; exit 2 ;;
   esac

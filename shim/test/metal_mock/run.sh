@@ -12,6 +12,6 @@ for f in $M/metal/*.c; do
 done
 gcc -std=gnu11 -g -O1 $SAN -c $H/mock.c -o $O/mock.o
 for f in $M/*.c; do gcc -std=c11 -g -O1 $SAN -I$M -c $f -o $O/core_$(basename $f .c).o; done
-gcc -std=c11 -g -I$M -c $H/stubs.c -o $O/stubs.o
+gcc -std=c11 -g -I$M '-DBG_STUBS(X)=X(cpu, 0) X(cuda, 0)' -c $M/test/stub_backend.c -o $O/stubs.o
 gcc -std=gnu11 -g -O1 $SAN -I$M $H/test.c $O/metal_*.o $O/mock.o $O/core_*.o $O/stubs.o -o $O/t -lpthread
 ASAN_OPTIONS=detect_leaks=0 timeout 120 $O/t
