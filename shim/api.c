@@ -5,6 +5,8 @@
  * on are base.c's; the bg_submit* entries are commands.c's. One file over 600 lines: every
  * wrapper is a few lines of the same shape (CHECK, NONNULL, NEED, BG_HOOK, the vtable call), in
  * the header's order, and they share those macros.
+ *
+ * Calls: backends.c, commands.c, base.c.
  */
 #define _GNU_SOURCE
 #include "internal.h"

@@ -9,7 +9,8 @@
  *
  * BG_EXTRA_BACKENDS(X) on the compiler's command line adds lines after these: a test builds the
  * library with a null backend that way (test/backend_table.test.ts, with shim/test/stub_backend.c).
- * Calls no other file.
+ *
+ * Calls: cpu/device.c, cuda/device.c, metal/backend.c.
  */
 #include "internal.h"
 

@@ -1,8 +1,10 @@
 /*
  * base.c: what every other file of the shim stands on: the thread's last error (and the two
  * entry points that read it), the header every handle begins with, the monotonic clock, and
- * compile results. It calls no other file of the shim; the entry points (api.c), the command
- * list (commands.c) and the backends call it.
+ * compile results. The entry points (api.c), the command list
+ * (commands.c) and the backends call it.
+ *
+ * Calls: nothing.
  */
 #define _GNU_SOURCE
 #include "internal.h"

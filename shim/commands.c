@@ -2,6 +2,8 @@
  * commands.c: the command list (bungpu.h's bg_submit records) in the core. One decoder
  * (bg_cmd_next), one validation (bg_cmds_validate), the one-by-one issue that backends without
  * a submit of their own get, and the bg_submit* and bg_graph_from_commands entries.
+ *
+ * Calls: base.c.
  */
 #include "internal.h"
 

@@ -4,6 +4,7 @@
 import { describe, expect, test } from "bun:test";
 import { existsSync, readFileSync, readdirSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
+import { canReadCalls, cCallGraph, circles } from "./c_calls";
 
 const root = resolve(import.meta.dir, "..");
 
@@ -121,5 +122,92 @@ describe("the command format has one definition and one decoder", () => {
     // No second encoder: only commands.ts writes command tags.
     const writers = src.filter((f) => !f.endsWith("commands.ts") && /\bCMD\.(LAUNCH|COPY|MEMSET|BARRIER)\b|Cmd\.(LAUNCH|COPY|MEMSET|BARRIER)\b/.test(readFileSync(f, "utf8")));
     expect(writers.map((f) => relative(root, f))).toEqual([]);
+  });
+});
+
+describe("the shim's files call down, never round (C)", () => {
+  // what each file of shim/ calls, read from the compiled objects (test/c_calls.ts)
+  let memo: Map<string, string[]> | undefined;
+  const graph = () => (memo ??= cCallGraph());
+  const folder = (f: string) => (f.includes("/") ? f.slice(0, f.indexOf("/")) : "");
+  const skip = !canReadCalls;
+
+  test.skipIf(skip)("no circle of calls between the files of shim/", () => {
+    expect(circles(graph())).toEqual([]);
+  }, 60_000);
+
+  test.skipIf(skip)("each file's header ends with what it calls: `Calls: a.c, b.c.` (names in its folder, else from shim/)", () => {
+    const wrong: string[] = [];
+    for (const [f, to] of graph()) {
+      const text = readFileSync(join(root, "shim", f), "utf8");
+      const head = text.slice(0, text.indexOf("*/"));
+      const m = /\* Calls: ([\s\S]*?)\.\n/.exec(head);
+      if (!m) {
+        wrong.push(`${f}: no "Calls:" line in its header`);
+        continue;
+      }
+      const said = [...m[1]!.matchAll(/[\w/]+\.c\b/g)].map(([n]) => {
+        const near = folder(f) ? `${folder(f)}/${n}` : n;
+        return existsSync(join(root, "shim", near)) ? near : n;
+      });
+      if (JSON.stringify([...said].sort()) !== JSON.stringify(to)) wrong.push(`${f}: says ${said.join(", ") || "nothing"}, calls ${to.join(", ") || "nothing"}`);
+    }
+    expect(wrong).toEqual([]);
+  }, 60_000);
+
+  test.skipIf(skip)("in each folder, in the order docs/ARCHITECTURE.md lists its files, a file calls only those before it", () => {
+    const doc = readFileSync(join(root, "docs/ARCHITECTURE.md"), "utf8").split("\n");
+    const listed = (row: string) => [...new Set([...doc.find((l) => l.startsWith(row))!.matchAll(/`([\w]+\.c)`/g)].map((m) => m[1]!))];
+    const rows: [string, string][] = [["cpu", "| CPU |"], ["cuda", "| CUDA |"], ["metal", "| Metal |"]];
+    const wrong: string[] = [];
+    for (const [dir, row] of rows) {
+      const order = listed(row).map((n) => `${dir}/${n}`);
+      const files = [...graph().keys()].filter((f) => folder(f) === dir);
+      expect([dir, [...order].sort()]).toEqual([dir, files.sort()]);
+      for (const f of order)
+        for (const t of graph().get(f)!) if (folder(t) === dir && order.indexOf(t) > order.indexOf(f)) wrong.push(`${f} calls ${t}, listed after it`);
+    }
+    // the core's row lists its files top down: each calls only files below it
+    const core = listed("| `shim/` |");
+    expect(core).toEqual(["api.c", "backends.c", "commands.c", "base.c"]);
+    for (const f of core) for (const t of graph().get(f)!) if (!folder(t) && core.indexOf(t) < core.indexOf(f)) wrong.push(`${f} calls ${t}, listed before it`);
+    expect(wrong).toEqual([]);
+  }, 60_000);
+
+  test.skipIf(skip)("a backend calls only base.c and commands.c of the core; the core names a backend only in backends.c's table", () => {
+    const wrong: string[] = [];
+    for (const [f, to] of graph())
+      for (const t of to) {
+        if (folder(f) && folder(t) !== folder(f) && t !== "base.c" && t !== "commands.c") wrong.push(`${f} -> ${t}`);
+        if (!folder(f) && folder(t) && f !== "backends.c") wrong.push(`${f} -> ${t}`);
+      }
+    expect(wrong).toEqual([]);
+    expect(graph().get("backends.c")).toEqual(["cpu/device.c", "cuda/device.c", "metal/backend.c"]);
+  }, 60_000);
+
+  test.skipIf(skip)("the reader sees calls (a check that would pass on an empty graph proves nothing)", () => {
+    expect(graph().get("cpu/stream.c")).toContain("cpu/run.c");
+    expect(graph().get("cuda/release.c")).toEqual(["cuda/driver.c"]); // a table read (`cu`) counts
+    const fx = join(root, "test/fixtures");
+    expect(circles(cCallGraph(fx, ["c_cycle_a.c", "c_cycle_b.c"]))).toEqual([["c_cycle_a.c", "c_cycle_b.c"]]);
+  }, 60_000);
+
+  test("no file of shim/ over about 600 lines without a reason in its first comment", () => {
+    const long: string[] = [];
+    const walk = (dir: string): void => {
+      for (const e of readdirSync(dir, { withFileTypes: true })) {
+        const p = join(dir, e.name);
+        if (e.isDirectory()) {
+          if (e.name !== "test") walk(p);
+        } else if (/\.[ch]$/.test(e.name)) {
+          const text = readFileSync(p, "utf8");
+          if (text.split("\n").length <= 620) continue;
+          const first = text.slice(0, text.indexOf("*/"));
+          if (!/one file|stays whole|over 600|why it is long/i.test(first)) long.push(relative(root, p));
+        }
+      }
+    };
+    walk(join(root, "shim"));
+    expect(long).toEqual([]);
   });
 });

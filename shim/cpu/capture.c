@@ -2,8 +2,8 @@
  * cpu/capture.c: stream capture: what a stream does with an op, an event record or an event
  * wait while it captures (cpu_capture_add, _record, _wait), the guards that refuse or invalidate
  * by CaptureMode, begin, end (giving a graph of the captured nodes) and status. Below stream.c,
- * which asks it at enqueue; calls only run.c (releasing ops), event.c and module.c (a captured
- * kernel node holds its module).
+ * which asks it at enqueue; a captured kernel node holds its
+ * module.
  *
  * A capture owns a list of nodes (each a cpu_op plus the indices of the nodes it depends on).
  * Every stream in the capture has a dependency set D: its next node depends on D, then D
@@ -22,6 +22,8 @@
  * One file over 600 lines: every part reads and writes the same state under that one lock (the
  * node list, each stream's D, the captured events' marks), and the thread-exit watch ends
  * captures the same way end_capture does.
+ *
+ * Calls: event.c, pool_mem.c, module.c, run.c, base.c.
  */
 #include "cpu.h"
 

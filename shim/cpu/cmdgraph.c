@@ -8,6 +8,8 @@
  * alive are those of captured graphs, which follow the same rules as the generic graph. A list
  * with event commands keeps the generic graph: an event recorded outside the capture cannot be
  * waited on inside it.
+ *
+ * Calls: capture.c, stream.c, graph.c, commands.c, base.c.
  */
 #include "cpu.h"
 

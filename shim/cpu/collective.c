@@ -34,6 +34,8 @@
  * One file over 600 lines: the segment's layout, the waits on it, the rounds of each collective,
  * the channels and the reductions they run all read the same private types (the header, the
  * slots, the channels), which nothing else in the backend needs to see.
+ *
+ * Calls: event.c, capture.c, stream.c, base.c.
  */
 #include "cpu.h"
 

@@ -2,6 +2,8 @@
  * cpu/device.c: the CPU device. Memory is 64-byte-aligned host memory (hostmem.c) whose device
  * address is its host address; live allocations are tracked with their sizes so a bad free is an
  * error, not a crash, and a large block is unmapped whole at its free.
+ *
+ * Calls: hostmem.c, pool.c, event.c, queue.c, pool_mem.c, module.c, run.c, capture.c, stream.c, collective.c, ipc.c, graph.c, cmdgraph.c, base.c.
  */
 #include "cpu.h"
 

@@ -11,7 +11,8 @@
  * waiter polls the page (no condition variable reaches across processes). The page also says
  * which process issued each recent record, so a wait whose records only dead processes could
  * reach fails (BG_ERR_ILLEGAL_STATE) instead of waiting forever.
- * Calls no other file of the backend.
+ *
+ * Calls: base.c.
  */
 #include "cpu.h"
 

@@ -7,8 +7,10 @@
  * A launch takes the exec's next ticket and fresh event record numbers and queues one OP_GRAPH;
  * the replay runs on the worker (run.c). A command list (bg_submit) becomes one OP_CMDS the
  * same way; submitted with a wait onto an idle non-blocking stream, the submitting thread runs it
- * itself (cpu_submit_wait). The top of the backend's stream work: calls stream.c to enqueue, and capture.c,
- * run.c, event.c and module.c.
+ * itself (cpu_submit_wait). The top of the backend's stream
+ * work: stream.c enqueues for it.
+ *
+ * Calls: pool.c, event.c, pool_mem.c, module.c, run.c, capture.c, stream.c, commands.c, base.c.
  */
 #include "cpu.h"
 

@@ -7,8 +7,9 @@
  * held RSS far above the live bytes the native-memory budget counts. A freed mapping is kept for
  * reuse while the kept ones total at most CPU_MAP_KEEP bytes (a block allocated and freed in a
  * loop then costs no page faults; a larger kept block is cut to the size asked for), and
- * unmapped otherwise, oldest first, so its pages go back to the system. Calls nothing else of the
- * backend.
+ * unmapped otherwise, oldest first, so its pages go back to the system.
+ *
+ * Calls: nothing.
  */
 #include "cpu.h"
 

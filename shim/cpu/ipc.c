@@ -17,7 +17,8 @@
  * close or its free has run. Opening a handle in its own process is BG_ERR_INVALID_CONTEXT, as
  * cuIpcOpenMemHandle answers; for events too (CUDA does not document that case: refusing it
  * means what runs here runs there). Linux only: elsewhere every entry is BG_ERR_NOT_SUPPORTED.
- * Calls event.c, queue.c and stream.c.
+ *
+ * Calls: event.c, queue.c, capture.c, stream.c, base.c.
  */
 #include "cpu.h"
 

@@ -1,6 +1,8 @@
 /*
  * cpu/module.c: modules and kernels. A module is a dlopen'd shared library (or a table of
  * functions compiled in memory); a kernel is a dlsym'd `void fn(const bg_cpu_ctx*)`.
+ *
+ * Calls: queue.c, base.c.
  */
 #include "cpu.h"
 

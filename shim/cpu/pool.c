@@ -5,6 +5,8 @@
  * pool threads and the launching thread (slot 0) claim with an atomic counter, and returns when
  * every chunk is done. One-block launches run inline on the launching thread. Pool threads are
  * started on the first launch that needs them; idle ones spin briefly, then sleep.
+ *
+ * Calls: base.c.
  */
 #include "cpu.h"
 

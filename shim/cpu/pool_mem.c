@@ -14,7 +14,9 @@
  *    the capture (cpu_gmem), then to its graph and each exec of it: one fixed address that every
  *    replay uses, freed when the last of them goes. A free of it inside the capture ends the
  *    allocation's life in the graph (no node: the CPU graph needs none).
- * Calls queue.c (stream references) only; capture.c, graph.c and run.c hand graph memory on.
+ * capture.c, graph.c and run.c hand graph memory on.
+ *
+ * Calls: hostmem.c, queue.c, base.c.
  */
 #include "cpu.h"
 

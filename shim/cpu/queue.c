@@ -3,8 +3,9 @@
  * ops to complete, the stream's references; snapshots of many streams and waiting for them; and
  * frees deferred until the work queued before them has run (cpu_defer), which queue an
  * OP_RELEASE on every busy stream (cpu_defer_memory: a block of hostmem.c's). It knows no op but
- * OP_RELEASE and calls no other file of the backend but hostmem.c: the worker that runs the ops
- * is stream.c's, what an op does is run.c's.
+ * OP_RELEASE: the worker that runs the ops is stream.c's, what an op does is run.c's.
+ *
+ * Calls: hostmem.c, base.c.
  */
 #include "cpu.h"
 

@@ -3,8 +3,10 @@
  * (cpu_op_release), or, when it will never run, complete the event records it issued so nothing
  * waits forever (cpu_op_abandon). A graph exec's replay (one at a time, in launch order) and a
  * command list's run are ops too, so they are here, with the references that end an exec. The
- * worker and enqueueing are stream.c's; building graphs and execs is graph.c's. Calls only
- * event.c, queue.c, module.c (an exec's kernels hold their modules) and pool.c.
+ * worker and enqueueing are stream.c's; building graphs and execs is graph.c's. An exec's
+ * kernels hold their modules.
+ *
+ * Calls: pool.c, event.c, queue.c, pool_mem.c, module.c, commands.c.
  */
 #include "cpu.h"
 

@@ -19,6 +19,8 @@
  * A wait names work enqueued before the op it guards, so these waits never form a cycle.
  * Non-blocking streams take no part. A wait op references the stream it waits on, so a stream
  * destroyed meanwhile keeps its counters until the wait has run.
+ *
+ * Calls: pool.c, event.c, queue.c, pool_mem.c, run.c, capture.c, base.c.
  */
 #include "cpu.h"
 

@@ -1,8 +1,10 @@
 /*
  * cuda/capture.c: stream capture begun through bg: the capture records (kept per device, keyed by
  * the driver's capture id) and the kernel nodes launches append to them in capture order, begin,
- * end (the record becomes the graph's kernel node list) and status. Calls context.c, release.c
- * (a record's module references) and driver.c.
+ * end (the record becomes the graph's kernel node list) and status. A record holds
+ * references on its modules.
+ *
+ * Calls: driver.c, release.c, context.c, base.c.
  */
 #include "cuda_internal.h"
 

@@ -1,8 +1,10 @@
 /*
  * cuda/compile.c: runtime compilation with NVRTC, loaded on first use (BUNGPU_NVRTC, else the
  * NVRTC of the driver's major version, then any), its builtins preloaded beside it; the options
- * and architecture handed to it, CUBIN or PTX out, and its log in the error. Calls driver.c only
- * (open_first, the driver's version); log_head is module.c's too.
+ * and architecture handed to it, CUBIN or PTX out, and its log in the error. log_head is
+ * module.c's too.
+ *
+ * Calls: driver.c, base.c.
  */
 #include "cuda_internal.h"
 

@@ -3,7 +3,9 @@
  * context current for the length of the call (cu_enter / cu_leave behind ENTER), and flushes the
  * releases release.c queued once nothing can block them; a failed driver call becomes a bg status
  * and message here (cu_fail, CALL), naming the call that invalidated a capture begun through bg.
- * Also the two calls nccl.c makes (nccl_api.h). Calls release.c and driver.c.
+ * Also the two calls nccl.c makes (nccl_api.h).
+ *
+ * Calls: driver.c, release.c, base.c.
  */
 #include "cuda_internal.h"
 #include "nccl_api.h"

@@ -2,7 +2,9 @@
  * cuda/device.c: the device and the table: open (the primary context retained, the default
  * stream), close (captures, queued releases and gates dropped), props, memory info, synchronize,
  * peer access, and bg_ops naming every entry point of the other files (and nccl.c's collectives).
- * The top of the backend: calls every other file.
+ * The top of the backend.
+ *
+ * Calls: driver.c, compile.c, release.c, context.c, memory.c, pool.c, ipc.c, capture.c, stream.c, module.c, graph.c, nccl.c, base.c.
  */
 #include "cuda_internal.h"
 

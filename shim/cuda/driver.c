@@ -2,7 +2,9 @@
  * cuda/driver.c: the CUDA driver, loaded at run time: dlopen of libcuda (BUNGPU_LIBCUDA, else
  * libcuda.so.1, libcuda.so) once per process, its entry points into `cu` (cuda_api.h's X-macros),
  * cuInit, and the probe that counts devices; a driver status as a bg status and its name and
- * text. The bottom of the backend: calls no other file of it.
+ * text. The bottom of the backend.
+ *
+ * Calls: nothing.
  */
 #include "cuda_internal.h"
 

@@ -1,8 +1,9 @@
 /*
  * cuda/graph.c: graphs (from a capture, or built node by node from a command list), their execs
  * (instantiate, upload, launch, kernel argument updates) and the references they hold on modules
- * and events. Calls context.c, release.c (module_unref), stream.c (event_unref) and module.c
- * (fill_params).
+ * and events.
+ *
+ * Calls: driver.c, release.c, context.c, stream.c, module.c, commands.c, base.c.
  */
 #include "cuda_internal.h"
 

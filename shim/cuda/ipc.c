@@ -1,7 +1,8 @@
 /*
  * cuda/ipc.c: memory and events shared between processes (cuIpc*): export, open, and close (after
- * the context's work, or queued like a free while that could wait forever). Calls context.c and
- * release.c.
+ * the context's work, or queued like a free while that could wait forever).
+ *
+ * Calls: driver.c, release.c, context.c, base.c.
  */
 #include "cuda_internal.h"
 

@@ -2,7 +2,9 @@
  * cuda/memory.c: device memory (allocated, or a queued free's block handed out again; freed, or
  * queued while the free could wait forever), pinned host memory, synchronous copies and memsets
  * (each waits for the legacy stream, so the data is in place on return), and ring memory (mapped
- * pinned host memory). Calls context.c, release.c and driver.c.
+ * pinned host memory).
+ *
+ * Calls: driver.c, release.c, context.c, base.c.
  */
 #include "cuda_internal.h"
 

@@ -1,8 +1,9 @@
 /*
  * cuda/module.c: modules (cuModuleLoadDataEx of PTX or CUBIN) and their kernels, and launches:
  * the shared memory opt-in past 48 KiB, the kernel node a launch on a capturing stream appends to
- * its capture (capture.c), and the residency of a persistent ring kernel (release.c). Calls
- * context.c, release.c, capture.c, compile.c (log_head) and driver.c.
+ * its capture (capture.c), and the residency of a persistent ring kernel (release.c).
+ *
+ * Calls: driver.c, compile.c, release.c, context.c, capture.c, base.c.
  */
 #include "cuda_internal.h"
 

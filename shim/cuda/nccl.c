@@ -6,9 +6,10 @@
  * kernels join the capture like any launch). Groups map onto ncclGroupStart / ncclGroupEnd.
  * Every entry makes the device's primary context current for its length (NCCL_ENTER: pushed, then
  * popped, so the thread's own context is as it was), as NCCL works on the runtime's current device. ncclCommInitRank blocks until every rank has joined (NCCL's
- * rule): ranks of one process join from separate threads, or through bg_comm_init_all. Calls
- * context.c only (bgcu_nccl_enter/leave/ordinal, bgcu_stream_handle); device.c's table names
- * bg_cuda_coll_ops.
+ * rule): ranks of one process join from separate threads, or through bg_comm_init_all. device.c's table
+ * names bg_cuda_coll_ops.
+ *
+ * Calls: context.c, base.c.
  */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE

@@ -1,6 +1,8 @@
 /*
  * cuda/pool.c: memory pools and stream-ordered allocation: the driver's cuMemPool* and
- * cuMemAllocAsync / cuMemFreeAsync as they are. Calls context.c.
+ * cuMemAllocAsync / cuMemFreeAsync as they are.
+ *
+ * Calls: driver.c, context.c, base.c.
  */
 #include "cuda_internal.h"
 

@@ -2,8 +2,10 @@
  * cuda/release.c: the releases that could wait forever (cuMemFree, cuMemFreeHost, cuModuleUnload,
  * cuIpcCloseMemHandle), queued while they could and done later; the fences that let a queued
  * block be handed out again; the gates behind host functions and stream waits; the list of open
- * devices; a module's last reference. Calls only the driver (driver.c's `cu`): no entry guard, so
- * context.c's entry may flush what is queued here.
+ * devices; a module's last reference. No entry guard,
+ * so context.c's entry may flush what is queued here.
+ *
+ * Calls: driver.c.
  */
 #include "cuda_internal.h"
 

@@ -2,7 +2,9 @@
  * cuda/stream.c: streams (the device's default one wraps the legacy NULL stream), asynchronous
  * copies and memsets, host functions and notifications, stream memory operations (how TypeScript
  * host functions hold a stream), and events. A host function or stream wait leaves a gate
- * (release.c) behind it. Calls context.c, release.c and capture.c (a destroyed stream's capture).
+ * (release.c) behind it.
+ *
+ * Calls: driver.c, release.c, context.c, capture.c, base.c.
  */
 #include "cuda_internal.h"
 

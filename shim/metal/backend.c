@@ -1,8 +1,9 @@
 /*
  * metal/backend.c: the Metal device (probe, open, close, properties, synchronize) and the
  * vtable that names the entries of every file of the backend; off macOS, a probe and an open
- * that say why not. The top of the backend: runtime.c, memory.c, stream.c and ops.c never call
- * it.
+ * that say why not. The top of the backend.
+ *
+ * Calls: runtime.c, stream.c, memory.c, ops.c, base.c.
  */
 #include "metal.h"
 

@@ -1,6 +1,8 @@
 /*
  * metal/memory.c: the address map (any address inside an allocation back to its MTLBuffer),
  * allocations, synchronous copies and fills, ring memory.
+ *
+ * Calls: runtime.c, stream.c, base.c.
  */
 #include "metal.h"
 

@@ -1,6 +1,8 @@
 /*
  * metal/ops.c: the work encoded on a stream: built-in fill and copy kernels, asynchronous copies
  * and fills, modules and kernels, launches and command lists.
+ *
+ * Calls: runtime.c, stream.c, memory.c, commands.c, base.c.
  */
 #include "metal.h"
 

@@ -1,7 +1,9 @@
 /*
  * metal/runtime.c: the Objective-C runtime and Metal loaded at run time (once, by mtl_rt_ready),
- * the selectors, and the small helpers every file of the backend uses on them. It calls no
- * other file of the backend; off macOS it is empty.
+ * the selectors, and the small helpers every file of the backend uses on them. Off macOS it
+ * is empty.
+ *
+ * Calls: nothing.
  */
 #include "metal.h"
 

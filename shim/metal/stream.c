@@ -1,6 +1,8 @@
 /*
  * metal/stream.c: streams (one command queue, an open command buffer and encoder, a helper
  * thread that waits on committed work in order and runs host work) and events.
+ *
+ * Calls: runtime.c, base.c.
  */
 #include "metal.h"
 
