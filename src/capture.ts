@@ -202,6 +202,8 @@ export class GraphExec extends Resource {
    * and a disposed buffer's memory stays allocated, until the exec is disposed or collected.
    */
   readonly #holds = new Holds();
+  /** The same, as a list: a launch on a non-blocking stream tells the stream what it uses (usedBy). */
+  readonly #uses = new Set<object>();
   /** The kernel of each kernel node in capture order, when known. */
   readonly #kernels: readonly Kernel[] | null;
   /** Every kernel captured (to check setKernelArgs when the node order is not known). */
@@ -215,6 +217,7 @@ export class GraphExec extends Resource {
     this.#kernels = captured.kernels;
     this.#kernelSet = new Set(captured.uses.filter(isKernel));
     for (const u of captured.uses) this.#holds.add(u);
+    for (const u of captured.uses) this.#uses.add(u);
     this.track("exec", this.#holds.drop);
   }
 
@@ -239,6 +242,10 @@ export class GraphExec extends Resource {
     const s = this.#stream("GraphExec.launch", stream);
     this.dev.api.graph_launch(x, s);
     this.#replays++;
+    // a later host write into a buffer the replay uses waits for it (non-blocking streams; the
+    // driver orders the others)
+    const st = stream as CaptureStream & { nonBlocking?: boolean; usedBy?(work: string, uses: Iterable<unknown>): void };
+    if (st.nonBlocking === true) st.usedBy?.("GraphExec.launch", this.#uses);
     return this;
   }
 
@@ -275,7 +282,11 @@ export class GraphExec extends Resource {
     kernel.handle; // throws if its module is disposed
     packArgs(call, kernel, args, SET_AREA, 0); // the launch module's argument rules, as every door has them
     this.setPackedArgs(index, SET_PTR, kernel.signature.length);
-    for (const a of args) if (a !== null && typeof a === "object") this.#holds.add(a);
+    for (const a of args)
+      if (a !== null && typeof a === "object") {
+        this.#holds.add(a);
+        this.#uses.add(a);
+      }
     return this;
   }
 

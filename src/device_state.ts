@@ -117,7 +117,7 @@ export interface StreamRef {
   /** Created with { nonBlocking: true } (a Stream always says; a bare reference may not). */
   readonly nonBlocking?: boolean;
   /** Stream.usedBy: work queued here uses these buffers (non-blocking streams only). */
-  usedBy?(work: string, uses: readonly unknown[]): void;
+  usedBy?(work: string, uses: Iterable<unknown>): void;
 }
 
 /** Marks a Device object (set by its constructor), so the modules below can recognise one. */

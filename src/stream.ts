@@ -144,13 +144,10 @@ export class Stream extends Resource {
    * them waits for this stream first (Buffer.write; default and blocking streams are ordered by
    * the driver, so they note nothing).
    */
-  usedBy(work: string, uses: readonly unknown[]): void {
+  usedBy(work: string, uses: Iterable<unknown>): void {
     const ref = this.#registered;
     if (!ref || !this.nonBlocking) return;
-    for (let i = 0; i < uses.length; i++) {
-      const b = uses[i];
-      if (b instanceof Buffer) Buffer.usedOn(b, ref, work);
-    }
+    for (const b of uses) if (b instanceof Buffer) Buffer.usedOn(b, ref, work);
   }
 
   /** True when all queued work has finished. */
@@ -270,9 +267,14 @@ export class Stream extends Resource {
     return [dO, so, bytes];
   }
 
-  /** Work just enqueued here: if it was captured, its graph keeps these alive. */
-  #captured(...uses: object[]): void {
+  /**
+   * Work (`work`, as an error names it) just enqueued here uses these: if it was captured, its
+   * graph keeps them alive; on a non-blocking stream, a later host write into one of the buffers
+   * waits for it (usedBy), as after a kernel launch.
+   */
+  #queued(work: string, ...uses: object[]): void {
     if (this.dev.captures > 0) noteCaptured(this.dev, this.rawHandle, null, uses);
+    if (this.nonBlocking) this.usedBy(work, uses);
   }
 
   /** Device-to-device copy in stream order. */
@@ -282,7 +284,7 @@ export class Stream extends Resource {
     if (!(dst instanceof Buffer) || !(src instanceof Buffer)) invalid(call, "dst and src must be Buffers");
     const [dO, so, bytes] = this.#copyRange(call, dst, src, opts);
     if (bytes) this.dev.api.memcpy_dtod_async(this.handle, dst.address + dO, src.address + so, bytes);
-    this.#captured(dst, src);
+    this.#queued(call, dst, src);
     return this;
   }
 
@@ -319,7 +321,7 @@ export class Stream extends Resource {
         foreign.device.state.peerStreams.add(this);
         this.#peerOf.add(foreign.device.state);
       }
-      this.#captured(dst, src);
+      this.#queued(call, dst, src);
     }
     return { path: COPY_PATHS[path] ?? "staged" };
   }
@@ -334,7 +336,7 @@ export class Stream extends Resource {
     if (bytes) {
       this.dev.api.memcpy_htod_async(this.handle, dst.address + dO, src.hostAddress + so, bytes);
       this.#keep.push(src);
-      this.#captured(dst, src);
+      this.#queued(call, dst, src);
     }
     return this;
   }
@@ -349,7 +351,7 @@ export class Stream extends Resource {
     if (bytes) {
       this.dev.api.memcpy_dtoh_async(this.handle, dst.hostAddress + dO, src.address + so, bytes);
       this.#keep.push(dst);
-      this.#captured(dst, src);
+      this.#queued(call, dst, src);
     }
     return this;
   }
@@ -368,7 +370,7 @@ export class Stream extends Resource {
     this.#range(call, "buffer", buf.byteLength, off, bytes);
     if (bytes % size || (buf.address + off) % size) invalid(call, `range is not aligned to ${size}-byte elements`);
     if (bytes) this.dev.api.memset_async(this.handle, buf.address + off, pattern, size, bytes / size);
-    this.#captured(buf);
+    this.#queued(call, buf);
     return this;
   }
 

@@ -4,7 +4,7 @@
 // of that stream) it is refused with a GpuError naming the work. A slow kernel queued first keeps
 // the window open: the earlier work must see A, never the B written after it was queued.
 import { afterAll, describe, expect, test } from "bun:test";
-import { Device, GpuError, Program, Status, Tensor } from "../src";
+import { Device, GpuError, Graph, Program, Status, Tensor } from "../src";
 import { kernelSources } from "./kernels";
 
 const dev = Device.open("cpu");
@@ -78,6 +78,50 @@ describe("a host write waits for queued work on a non-blocking stream that uses 
     expect(err).toBeInstanceOf(GpuError);
     expect((err as GpuError).message).toMatch(/in use by Kernel\.launch\(sum_into\)/);
     expect(out.read(Float32Array)[0]).toBe(64);
+  });
+});
+
+describe("stream copies, fills and graph replays count as work that uses the buffer, as launches do", () => {
+  test("Stream.copy into x queued behind a slow kernel, then x.write(B): the write lands after the copy, B stays", () => {
+    using s = dev.createStream({ nonBlocking: true });
+    using x = dev.alloc(N * 4).write(B);
+    using src = dev.alloc(N * 4).write(A);
+    spin.launch(s, { grid: 1, block: 1, args: [150] });
+    s.copy(x, src); // x = A, once the spin is done
+    expect(s.query()).toBe(false);
+    x.write(B); // must wait: else the queued copy would overwrite it with A
+    s.synchronize();
+    expect(x.read(Float32Array)[0]).toBe(3);
+  });
+
+  test("Stream.fill of x queued behind a slow kernel, then x.write(B): B stays; a copy reading x sees x before the write", () => {
+    using s = dev.createStream({ nonBlocking: true });
+    using x = dev.alloc(N * 4).write(A);
+    using snap = dev.alloc(N * 4);
+    spin.launch(s, { grid: 1, block: 1, args: [100] });
+    s.copy(snap, x); // reads A
+    s.fill(x, 7, { type: "f32" });
+    x.write(B);
+    s.synchronize();
+    expect(snap.read(Float32Array)[0]).toBe(1);
+    expect(x.read(Float32Array)[0]).toBe(3);
+  });
+
+  test("GraphExec.launch of a captured sum over x, then x.write(B): the replay sums A", () => {
+    using s = dev.createStream({ nonBlocking: true });
+    using cs = dev.createStream({ nonBlocking: true }); // captured on another stream than it replays on
+    using x = dev.alloc(N * 4).write(A);
+    using out = dev.alloc(4);
+    const g = Graph.capture(cs, (c) => void sumInto.launch(c, { grid: 1, block: 1, args: [x, out, N] }));
+    using exec = g.instantiate();
+    g.dispose();
+    spin.launch(s, { grid: 1, block: 1, args: [150] });
+    exec.launch(s);
+    expect(s.query()).toBe(false);
+    x.write(B);
+    s.synchronize();
+    expect(out.read(Float32Array)[0]).toBe(64);
+    expect(x.read(Float32Array)[0]).toBe(3);
   });
 });
 
