@@ -1,5 +1,7 @@
 /*
- * cpu/cpu.h: what the files of the CPU backend share.
+ * cpu/cpu.h: what the files of the CPU backend share. One file over 600 lines: it is the one
+ * place a file of the backend declares what the others may call, in the order below, so the
+ * whole backend's inner interface is read in one place.
  *
  * From the bottom up; each file calls only files above it in this list:
  *  hostmem.c the host memory behind allocations: large blocks mapped for themselves and, beyond
@@ -31,6 +33,9 @@
  *  collective.c communicators: collectives and sends/receives between the CPU devices of one
  *            process or processes of one machine, through one shared segment; each queued as a
  *            host function on the rank's stream.
+ *  cmdgraph.c graphs from command lists: the list issued into a capture on a private stream.
+ *  checked.c checked mode (BUNGPU_CHECK=1): guarded device memory, and the vtable whose
+ *            entries return the sticky error once a kernel faulted.
  *  device.c  probe/open/close, props, memory (tracked allocations), synchronous copies, rings,
  *            and the vtable.
  *
@@ -616,7 +621,17 @@ extern const bg_coll_ops cpu_coll_ops;
 
 /* device.c */
 extern const bg_ops bg_cpu_ops;     /* the backend's record in the table (backends.c) */
-extern const bg_ops cpu_ops_checked; /* the same, each entry first returning the sticky error */
-int cpu_checked_mode(void);          /* BUNGPU_CHECK=1 (read once) */
+
+/* checked.c: checked mode */
+int cpu_checked_mode(void); /* BUNGPU_CHECK=1 (read once) */
+/* device_ops with each entry that runs, queues or waits for work first returning the sticky error */
+const bg_ops* cpu_checked_ops(const bg_ops* device_ops);
+void* cpu_guarded_alloc(uint64_t bytes); /* between PROT_NONE guard pages; NULL when out of memory */
+void cpu_guarded_free(void* p, uint64_t bytes);
+typedef struct cpu_guarded_block {
+  void* p;
+  uint64_t bytes;
+} cpu_guarded_block;
+void cpu_guarded_release(void* block); /* frees a malloc'd cpu_guarded_block and its memory (cpu_defer) */
 
 #endif /* BUNGPU_CPU_BACKEND_H */

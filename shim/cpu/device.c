@@ -1,9 +1,11 @@
 /*
- * cpu/device.c: the CPU device. Memory is 64-byte-aligned host memory (hostmem.c) whose device
- * address is its host address; live allocations are tracked with their sizes so a bad free is an
- * error, not a crash, and a large block is unmapped whole at its free.
+ * cpu/device.c: the CPU device (checked mode's table and memory are checked.c's). Memory is
+ * 64-byte-aligned host memory (hostmem.c) whose device address is its host address; live
+ * allocations are tracked with their sizes so a bad free is an error, not a crash, and a large
+ * block is unmapped whole at its free.
  *
- * Calls: hostmem.c, pool.c, event.c, queue.c, pool_mem.c, module.c, run.c, capture.c, stream.c, collective.c, ipc.c, graph.c, cmdgraph.c, base.c.
+ * Calls: hostmem.c, pool.c, event.c, queue.c, pool_mem.c, module.c, run.c, capture.c, stream.c,
+ * collective.c, ipc.c, graph.c, cmdgraph.c, checked.c, base.c.
  */
 #include "cpu.h"
 
@@ -191,61 +193,6 @@ static int32_t cpu_probe(int32_t* count, char* msg, uint64_t cap) {
   return BG_OK;
 }
 
-/* ---- checked mode ----------------------------------------------------------------------------- */
-int cpu_checked_mode(void) {
-  static int v = -1;
-  if (v < 0) {
-    const char* e = getenv("BUNGPU_CHECK");
-    v = e && *e && strcmp(e, "0") != 0;
-  }
-  return v;
-}
-
-/* Checked mode's device allocations: [guard page][data pages][guard page], both guards
- * PROT_NONE. The pointer is placed so that its size rounded up to 64 bytes ends at the back
- * guard: a write past the (64-byte-rounded) end, or far before the start, faults at once. */
-static void guarded_geometry(uint64_t bytes, size_t* used, size_t* data) {
-  size_t ps = cpu_page_size();
-  size_t u = (size_t)((bytes + 63) / 64 * 64);
-  if (u == 0) u = 64;
-  *used = u;
-  *data = (u + ps - 1) / ps * ps;
-}
-
-static void* guarded_alloc(uint64_t bytes) {
-  size_t ps = cpu_page_size();
-  if (bytes > (uint64_t)SIZE_MAX / 2) return NULL;
-  size_t used, data;
-  guarded_geometry(bytes, &used, &data);
-  size_t len = data + 2 * ps;
-  char* base = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (base == MAP_FAILED) return NULL;
-  if (mprotect(base + ps, data, PROT_READ | PROT_WRITE) != 0) {
-    munmap(base, len);
-    return NULL;
-  }
-  return base + ps + (data - used);
-}
-
-static void guarded_free(void* p, uint64_t bytes) {
-  size_t ps = cpu_page_size();
-  size_t used, data;
-  guarded_geometry(bytes, &used, &data);
-  char* base = (char*)p - (data - used) - ps;
-  munmap(base, data + 2 * ps);
-}
-
-typedef struct guarded_block {
-  void* p;
-  uint64_t bytes;
-} guarded_block;
-
-static void guarded_release(void* arg) {
-  guarded_block* g = arg;
-  guarded_free(g->p, g->bytes);
-  free(g);
-}
-
 static int32_t cpu_open(int32_t ordinal, bg_device** out) {
   if (ordinal < 0 || ordinal >= cpu_device_count())
     return bg_set_error(BG_ERR_INVALID_DEVICE, "bg_device_open: the cpu backend has %d device(s) (BUNGPU_CPU_DEVICES)",
@@ -257,7 +204,7 @@ static int32_t cpu_open(int32_t ordinal, bg_device** out) {
   cpu_fault_init(); /* a fault in a kernel is named (default mode) or caught (checked mode) */
   atomic_init(&d->sticky, 0);
   pthread_mutex_init(&d->sticky_mu, NULL);
-  d->base.ops = d->checked ? &cpu_ops_checked : &bg_cpu_ops;
+  d->base.ops = d->checked ? cpu_checked_ops(&bg_cpu_ops) : &bg_cpu_ops;
   d->base.ordinal = ordinal;
   d->ncores = online_cores();
   d->total_mem = phys_total();
@@ -311,7 +258,7 @@ static int32_t cpu_device_close(bg_device* dev) {
   pthread_mutex_lock(&d->mem_mu);
   if (d->checked) {
     for (size_t i = 0; i < d->dmem.cap; i++)
-      if (d->dmem.keys[i] > 1) guarded_free((void*)(uintptr_t)d->dmem.keys[i], d->dmem.vals[i]);
+      if (d->dmem.keys[i] > 1) cpu_guarded_free((void*)(uintptr_t)d->dmem.keys[i], d->dmem.vals[i]);
     cpu_table_free_all(&d->dmem, 0);
   } else {
     cpu_table_free_all(&d->dmem, 1);
@@ -380,7 +327,7 @@ static int32_t cpu_mem_alloc(bg_device* dev, uint64_t bytes, bg_devptr* out) {
   cpu_device* d = (cpu_device*)dev;
   int32_t rc = cpu_capture_guard(d, "bg_mem_alloc");
   if (rc) return rc;
-  void* p = d->checked ? guarded_alloc(bytes) : cpu_memory_alloc(bytes);
+  void* p = d->checked ? cpu_guarded_alloc(bytes) : cpu_memory_alloc(bytes);
   if (!p)
     return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_mem_alloc: cannot allocate %llu bytes",
                         (unsigned long long)bytes);
@@ -388,7 +335,7 @@ static int32_t cpu_mem_alloc(bg_device* dev, uint64_t bytes, bg_devptr* out) {
   int bad = cpu_table_put(&d->dmem, (uint64_t)(uintptr_t)p, bytes);
   pthread_mutex_unlock(&d->mem_mu);
   if (bad) {
-    if (d->checked) guarded_free(p, bytes);
+    if (d->checked) cpu_guarded_free(p, bytes);
     else cpu_memory_free(p, bytes);
     return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_mem_alloc: out of host memory for the table");
   }
@@ -401,7 +348,7 @@ static int32_t cpu_mem_free(bg_device* dev, bg_devptr p) {
   int32_t rc = cpu_capture_guard(d, "bg_mem_free");
   if (rc) return rc;
   if (cpu_ipc_free(d, p, &rc)) return rc; /* shareable or opened memory (ipc.c) */
-  guarded_block* g = NULL;
+  cpu_guarded_block* g = NULL;
   if (d->checked) {
     g = malloc(sizeof *g);
     if (!g) return bg_set_error(BG_ERR_OUT_OF_MEMORY, "bg_mem_free: out of host memory");
@@ -421,7 +368,7 @@ static int32_t cpu_mem_free(bg_device* dev, bg_devptr p) {
   if (g) {
     g->p = (void*)(uintptr_t)p;
     g->bytes = bytes;
-    cpu_defer(d, guarded_release, g);
+    cpu_defer(d, cpu_guarded_release, g);
   } else {
     cpu_defer_memory(d, (void*)(uintptr_t)p, bytes);
   }
@@ -656,160 +603,4 @@ const bg_ops bg_cpu_ops = {
     .ipc_mem_close = cpu_ipc_mem_close,
     .ipc_event_export = cpu_ipc_event_export,
     .ipc_event_open = cpu_ipc_event_open,
-};
-
-/* ---- the checked-mode vtable ------------------------------------------------------------------ */
-/* After a kernel faulted (checked mode), every call on the device returns the sticky error, as
- * CUDA's calls on a context do after an illegal address, until the device is closed. Releasing
- * calls (frees, destroys, unload, end of capture) and static queries still work, so cleanup
- * succeeds. */
-#define STICKY_OF(devp, fn)                                                                      \
-  do {                                                                                           \
-    cpu_device* d_ = (cpu_device*)(devp);                                                        \
-    int32_t c_ = atomic_load_explicit(&d_->sticky, memory_order_acquire);                       \
-    if (c_) return bg_set_error(c_, "%s: the device has a sticky error: %s", fn, d_->sticky_msg); \
-  } while (0)
-#define HDEV(h) (((bg_obj*)(h))->dev)
-#define WRAP_D(name, params, args)                                                               \
-  static int32_t chk_##name params {                                                             \
-    STICKY_OF(dev, "bg_" #name);                                                                 \
-    return cpu_##name args;                                                                      \
-  }
-#define WRAP_H(name, h, params, args)                                                            \
-  static int32_t chk_##name params {                                                             \
-    STICKY_OF(HDEV(h), "bg_" #name);                                                             \
-    return cpu_##name args;                                                                      \
-  }
-
-/* Waits check again afterwards: the fault may have happened in the work they waited for. */
-#define WRAP_WAIT(name, h, params, args)                                                         \
-  static int32_t chk_##name params {                                                             \
-    STICKY_OF(HDEV(h), "bg_" #name);                                                             \
-    int32_t rc_ = cpu_##name args;                                                               \
-    if (rc_ == BG_OK) STICKY_OF(HDEV(h), "bg_" #name);                                           \
-    return rc_;                                                                                  \
-  }
-WRAP_WAIT(device_synchronize, dev, (bg_device* dev), (dev))
-WRAP_D(mem_alloc, (bg_device* dev, uint64_t b, bg_devptr* o), (dev, b, o))
-WRAP_D(host_alloc, (bg_device* dev, uint64_t b, uint32_t f, void** h, bg_devptr* o), (dev, b, f, h, o))
-WRAP_D(memcpy_htod, (bg_device* dev, bg_devptr d, const void* s, uint64_t n), (dev, d, s, n))
-WRAP_WAIT(memcpy_dtoh, dev, (bg_device* dev, void* d, bg_devptr s, uint64_t n), (dev, d, s, n))
-WRAP_D(memcpy_dtod, (bg_device* dev, bg_devptr d, bg_devptr s, uint64_t n), (dev, d, s, n))
-WRAP_D(memset, (bg_device* dev, bg_devptr d, uint32_t p, uint32_t e, uint64_t c), (dev, d, p, e, c))
-WRAP_D(stream_create, (bg_device* dev, uint32_t f, int32_t p, void** o), (dev, f, p, o))
-WRAP_D(event_create, (bg_device* dev, uint32_t f, void** o), (dev, f, o))
-WRAP_D(module_load, (bg_device* dev, int32_t k, const void* d, uint64_t n, void** o), (dev, k, d, n, o))
-WRAP_D(ring_alloc, (bg_device* dev, uint64_t b, void** h, bg_devptr* o), (dev, b, h, o))
-WRAP_WAIT(stream_synchronize, s, (void* s), (s))
-WRAP_WAIT(stream_query, s, (void* s), (s))
-WRAP_H(stream_wait_event, s, (void* s, void* e), (s, e))
-WRAP_H(memcpy_htod_async, s, (void* s, bg_devptr d, const void* src, uint64_t n), (s, d, src, n))
-WRAP_H(memcpy_dtoh_async, s, (void* s, void* d, bg_devptr src, uint64_t n), (s, d, src, n))
-WRAP_H(memcpy_dtod_async, s, (void* s, bg_devptr d, bg_devptr src, uint64_t n), (s, d, src, n))
-WRAP_H(memcpy_peer_async, s, (void* s, bg_devptr d, bg_device* dd, bg_devptr src, bg_device* sd, uint64_t n, int p),
-       (s, d, dd, src, sd, n, p))
-WRAP_H(memset_async, s, (void* s, bg_devptr d, uint32_t p, uint32_t e, uint64_t c), (s, d, p, e, c))
-WRAP_H(launch_host_func, s, (void* s, bg_host_fn f, void* u), (s, f, u))
-WRAP_H(event_record, e, (void* e, void* s), (e, s))
-WRAP_WAIT(event_query, e, (void* e), (e))
-WRAP_WAIT(event_synchronize, e, (void* e), (e))
-WRAP_H(event_elapsed, a, (float* ms, void* a, void* b), (ms, a, b))
-WRAP_H(module_get_kernel, m, (void* m, const char* n, void** o), (m, n, o))
-WRAP_H(kernel_max_threads, k, (void* k, int32_t* o), (k, o))
-WRAP_H(kernel_retarget, k, (void* k, void* f), (k, f))
-WRAP_H(launch, k, (void* k, void* s, const uint32_t g[3], const uint32_t b[3], uint32_t sh, const uint64_t* a, uint32_t n),
-       (k, s, g, b, sh, a, n))
-WRAP_H(begin_capture, s, (void* s, int32_t m), (s, m))
-WRAP_H(graph_instantiate, g, (void* g, void** o), (g, o))
-WRAP_H(graph_upload, x, (void* x, void* s), (x, s))
-WRAP_H(graph_launch, x, (void* x, void* s), (x, s))
-WRAP_H(graph_exec_set_kernel_args, x, (void* x, uint32_t i, const uint64_t* a, uint32_t n), (x, i, a, n))
-WRAP_H(submit, s, (void* s, const uint8_t* b, uint64_t n), (s, b, n))
-WRAP_D(mempool_create, (bg_device* dev, uint64_t t, void** o), (dev, t, o))
-WRAP_H(mem_alloc_async, s, (void* s, void* p, uint64_t b, bg_devptr* o), (s, p, b, o))
-WRAP_D(mem_alloc_shareable, (bg_device* dev, uint64_t b, bg_devptr* o), (dev, b, o))
-static int32_t chk_ipc_mem_open(bg_device* dev, int32_t pid, const uint8_t* pl, uint64_t b, bg_devptr* o) {
-  STICKY_OF(dev, "bg_ipc_mem_open");
-  return cpu_ipc_mem_open(dev, pid, pl, b, o);
-}
-static int32_t chk_ipc_event_open(bg_device* dev, int32_t pid, const uint8_t* pl, void** o) {
-  STICKY_OF(dev, "bg_ipc_event_open");
-  return cpu_ipc_event_open(dev, pid, pl, o);
-}
-WRAP_D(graph_from_commands, (bg_device* dev, const uint8_t* p, uint64_t n, void** o), (dev, p, n, o))
-
-const bg_ops cpu_ops_checked = {
-    .name = "cpu",
-    .coll = &cpu_coll_ops,
-    .device_close = cpu_device_close,
-    .device_props = cpu_device_props,
-    .device_mem_info = cpu_device_mem_info,
-    .device_synchronize = chk_device_synchronize,
-    .mem_alloc = chk_mem_alloc,
-    .mem_free = cpu_mem_free,
-    .host_alloc = chk_host_alloc,
-    .host_free = cpu_host_free,
-    .memcpy_htod = chk_memcpy_htod,
-    .memcpy_dtoh = chk_memcpy_dtoh,
-    .memcpy_dtod = chk_memcpy_dtod,
-    .memset = chk_memset,
-    .device_can_access_peer = cpu_device_can_access_peer,
-    .memcpy_peer_async = chk_memcpy_peer_async,
-    .stream_create = chk_stream_create,
-    .stream_destroy = cpu_stream_destroy,
-    .stream_synchronize = chk_stream_synchronize,
-    .stream_query = chk_stream_query,
-    .stream_wait_event = chk_stream_wait_event,
-    .memcpy_htod_async = chk_memcpy_htod_async,
-    .memcpy_dtoh_async = chk_memcpy_dtoh_async,
-    .memcpy_dtod_async = chk_memcpy_dtod_async,
-    .memset_async = chk_memset_async,
-    .launch_host_func = chk_launch_host_func,
-    .event_create = chk_event_create,
-    .event_destroy = cpu_event_destroy,
-    .event_record = chk_event_record,
-    .event_query = chk_event_query,
-    .event_synchronize = chk_event_synchronize,
-    .event_elapsed = chk_event_elapsed,
-    .rtc_compile = NULL,
-    .rtc_version = NULL,
-    .module_load = chk_module_load,
-    .module_unload = cpu_module_unload,
-    .module_get_kernel = chk_module_get_kernel,
-    .kernel_max_threads = chk_kernel_max_threads,
-    .kernel_retarget = chk_kernel_retarget,
-    .launch = chk_launch,
-    .begin_capture = chk_begin_capture,
-    .end_capture = cpu_end_capture,
-    .capture_status = cpu_capture_status,
-    .graph_destroy = cpu_graph_destroy,
-    .graph_node_count = cpu_graph_node_count,
-    .graph_instantiate = chk_graph_instantiate,
-    .graph_exec_destroy = cpu_graph_exec_destroy,
-    .graph_upload = chk_graph_upload,
-    .graph_launch = chk_graph_launch,
-    .graph_exec_set_kernel_args = chk_graph_exec_set_kernel_args,
-    .submit = chk_submit,
-    .graph_from_commands = chk_graph_from_commands,
-    .kernel_hold = cpu_kernel_hold,
-    .kernel_unhold = cpu_kernel_unhold,
-    .event_hold = cpu_event_hold,
-    .event_unhold = cpu_event_unhold,
-    .ring_alloc = chk_ring_alloc,
-    .ring_free = cpu_ring_free,
-    .mempool_create = chk_mempool_create,
-    .mempool_default = cpu_mempool_default,
-    .mempool_destroy = cpu_mempool_destroy,
-    .mempool_set_threshold = cpu_mempool_set_threshold,
-    .mempool_trim = cpu_mempool_trim,
-    .mempool_stats = cpu_mempool_stats,
-    .mempool_reset_peak = cpu_mempool_reset_peak,
-    .mem_alloc_async = chk_mem_alloc_async,
-    .mem_free_async = cpu_mem_free_async,
-    .mem_alloc_shareable = chk_mem_alloc_shareable,
-    .ipc_mem_export = cpu_ipc_mem_export,
-    .ipc_mem_open = chk_ipc_mem_open,
-    .ipc_mem_close = cpu_ipc_mem_close,
-    .ipc_event_export = cpu_ipc_event_export,
-    .ipc_event_open = chk_ipc_event_open,
 };
