@@ -1,18 +1,23 @@
 /*
  * base.c: what every other file of the shim stands on: the thread's last error (and the two
- * entry points that read it), the header every handle begins with, the monotonic clock, and
- * compile results. The entry points (api.c), the command list
- * (commands.c) and the backends call it.
+ * entry points that read it), the header every handle begins with, the monotonic clock, compile
+ * results, and the device table's lock. The entry points (api.c and the files beside it), the
+ * command list (commands.c) and the backends call it.
  *
  * Calls: nothing.
  */
 #define _GNU_SOURCE
 #include "internal.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* The device table's lock (entry.h): api.c's opens and closes, pools.c's default plain pools,
+ * multi.c's peer access bits. */
+pthread_mutex_t bg_dev_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- errors -------------------------------------------------------------------------------- */
 static _Thread_local char tls_msg[1024];

@@ -1,5 +1,6 @@
 /*
- * internal.h: what the core (api.c, commands.c, base.c, backends.c) and the backends (one folder
+ * internal.h: what the core (the entry points of api.c, pools.c, multi.c, graphs.c and rings.c,
+ * with entry.h; commands.c, base.c, backends.c) and the backends (one folder
  * each, listed in backends.c's table) share.
  *
  * Every handle begins with bg_obj, so the core can check a handle's kind before it trusts it
@@ -30,7 +31,7 @@ typedef enum bg_kind {
   BG_KIND_RTC,
   BG_KIND_CMD_GRAPH, /* a graph of the core's generic command-list kind (commands.c) */
   BG_KIND_CMD_EXEC,
-  BG_KIND_POOL, /* a memory pool: the backend's, or the core's plain one (api.c) */
+  BG_KIND_POOL, /* a memory pool: the backend's, or the core's plain one (pools.c) */
   BG_KIND_COMM  /* a communicator (bg_coll_ops) */
 } bg_kind;
 
@@ -50,8 +51,8 @@ typedef struct bg_device {
   int32_t backend;
   int32_t ordinal;
   void* default_stream; /* a backend stream object, created at open */
-  void* plain_pool;     /* the core's default plain pool (api.c), for backends without pools */
-  /* Bit i: this device has peer access to the ordinal-i device of its backend (api.c keeps it,
+  void* plain_pool;     /* the core's default plain pool (pools.c), for backends without pools */
+  /* Bit i: this device has peer access to the ordinal-i device of its backend (multi.c keeps it,
    * under the device table's lock, so every backend sees the same CUDA rules). */
   _Atomic uint64_t peer_enabled;
 } bg_device;
@@ -80,7 +81,7 @@ typedef struct bg_signal bg_signal;
  *    handles are BG_KIND_GRAPH / BG_KIND_EXEC; the generic graphs never reach these entries.
  *  - rtc_compile, rtc_version, stream_wait_value32, stream_write_value32, ring_alloc,
  *    ring_free: BG_ERR_NOT_SUPPORTED.
- *  - mempool_* and mem_alloc_async / mem_free_async: the core's plain pool (api.c): mem_alloc
+ *  - mempool_* and mem_alloc_async / mem_free_async: the core's plain pool (pools.c): mem_alloc
  *    per allocation, stream_synchronize then mem_free per free, stats counted in the core.
  *  - stream_notify: launch_host_func (the stream waits for the callback, which only queues a
  *    wake-up, so it returns at once). The CPU backend counts the work finished first.
@@ -199,7 +200,7 @@ struct bg_ops {
    * none; pool handles are BG_KIND_POOL objects of its own, and `pool` arguments arrive
    * checked (NULL in mem_alloc_async: the device's default pool, as mempool_default gives it).
    * mempool_stats fills reserved, used, reserved_high, used_high. NULL: the core's plain pool
-   * (api.c): mem_alloc for each allocation, a stream_synchronize before each free. */
+   * (pools.c): mem_alloc for each allocation, a stream_synchronize before each free. */
   int32_t (*mempool_create)(bg_device* dev, uint64_t threshold, void** out);
   int32_t (*mempool_default)(bg_device* dev, void** out);
   int32_t (*mempool_destroy)(void* pool);
@@ -271,7 +272,7 @@ int32_t bg_rtc_make(bg_device* dev, const void* code, uint64_t code_len, const c
 
 /* A device handle's bg_obj.dev points at the device itself: bg_obj_init(d, BG_KIND_DEVICE, d). */
 
-/* Signals (api.c): the stream operation that a backend runs to hand off to the host. */
+/* Signals (rings.c): the stream operation that a backend runs to hand off to the host. */
 void bg_signal_run(void* sig); /* a bg_host_fn: mark reached, wait for release, reset */
 
 /* BG_HOOK(dev): the device's enter hook now, its leave hook when the enclosing block ends. */

@@ -172,7 +172,7 @@ describe("the CPU communicators in C, under sanitizers", () => {
       try {
         const bin = join(dir, "collective_test");
         const sh = join(root, "shim");
-        const srcs = [join(sh, "test/collective_test.c"), join(sh, "test/stub_backend.c"), ...["api.c", "backends.c", "base.c", "commands.c"].map((f) => join(sh, f))];
+        const srcs = [join(sh, "test/collective_test.c"), join(sh, "test/stub_backend.c"), ...(require("node:fs").readdirSync(sh) as string[]).filter((f) => f.endsWith(".c")).map((f) => join(sh, f))];
         for (const f of require("node:fs").readdirSync(join(sh, "cpu")) as string[]) if (f.endsWith(".c")) srcs.push(join(sh, "cpu", f));
         const b = Bun.spawnSync([gcc!, "-std=c11", "-g", "-O1", "-Wall", "-Wextra", ...flags, `-I${sh}`, "-DBG_STUBS(X)=X(cuda, 0) X(metal, 0)", "-o", bin, ...srcs, "-lpthread", "-lm", "-ldl"], { stderr: "pipe" });
         expect(b.stderr.toString()).not.toMatch(/error|warning/);

@@ -1,7 +1,7 @@
 // Checks of the C side that need no device: the CUDA declarations against the real cuda.h, and
 // the CPU backend's own C test under AddressSanitizer and UndefinedBehaviorSanitizer.
 import { describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -106,6 +106,9 @@ describe("Metal backend against a mock Objective-C runtime and Metal", () => {
   }, 180_000);
 });
 
+/** The core's sources: every .c directly under shim/. */
+const coreSources = (sh: string) => readdirSync(sh).filter((f) => f.endsWith(".c")).map((f) => join(sh, f));
+
 describe("the core in C against a recording fake backend, under sanitizers", () => {
   // shim/test/core_test.c: the command decoder on good and bad lists, one-by-one issue, the
   // synchronous copies built from asynchronous ones, and the generic command-list graph.
@@ -114,7 +117,7 @@ describe("the core in C against a recording fake backend, under sanitizers", () 
     try {
       const bin = join(dir, "core_test");
       const sh = join(root, "shim");
-      const b = Bun.spawnSync([gcc!, "-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", `-I${sh}`, "-DBG_STUBS(X)=X(cpu, 0) X(cuda, 0) X(metal, 0)", "-o", bin, join(sh, "test/core_test.c"), join(sh, "test/stub_backend.c"), join(sh, "api.c"), join(sh, "backends.c"), join(sh, "commands.c"), join(sh, "base.c"), "-lpthread"], { stderr: "pipe" });
+      const b = Bun.spawnSync([gcc!, "-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", `-I${sh}`, "-DBG_STUBS(X)=X(cpu, 0) X(cuda, 0) X(metal, 0)", "-o", bin, join(sh, "test/core_test.c"), join(sh, "test/stub_backend.c"), ...coreSources(sh), "-lpthread"], { stderr: "pipe" });
       expect(b.stderr.toString()).not.toMatch(/error|warning/);
       expect(b.exitCode).toBe(0);
       const r = Bun.spawnSync([bin], { stdout: "pipe", stderr: "pipe", env: { ...process.env, ASAN_OPTIONS: "detect_leaks=1" } });

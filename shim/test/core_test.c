@@ -1,13 +1,12 @@
 /*
- * core_test.c: the core (api.c, commands.c, base.c) against a recording fake backend that has only
+ * core_test.c: the core (every .c directly under shim/) against a recording fake backend that has only
  * the required vtable entries (and enter/leave hooks): the command decoder on good and bad lists, one-by-one issue of a
  * submit, the synchronous copies and memset the core builds from asynchronous ones, and the
  * generic command-list graph (replay, argument patches, holds), and the plain memory pool the core
  * gives a backend without pools (Metal): stream-ordered calls on plain allocations.
  *
  *   cc -std=c11 -g -Ishim '-DBG_STUBS(X)=X(cpu, 0) X(cuda, 0) X(metal, 0)' -o /tmp/core_test
- *      shim/test/core_test.c shim/test/stub_backend.c shim/api.c shim/backends.c shim/commands.c
- *      shim/base.c -lpthread && /tmp/core_test
+ *      shim/test/core_test.c shim/test/stub_backend.c shim/[every .c] -lpthread && /tmp/core_test
  *
  * No real backend is linked: the table's lines find stand-ins (stub_backend.c).
  *
