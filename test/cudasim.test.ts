@@ -7,7 +7,7 @@
 // kernel's own CUDA C (twins_preload.ts; a block's threads are coroutines switched at barriers),
 // or, where C cannot express the source, the CPU kernel of the same name, which a first CPU-only
 // run of the suites compiles into a fresh cache.
-import { describe, expect, test } from "bun:test";
+import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -106,44 +106,51 @@ extern "C" __global__ void heavy(const float* a, float* out) {
 
   const suites = ["test/backends.test.ts", "test/stream_sync.test.ts"];
 
-  /** Run the suites CPU-only into a fresh cache, then against the simulator; their output. */
-  function suiteOnSimulator(extraEnv: Record<string, string>): { out: string; exitCode: number | null } {
+  /**
+   * Once for the file: the simulator built, and the suites run CPU-only into a fresh cache (which
+   * compiles the CPU kernels, the twins of last resort). Both simulator runs below share it.
+   */
+  let prepared: { work: string; sim: string; cache: string; twins: string } | null = null;
+  afterAll(() => {
+    if (prepared) rmSync(prepared.work, { recursive: true, force: true });
+  });
+  function simSetup(): { sim: string; cache: string; twins: string } {
+    if (prepared) return prepared;
     if (!nv.ok || !cc) throw new Error("unreachable");
     const work = mkdtempSync(join(tmpdir(), "bungpu-cudasim-suite-"));
-    try {
-      const b = Bun.spawnSync(["sh", join(simDir, "build.sh"), work], { env: baseEnv({ CC: cc }), stdout: "pipe", stderr: "pipe" });
-      expect(b.stderr.toString()).toBe("");
-      const sim = join(work, "libcudasim.so");
-      const cache = join(work, "cache");
-      const twins = join(work, "twins");
-      // 1. CPU only, into a fresh cache: compiles the CPU kernels (the twins of last resort).
-      const cpu = Bun.spawnSync([process.execPath, "test", ...suites], {
-        cwd: root,
-        env: baseEnv({ BUNGPU_CACHE_DIR: cache }),
-        stdout: "pipe",
-        stderr: "pipe",
-        timeout: 120_000,
-      });
-      expect(cpu.exitCode).toBe(0);
-      // 2. The same suite with the simulator as the CUDA driver.
-      const r = Bun.spawnSync([process.execPath, "test", "--preload", join(simDir, "twins_preload.ts"), ...suites], {
-        cwd: root,
-        env: baseEnv({
-          BUNGPU_CACHE_DIR: cache,
-          BUNGPU_LIBCUDA: sim,
-          BUNGPU_NVRTC: nv.lib,
-          BUNGPU_SIM_KERNELS: `${twins}:${join(cache, "kernels", "cpu")}`,
-          CUDASIM_TWINS_DIR: twins,
-          ...extraEnv,
-        }),
-        stdout: "pipe",
-        stderr: "pipe",
-        timeout: 150_000,
-      });
-      return { out: r.stdout.toString() + r.stderr.toString(), exitCode: r.exitCode };
-    } finally {
-      rmSync(work, { recursive: true, force: true });
-    }
+    prepared = { work, sim: join(work, "libcudasim.so"), cache: join(work, "cache"), twins: join(work, "twins") };
+    const b = Bun.spawnSync(["sh", join(simDir, "build.sh"), work], { env: baseEnv({ CC: cc }), stdout: "pipe", stderr: "pipe" });
+    expect(b.stderr.toString()).toBe("");
+    const cpu = Bun.spawnSync([process.execPath, "test", ...suites], {
+      cwd: root,
+      env: baseEnv({ BUNGPU_CACHE_DIR: prepared.cache }),
+      stdout: "pipe",
+      stderr: "pipe",
+      timeout: 120_000,
+    });
+    expect(cpu.exitCode).toBe(0);
+    return prepared;
+  }
+
+  /** The suites against the simulator (the shared setup first); their output. */
+  function suiteOnSimulator(extraEnv: Record<string, string>): { out: string; exitCode: number | null } {
+    if (!nv.ok) throw new Error("unreachable");
+    const { sim, cache, twins } = simSetup();
+    const r = Bun.spawnSync([process.execPath, "test", "--preload", join(simDir, "twins_preload.ts"), ...suites], {
+      cwd: root,
+      env: baseEnv({
+        BUNGPU_CACHE_DIR: cache,
+        BUNGPU_LIBCUDA: sim,
+        BUNGPU_NVRTC: nv.lib,
+        BUNGPU_SIM_KERNELS: `${twins}:${join(cache, "kernels", "cpu")}`,
+        CUDASIM_TWINS_DIR: twins,
+        ...extraEnv,
+      }),
+      stdout: "pipe",
+      stderr: "pipe",
+      timeout: 150_000,
+    });
+    return { out: r.stdout.toString() + r.stderr.toString(), exitCode: r.exitCode };
   }
 
   function expectAllPassed(r: { out: string; exitCode: number | null }) {
