@@ -283,10 +283,24 @@ static int deadlock_child(const char* what, int fd) {
   return fails || rc ? 1 : 0;
 }
 static void test_implicit_sync_deadlocks(const char* self) {
-  const char* cases[] = {"control", "memfree", "memfreehost", "moduleunload", "ctxsync"};
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+  /* The cases run at once, each in its own child: a deadlock is caught by a 2 s timeout, so one
+   * after another they took 8 s of the suite. */
+  enum { NCASES = 5 };
+  const char* cases[NCASES] = {"control", "memfree", "memfreehost", "moduleunload", "ctxsync"};
+  int rfd[NCASES];
+  pid_t pids[NCASES];
+  char got[NCASES][2];
+  int n[NCASES];
+  double deadline[NCASES];
+  for (int i = 0; i < NCASES; i++) {
     int fds[2];
-    if (pipe(fds) != 0) return;
+    rfd[i] = -1;
+    pids[i] = -1;
+    n[i] = 0;
+    got[i][0] = got[i][1] = 0;
+    /* up to 30 s for the child to reach the call (a loaded machine), then 2 s for it to return */
+    deadline[i] = now_ms() + 30000;
+    if (pipe(fds) != 0) continue;
     pid_t pid = fork();
     if (pid == 0) {
       close(fds[0]);
@@ -296,22 +310,40 @@ static void test_implicit_sync_deadlocks(const char* self) {
       _exit(127);
     }
     close(fds[1]);
-    /* up to 30 s for the child to reach the call (a loaded machine), then 2 s for it to return */
-    char got[2] = {0, 0};
-    int n = 0;
-    struct pollfd pf = {fds[0], POLLIN, 0};
-    for (double deadline = now_ms() + 30000; n < 2 && now_ms() < deadline;) {
-      if (poll(&pf, 1, 50) > 0) {
-        ssize_t k = read(fds[0], got + n, 1);
-        if (k <= 0) break;
-        if (++n == 1) deadline = now_ms() + 2000;
-      }
+    rfd[i] = fds[0];
+    pids[i] = pid;
+  }
+  for (;;) {
+    struct pollfd pf[NCASES];
+    int open = 0;
+    for (int i = 0; i < NCASES; i++) {
+      int live = rfd[i] >= 0 && n[i] < 2 && now_ms() < deadline[i];
+      pf[i].fd = live ? rfd[i] : -1;
+      pf[i].events = POLLIN;
+      pf[i].revents = 0;
+      open += live;
     }
-    close(fds[0]);
+    if (!open) break;
+    if (poll(pf, NCASES, 50) <= 0) continue;
+    for (int i = 0; i < NCASES; i++) {
+      if (!(pf[i].revents & (POLLIN | POLLHUP))) continue;
+      ssize_t k = read(rfd[i], got[i] + n[i], 1);
+      if (k <= 0) {
+        close(rfd[i]);
+        rfd[i] = -1;
+        continue;
+      }
+      if (++n[i] == 1) deadline[i] = now_ms() + 2000;
+    }
+  }
+  for (int i = 0; i < NCASES; i++) {
+    if (rfd[i] >= 0) close(rfd[i]);
     int status = 0;
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    int reached = n >= 1 && got[0] == 'c', done = n == 2 && got[1] == 'r';
+    if (pids[i] > 0) {
+      kill(pids[i], SIGKILL);
+      waitpid(pids[i], &status, 0);
+    }
+    int reached = n[i] >= 1 && got[i][0] == 'c', done = n[i] == 2 && got[i][1] == 'r';
     checks++;
     int want_deadlock = i != 0;
     if (!reached || (want_deadlock ? done : !done)) {
