@@ -7,6 +7,7 @@ import { addressOf } from "../ffi/result";
 import { CaptureModeId } from "../ffi/constants";
 import { captureEnded, type DeviceRef, type DeviceState } from "./device_state";
 import { GpuError, Status, describeGot, invalid, options, type OptionKeys } from "./errors";
+import { beforeFirstCapture } from "./hostfn";
 import type { Kernel } from "./kernel";
 import { areaOf, checkDevice, packArgs, type ArgArea, type ArgsOf, type Signature } from "./launch";
 import { INSPECT, plural } from "./inspect";
@@ -351,6 +352,7 @@ export function beginCapture(stream: CaptureStream, mode: CaptureMode): void {
       { backend: "typescript", call },
     );
   const state = stream.device.state;
+  beforeFirstCapture(); // (host functions' words allocated while no capture forbids it)
   state.api.stream_begin_capture(s, mode.toCuda());
   if (state.captures === 0 || !state.captureLog) state.captureLog = { uses: new Set(), holds: new Holds(), kernels: [], overlapped: state.captures > 0 };
   else state.captureLog.overlapped = true;

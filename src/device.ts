@@ -8,7 +8,7 @@ import { Buffer, HostBuffer, releaseDeviceMemory, type FillType, type GpuBufferO
 import { DEVICE, newDeviceState, type DeviceState } from "./device_state";
 import { describeGot, GpuError, Status, invalid, disposed, options, type OptionKeys, reword } from "./errors";
 import { Event, type EventOptions } from "./event";
-import { beforeBlockingWait, deferDispose, insideHostFnOf, raiseDeviceFailures } from "./hostfn";
+import { beforeBlockingWait, deferDispose, insideHostFnOf, noteDeviceOpened, raiseDeviceFailures } from "./hostfn";
 import { INSPECT, plural } from "./inspect";
 import { settled } from "./poll";
 import { closeWakeStreams } from "./wake";
@@ -131,6 +131,7 @@ export class Device {
     shared.opened++;
     this.state = newDeviceState(handle, backend, shared);
     shared.states.add(this.state);
+    noteDeviceOpened(this.state);
     this.ordinal = ordinal;
   }
 

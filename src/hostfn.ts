@@ -120,12 +120,21 @@ class WordPool {
     }
     const w = this.#free.pop();
     if (w) return w;
+    this.#chunk();
+    return this.#free.pop()!;
+  }
+
+  #chunk(): void {
     const [host, dptr] = this.#api.host_alloc(this.#state.handle, CHUNK_WORDS * 4, HostAllocFlag.MAPPED);
     const view = new Uint32Array(nativeView(host, CHUNK_WORDS * 4));
     view.fill(WORD_IDLE);
     this.#chunks.push({ view, dptr });
-    for (let i = CHUNK_WORDS - 1; i > 0; i--) this.#free.push({ view, i, dptr: dptr + 4 * i });
-    return { view, i: 0, dptr };
+    for (let i = CHUNK_WORDS - 1; i >= 0; i--) this.#free.push({ view, i, dptr: dptr + 4 * i });
+  }
+
+  /** The first chunk, now: see beforeFirstCapture. */
+  reserve(): void {
+    if (this.#chunks.length === 0) this.#chunk();
   }
 
   #event(): number {
@@ -182,6 +191,30 @@ class WordPool {
 }
 
 const wordPools = new WeakMap<DeviceState, WordPool | null>();
+
+/** Open devices whose host functions wait on words (CUDA), for beforeFirstCapture. */
+const wordDevices = new Set<DeviceState>();
+
+/** @internal A device opened (Device's constructor). */
+export function noteDeviceOpened(state: DeviceState): void {
+  if (backends[state.backend].streamWaitValue) wordDevices.add(state);
+}
+
+/**
+ * @internal Called by Stream.beginCapture before the capture begins. The words host functions
+ * wait on are mapped pinned memory (cuMemHostAlloc), and allocating it while a stream of this
+ * thread captures (Global or ThreadLocal mode) is an unsafe call under CUDA's capture-mode rules:
+ * refused with 900, and the capture invalidated. So a host function on another stream, legal
+ * during the capture, failed when it was the device's first (the fuzzer on the driver simulator,
+ * FUZZ_BACKEND=cuda, seed 1). Before the first capture of the thread begins, every open device's
+ * pool gets its first chunk (1,024 words: host functions pending at once during a capture beyond
+ * that still need a chunk, and fail as before).
+ */
+export function beforeFirstCapture(): void {
+  for (const st of wordDevices) if (!st.open) wordDevices.delete(st);
+  for (const st of wordDevices) if (st.captures > 0) return; // (a capture is open: allocating now is the unsafe call)
+  for (const st of wordDevices) wordPool(st)?.reserve();
+}
 
 /** The word pool of a device whose streams wait on words (CUDA), or null (then: a shim signal). */
 function wordPool(state: DeviceState): WordPool | null {
