@@ -51,14 +51,27 @@ describe("CUDA driver declarations", () => {
   });
 });
 
+/**
+ * A command's output, without blocking the test thread: the four sanitizer builds below run as
+ * concurrent tests (each is seconds of compiling; the two cores share them).
+ */
+async function run(argv: string[], opts: { cwd?: string; env?: Record<string, string | undefined>; timeoutMs?: number } = {}): Promise<{ stdout: string; stderr: string; exitCode: number | null }> {
+  const p = Bun.spawn(argv, { cwd: opts.cwd, env: opts.env ?? process.env, stdout: "pipe", stderr: "pipe" });
+  const timer = setTimeout(() => p.kill(9), opts.timeoutMs ?? 170_000);
+  const [stdout, stderr, exitCode] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+  clearTimeout(timer);
+  return { stdout, stderr, exitCode };
+}
+const sanitizerTest = (runs: boolean) => (runs ? test.concurrent : test.skip);
+
 describe("CUDA backend against the driver simulator", () => {
   // shim/test/cudasim: a libcuda-shaped simulator with the driver's asynchrony and rules; the
   // backend's bookkeeping (contexts, capture records, kernel node order, argument updates, error
   // mapping) is checked through the results its host-twin kernels record.
-  test.skipIf(!gcc || process.platform !== "linux")("every mapped call, capture node order and argument updates, under ASan/UBSan", () => {
-    const r = Bun.spawnSync(["bash", join(root, "shim/test/cudasim/run.sh"), "flow"], { stdout: "pipe", stderr: "pipe", timeout: 110_000 });
-    const out = r.stdout.toString();
-    expect(r.stderr.toString()).not.toMatch(/ERROR: AddressSanitizer|runtime error:/);
+  sanitizerTest(!!gcc && process.platform === "linux")("every mapped call, capture node order and argument updates, under ASan/UBSan", async () => {
+    const r = await run(["bash", join(root, "shim/test/cudasim/run.sh"), "flow"], { timeoutMs: 110_000 });
+    const out = r.stdout;
+    expect(r.stderr).not.toMatch(/ERROR: AddressSanitizer|runtime error:/);
     expect(out).toContain("info 1 1");
     expect(out).toContain("memset32 1020304");
     expect(out).toContain("memset16 beefbeef");
@@ -97,11 +110,10 @@ describe("CUDA backend against the driver simulator", () => {
 describe("Metal backend against a mock Objective-C runtime and Metal", () => {
   // The Apple code path, compiled on Linux with an x86_64 objc_msgSend trampoline and a mock GPU
   // thread per queue that enforces Metal's encoder rules.
-  test.skipIf(!gcc || process.platform !== "linux" || process.arch !== "x64")("launches, copies, events, host work, submit with barriers, under ASan/UBSan", () => {
-    const r = Bun.spawnSync(["sh", join(root, "shim/test/metal_mock/run.sh")], { stdout: "pipe", stderr: "pipe" });
-    const err = r.stderr.toString();
-    expect(err).not.toMatch(/FAIL|ERROR: AddressSanitizer|runtime error:/);
-    expect(r.stdout.toString()).toContain("all mock tests passed");
+  sanitizerTest(!!gcc && process.platform === "linux" && process.arch === "x64")("launches, copies, events, host work, submit with barriers, under ASan/UBSan", async () => {
+    const r = await run(["sh", join(root, "shim/test/metal_mock/run.sh")]);
+    expect(r.stderr).not.toMatch(/FAIL|ERROR: AddressSanitizer|runtime error:/);
+    expect(r.stdout).toContain("all mock tests passed");
     expect(r.exitCode).toBe(0);
   }, 180_000);
 });
@@ -112,16 +124,16 @@ const coreSources = (sh: string) => readdirSync(sh).filter((f) => f.endsWith(".c
 describe("the core in C against a recording fake backend, under sanitizers", () => {
   // shim/test/core_test.c: the command decoder on good and bad lists, one-by-one issue, the
   // synchronous copies built from asynchronous ones, and the generic command-list graph.
-  test.skipIf(!gcc || process.platform !== "linux")("core_test passes under ASan and UBSan", () => {
+  sanitizerTest(!!gcc && process.platform === "linux")("core_test passes under ASan and UBSan", async () => {
     const dir = mkdtempSync(join(tmpdir(), "bg-core-"));
     try {
       const bin = join(dir, "core_test");
       const sh = join(root, "shim");
-      const b = Bun.spawnSync([gcc!, "-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", `-I${sh}`, "-DBG_STUBS(X)=X(cpu, 0) X(cuda, 0) X(metal, 0)", "-o", bin, join(sh, "test/core_test.c"), join(sh, "test/stub_backend.c"), ...coreSources(sh), "-lpthread"], { stderr: "pipe" });
-      expect(b.stderr.toString()).not.toMatch(/error|warning/);
+      const b = await run([gcc!, "-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", `-I${sh}`, "-DBG_STUBS(X)=X(cpu, 0) X(cuda, 0) X(metal, 0)", "-o", bin, join(sh, "test/core_test.c"), join(sh, "test/stub_backend.c"), ...coreSources(sh), "-lpthread"]);
+      expect(b.stderr).not.toMatch(/error|warning/);
       expect(b.exitCode).toBe(0);
-      const r = Bun.spawnSync([bin], { stdout: "pipe", stderr: "pipe", env: { ...process.env, ASAN_OPTIONS: "detect_leaks=1" } });
-      const out = r.stdout.toString() + r.stderr.toString();
+      const r = await run([bin], { env: { ...process.env, ASAN_OPTIONS: "detect_leaks=1" } });
+      const out = r.stdout + r.stderr;
       expect(out).not.toMatch(/ERROR: AddressSanitizer|runtime error:|LeakSanitizer|FAIL/);
       expect(out).toMatch(/core_test: \d+ checks passed/);
       expect(r.exitCode).toBe(0);
@@ -132,9 +144,9 @@ describe("the core in C against a recording fake backend, under sanitizers", () 
 });
 
 describe("CPU backend in C under sanitizers", () => {
-  test.skipIf(!gcc || process.platform !== "linux")("cpu_test passes under ASan and UBSan with no report", () => {
-    const r = Bun.spawnSync(["bash", join(root, "shim/test/run_sanitizers.sh")], { cwd: root, stdout: "pipe", stderr: "pipe" });
-    const out = r.stdout.toString() + r.stderr.toString();
+  sanitizerTest(!!gcc && process.platform === "linux")("cpu_test passes under ASan and UBSan with no report", async () => {
+    const r = await run(["bash", join(root, "shim/test/run_sanitizers.sh")], { cwd: root });
+    const out = r.stdout + r.stderr;
     expect(out).not.toMatch(/ERROR: AddressSanitizer|runtime error:|LeakSanitizer/);
     expect(out).toMatch(/cpu_test: \d+ checks passed/);
     expect(r.exitCode).toBe(0);
