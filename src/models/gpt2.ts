@@ -47,6 +47,9 @@ import { CONFIG_KEYS, checkConfig, checkpointFiles, configFromTransformers, gpt2
 import { GPT2Batch } from "./gpt2_batch";
 import { generationSetup, pick, type GenerateOptions } from "./sampling";
 import { Tensor, Variable, type ExecutionPlan, type PrepareOptions } from "../tensor";
+import { LazyNode, constantData } from "../tensor/ast";
+import { deviceReader } from "../tensor/constants";
+import { ITEMSIZE, hostArray } from "../tensor/dtype";
 
 /** Hidden-state rows the head plan turns into logits per run (its output buffer: HEAD_ROWS × vocabulary floats). */
 const HEAD_ROWS = 64;
@@ -242,6 +245,20 @@ export class GPT2 {
     const store = (t: Tensor) => (dt === "float32" ? t : t.cast(dt));
     const load = (t: Tensor) => (dt === "float32" ? t : t.float());
     const zeros = (n: number, shape: number[], name: string) => Tensor.from(new Float32Array(n), shape, { name, dtype: dt });
+    // The decode step's cache: it reads positions [0, P) only, each written before, so its first
+    // contents never matter. Where device memory is host memory, it is a constant over a device
+    // buffer left as the allocator gives it: no host copy, no zeros written, and no page of it
+    // resident until the cache fills (75 MB of float32 for GPT-2 small at full context). Elsewhere
+    // zeros, uploaded at prepare. (The batched cache is read masked: it must hold finite values.)
+    const reader = deviceReader(opts.device ?? Device.default());
+    const unwritten = (n: number, shape: number[], name: string): Tensor => {
+      if (!reader) return zeros(n, shape, name);
+      const data = hostArray(dt, reader.alloc(n * ITEMSIZE[dt]));
+      reader.keep(data);
+      const node = new LazyNode({ op: "buffer", data }, dt, shape);
+      constantData.add(node);
+      return new Tensor(node);
+    };
     const { nLayer: L, nEmbd: C, nHead: H, nCtx } = cfg;
     const D = C / H;
     // Each LayerNorm's output gets its own buffer: left fused into the matmul that reads it, the
@@ -295,8 +312,8 @@ export class GPT2 {
     let y = rows("wte", this.#token).add(rows("wpe", pos)); // [1, C]
     const stepOuts: Tensor[] = [];
     for (let i = 0; i < L; i++) {
-      const kc = zeros(nCtx * C, [nCtx, H, D], `cache.${i}.k`);
-      const vc = zeros(nCtx * C, [nCtx, H, D], `cache.${i}.v`);
+      const kc = unwritten(nCtx * C, [nCtx, H, D], `cache.${i}.k`);
+      const vc = unwritten(nCtx * C, [nCtx, H, D], `cache.${i}.v`);
       this.#kCache.push(kc);
       this.#vCache.push(vc);
       const qkv = lin(ln(y, `h.${i}.ln_1`), `h.${i}.attn.c_attn`); // [1, 3C]
