@@ -165,12 +165,16 @@ int is_resident(cu_device* d) {
 }
 
 /* Behind a host function or a stream wait just issued on `s` (the context current): a gate. Not
- * on a capturing stream (its work runs when a graph is launched), nor on the legacy stream while
- * a capture is open (using it could invalidate the capture). */
+ * on a capturing stream (its work runs when a graph is launched). The legacy stream (s->s NULL)
+ * is never capturing, and the call just issued on it succeeded, so no capture forbids using it
+ * now (a blocking stream's capture would have refused that call, 906): it gets its gate during a
+ * capture too. (It used not to, and a free after the capture ended, cuMemFree, then waited
+ * forever behind a TypeScript host function on the legacy stream: the fuzzer on the simulator,
+ * FUZZ_BACKEND=cuda seed 2; test/hostfn_capture.test.ts.) */
 void gate_add(cu_device* d, cu_stream* s) {
-  if (atomic_load_explicit(&d->ncaps, memory_order_relaxed) > 0) {
+  if (s->s && atomic_load_explicit(&d->ncaps, memory_order_relaxed) > 0) {
     bgcu_enum st = BGCU_STREAM_CAPTURE_STATUS_NONE;
-    if (!s->s || cu.cuStreamIsCapturing(s->s, &st) != BGCUDA_SUCCESS ||
+    if (cu.cuStreamIsCapturing(s->s, &st) != BGCUDA_SUCCESS ||
         st != BGCU_STREAM_CAPTURE_STATUS_NONE)
       return;
   }
