@@ -23,8 +23,8 @@
 // to a minimal sequence printed as TypeScript.
 //
 // Every fourth batch runs in checked mode (BUNGPU_CHECK=1: guard pages around every allocation).
-// FUZZ_CALLS=N runs N calls in all (split over batches of at most 250,000); FUZZ_SEED=S moves the
-// seeds. Run one batch by hand: BUNGPU_CPU_DEVICES=3 bun test/fuzz/run.ts --seed 1 --calls 100000
+// FUZZ_CALLS=N runs N calls in all (split over batches of at most 250,000; FUZZ_BATCHES=B into B);
+// FUZZ_SEED=S moves the seeds; FUZZ_BACKEND=cuda drives cuda:0 and cuda:1 (below). Run one batch by hand: BUNGPU_CPU_DEVICES=3 bun test/fuzz/run.ts --seed 1 --calls 100000
 // (--print shows every call).
 //
 // Nothing is left out of the in-suite run today. FUZZ_EXCLUDE=a,b leaves categories out (pool,
@@ -45,31 +45,41 @@ import { describe, expect, test } from "bun:test";
 import { runBatch } from "./fuzz/harness";
 
 const TOTAL = Number(process.env.FUZZ_CALLS ?? 100_000);
-const PER_BATCH = Math.min(250_000, Math.max(1, Math.ceil(TOTAL / 4)));
+// FUZZ_BATCHES=B splits the calls into B batches instead (a short run pays one child's start once)
+const PER_BATCH = Math.min(250_000, Math.max(1, Math.ceil(TOTAL / Math.max(1, Number(process.env.FUZZ_BATCHES ?? 4) || 4))));
 const BATCHES = Math.max(1, Math.ceil(TOTAL / PER_BATCH));
 const SEED0 = Number(process.env.FUZZ_SEED ?? 1);
 const EXCLUDE = (process.env.FUZZ_EXCLUDE ?? "").split(",").filter(Boolean);
+// FUZZ_BACKEND=cuda: cuda:0 and cuda:1 (the driver simulator with CUDASIM_DEVICES=2, as
+// test/simulator_suites.test.ts runs it through test/sim_suite.sh, or two GPUs); no checked mode
+// there (BUNGPU_CHECK is the CPU backend's), and the CPU-only surfaces left out (surfaces.ts).
+const BACKEND = process.env.FUZZ_BACKEND === "cuda" ? "cuda" : "cpu";
 
 describe("fuzzer: random public calls against a model of the bytes", () => {
   test(
-    `${TOTAL} calls in ${BATCHES} batches (seeds ${SEED0}..${SEED0 + BATCHES - 1}): no crash, hang, non-GpuError throw, accepted invalid call or corrupted byte`,
+    `${TOTAL} calls on ${BACKEND} in ${BATCHES} batches (seeds ${SEED0}..${SEED0 + BATCHES - 1}): no crash, hang, non-GpuError throw, accepted invalid call or corrupted byte`,
     () => {
       let calls = 0, rejected = 0, checks = 0;
+      let skipped: string[] = [];
       const t0 = Date.now();
       for (let i = 0; i < BATCHES; i++) {
         const seed = SEED0 + i;
         // every fourth batch in checked mode (BUNGPU_CHECK=1): every allocation between guard
         // pages, so a stray write by a copy or kernel faults instead of corrupting quietly
-        const checked = i % 4 === 3;
+        const checked = BACKEND === "cpu" && i % 4 === 3;
         // (a batch of 100,000 calls or more rebuilds the shim once in its cache case: minutes allowed)
-        const r = runBatch({ seed, calls: PER_BATCH, exclude: EXCLUDE, timeoutMs: PER_BATCH >= 100_000 ? 300_000 : 120_000, shrinkMs: 60_000, checked });
-        if (!r.ok) throw new Error(`fuzz batch seed ${seed}: ${r.kind}: ${r.message}\nminimal sequence (${r.steps} steps):\n${r.minimal}`);
+        const r = runBatch({ seed, calls: PER_BATCH, exclude: EXCLUDE, timeoutMs: PER_BATCH >= 100_000 ? 300_000 : 120_000, shrinkMs: 60_000, checked, backend: BACKEND });
+        if (!r.ok) throw new Error(`fuzz batch seed ${seed}${BACKEND === "cuda" ? " (FUZZ_BACKEND=cuda)" : ""}: ${r.kind}: ${r.message}\nminimal sequence (${r.steps} steps):\n${r.minimal}`);
+        // the child drove the devices it was asked for (by their own names for their backend)
+        expect(r.summary!.backend).toBe(BACKEND);
+        expect(r.summary!.devices).toEqual(BACKEND === "cuda" ? ["cuda:0", "cuda:1"] : ["cpu", "cpu:1"]);
+        skipped = r.summary!.skipped;
         calls += r.summary!.calls;
         rejected += r.summary!.rejected;
         checks += r.summary!.checks;
       }
       const ms = Date.now() - t0;
-      console.log(`fuzz: ${calls} calls (${rejected} rejected, ${checks} model checks) in ${ms} ms`);
+      console.log(`fuzz: ${calls} calls (${rejected} rejected, ${checks} model checks) in ${ms} ms on backend ${BACKEND}${skipped.length ? `; left out: ${skipped.join("; ")}` : ""}`);
       expect(calls).toBeGreaterThanOrEqual(TOTAL);
       expect(rejected).toBeGreaterThan(0);
       expect(checks).toBeGreaterThan(0);

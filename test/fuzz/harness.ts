@@ -13,7 +13,7 @@ export interface BatchResult {
   /** "crash", "hang", or the driver's failure kind */
   kind?: string;
   message?: string;
-  summary?: { steps: number; calls: number; rejected: number; checks: number; ms: number };
+  summary?: { steps: number; calls: number; rejected: number; checks: number; ms: number; backend: string; devices: string[]; skipped: string[] };
   /** the minimal failing sequence, as TypeScript-looking lines */
   minimal?: string;
   steps?: number;
@@ -28,16 +28,28 @@ export interface BatchOptions {
   timeoutMs?: number;
   /** time allowed for shrinking a failure (default 60 s) */
   shrinkMs?: number;
-  /** BUNGPU_CHECK=1: guard pages around allocations, a fault in a kernel a sticky error */
+  /** BUNGPU_CHECK=1: guard pages around allocations, a fault in a kernel a sticky error (CPU only) */
   checked?: boolean;
+  /** "cuda": cuda:0 and cuda:1 (FUZZ_BACKEND=cuda for run.ts; CUDASIM_DEVICES=2 for the simulator) */
+  backend?: "cpu" | "cuda";
 }
 
 let checkedMode = false;
+let backend: "cpu" | "cuda" = "cpu";
 function env(): Record<string, string> {
   const e = { ...process.env } as Record<string, string>;
   e.BUNGPU_CPU_DEVICES = "3"; // cpu:0 and cpu:1 for every handler, cpu:2 for a third rank of communicators
-  delete e.BUNGPU_DEVICE;
-  if (checkedMode) e.BUNGPU_CHECK = "1";
+  if (backend === "cuda") {
+    // cuda:0 and cuda:1; tensors realize on cuda:0. On the driver simulator (BUNGPU_LIBCUDA, as
+    // test/sim_suite.sh sets it) two devices are asked for; a GPU machine needs two GPUs.
+    e.FUZZ_BACKEND = "cuda";
+    e.BUNGPU_DEVICE = "cuda:0";
+    if (!e.CUDASIM_DEVICES || Number(e.CUDASIM_DEVICES) < 2) e.CUDASIM_DEVICES = "2";
+  } else {
+    delete e.FUZZ_BACKEND;
+    delete e.BUNGPU_DEVICE;
+  }
+  if (checkedMode && backend === "cpu") e.BUNGPU_CHECK = "1";
   else delete e.BUNGPU_CHECK;
   return e;
 }
@@ -98,6 +110,7 @@ function shrink(steps: number[][], fails: (s: number[][]) => boolean, deadline: 
 export function runBatch(o: BatchOptions): BatchResult {
   const t0 = Date.now();
   checkedMode = !!o.checked;
+  backend = o.backend ?? "cpu";
   const timeoutMs = o.timeoutMs ?? 60_000;
   const dir = mkdtempSync(join(tmpdir(), "bungpu-fuzz-"));
   try {
@@ -150,7 +163,7 @@ export function runBatch(o: BatchOptions): BatchResult {
       kind: first.kind,
       message: first.message,
       steps: minimal.length,
-      minimal: `// seed ${o.seed}${o.checked ? " (BUNGPU_CHECK=1)" : ""}: ${first.kind}: ${first.message}\n// replayed: ${printed.kind ?? "passed"} ${printed.message}\n${lines.join("\n")}`,
+      minimal: `// seed ${o.seed}${backend === "cuda" ? " (FUZZ_BACKEND=cuda)" : ""}${o.checked && backend === "cpu" ? " (BUNGPU_CHECK=1)" : ""}: ${first.kind}: ${first.message}\n// replayed: ${printed.kind ?? "passed"} ${printed.message}\n${lines.join("\n")}`,
       wallMs: Date.now() - t0,
     };
   } finally {
@@ -158,16 +171,17 @@ export function runBatch(o: BatchOptions): BatchResult {
   }
 }
 
-// bun test/fuzz/harness.ts [--seed S] [--batches B] [--calls N] [--exclude a,b]
+// bun test/fuzz/harness.ts [--seed S] [--batches B] [--calls N] [--exclude a,b] [--checked] [--backend cuda]
 if (import.meta.main) {
   const a = process.argv.slice(2);
   const get = (n: string, d: string) => (a.includes(`--${n}`) ? a[a.indexOf(`--${n}`) + 1]! : d);
   const seed = Number(get("seed", "1")), batches = Number(get("batches", "1")), calls = Number(get("calls", "20000"));
   const exclude = get("exclude", "").split(",").filter(Boolean);
   const checked = a.includes("--checked");
+  const be = get("backend", "cpu") === "cuda" ? "cuda" : "cpu";
   let bad = 0;
   for (let i = 0; i < batches; i++) {
-    const r = runBatch({ seed: seed + i, calls, exclude, timeoutMs: 120_000, checked });
+    const r = runBatch({ seed: seed + i, calls, exclude, timeoutMs: 120_000, checked, backend: be });
     console.log(JSON.stringify({ seed: seed + i, ok: r.ok, kind: r.kind, message: r.message, recorded: r.recorded, minimalSteps: r.steps, ...r.summary, wallMs: r.wallMs }));
     if (!r.ok) {
       bad++;

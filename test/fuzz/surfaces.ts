@@ -41,6 +41,8 @@ export interface FuzzCtx {
   calls: number;
   /** Functions run after the driver synchronized a device (its check, its syncAll). */
   devSyncHooks: ((d: number) => void)[];
+  /** The backend run.ts drove: "cpu" (every surface), or "cuda" (FUZZ_BACKEND=cuda; see below). */
+  backend: "cpu" | "cuda";
 }
 
 const pick = <T>(xs: readonly T[], w: number): T => xs[w % xs.length]!;
@@ -57,8 +59,33 @@ const KEEP = Number.MAX_SAFE_INTEGER;
 const GRANULE = 256;
 const roundUp = (n: number) => Math.ceil(n / GRANULE) * GRANULE;
 
-export function installSurfaces(c: FuzzCtx): { close(): void } {
-  const { call, h, fail, devs, L } = c;
+export function installSurfaces(c: FuzzCtx): { close(): void; skipped: string[] } {
+  const { call, fail, devs, L } = c;
+  // On CUDA (FUZZ_BACKEND=cuda: the driver simulator or a GPU) some surfaces are the CPU
+  // backend's own and are left out, registered with weight 0 so the handlers' indexes (recorded
+  // steps) stay the same:
+  //  - ipc, ipc.export: the handles' fields (memfd number, allocation id) and the peer process's
+  //    shared-memory mapping are the CPU backend's IPC; CUDA's handle is the driver's, and the
+  //    simulator's device memory is its process's own (flow.c covers its export and refusals);
+  //  - cache: cache_child.ts compiles a CPU C kernel and the shim over a damaged CPU kernel cache;
+  //  - comm, xcomm: NCCL, unless a probe finds it (it is absent beside the simulator).
+  // The pool handler keeps its calls and checks its invariants only on custom pools there (bytes,
+  // no overlap, used >= the blocks in use, peaks): the exact model is the CPU pool's (best fit,
+  // 256-byte granules, largest-first release), the driver's pools choose their own.
+  const cudaSkip = new Map<string, string>();
+  if (c.backend === "cuda") {
+    for (const k of ["ipc", "ipc.export"]) cudaSkip.set(k, "CPU shared-memory IPC (memfd handles, a peer mapping it)");
+    cudaSkip.set("cache", "the damaged cache child compiles CPU C kernels");
+    let nccl = "";
+    try {
+      for (const x of Communicator.initAll([devs[0]!, devs[1]!], { timeoutMs: 10_000 })) x.dispose();
+    } catch (e) {
+      nccl = `no NCCL (${(e as Error).message.split("\n")[0]!.slice(0, 120)})`;
+    }
+    if (nccl) for (const k of ["comm", "xcomm"]) cudaSkip.set(k, nccl);
+  }
+  const h: FuzzCtx["h"] = (name, cat, weight, run) => c.h(name, cat, cudaSkip.has(name) ? 0 : weight, run);
+  const exactPools = c.backend === "cpu";
   const temps: string[] = [];
   const tempDir = (kind: string) => {
     const d = mkdtempSync(join(tmpdir(), `bungpu-fuzz-${kind}-`));
@@ -83,6 +110,7 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
     pool: MemoryPool;
     name: string;
     shared: boolean; // the device's default pool
+    loose: boolean; // invariants only: the default pool (shared with plans), or any pool off the CPU
     threshold: number;
     free: PBlock[]; // head first
     inUse: Map<number, number>; // addr -> block size
@@ -121,7 +149,7 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
     for (const p of [...pools, defaultPool]) {
       if (!p || p.dead) continue;
       for (const b of p.free) b.done = true;
-      if (p.shared) continue;
+      if (p.loose) continue;
       if (p.exact) shrinkModel(p, p.threshold);
       p.peakR = Math.max(p.peakR, usedOf(p) + freeOf(p));
     }
@@ -132,7 +160,7 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
   /** A synchronize of private stream si: its frees completed; other streams' maybe. */
   function poolsStreamSync(si: number): void {
     for (const p of [...pools, defaultPool]) {
-      if (!p || p.dead || p.shared) continue;
+      if (!p || p.dead || p.loose) continue;
       for (const b of p.free) if (b.fs === si) b.done = true;
       const reserved = usedOf(p) + freeOf(p);
       if (reserved <= p.threshold) continue;
@@ -150,7 +178,7 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
     const st = statsOf(p);
     if (!st) return;
     const used = usedOf(p);
-    if (p.shared) {
+    if (p.loose) {
       if (st.used < used || st.reserved < st.used || st.reservedPeak < st.reserved || st.usedPeak < st.used)
         fail("pool stats", `${why}: ${p.name}.stats ${JSON.stringify(st)}: this handler alone has ${used} bytes in use`);
       return;
@@ -191,7 +219,8 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
     const threshold = pick([0, KEEP, 1024, 4096], w);
     const name = `pool${i}_${pNo++}`;
     const r = call(() => `const ${name} = new MemoryPool(dev0, { releaseThreshold: ${threshold === KEEP ? "KEEP" : threshold} })`, "ok", () => new MemoryPool(devs[0]!, { releaseThreshold: threshold }));
-    if (r.ok) pools[i] = { pool: r.v, name, shared: false, threshold, free: [], inUse: new Map(), exact: true, dead: false, peakR: 0, peakU: 0 };
+    // (on CUDA a custom pool is checked as the shared one is: invariants only, see above)
+    if (r.ok) pools[i] = { pool: r.v, name, shared: false, loose: !exactPools, threshold, free: [], inUse: new Map(), exact: exactPools, dead: false, peakR: 0, peakU: 0 };
   }
 
   h("pool", "pool", 2, (w) => {
@@ -201,11 +230,11 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
     // trimmed to nothing so its model is exact again
     if (!call(() => `dev0.synchronize()`, "ok", () => d0.synchronize()).ok) return;
     poolsDevSync();
-    if (!defaultPool) defaultPool = { pool: d0.defaultPool, name: "dev0.defaultPool", shared: true, threshold: 0, free: [], inUse: new Map(), exact: false, dead: false, peakR: 0, peakU: 0 };
+    if (!defaultPool) defaultPool = { pool: d0.defaultPool, name: "dev0.defaultPool", shared: true, loose: true, threshold: 0, free: [], inUse: new Map(), exact: false, dead: false, peakR: 0, peakU: 0 };
     for (const p of pools) {
       if (!p || p.dead) continue;
       checkPool(p, "at the start of a pool step");
-      if (!p.exact) {
+      if (!p.exact && !p.loose) {
         call(() => `${p.name}.trim(0)`, "ok", () => p.pool.trim(0));
         p.free = [];
         p.exact = true;
@@ -232,7 +261,7 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
         const P = p;
         const bytes = pick([1, 4, 64, 200, 256, 1000, 4096, 5000, 65536], ww(6));
         const s = pstreamOf(si);
-        const before = P.dead || P.shared ? null : statsOf(P);
+        const before = P.dead || P.loose ? null : statsOf(P);
         const name = `pb${pNo++}`;
         const r = call(() => `const ${name} = ps${si}.alloc(${bytes}${P.shared ? "" : `, { pool: ${P.name} }`})`, P.dead ? "err" : "ok", () => s.alloc(bytes, P.shared ? {} : { pool: P.pool }));
         if (!r.ok) {
@@ -270,7 +299,7 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
           }
           P.inUse.set(addr, size);
           P.peakU = Math.max(P.peakU, usedOf(P));
-        } else if (P.shared) P.inUse.set(addr, size);
+        } else if (P.loose) P.inUse.set(addr, size);
         const x: PBuf = { b, addr, bytes, size, pool: P, si, model: new Uint8Array(bytes), name, live: true };
         // new memory's bytes are unspecified: fill them on the allocating stream
         const v = ww(7) & 0xff;
@@ -313,7 +342,7 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
         const P = x.pool;
         if (!P.dead) {
           P.inUse.delete(x.addr);
-          if (!P.shared) P.free.unshift({ addr: x.addr, size: x.size, fs, done: false });
+          if (!P.loose) P.free.unshift({ addr: x.addr, size: x.size, fs, done: false });
         }
         // freed twice, or freed as a view: refused
         if (ww(4) % 4 === 0) expectCode(call(() => `${x.name}.free(ps${fs}) /* again */`, "err", () => x.b.free(pstreamOf(fs))), [Status.INVALID_HANDLE, Status.INVALID_VALUE], "free twice");
@@ -488,9 +517,9 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
       cset = null;
     }
     if (cset) return cset;
-    const n = 2 + (w % 2);
+    const n = c.backend === "cpu" ? 2 + (w % 2) : 2; // (a third CUDA device is not asked for)
     if (n === 3 && !dev2) {
-      const r = call(() => `const dev2 = Device.open("cpu:2")`, "ok", () => Device.open("cpu:2"));
+      const r = call(() => `const dev2 = Device.open("${c.backend}:2")`, "ok", () => Device.open(`${c.backend}:2`));
       if (!r.ok) return null;
       dev2 = r.v;
     }
@@ -1478,6 +1507,7 @@ export function installSurfaces(c: FuzzCtx): { close(): void } {
   });
 
   return {
+    skipped: [...cudaSkip].map(([k, why]) => `${k}: ${why}`),
     close() {
       if (peer) {
         try {
