@@ -115,4 +115,19 @@ describe.skipIf(skip)(`CUDA driver simulator rules${skip ? ` (skipped: ${!rtc.ok
     expect(r.withoutAccess.code).toBe(700);
     expect(r.withoutAccess.message).toContain("without peer access");
   }, 120_000);
+
+  test("single-precision math is as loose as CUDA documents it: expf, sinf 2 ulps, logf 1, powf 4 from the correctly rounded result (libm's exactly with CUDASIM_EXACT_MATH=1)", () => {
+    const r = run("math");
+    expect(r.thrown).toBeUndefined();
+    // every result moved by the function's maximum error in CUDA's table, none further; an
+    // integer result (expf(0) = 1) exact, as the GPU gives it
+    expect(r.expf.maxUlps).toBe(2);
+    expect(r.sinf.maxUlps).toBe(2);
+    expect(r.logf.maxUlps).toBe(1);
+    expect(r.powf.maxUlps).toBe(4);
+    for (const f of ["expf", "logf", "sinf", "powf"]) expect(r[f].moved).toBeGreaterThan(200);
+    expect(r.exp0).toBe(1);
+    const exact = run("math", { CUDASIM_EXACT_MATH: "1" });
+    for (const f of ["expf", "logf", "sinf", "powf"]) expect(exact[f]).toEqual({ moved: 0, maxUlps: 0 });
+  }, 120_000);
 });

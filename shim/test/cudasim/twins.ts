@@ -49,7 +49,58 @@ static inline long long clock64(void) { struct timespec t; clock_gettime(CLOCK_M
 #define __cosf cosf
 #define __powf powf
 #define __fdividef(a, b) ((a) / (b))
+/* The GPU's single-precision math is not libm's: CUDA's Programming Guide gives each function's
+ * maximum error in ulps (the table "Single-Precision Mathematical Standard Library Functions with
+ * Maximum ULP Error"; NVRTC's defaults: IEEE division and square root, so those are exact). libm
+ * is nearly correctly rounded, so a tolerance could pass here and fail on a GPU. A twin's result
+ * is moved by the table's error, every time, up or down as the argument's bits draw it (the same
+ * argument, the same result); results that are integers (expf(0), cosf(0), powf(2, 3)) stay, as
+ * the GPU's are exact there. CUDASIM_EXACT_MATH=1 builds twins with libm's results as they are
+ * (-DBG_EXACT_MATH), to tell a tolerance from a defect. */
+#ifndef BG_EXACT_MATH
+static inline float bg__ulps(float r, float x, float y, int k) {
+  if (!isfinite(r) || r == floorf(r)) return r;
+  unsigned a, b;
+  memcpy(&a, &x, 4);
+  memcpy(&b, &y, 4);
+  unsigned h = (a ^ (b * 0x9e3779b9u)) * 0x2c1b3c6du;
+  h ^= h >> 15;
+  float to = (h & 1u) ? INFINITY : -INFINITY;
+  for (int i = 0; i < k; i++) r = nextafterf(r, to);
+  return r;
+}
+#define BG__ULP1(f, k, x) ({ float bg__x = (float)(x); bg__ulps(f(bg__x), bg__x, 0.0f, k); })
+#define BG__ULP2(f, k, x, y) ({ float bg__x = (float)(x), bg__y = (float)(y); bg__ulps(f(bg__x, bg__y), bg__x, bg__y, k); })
+#define expf(x) BG__ULP1(expf, 2, x)
+#define exp2f(x) BG__ULP1(exp2f, 2, x)
+#define exp10f(x) BG__ULP1(exp10f, 2, x)
+#define expm1f(x) BG__ULP1(expm1f, 1, x)
+#define logf(x) BG__ULP1(logf, 1, x)
+#define log2f(x) BG__ULP1(log2f, 1, x)
+#define log10f(x) BG__ULP1(log10f, 2, x)
+#define log1pf(x) BG__ULP1(log1pf, 1, x)
+#define sinf(x) BG__ULP1(sinf, 2, x)
+#define cosf(x) BG__ULP1(cosf, 2, x)
+#define tanf(x) BG__ULP1(tanf, 4, x)
+#define asinf(x) BG__ULP1(asinf, 2, x)
+#define acosf(x) BG__ULP1(acosf, 2, x)
+#define atanf(x) BG__ULP1(atanf, 2, x)
+#define sinhf(x) BG__ULP1(sinhf, 3, x)
+#define coshf(x) BG__ULP1(coshf, 2, x)
+#define tanhf(x) BG__ULP1(tanhf, 2, x)
+#define asinhf(x) BG__ULP1(asinhf, 3, x)
+#define acoshf(x) BG__ULP1(acoshf, 4, x)
+#define atanhf(x) BG__ULP1(atanhf, 3, x)
+#define cbrtf(x) BG__ULP1(cbrtf, 1, x)
+#define erff(x) BG__ULP1(erff, 2, x)
+#define erfcf(x) BG__ULP1(erfcf, 4, x)
+#define powf(x, y) BG__ULP2(powf, 4, x, y)
+#define atan2f(x, y) BG__ULP2(atan2f, 3, x, y)
+#define hypotf(x, y) BG__ULP2(hypotf, 3, x, y)
+static inline float rsqrtf(float x) { return bg__ulps(1.0f / sqrtf(x), x, 0.0f, 2); }
+#else
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+#endif
 static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
 #define atomicAdd(p, v) __atomic_fetch_add((p), (v), __ATOMIC_SEQ_CST)
 static inline unsigned long long bg__globaltimer(void) { struct timespec t; clock_gettime(CLOCK_REALTIME, &t); return (unsigned long long)t.tv_sec * 1000000000ull + (unsigned long long)t.tv_nsec; }
@@ -281,10 +332,11 @@ export function translateCuda(source: string): Translation {
 // Twins contract a*b+c into fused multiply-adds as NVRTC does by default (--fmad=true): -O2 (GCC
 // contracts only with its expensive optimizations), contraction on, and the host's FMA
 // instructions. A test whose tolerance holds only without contraction fails here as on a GPU.
-const TWIN_FLAGS = ["-std=gnu11", "-O2", "-ffp-contract=fast", process.arch === "arm64" ? "-mcpu=native" : "-march=native"];
+// CUDASIM_EXACT_MATH=1: libm's results unmoved (see the prelude's bg__ulps).
+const TWIN_FLAGS = ["-std=gnu11", "-O2", "-ffp-contract=fast", process.arch === "arm64" ? "-mcpu=native" : "-march=native", ...(process.env.CUDASIM_EXACT_MATH === "1" ? ["-DBG_EXACT_MATH"] : [])];
 
 export function buildTwins(cuda: string, dir: string, cc: string, shimDir: string): string | null {
-  const key = createHash("sha256").update(cuda).update(TWIN_FLAGS.join(" ")).digest("hex").slice(0, 24);
+  const key = createHash("sha256").update(cuda).update(TWIN_FLAGS.join(" ")).update(PRELUDE).digest("hex").slice(0, 24); // (a changed prelude builds anew)
   const lib = join(dir, `twin_${key}.so`);
   if (existsSync(lib)) return lib;
   const t = translateCuda(cuda);
