@@ -17,7 +17,7 @@ import { availableParallelism, homedir, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { GpuError, Status } from "./errors";
 import { findCompilers } from "./compilers";
-import { compileArgs, hostTarget, libName, linkArgs, objectArgs, PREBUILT_DIR, shimSources, sourceHash } from "./shimsrc";
+import { compileArgs, hostTarget, libName, linkArgs, objectArgs, PREBUILT_DIR, shimLevel, shimLevelTag, shimSources, sourceHash } from "./shimsrc";
 import { ABI_VERSION, symbols, type Symbols } from "./sys";
 
 export type Lib = ReturnType<typeof dlopen<Symbols>>;
@@ -467,11 +467,11 @@ function compileShim(argv: readonly string[], out: string, target: string, work:
   const sources = shimSources();
   const jobs = Math.min(availableParallelism(), 8, sources.length);
   const sh = jobs > 1 ? Bun.which("sh") : null;
-  if (!sh) return Bun.spawnSync([...argv, ...compileArgs(out, target)], { stdout: "pipe", stderr: "pipe" });
+  if (!sh) return Bun.spawnSync([...argv, ...compileArgs(out, target, sourceHash(), shimLevel())], { stdout: "pipe", stderr: "pipe" });
   const objs = sources.map((_, i) => join(work, `${i}.o`));
   const cmd = (args: readonly string[]) => [...argv, ...args].map(shWord).join(" ");
   const groups: string[][] = Array.from({ length: jobs }, () => []);
-  sources.forEach((src, i) => groups[i % jobs]!.push(cmd(objectArgs(src, objs[i]!))));
+  sources.forEach((src, i) => groups[i % jobs]!.push(cmd(objectArgs(src, objs[i]!, sourceHash(), shimLevel()))));
   const script = [
     ...groups.map((g, k) => `( ${g.join(" && ")} ) & p${k}=$!`),
     `ok=0; for p in ${groups.map((_, k) => `$p${k}`).join(" ")}; do wait "$p" || ok=1; done`,
@@ -555,7 +555,7 @@ export function load(): { lib: Lib; info: LoadInfo } {
   }
   note(`prebuilt ${target}/${name}: ${r1}`);
 
-  const shimPath = () => join(cacheRoot(), "shim", `${target}-${hash.slice(0, 16)}`, name);
+  const shimPath = () => join(cacheRoot(), "shim", `${target}-${hash.slice(0, 16)}${shimLevelTag()}`, name);
   const cached = shimPath();
   const problem = cacheProblem();
   if (problem) steps.push(`cache folder ${preferredCacheRoot()} unusable (${problem}): using a temporary folder`);

@@ -59,23 +59,34 @@ export function libName(target: string): string {
   return target.startsWith("darwin") ? "libbungpu.dylib" : "libbungpu.so";
 }
 
+/**
+ * The optimization level of a cache build: -O2, or BUNGPU_SHIM_OPT (0 to 3). The loader's own
+ * tests build the library about ten times and set 0 (a third of the compile time); a build at
+ * another level than 2 is cached apart (shimLevelTag), so it never stands in for the default one.
+ */
+export function shimLevel(): string {
+  const v = process.env["BUNGPU_SHIM_OPT"];
+  return v === "0" || v === "1" || v === "3" ? v : "2";
+}
+export const shimLevelTag = (): string => (shimLevel() === "2" ? "" : `-O${shimLevel()}`);
+
 /** The flags every source file is compiled with. */
-function cflags(hash: string): string[] {
-  return ["-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", `-DBG_SOURCE_HASH="${hash}"`, `-I${SHIM_DIR}`];
+function cflags(hash: string, level: string): string[] {
+  return ["-std=c11", `-O${level}`, "-fPIC", "-fvisibility=hidden", "-Wall", `-DBG_SOURCE_HASH="${hash}"`, `-I${SHIM_DIR}`];
 }
 /** What the library links with. */
 function libs(target: string): string[] {
   return ["-lpthread", "-lm", ...(target.startsWith("darwin") ? ["-Wl,-install_name,@rpath/libbungpu.dylib"] : ["-ldl"])];
 }
 
-/** Compiler arguments (after the compiler itself) that build the library into `out` in one run. */
-export function compileArgs(out: string, target: string, hash = sourceHash()): string[] {
-  return [...cflags(hash), "-shared", ...shimSources().map((f) => join(SHIM_DIR, f)), "-o", out, ...libs(target)];
+/** Compiler arguments (after the compiler itself) that build the library into `out` in one run (-O2 unless `level`). */
+export function compileArgs(out: string, target: string, hash = sourceHash(), level = "2"): string[] {
+  return [...cflags(hash, level), "-shared", ...shimSources().map((f) => join(SHIM_DIR, f)), "-o", out, ...libs(target)];
 }
 
 /** The same build in steps, so that it can use every core: each source to an object, then one link. */
-export function objectArgs(source: string, obj: string, hash = sourceHash()): string[] {
-  return [...cflags(hash), "-c", join(SHIM_DIR, source), "-o", obj];
+export function objectArgs(source: string, obj: string, hash = sourceHash(), level = "2"): string[] {
+  return [...cflags(hash, level), "-c", join(SHIM_DIR, source), "-o", obj];
 }
 export function linkArgs(objs: readonly string[], out: string, target: string): string[] {
   return ["-shared", ...objs, "-o", out, ...libs(target)];

@@ -1,7 +1,7 @@
 // The zero-build promise: fresh prebuilt libraries for every platform, and a cache build when
 // the prebuilt one is missing or stale.
 import { describe, expect, test } from "bun:test";
-import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { cpSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { PREBUILT_DIR, TARGETS, hostTarget, libName, sourceHash } from "../ffi/shimsrc";
@@ -55,6 +55,11 @@ describe("cache build", () => {
       expect(JSON.parse(first.stdout.toString())).toEqual({ source: "built", sum: 10 });
       const second = Bun.spawnSync(["bun", "-e", script], { cwd: root, env });
       expect(JSON.parse(second.stdout.toString())).toEqual({ source: "cache", sum: 10 });
+      // BUNGPU_SHIM_OPT (the loader tests' quick builds) is cached apart: it never stands in for
+      // the default -O2 build, nor the -O2 build for it
+      const quick = Bun.spawnSync(["bun", "-e", script], { cwd: root, env: { ...env, BUNGPU_SHIM_OPT: "0" } });
+      expect(JSON.parse(quick.stdout.toString())).toEqual({ source: "built", sum: 10 });
+      expect(readdirSync(join(cache, "shim")).sort().map((d) => d.replace(/-[0-9a-f]{16}/, "-HASH"))).toEqual([`${process.platform}-${process.arch}-HASH`, `${process.platform}-${process.arch}-HASH-O0`]);
     } finally {
       rmSync(cache, { recursive: true, force: true });
     }
