@@ -462,7 +462,8 @@ export class GPT2 {
       enc.copy(hp.buffer(into)!, plan.outputBufferAt(0)!, { srcOffset: r * rowBytes, bytes: n * rowBytes });
       enc.submit(hp.device.defaultStream, { wait: false });
       hp.executeWithVars({ R: n }, { stream: hp.device.defaultStream, async: true });
-      out.set(hp.readOutput(0) as Float32Array, (r - from) * V); // waits for the block
+      // the block's rows straight into the result (a synchronous read: after the default stream's work)
+      hp.outputBufferAt(0)!.read(out.subarray((r - from) * V, (r - from + n) * V));
     }
     return out;
   }
