@@ -206,6 +206,30 @@ describe("where no NVRTC is found", () => {
 });
 
 describe("the package's CUDA sources need no header (a machine with only the driver and NVRTC has none)", () => {
+  // The toolkit's include folder hidden (an empty tmpfs over it in a private mount namespace): a
+  // source that includes cuda_fp16.h no longer compiles, and float16 and bfloat16 plans still
+  // compile with NVRTC alone and run on the simulated cuda:0, their values checked (issue 22).
+  const toolkitInclude = "/usr/local/cuda/include";
+  const canHide = rtc.ok && process.platform === "linux" && process.getuid?.() === 0 && !!Bun.which("unshare") && existsSync(toolkitInclude);
+  test.skipIf(!canHide)(`a half-precision plan compiles and runs on the simulator with the toolkit's headers hidden${canHide ? "" : " (skipped: needs root, unshare, NVRTC and a toolkit to hide)"}`, () => {
+    const env: Record<string, string> = { ...withoutSimSettings(process.env), BUNGPU_NVRTC: rtc.ok ? rtc.lib : "" };
+    delete env.CUDA_HOME;
+    delete env.CUDA_PATH;
+    const r = Bun.spawnSync(["unshare", "-m", "sh", "-c", `mount -t tmpfs none ${toolkitInclude} && exec bash test/sim_suite.sh run test/fixtures/half_without_headers.ts`], {
+      cwd: root,
+      env,
+      stdout: "pipe",
+      stderr: "pipe",
+      timeout: 180_000,
+    });
+    const out = r.stdout.toString();
+    if (r.exitCode !== 0) console.error(out.slice(-2000), r.stderr.toString().slice(-2000));
+    const got = JSON.parse(out.trim().split("\n").pop() ?? "{}");
+    expect(got).toMatchObject({ device: "cuda:0", float16: "ok", bfloat16: "ok" });
+    expect(got.header).toMatch(/^refused /);
+    expect(r.exitCode).toBe(0);
+  }, 200_000);
+
   test("no generated or shipped CUDA source includes a toolkit header: half and bfloat16 are bits converted in place, not cuda_fp16.h / cuda_bf16.h", () => {
     // NVRTC carries <stdint.h> itself (the ring kernels use it; checked with NVRTC 13 alone, no include path)
     const builtIn = new Set(["#include <stdint.h>"]);
