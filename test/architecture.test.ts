@@ -39,21 +39,7 @@ function cycles(files: string[]): string[][] {
   const set = new Set(files);
   const edges = new Map<string, string[]>();
   for (const f of files) edges.set(f, importsOf(f).filter((i) => set.has(i.to)).map((i) => i.to));
-  const found: string[][] = [];
-  const state = new Map<string, 1 | 2>();
-  const stack: string[] = [];
-  const visit = (f: string): void => {
-    state.set(f, 1);
-    stack.push(f);
-    for (const t of edges.get(f) ?? []) {
-      if (state.get(t) === 1) found.push(stack.slice(stack.indexOf(t)).map((p) => relative(root, p)));
-      else if (!state.has(t)) visit(t);
-    }
-    stack.pop();
-    state.set(f, 2);
-  };
-  for (const f of files) if (!state.has(f)) visit(f);
-  return found;
+  return circles(edges).map((c) => c.map((p) => relative(root, p)));
 }
 
 const src = tsFiles(join(root, "src"));
