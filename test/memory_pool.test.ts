@@ -244,6 +244,40 @@ for (const spec of specs) {
         }
       });
 
+      // The driver's rule for a graph with memory allocation nodes, kept on every backend so they
+      // agree: one executable graph of it at a time; another once the first is gone.
+      test("a graph that allocated in its capture has one GraphExec at a time: a second is NOT_SUPPORTED until the first is disposed", () => {
+        using s = Stream.create(dev);
+        const n = 256;
+        using out = dev.alloc(n * 4);
+        s.beginCapture();
+        const tmp = s.alloc(n * 4); // not freed in the capture: the graph's memory
+        slowFill.launch(s, { grid: 1, block: 1, args: [tmp, n, 1] });
+        s.copy(out, tmp);
+        using graph = s.endCapture();
+        const first = graph.instantiate();
+        for (let r = 0; r < 3; r++) {
+          out.fill(0, { type: "f32" });
+          first.launch(s);
+          s.synchronize();
+          expect(out.read(Float32Array).every((v) => v === 1)).toBe(true);
+        }
+        expectGpuError(() => graph.instantiate(), Status.NOT_SUPPORTED, "one executable graph of such a graph at a time");
+        first.dispose();
+        using again = graph.instantiate();
+        out.fill(0, { type: "f32" });
+        again.launch(s);
+        s.synchronize();
+        expect(out.read(Float32Array).every((v) => v === 1)).toBe(true);
+        // a graph without allocations has any number of execs
+        s.beginCapture();
+        s.copy(out, out);
+        using plain = s.endCapture();
+        plain.instantiate().dispose();
+        using a = plain.instantiate(), b = plain.instantiate();
+        expect(a.handle).not.toBe(b.handle);
+      });
+
       test("a graph allocation freed twice inside its capture is INVALID_VALUE", () => {
         using s = Stream.create(dev);
         s.beginCapture();

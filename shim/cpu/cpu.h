@@ -504,6 +504,8 @@ void cpu_pmem_close(cpu_device* d); /* before the streams go: frees every pool a
 void cpu_pmem_sync_release(cpu_device* d); /* at a synchronize: pools above their threshold */
 void cpu_gmem_retain(struct cpu_gmem* g);
 void cpu_gmem_release(struct cpu_gmem* g); /* the last reference frees the graph's memory */
+int cpu_gmem_exec_open(struct cpu_gmem* g); /* one exec at a time of a graph with memory: 0, or -1 */
+void cpu_gmem_exec_close(struct cpu_gmem* g);
 int32_t cpu_mempool_create(bg_device* dev, uint64_t threshold, void** out);
 int32_t cpu_mempool_default(bg_device* dev, void** out);
 int32_t cpu_mempool_destroy(void* pool);

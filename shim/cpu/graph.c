@@ -33,6 +33,12 @@ int32_t cpu_graph_node_count(void* gv, uint32_t* nodes, uint32_t* kernel_nodes) 
 
 int32_t cpu_graph_instantiate(void* gv, void** out_exec) {
   cpu_graph* g = gv;
+  if (cpu_gmem_exec_open(g->gmem) != 0)
+    return bg_set_error(BG_ERR_NOT_SUPPORTED,
+                        "bg_graph_instantiate: the graph holds stream-ordered allocations made during "
+                        "its capture (memory allocation nodes), and the driver allows one executable "
+                        "graph of such a graph at a time: dispose of the first GraphExec before "
+                        "instantiating again, or capture the work once more for a second");
   uint32_t nops = 0, nk = 0, nev = 0;
   uint64_t total = 0;
   for (uint32_t i = 0; i < g->n; i++) {
@@ -91,6 +97,7 @@ int32_t cpu_graph_instantiate(void* gv, void** out_exec) {
   *out_exec = x;
   return BG_OK;
 oom:
+  cpu_gmem_exec_close(g->gmem);
   if (x) {
     free(x->ops);
     free(x->koff);

@@ -51,6 +51,7 @@ typedef struct cpu_gblock {
 
 struct cpu_gmem {
   _Atomic int32_t refs;
+  _Atomic int32_t execs; /* executable graphs of its graph living (at most one) */
   uint32_t n, cap;
   cpu_gblock* v;
 };
@@ -272,6 +273,17 @@ void cpu_gmem_release(struct cpu_gmem* g) {
   for (uint32_t i = 0; i < g->n; i++) cpu_memory_free(g->v[i].p, g->v[i].size);
   free(g->v);
   free(g);
+}
+
+/* The driver's rule for a graph with memory allocation nodes, which the CPU backend keeps so the
+ * two backends agree: one executable graph of it at a time. 0, or -1 while one lives. */
+int cpu_gmem_exec_open(struct cpu_gmem* g) {
+  int32_t none = 0;
+  return !g || atomic_compare_exchange_strong_explicit(&g->execs, &none, 1, memory_order_acq_rel, memory_order_acquire) ? 0 : -1;
+}
+
+void cpu_gmem_exec_close(struct cpu_gmem* g) {
+  if (g) atomic_store_explicit(&g->execs, 0, memory_order_release);
 }
 
 /* An allocation on a capturing stream: graph memory. *handled = 0 when `s` is not capturing. */

@@ -153,6 +153,7 @@ void cpu_exec_release(cpu_exec* x) {
     if (x->ops[i].kind == OP_KERNEL && x->ops[i].u.l.k) cpu_module_unhold(x->ops[i].u.l.k->mod);
   }
   if (x->args) cpu_xargs_release(x->args);
+  cpu_gmem_exec_close(x->gmem); /* its graph may be instantiated again */
   cpu_gmem_release(x->gmem); /* the last user of the graph's memory frees it */
   pthread_mutex_destroy(&x->mu);
   pthread_mutex_destroy(&x->run_mu);
