@@ -108,6 +108,8 @@ describe.skipIf(skip)(`CUDA driver simulator rules${skip ? ` (skipped: ${!rtc.ok
     expect(r.copyPath).toBe("peer");
     expect(r.copied).toBe("right");
     expect(r.plain).toBe("right"); // cuMemAlloc memory: peer access suffices
+    // pools made with MemoryPool are granted too, whether made before peer access or after it
+    expect({ early: r.customEarly, late: r.customLate }).toEqual({ early: "right", late: "right" });
     // stream-ordered memory: peer access does not extend to pools; the backend grants cuda:1
     // access to cuda:0's default pool when peer access is enabled (before it did not, and this
     // read faulted with 700 on the simulator, as it would on a GPU)

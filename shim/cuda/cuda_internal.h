@@ -104,6 +104,8 @@ typedef struct cu_capture {
   struct cu_capture* next;
 } cu_capture;
 
+#define CU_MAX_ACCESSORS 64 /* devices with peer access to one device, at most */
+
 typedef struct cu_device {
   bg_device base; /* first: a cu_device* is a bg_device* */
   bgcu_device cudev;
@@ -126,13 +128,24 @@ typedef struct cu_device {
   struct cu_device* next_open;  /* the list of open devices (devs) */
   struct cu_pool* defpool; /* the handle of the device's default memory pool, made on first use */
   _Atomic int pools;       /* memory pools: 0 not asked yet, 1 supported, -1 not */
+  /* Pools made on it (MemoryPool), and the devices with peer access to it, which each of them
+   * grants access to (cuMemPoolSetAccess: peer access does not reach pool memory). pool_lock. */
+  pthread_mutex_t pool_lock;
+  struct cu_pool* custom;
+  struct cu_device* accessors[CU_MAX_ACCESSORS];
+  int naccessors;
 } cu_device;
 
 /* A memory pool handle: the driver's pool (the device's default one is never destroyed). */
 typedef struct cu_pool {
   bg_obj h;
   bgcu_mempool p;
+  struct cu_pool* next; /* the device's custom pools (not the default one) */
 } cu_pool;
+
+/* Peer access to a device's pools: `dev` gets read-write access to every pool made on `peer` now
+ * and later (enable), or loses it (disable). pool.c. */
+bgcu_result cu_pools_peer(cu_device* dev, cu_device* peer, int enable);
 
 /* A release put off while it could wait forever (see blocked): cuMemFree, cuMemFreeHost,
  * cuModuleUnload and cuIpcCloseMemHandle wait for all work on the device. */

@@ -40,6 +40,7 @@ static int32_t cu_open(int32_t ordinal, bg_device** out) {
     goto fail;
   }
   pthread_mutex_init(&d->cap_lock, NULL);
+  pthread_mutex_init(&d->pool_lock, NULL);
   atomic_init(&d->ncaps, 0);
   atomic_init(&d->resident, 0);
   pthread_mutex_init(&d->def_lock, NULL);
@@ -86,6 +87,13 @@ static int32_t close_flush(cu_device* d) {
       *p = d->next_open;
       break;
     }
+  /* a closed device is no one's accessor any more (the core drops its peer bits without a disable) */
+  for (cu_device* o = devs; o; o = o->next_open) {
+    pthread_mutex_lock(&o->pool_lock);
+    for (int i = 0; i < o->naccessors; i++)
+      if (o->accessors[i] == d) o->accessors[i--] = o->accessors[--o->naccessors];
+    pthread_mutex_unlock(&o->pool_lock);
+  }
   pthread_mutex_unlock(&devs_lock);
   for (int i = 0; i < 2; i++) {
     cu_gate* g = i ? d->spare : d->gates;
@@ -129,6 +137,7 @@ static int32_t cu_device_close(bg_device* dev) {
     c = next;
   }
   pthread_mutex_destroy(&d->cap_lock);
+  pthread_mutex_destroy(&d->pool_lock);
   bgcu_result r = cu.cuDevicePrimaryCtxRelease_v2(d->cudev);
   bg_obj_kill(d);
   free(d);
@@ -217,7 +226,7 @@ static int32_t cu_device_can_access_peer(bg_device* dev, bg_device* peer, int32_
 /* Peer access reaches the peer's cuMemAlloc memory only: its stream-ordered memory (Stream.alloc,
  * the tensor arena) is its default pool's, which a device may touch only once cuMemPoolSetAccess
  * grants it. So enabling gives dev read-write access to peer's default pool too, and disabling
- * takes it back. (Pools created with MemoryPool are not covered: their own access is theirs.) */
+ * takes it back; the peer's pools made with MemoryPool follow (cu_pools_peer, pool.c). */
 static bgcu_result default_pool_access(cu_device* dev, cu_device* peer, bgcu_enum flags) {
   if (!cu.cuMemPoolSetAccess || !cu.cuDeviceGetDefaultMemPool) return BGCUDA_SUCCESS;
   int ok = 0;
@@ -243,6 +252,13 @@ static int32_t cu_peer_enable(bg_device* dev, bg_device* peer) {
     cu.cuCtxDisablePeerAccess(((cu_device*)peer)->ctx);
     return cu_fail(r, "cuMemPoolSetAccess (the peer's default pool)");
   }
+  r = cu_pools_peer((cu_device*)dev, (cu_device*)peer, 1);
+  if (r != BGCUDA_SUCCESS) {
+    cu_pools_peer((cu_device*)dev, (cu_device*)peer, 0);
+    default_pool_access((cu_device*)dev, (cu_device*)peer, BGCU_MEM_ACCESS_FLAGS_PROT_NONE);
+    cu.cuCtxDisablePeerAccess(((cu_device*)peer)->ctx);
+    return cu_fail(r, "cuMemPoolSetAccess (a pool of the peer)");
+  }
   return BG_OK;
 }
 
@@ -251,7 +267,9 @@ static int32_t cu_peer_disable(bg_device* dev, bg_device* peer) {
   ENTER((cu_device*)dev);
   CALL(cuCtxDisablePeerAccess, (((cu_device*)peer)->ctx));
   bgcu_result r = default_pool_access((cu_device*)dev, (cu_device*)peer, BGCU_MEM_ACCESS_FLAGS_PROT_NONE);
+  bgcu_result r2 = cu_pools_peer((cu_device*)dev, (cu_device*)peer, 0);
   if (r != BGCUDA_SUCCESS) return cu_fail(r, "cuMemPoolSetAccess (the peer's default pool)");
+  if (r2 != BGCUDA_SUCCESS) return cu_fail(r2, "cuMemPoolSetAccess (a pool of the peer)");
   return BG_OK;
 }
 

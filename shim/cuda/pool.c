@@ -27,6 +27,33 @@ static int32_t pools_present(cu_device* d, const char* fn) {
   return BG_OK;
 }
 
+/* Grant or take back `to`'s access to pool `p` (peer access does not reach pool memory). */
+static bgcu_result pool_access(bgcu_mempool p, cu_device* to, bgcu_enum flags) {
+  if (!cu.cuMemPoolSetAccess) return BGCUDA_SUCCESS;
+  bgcu_mem_access_desc a;
+  memset(&a, 0, sizeof a);
+  a.location.type = BGCU_MEM_LOCATION_TYPE_DEVICE;
+  a.location.id = to->cudev;
+  a.flags = flags;
+  return cu.cuMemPoolSetAccess(p, &a, 1);
+}
+
+bgcu_result cu_pools_peer(cu_device* dev, cu_device* peer, int enable) {
+  bgcu_result r = BGCUDA_SUCCESS;
+  pthread_mutex_lock(&peer->pool_lock);
+  int at = -1;
+  for (int i = 0; i < peer->naccessors; i++)
+    if (peer->accessors[i] == dev) at = i;
+  if (enable && at < 0 && peer->naccessors < CU_MAX_ACCESSORS) peer->accessors[peer->naccessors++] = dev;
+  if (!enable && at >= 0) peer->accessors[at] = peer->accessors[--peer->naccessors];
+  for (cu_pool* p = peer->custom; p; p = p->next) {
+    bgcu_result e = pool_access(p->p, dev, enable ? BGCU_MEM_ACCESS_FLAGS_PROT_READWRITE : BGCU_MEM_ACCESS_FLAGS_PROT_NONE);
+    if (e != BGCUDA_SUCCESS && r == BGCUDA_SUCCESS) r = e;
+  }
+  pthread_mutex_unlock(&peer->pool_lock);
+  return r;
+}
+
 int32_t cu_mempool_create(bg_device* dev, uint64_t threshold, void** out) {
   cu_device* d = (cu_device*)dev;
   ENTER(d);
@@ -52,6 +79,20 @@ int32_t cu_mempool_create(bg_device* dev, uint64_t threshold, void** out) {
     free(p);
     return cu_fail(r, "cuMemPoolSetAttribute");
   }
+  /* devices with peer access to this one reach its new pool too, as they reach its default one */
+  pthread_mutex_lock(&d->pool_lock);
+  for (int i = 0; i < d->naccessors; i++) {
+    r = pool_access(p->p, d->accessors[i], BGCU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    if (r != BGCUDA_SUCCESS) {
+      pthread_mutex_unlock(&d->pool_lock);
+      cu.cuMemPoolDestroy(p->p);
+      free(p);
+      return cu_fail(r, "cuMemPoolSetAccess (a device with peer access)");
+    }
+  }
+  p->next = d->custom;
+  d->custom = p;
+  pthread_mutex_unlock(&d->pool_lock);
   bg_obj_init(p, BG_KIND_POOL, dev);
   *out = p;
   return BG_OK;
@@ -87,6 +128,13 @@ int32_t cu_mempool_destroy(void* pp) {
     return bg_set_error(BG_ERR_INVALID_VALUE,
                         "bg_mempool_destroy: the device's default pool belongs to the device");
   ENTER(d);
+  pthread_mutex_lock(&d->pool_lock);
+  for (cu_pool** q = &d->custom; *q; q = &(*q)->next)
+    if (*q == p) {
+      *q = p->next;
+      break;
+    }
+  pthread_mutex_unlock(&d->pool_lock);
   bgcu_result r = cu.cuMemPoolDestroy(p->p); /* blocks still out stay valid until freed */
   bg_obj_kill(p);
   free(p);
