@@ -122,15 +122,13 @@ const C_BF16 = `static inline float bg_ld_bf16(uint16_t b) { uint32_t u = (uint3
 static inline uint16_t bg_st_bf16(float f) { uint32_t u; memcpy(&u, &f, 4); if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
 static inline float bg_rnd_bf16(float x) { return bg_ld_bf16(bg_st_bf16(x)); }`;
 
-// CUDA: the same bits, converted by the GPU's cvt instructions on the device (to nearest even,
-// as __half2float / __float2half_rn are) and by the C dialect's integer code elsewhere (the
-// driver simulator's host twins); bfloat16 by integer code everywhere (cvt to bf16 needs sm_80).
+// CUDA: the same bits. A float16 load is the C dialect's integer code on the device too, not
+// cvt.f32.f16: on an H200 cvt turned every NaN into 0x7fffffff, where the CPU backend and the
+// simulator keep the payload (the first GPU run's one wrong value); a store rounds with cvt (to
+// nearest even, as __float2half_rn) on the device, with integer code elsewhere (the driver
+// simulator's host twins); bfloat16 by integer code everywhere (cvt to bf16 needs sm_80).
 const CUDA_HALF = `static __device__ __forceinline__ float bg_ld_f16(unsigned short h) {
-#ifdef __CUDA_ARCH__
-  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
-#else
-  unsigned int s = (unsigned int)(h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 1023u; if (e == 31u) return __uint_as_float(s | 0x7f800000u | (m << 13)); if (e) return __uint_as_float(s | ((e + 112u) << 23) | (m << 13)); { float f = (float)m * 5.9604644775390625e-8f; return (h & 0x8000u) ? -f : f; }
-#endif
+  unsigned int o = (unsigned int)(h & 0x7fffu) << 13, e = o & 0x0f800000u; float f, g; o += e == 0x0f800000u ? 0x70000000u : 0x38000000u; o += e ? 0u : 0x00800000u; f = __uint_as_float(o); g = f - 6.103515625e-05f; f = e ? f : g; return __uint_as_float(__float_as_uint(f) | ((unsigned int)(h & 0x8000u) << 16));
 }
 static __device__ __forceinline__ unsigned short bg_st_f16(float f) {
 #ifdef __CUDA_ARCH__
