@@ -146,6 +146,8 @@ typedef struct cu_pool {
 /* Peer access to a device's pools: `dev` gets read-write access to every pool made on `peer` now
  * and later (enable), or loses it (disable). pool.c. */
 bgcu_result cu_pools_peer(cu_device* dev, cu_device* peer, int enable);
+/* `to`'s access to pool `p` granted (read-write) or taken back (none); pool.c. */
+bgcu_result cu_pool_access(bgcu_mempool p, cu_device* to, bgcu_enum flags);
 
 /* A release put off while it could wait forever (see blocked): cuMemFree, cuMemFreeHost,
  * cuModuleUnload and cuIpcCloseMemHandle wait for all work on the device. */

@@ -235,12 +235,7 @@ static bgcu_result default_pool_access(cu_device* dev, cu_device* peer, bgcu_enu
   bgcu_mempool pool = NULL;
   bgcu_result r = cu.cuDeviceGetDefaultMemPool(&pool, peer->cudev);
   if (r != BGCUDA_SUCCESS) return r;
-  bgcu_mem_access_desc a;
-  memset(&a, 0, sizeof a);
-  a.location.type = BGCU_MEM_LOCATION_TYPE_DEVICE;
-  a.location.id = dev->cudev;
-  a.flags = flags;
-  return cu.cuMemPoolSetAccess(pool, &a, 1);
+  return cu_pool_access(pool, dev, flags);
 }
 
 static int32_t cu_peer_enable(bg_device* dev, bg_device* peer) {

@@ -28,7 +28,7 @@ static int32_t pools_present(cu_device* d, const char* fn) {
 }
 
 /* Grant or take back `to`'s access to pool `p` (peer access does not reach pool memory). */
-static bgcu_result pool_access(bgcu_mempool p, cu_device* to, bgcu_enum flags) {
+bgcu_result cu_pool_access(bgcu_mempool p, cu_device* to, bgcu_enum flags) {
   if (!cu.cuMemPoolSetAccess) return BGCUDA_SUCCESS;
   bgcu_mem_access_desc a;
   memset(&a, 0, sizeof a);
@@ -47,7 +47,7 @@ bgcu_result cu_pools_peer(cu_device* dev, cu_device* peer, int enable) {
   if (enable && at < 0 && peer->naccessors < CU_MAX_ACCESSORS) peer->accessors[peer->naccessors++] = dev;
   if (!enable && at >= 0) peer->accessors[at] = peer->accessors[--peer->naccessors];
   for (cu_pool* p = peer->custom; p; p = p->next) {
-    bgcu_result e = pool_access(p->p, dev, enable ? BGCU_MEM_ACCESS_FLAGS_PROT_READWRITE : BGCU_MEM_ACCESS_FLAGS_PROT_NONE);
+    bgcu_result e = cu_pool_access(p->p, dev, enable ? BGCU_MEM_ACCESS_FLAGS_PROT_READWRITE : BGCU_MEM_ACCESS_FLAGS_PROT_NONE);
     if (e != BGCUDA_SUCCESS && r == BGCUDA_SUCCESS) r = e;
   }
   pthread_mutex_unlock(&peer->pool_lock);
@@ -82,7 +82,7 @@ int32_t cu_mempool_create(bg_device* dev, uint64_t threshold, void** out) {
   /* devices with peer access to this one reach its new pool too, as they reach its default one */
   pthread_mutex_lock(&d->pool_lock);
   for (int i = 0; i < d->naccessors; i++) {
-    r = pool_access(p->p, d->accessors[i], BGCU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    r = cu_pool_access(p->p, d->accessors[i], BGCU_MEM_ACCESS_FLAGS_PROT_READWRITE);
     if (r != BGCUDA_SUCCESS) {
       pthread_mutex_unlock(&d->pool_lock);
       cu.cuMemPoolDestroy(p->p);
